@@ -1,0 +1,78 @@
+//! Errors: what a kernel reports, and what loading or running a method reports (with context).
+
+use crate::dtype::ScalarType;
+use alloc::string::String;
+
+/// What a kernel (or the argument accessors it uses) reports. The executor wraps it in
+/// [`Error::Kernel`] with the op name and instruction index.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum KernelError {
+    #[error("argument {arg}: expected {expected}, found {found}")]
+    ArgType { arg: usize, expected: &'static str, found: &'static str },
+    #[error("expected {expected} arguments, got {got}")]
+    ArgCount { expected: usize, got: usize },
+    #[error("dtype {dtype} is not supported by this kernel ({what})")]
+    UnsupportedDType { dtype: ScalarType, what: &'static str },
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("shape mismatch: {0}")]
+    Shape(String),
+    #[error("tensor of rank {rank} exceeds the rank limit of 16")]
+    RankTooLarge { rank: usize },
+    #[error("size arithmetic overflows")]
+    SizeOverflow,
+    #[error("cannot resize output to {requested} bytes: its planned capacity is {capacity} bytes")]
+    OutputCapacity { requested: usize, capacity: usize },
+    #[error("tensor data overlaps another argument's data (value {value})")]
+    Aliasing { value: usize },
+    #[error("value {value} is a constant and cannot be written")]
+    ReadOnly { value: usize },
+    #[error("tensor value {value} has no data")]
+    NoData { value: usize },
+    #[error("tensor data is misaligned for {dtype}")]
+    Misaligned { dtype: ScalarType },
+}
+
+impl KernelError {
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        KernelError::Invalid(msg.into())
+    }
+    pub fn shape(msg: impl Into<String>) -> Self {
+        KernelError::Shape(msg.into())
+    }
+    pub fn unsupported(msg: impl Into<String>) -> Self {
+        KernelError::Unsupported(msg.into())
+    }
+    pub fn dtype(dtype: ScalarType, what: &'static str) -> Self {
+        KernelError::UnsupportedDType { dtype, what }
+    }
+}
+
+/// Errors from loading a program or method, or from running one.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Format(#[from] pteron_format::FormatError),
+    #[error("invalid program: {0}")]
+    InvalidProgram(String),
+    #[error("no method named {0:?} in this program")]
+    MethodNotFound(String),
+    #[error("operator {op} is not supported: {reason}")]
+    OperatorMissing { op: String, reason: String },
+    #[error("delegate backend {backend:?} is not available (pteron runs portable programs only for now)")]
+    BackendMissing { backend: String },
+    #[error("{op} (instruction {instruction}): {source}")]
+    Kernel { op: String, instruction: usize, source: KernelError },
+    #[error("input {index}: {message}")]
+    Input { index: usize, message: String },
+    #[error("input {index}: expected shape {expected:?}, got {given:?}")]
+    InputShape { index: usize, expected: alloc::vec::Vec<usize>, given: alloc::vec::Vec<usize> },
+    #[error("execution exceeded the instruction budget of {0}")]
+    InstructionBudget(u64),
+    #[error("the program needs {requested} bytes of {what}, over the limit of {limit}")]
+    ResourceLimit { what: &'static str, requested: u64, limit: u64 },
+}
+
+pub type Result<T, E = Error> = core::result::Result<T, E>;

@@ -1,0 +1,520 @@
+//! The kernel interface: how a kernel reads its arguments, resizes its outputs and borrows
+//! tensor bytes; and the registry that maps operator names to kernels.
+//!
+//! A kernel is a plain function `fn(&mut KernelContext) -> Result<(), KernelError>`. Its
+//! arguments are the op's schema arguments in order (out tensors included), followed by one
+//! slot for the return value, exactly as the `.pte` KernelCall lists them.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::{String, ToString};
+
+use crate::dtype::{Element, ScalarType};
+use crate::error::KernelError;
+use crate::memory::{borrow_disjoint, Arena, Region};
+use crate::tensor::TensorInfo;
+use crate::value::{ListPool, Scalar, Storage, Value};
+
+/// Read access to a kernel call's arguments; shared by [`KernelContext`] (at run time) and
+/// [`ArgView`] (at load time, for checks).
+pub trait ArgAccess<'p> {
+    #[doc(hidden)]
+    fn parts(&self) -> (&[Value<'p>], &ListPool, &[u32]);
+
+    /// Number of argument slots (including the trailing return slot).
+    fn num_args(&self) -> usize {
+        self.parts().2.len()
+    }
+
+    /// The value index behind argument `i`.
+    fn value_index(&self, i: usize) -> Result<usize, KernelError> {
+        let (_, _, args) = self.parts();
+        args.get(i)
+            .map(|&v| v as usize)
+            .ok_or(KernelError::ArgCount { expected: i + 1, got: args.len() })
+    }
+
+    fn value(&self, i: usize) -> Result<&Value<'p>, KernelError> {
+        let vi = self.value_index(i)?;
+        self.parts()
+            .0
+            .get(vi)
+            .ok_or_else(|| KernelError::invalid(format!("value index {vi} out of range")))
+    }
+
+    fn is_none(&self, i: usize) -> Result<bool, KernelError> {
+        Ok(matches!(self.value(i)?, Value::None))
+    }
+
+    fn int(&self, i: usize) -> Result<i64, KernelError> {
+        match self.value(i)? {
+            Value::Int(v) => Ok(*v),
+            v => Err(type_error(i, "Int", v)),
+        }
+    }
+
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, KernelError> {
+        match self.value(i)? {
+            Value::None => Ok(None),
+            Value::Int(v) => Ok(Some(*v)),
+            v => Err(type_error(i, "Int or None", v)),
+        }
+    }
+
+    /// A `float` argument; Int values are accepted, as Python would.
+    fn double(&self, i: usize) -> Result<f64, KernelError> {
+        match self.value(i)? {
+            Value::Double(v) => Ok(*v),
+            Value::Int(v) => Ok(*v as f64),
+            v => Err(type_error(i, "Double", v)),
+        }
+    }
+
+    fn opt_double(&self, i: usize) -> Result<Option<f64>, KernelError> {
+        match self.value(i)? {
+            Value::None => Ok(None),
+            _ => self.double(i).map(Some),
+        }
+    }
+
+    fn bool(&self, i: usize) -> Result<bool, KernelError> {
+        match self.value(i)? {
+            Value::Bool(v) => Ok(*v),
+            v => Err(type_error(i, "Bool", v)),
+        }
+    }
+
+    fn scalar(&self, i: usize) -> Result<Scalar, KernelError> {
+        match self.value(i)? {
+            Value::Int(v) => Ok(Scalar::Int(*v)),
+            Value::Double(v) => Ok(Scalar::Double(*v)),
+            Value::Bool(v) => Ok(Scalar::Bool(*v)),
+            v => Err(type_error(i, "Scalar", v)),
+        }
+    }
+
+    fn opt_scalar(&self, i: usize) -> Result<Option<Scalar>, KernelError> {
+        match self.value(i)? {
+            Value::None => Ok(None),
+            _ => self.scalar(i).map(Some),
+        }
+    }
+
+    fn string(&self, i: usize) -> Result<&'p str, KernelError> {
+        match self.value(i)? {
+            Value::String(s) => Ok(s),
+            v => Err(type_error(i, "String", v)),
+        }
+    }
+
+    /// A `ScalarType` argument (`dtype=`), or `None`.
+    fn opt_dtype(&self, i: usize) -> Result<Option<ScalarType>, KernelError> {
+        match self.value(i)? {
+            Value::None => Ok(None),
+            Value::Int(v) => ScalarType::from_i64(*v)
+                .map(Some)
+                .ok_or_else(|| KernelError::invalid(format!("argument {i}: unknown dtype {v}"))),
+            v => Err(type_error(i, "ScalarType", v)),
+        }
+    }
+
+    /// An `int[]` argument.
+    fn int_list(&self, i: usize) -> Result<IntList<'_, 'p>, KernelError> {
+        let (values, pool, _) = self.parts();
+        match self.value(i)? {
+            Value::IntList(r) => Ok(IntList { values, items: pool.indices.get(r.range()).unwrap_or(&[]), arg: i }),
+            v => Err(type_error(i, "IntList", v)),
+        }
+    }
+
+    /// An `int[]?` argument.
+    fn opt_int_list(&self, i: usize) -> Result<Option<IntList<'_, 'p>>, KernelError> {
+        match self.value(i)? {
+            Value::None => Ok(None),
+            _ => self.int_list(i).map(Some),
+        }
+    }
+
+    fn double_list<'s>(&'s self, i: usize) -> Result<&'s [f64], KernelError>
+    where
+        'p: 's,
+    {
+        let (_, pool, _) = self.parts();
+        match self.value(i)? {
+            Value::DoubleList(r) => Ok(pool.doubles.get(r.range()).unwrap_or(&[])),
+            v => Err(type_error(i, "DoubleList", v)),
+        }
+    }
+
+    fn bool_list<'s>(&'s self, i: usize) -> Result<&'s [bool], KernelError>
+    where
+        'p: 's,
+    {
+        let (_, pool, _) = self.parts();
+        match self.value(i)? {
+            Value::BoolList(r) => Ok(pool.bools.get(r.range()).unwrap_or(&[])),
+            v => Err(type_error(i, "BoolList", v)),
+        }
+    }
+
+    /// Metadata of the tensor at argument `i`.
+    fn tensor<'s>(&'s self, i: usize) -> Result<&'s TensorInfo, KernelError>
+    where
+        'p: 's,
+    {
+        match self.value(i)? {
+            Value::Tensor(t) => Ok(&t.info),
+            v => Err(type_error(i, "Tensor", v)),
+        }
+    }
+
+    /// A `Tensor?` argument.
+    fn opt_tensor<'s>(&'s self, i: usize) -> Result<Option<&'s TensorInfo>, KernelError>
+    where
+        'p: 's,
+    {
+        match self.value(i)? {
+            Value::None => Ok(None),
+            Value::Tensor(t) => Ok(Some(&t.info)),
+            v => Err(type_error(i, "Tensor or None", v)),
+        }
+    }
+
+    /// Metadata of the tensor with value index `vi` (for list items).
+    fn tensor_at<'s>(&'s self, vi: usize) -> Result<&'s TensorInfo, KernelError>
+    where
+        'p: 's,
+    {
+        match self.parts().0.get(vi) {
+            Some(Value::Tensor(t)) => Ok(&t.info),
+            Some(v) => Err(KernelError::invalid(format!("list item {vi} is a {}, not a Tensor", v.kind()))),
+            None => Err(KernelError::invalid(format!("list item {vi} out of range"))),
+        }
+    }
+
+    /// A `Tensor[]` argument, as value indices (use [`ArgAccess::tensor_at`] on each).
+    fn tensor_list<'s>(&'s self, i: usize) -> Result<&'s [u32], KernelError>
+    where
+        'p: 's,
+    {
+        let (_, pool, _) = self.parts();
+        match self.value(i)? {
+            Value::TensorList(r) => Ok(pool.indices.get(r.range()).unwrap_or(&[])),
+            v => Err(type_error(i, "TensorList", v)),
+        }
+    }
+
+    /// A `Tensor?[]` argument, as value indices with [`NONE_INDEX`] for `None`.
+    fn opt_tensor_list<'s>(&'s self, i: usize) -> Result<&'s [u32], KernelError>
+    where
+        'p: 's,
+    {
+        let (_, pool, _) = self.parts();
+        match self.value(i)? {
+            Value::OptionalTensorList(r) => Ok(pool.indices.get(r.range()).unwrap_or(&[])),
+            v => Err(type_error(i, "OptionalTensorList", v)),
+        }
+    }
+}
+
+fn type_error(arg: usize, expected: &'static str, found: &Value<'_>) -> KernelError {
+    KernelError::ArgType { arg, expected, found: found.kind() }
+}
+
+/// An `int[]` argument: items are read through the Int values they name.
+#[derive(Clone, Copy)]
+pub struct IntList<'a, 'p> {
+    values: &'a [Value<'p>],
+    items: &'a [u32],
+    arg: usize,
+}
+
+impl IntList<'_, '_> {
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    pub fn get(&self, k: usize) -> Result<i64, KernelError> {
+        let vi = *self.items.get(k).ok_or_else(|| KernelError::invalid(format!("list index {k} out of range")))?;
+        match self.values.get(vi as usize) {
+            Some(Value::Int(v)) => Ok(*v),
+            Some(v) => Err(KernelError::ArgType { arg: self.arg, expected: "IntList of Int", found: v.kind() }),
+            None => Err(KernelError::invalid(format!("list item {vi} out of range"))),
+        }
+    }
+    pub fn iter(&self) -> impl Iterator<Item = Result<i64, KernelError>> + '_ {
+        (0..self.len()).map(move |k| self.get(k))
+    }
+    /// Copies the items into `buf` (which must be long enough) and returns the filled part.
+    pub fn read_into<'b>(&self, buf: &'b mut [i64]) -> Result<&'b [i64], KernelError> {
+        if buf.len() < self.len() {
+            return Err(KernelError::unsupported(format!("int list of {} items is too long", self.len())));
+        }
+        for k in 0..self.len() {
+            buf[k] = self.get(k)?;
+        }
+        Ok(&buf[..self.len()])
+    }
+}
+
+/// Load-time, read-only view of one kernel call's arguments.
+pub struct ArgView<'a, 'p> {
+    pub(crate) values: &'a [Value<'p>],
+    pub(crate) pool: &'a ListPool,
+    pub(crate) args: &'a [u32],
+}
+
+impl<'p> ArgAccess<'p> for ArgView<'_, 'p> {
+    fn parts(&self) -> (&[Value<'p>], &ListPool, &[u32]) {
+        (self.values, self.pool, self.args)
+    }
+}
+
+/// Run-time access to one kernel call: arguments, output resizing and tensor bytes.
+pub struct KernelContext<'a, 'p> {
+    pub(crate) values: &'a mut [Value<'p>],
+    pub(crate) pool: &'a ListPool,
+    pub(crate) arenas: &'a mut [Arena],
+    pub(crate) args: &'a [u32],
+}
+
+impl<'p> ArgAccess<'p> for KernelContext<'_, 'p> {
+    fn parts(&self) -> (&[Value<'p>], &ListPool, &[u32]) {
+        (self.values, self.pool, self.args)
+    }
+}
+
+impl<'a, 'p> KernelContext<'a, 'p> {
+    /// Builds a context over explicit values and memory (used by the executor and by tests).
+    pub fn new(values: &'a mut [Value<'p>], pool: &'a ListPool, arenas: &'a mut [Arena], args: &'a [u32]) -> Self {
+        KernelContext { values, pool, arenas, args }
+    }
+
+    fn tensor_mut_at(&mut self, vi: usize) -> Result<&mut crate::value::Tensor<'p>, KernelError> {
+        match self.values.get_mut(vi) {
+            Some(Value::Tensor(t)) => Ok(t),
+            Some(v) => Err(KernelError::invalid(format!("value {vi} is a {}, not a Tensor", v.kind()))),
+            None => Err(KernelError::invalid(format!("value {vi} out of range"))),
+        }
+    }
+
+    /// Resizes the output tensor at argument `i` (same rank; within its planned capacity).
+    pub fn resize(&mut self, i: usize, sizes: &[usize]) -> Result<(), KernelError> {
+        let vi = self.value_index(i)?;
+        self.resize_value(vi, sizes)
+    }
+
+    /// Resizes the tensor with value index `vi` (for list items).
+    pub fn resize_value(&mut self, vi: usize, sizes: &[usize]) -> Result<(), KernelError> {
+        let t = self.tensor_mut_at(vi)?;
+        if t.info.sizes() == sizes {
+            return Ok(());
+        }
+        let mut info = t.info;
+        info.set_sizes(sizes)?;
+        if info.nbytes() > t.capacity {
+            return Err(KernelError::OutputCapacity { requested: info.nbytes(), capacity: t.capacity });
+        }
+        if matches!(t.storage, Storage::Constant(_)) {
+            return Err(KernelError::ReadOnly { value: vi });
+        }
+        t.info = info;
+        Ok(())
+    }
+
+    /// Overwrites the scalar value at argument `i` (prim ops and `sym_size` write their result
+    /// into the return slot this way).
+    pub fn set_value(&mut self, i: usize, v: Value<'p>) -> Result<(), KernelError> {
+        let vi = self.value_index(i)?;
+        let slot = self.values.get_mut(vi).ok_or_else(|| KernelError::invalid(format!("value {vi} out of range")))?;
+        if !matches!(slot, Value::Int(_) | Value::Double(_) | Value::Bool(_) | Value::None)
+            || !matches!(v, Value::Int(_) | Value::Double(_) | Value::Bool(_))
+        {
+            return Err(KernelError::invalid(format!("cannot store a {} into a {} value", v.kind(), slot.kind())));
+        }
+        *slot = v;
+        Ok(())
+    }
+
+    /// Borrows tensor bytes: arguments `ins` read-only, `outs` writable. Errors if an output
+    /// overlaps any other argument (an in-place kernel reads through its output instead).
+    pub fn io<const N: usize, const M: usize>(
+        &mut self,
+        ins: [usize; N],
+        outs: [usize; M],
+    ) -> Result<([TensorRef<'_>; N], [TensorMut<'_>; M]), KernelError> {
+        let mut vi = [0usize; N];
+        for k in 0..N {
+            vi[k] = self.value_index(ins[k])?;
+        }
+        let mut vo = [0usize; M];
+        for k in 0..M {
+            vo[k] = self.value_index(outs[k])?;
+        }
+        self.io_values(vi, vo)
+    }
+
+    /// Like [`KernelContext::io`] but with value indices (for tensor list items).
+    pub fn io_values<const N: usize, const M: usize>(
+        &mut self,
+        ins: [usize; N],
+        outs: [usize; M],
+    ) -> Result<([TensorRef<'_>; N], [TensorMut<'_>; M]), KernelError> {
+        let values: &[Value<'p>] = self.values;
+        let mut in_regions: [Region<'_>; N] = [Region::Bytes(&[]); N];
+        let mut in_infos: [Option<&TensorInfo>; N] = [None; N];
+        for k in 0..N {
+            let t = tensor_of(values, ins[k])?;
+            in_infos[k] = Some(&t.info);
+            in_regions[k] = region_of(ins[k], t)?;
+        }
+        let mut out_ranges = [(0usize, 0usize, 0usize); M];
+        let mut out_infos: [Option<&TensorInfo>; M] = [None; M];
+        for k in 0..M {
+            let t = tensor_of(values, outs[k])?;
+            out_infos[k] = Some(&t.info);
+            match region_of(outs[k], t)? {
+                Region::Arena { arena, start, end } => out_ranges[k] = (arena, start, end),
+                Region::Bytes(b) if b.is_empty() => out_ranges[k] = (usize::MAX, 0, 0),
+                Region::Bytes(_) => return Err(KernelError::ReadOnly { value: outs[k] }),
+            }
+        }
+        // Empty outputs (no storage) borrow nothing.
+        let (ins_b, mut outs_b) = {
+            let mut real = [(0usize, 0usize, 0usize); M];
+            for k in 0..M {
+                real[k] = if out_ranges[k].0 == usize::MAX { (0, 0, 0) } else { out_ranges[k] };
+            }
+            borrow_disjoint(self.arenas, in_regions, real).map_err(|k| {
+                let value = if k < N { ins[k] } else { outs[k - N] };
+                KernelError::Aliasing { value }
+            })?
+        };
+        let ins_out: [TensorRef<'_>; N] = core::array::from_fn(|k| TensorRef {
+            info: in_infos[k].expect("set for every input above"),
+            bytes: ins_b[k],
+        });
+        let outs_out: [TensorMut<'_>; M] = core::array::from_fn(|k| TensorMut {
+            info: out_infos[k].expect("set for every output above"),
+            bytes: core::mem::take(&mut outs_b[k]),
+        });
+        Ok((ins_out, outs_out))
+    }
+}
+
+fn tensor_of<'v, 'p>(values: &'v [Value<'p>], vi: usize) -> Result<&'v crate::value::Tensor<'p>, KernelError> {
+    match values.get(vi) {
+        Some(Value::Tensor(t)) => Ok(t),
+        Some(v) => Err(KernelError::invalid(format!("value {vi} is a {}, not a Tensor", v.kind()))),
+        None => Err(KernelError::invalid(format!("value {vi} out of range"))),
+    }
+}
+
+fn region_of<'v>(vi: usize, t: &crate::value::Tensor<'v>) -> Result<Region<'v>, KernelError> {
+    let n = t.info.nbytes();
+    if n > t.capacity {
+        return Err(KernelError::OutputCapacity { requested: n, capacity: t.capacity });
+    }
+    match t.storage {
+        Storage::Planned { arena, offset } => {
+            let end = offset.checked_add(n).ok_or(KernelError::SizeOverflow)?;
+            Ok(Region::Arena { arena: arena as usize, start: offset, end })
+        }
+        Storage::Constant(b) => b.get(..n).map(Region::Bytes).ok_or(KernelError::NoData { value: vi }),
+        Storage::Empty if n == 0 => Ok(Region::Bytes(&[])),
+        Storage::Empty => Err(KernelError::NoData { value: vi }),
+    }
+}
+
+/// A read-only tensor: metadata and bytes (current sizes only).
+#[derive(Clone, Copy)]
+pub struct TensorRef<'a> {
+    pub info: &'a TensorInfo,
+    pub bytes: &'a [u8],
+}
+
+impl<'a> TensorRef<'a> {
+    /// The elements as `T`; errors when `T` is not the tensor's dtype.
+    pub fn as_slice<T: Element>(&self) -> Result<&'a [T], KernelError> {
+        if T::DTYPE != self.info.dtype() {
+            return Err(KernelError::invalid(format!(
+                "tensor is {}, kernel read it as {}",
+                self.info.dtype(),
+                T::DTYPE
+            )));
+        }
+        bytemuck::try_cast_slice(self.bytes).map_err(|_| KernelError::Misaligned { dtype: T::DTYPE })
+    }
+}
+
+/// A writable tensor: metadata and bytes (current sizes only).
+pub struct TensorMut<'a> {
+    pub info: &'a TensorInfo,
+    pub bytes: &'a mut [u8],
+}
+
+impl TensorMut<'_> {
+    pub fn as_mut_slice<T: Element>(&mut self) -> Result<&mut [T], KernelError> {
+        if T::DTYPE != self.info.dtype() {
+            return Err(KernelError::invalid(format!(
+                "tensor is {}, kernel wrote it as {}",
+                self.info.dtype(),
+                T::DTYPE
+            )));
+        }
+        bytemuck::try_cast_slice_mut(self.bytes).map_err(|_| KernelError::Misaligned { dtype: T::DTYPE })
+    }
+    pub fn as_ref(&self) -> TensorRef<'_> {
+        TensorRef { info: self.info, bytes: self.bytes }
+    }
+}
+
+pub type KernelFn = for<'a, 'p> fn(&mut KernelContext<'a, 'p>) -> Result<(), KernelError>;
+pub type CheckFn = for<'a, 'p> fn(&ArgView<'a, 'p>) -> Result<(), KernelError>;
+
+/// One registered kernel: the function that runs it, and an optional load-time check (dtypes,
+/// argument kinds) so that unsupported calls fail at method load rather than mid-run.
+#[derive(Clone, Copy)]
+pub struct Kernel {
+    pub run: KernelFn,
+    pub check: Option<CheckFn>,
+}
+
+impl Kernel {
+    pub const fn new(run: KernelFn) -> Self {
+        Kernel { run, check: None }
+    }
+    pub const fn with_check(run: KernelFn, check: CheckFn) -> Self {
+        Kernel { run, check: Some(check) }
+    }
+}
+
+/// Operator name (`aten::add.out`) → kernel. A plain table: later registrations replace
+/// earlier ones, so a faster library registers over the portable one.
+#[derive(Clone, Default)]
+pub struct KernelRegistry {
+    kernels: BTreeMap<String, Kernel>,
+}
+
+impl KernelRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn register(&mut self, name: &str, kernel: Kernel) {
+        self.kernels.insert(name.to_string(), kernel);
+    }
+    pub fn get(&self, name: &str) -> Option<&Kernel> {
+        self.kernels.get(name)
+    }
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.kernels.keys().map(|s| s.as_str())
+    }
+    pub fn len(&self) -> usize {
+        self.kernels.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.kernels.is_empty()
+    }
+}

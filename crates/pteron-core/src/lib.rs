@@ -1,0 +1,19 @@
+//! pteron's execution core: dtypes, tensor metadata, runtime values, planned memory, the
+//! kernel interface and registry, and (in [`method`]) loading and running a method.
+
+extern crate alloc;
+
+pub mod dtype;
+pub mod error;
+pub mod kernel;
+pub mod memory;
+pub mod tensor;
+pub mod value;
+pub mod testing;
+
+pub use half;
+pub use dtype::{Bool, Element, ScalarType};
+pub use error::{Error, KernelError, Result};
+pub use kernel::{ArgAccess, ArgView, IntList, Kernel, KernelContext, KernelFn, KernelRegistry, TensorMut, TensorRef};
+pub use tensor::{normalize_dim, Dims, TensorInfo, MAX_RANK};
+pub use value::{Dynamism, ListPool, ListRef, Scalar, Storage, Tensor, Value, NONE_INDEX};

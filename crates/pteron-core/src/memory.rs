@@ -1,0 +1,175 @@
+//! Planned memory: arenas allocated once at method load, and the safe, checked split of arena
+//! bytes into the read-only input and writable output slices of one kernel call.
+
+use alloc::vec::Vec;
+
+/// Alignment of every arena (enough for any SIMD load the kernels use).
+pub const ARENA_ALIGN: usize = 64;
+
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Block([u8; ARENA_ALIGN]);
+
+/// One zero-initialised, 64-byte aligned buffer.
+pub struct Arena {
+    blocks: Vec<Block>,
+    len: usize,
+}
+
+impl Arena {
+    /// Allocates `len` zeroed bytes; `None` when the allocation size overflows.
+    pub fn new(len: usize) -> Option<Self> {
+        let n = len.checked_add(ARENA_ALIGN - 1)? / ARENA_ALIGN;
+        let mut blocks = Vec::new();
+        blocks.try_reserve_exact(n).ok()?;
+        blocks.resize(n, Block([0; ARENA_ALIGN]));
+        Some(Arena { blocks, len })
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.blocks)[..self.len]
+    }
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.blocks)[..self.len]
+    }
+}
+
+/// Where one argument's bytes are.
+#[derive(Clone, Copy, Debug)]
+pub enum Region<'p> {
+    Arena { arena: usize, start: usize, end: usize },
+    Bytes(&'p [u8]),
+}
+
+/// The most outputs one borrow may hold at once (multi-output kernels write ≤ 3).
+pub const MAX_OUTPUTS: usize = 8;
+
+/// Borrows `ins` read-only and `outs` writable from `arenas`, checking that no output overlaps
+/// another output or any input. Returns `Err(k)` naming the conflicting argument position
+/// (inputs first, then outputs) on overlap or a range outside its arena.
+pub fn borrow_disjoint<'a, const N: usize, const M: usize>(
+    arenas: &'a mut [Arena],
+    ins: [Region<'a>; N],
+    outs: [(usize, usize, usize); M],
+) -> Result<([&'a [u8]; N], [&'a mut [u8]; M]), usize> {
+    assert!(M <= MAX_OUTPUTS, "at most {MAX_OUTPUTS} outputs per borrow");
+    let mut in_slices: [Option<&'a [u8]>; N] = [None; N];
+    let mut out_slices: [Option<&'a mut [u8]>; M] = core::array::from_fn(|_| None);
+    for (j, r) in ins.iter().enumerate() {
+        if let Region::Bytes(b) = r {
+            in_slices[j] = Some(b);
+        }
+    }
+    for (id, arena) in arenas.iter_mut().enumerate() {
+        let touched = outs.iter().any(|o| o.0 == id)
+            || ins.iter().any(|r| matches!(r, Region::Arena { arena, .. } if *arena == id));
+        if !touched {
+            continue;
+        }
+        // Outputs in this arena, sorted by start.
+        let mut order = [0usize; MAX_OUTPUTS];
+        let mut n = 0;
+        for (k, o) in outs.iter().enumerate() {
+            if o.0 == id {
+                order[n] = k;
+                n += 1;
+            }
+        }
+        order[..n].sort_unstable_by_key(|&k| outs[k].1);
+        let mut gaps: [(usize, &'a [u8]); MAX_OUTPUTS + 1] = [(0, &[]); MAX_OUTPUTS + 1];
+        let mut rest: &'a mut [u8] = arena.bytes_mut();
+        let mut base = 0usize;
+        for (g, &k) in order[..n].iter().enumerate() {
+            let (_, start, end) = outs[k];
+            if start < base || end < start || end - base > rest.len() {
+                return Err(N + k);
+            }
+            let (gap, tail) = rest.split_at_mut(start - base);
+            let (o, tail) = tail.split_at_mut(end - start);
+            gaps[g] = (base, gap);
+            out_slices[k] = Some(o);
+            rest = tail;
+            base = end;
+        }
+        gaps[n] = (base, rest);
+        for (j, r) in ins.iter().enumerate() {
+            if let Region::Arena { arena, start, end } = *r {
+                if arena != id {
+                    continue;
+                }
+                let hit = gaps[..=n].iter().find(|(gb, g)| start >= *gb && end >= start && end - *gb <= g.len());
+                match hit {
+                    Some((gb, g)) => in_slices[j] = Some(&g[start - gb..end - gb]),
+                    None => return Err(j),
+                }
+            }
+        }
+    }
+    // Any region whose arena id was out of range was never filled.
+    let mut ins_out: [&'a [u8]; N] = [&[]; N];
+    for j in 0..N {
+        ins_out[j] = in_slices[j].ok_or(j)?;
+    }
+    let mut k = 0;
+    let outs_out: [&'a mut [u8]; M] = core::array::from_fn(|i| out_slices[i].take().unwrap_or_else(|| {
+        k = k.max(i + 1);
+        &mut []
+    }));
+    if k > 0 {
+        return Err(N + k - 1);
+    }
+    Ok((ins_out, outs_out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arenas() -> Vec<Arena> {
+        let mut a = Arena::new(64).unwrap();
+        for (i, b) in a.bytes_mut().iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        alloc::vec![a, Arena::new(16).unwrap()]
+    }
+
+    #[test]
+    fn splits_disjoint_ranges() {
+        let mut a = arenas();
+        let ins = [Region::Arena { arena: 0, start: 0, end: 8 }, Region::Arena { arena: 0, start: 40, end: 48 }];
+        let (i, o) = borrow_disjoint(&mut a, ins, [(0, 16, 32), (1, 0, 16)]).unwrap();
+        assert_eq!(i[0], &[0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(i[1][0], 40);
+        assert_eq!(o[0][0], 16);
+        o[0][0] = 99;
+        assert_eq!(o[1].len(), 16);
+        assert_eq!(a[0].bytes()[16], 99);
+    }
+
+    #[test]
+    fn rejects_overlap_and_out_of_range() {
+        let mut a = arenas();
+        let ins = [Region::Arena { arena: 0, start: 8, end: 20 }];
+        assert_eq!(borrow_disjoint(&mut a, ins, [(0, 16, 32)]).unwrap_err(), 0);
+        assert_eq!(borrow_disjoint::<0, 2>(&mut a, [], [(0, 0, 8), (0, 4, 12)]).unwrap_err(), 1);
+        assert!(borrow_disjoint::<0, 1>(&mut a, [], [(0, 60, 70)]).is_err());
+        assert!(borrow_disjoint::<0, 1>(&mut a, [], [(5, 0, 1)]).is_err());
+        let ins = [Region::Arena { arena: 9, start: 0, end: 1 }];
+        assert!(borrow_disjoint::<1, 0>(&mut a, ins, []).is_err());
+    }
+
+    #[test]
+    fn inputs_may_overlap_each_other() {
+        let mut a = arenas();
+        let r = Region::Arena { arena: 0, start: 0, end: 8 };
+        let c: &[u8] = &[1, 2];
+        let (i, _) = borrow_disjoint::<3, 0>(&mut a, [r, r, Region::Bytes(c)], []).unwrap();
+        assert_eq!(i[0], i[1]);
+        assert_eq!(i[2], &[1, 2]);
+    }
+}

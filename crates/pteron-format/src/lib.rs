@@ -1,0 +1,5 @@
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("placeholder")]
+    Placeholder,
+}
