@@ -1,1 +1,63 @@
+//! Portable reference kernels: simple, obviously right implementations of the ExecuTorch
+//! `aten::*.out` ops (and `executorch_prim` scalar ops), generic over dtype. They are the oracle
+//! that faster kernel libraries are checked against.
+//!
+//! Each module exposes `register(&mut KernelRegistry)`; [`register_all`] installs every kernel.
+//!
+//! A kernel is a plain function over a [`KernelContext`](pteron_core::KernelContext): it reads
+//! its arguments by position (schema order, out tensors included), resizes its outputs, then
+//! borrows tensor bytes with `ctx.io([inputs], [outputs])` and calls a generic math function:
+//!
+//! ```ignore
+//! fn relu_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+//!     let x = *ctx.tensor(0)?;
+//!     ctx.resize(1, x.sizes())?;
+//!     let ([x], [mut out]) = ctx.io([0], [1])?;
+//!     dispatch_dtype!(x.info.dtype(), T => relu::<T>(x.as_slice()?, out.as_mut_slice()?),
+//!                     _ => return Err(KernelError::dtype(x.info.dtype(), "relu")))
+//! }
+//! ```
 
+pub mod util;
+
+pub mod copy;
+pub mod creation;
+pub mod elementwise;
+pub mod reduce;
+pub mod unary;
+
+pub mod conv;
+pub mod embedding;
+pub mod index;
+pub mod linalg;
+pub mod norm;
+pub mod pool;
+pub mod shape;
+
+pub mod prim;
+
+use pteron_core::KernelRegistry;
+
+/// Registers every portable kernel.
+pub fn register_all(r: &mut KernelRegistry) {
+    copy::register(r);
+    creation::register(r);
+    elementwise::register(r);
+    reduce::register(r);
+    unary::register(r);
+    conv::register(r);
+    embedding::register(r);
+    index::register(r);
+    linalg::register(r);
+    norm::register(r);
+    pool::register(r);
+    shape::register(r);
+    prim::register(r);
+}
+
+/// A registry holding every portable kernel.
+pub fn registry() -> KernelRegistry {
+    let mut r = KernelRegistry::new();
+    register_all(&mut r);
+    r
+}

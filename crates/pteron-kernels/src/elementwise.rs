@@ -1,0 +1,3 @@
+use pteron_core::KernelRegistry;
+
+pub fn register(_r: &mut KernelRegistry) {}
