@@ -1,5 +1,33 @@
-#[derive(Debug, thiserror::Error)]
-pub enum FormatError {
-    #[error("placeholder")]
-    Placeholder,
+//! Reading ExecuTorch program files (`.pte`, identifier "ET12") and external data files
+//! (`.ptd`, identifier "FT01").
+//!
+//! [`Program::parse`] checks the container (identifier, "eh00" header, segment region), runs the
+//! flatbuffers verifier over the whole program once, and then hands out typed views
+//! ([`schema`]) and checked byte slices (constants, segments, delegate data, named data) that
+//! borrow from the file's bytes: nothing is copied.
+
+pub mod data_file;
+mod error;
+mod header;
+mod program;
+
+#[allow(clippy::all, unused_imports, dead_code, non_camel_case_types, non_snake_case, deprecated, mismatched_lifetime_syntaxes, unsafe_op_in_unsafe_fn)]
+#[rustfmt::skip]
+mod generated {
+    pub mod program {
+        include!("generated/program_generated.rs");
+    }
+    pub mod flat_tensor {
+        include!("generated/flat_tensor_generated.rs");
+    }
 }
+
+/// The verified flatbuffer tables of a `.pte` program (namespace `executorch_flatbuffer`).
+pub use generated::program::executorch_flatbuffer as schema;
+/// The verified flatbuffer tables of a `.ptd` file (namespace `flat_tensor_flatbuffer`).
+pub use generated::flat_tensor::flat_tensor_flatbuffer as ptd_schema;
+
+pub use data_file::{DataFile, TensorLayout};
+pub use error::FormatError;
+pub use header::ExtendedHeader;
+pub use program::{Limits, Program};

@@ -1,0 +1,42 @@
+use std::string::String;
+
+/// Why a file was rejected. Every variant says what was wrong and where.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("file is too short ({len} bytes) to be a {kind} file")]
+    TooShort { kind: &'static str, len: usize },
+    #[error("not a .pte program: identifier is {found:?}, expected \"ET12\"")]
+    NotAProgram { found: String },
+    #[error("unsupported .pte version: identifier {found:?} (pteron reads \"ET12\")")]
+    IncompatibleVersion { found: String },
+    #[error("not a .ptd data file: identifier is {found:?}, expected \"FT01\"")]
+    NotADataFile { found: String },
+    #[error("bad {header} header: {reason}")]
+    BadHeader { header: &'static str, reason: String },
+    #[error("{what} at offset {offset} with size {size} lies outside its {limit}-byte region")]
+    OutOfBounds { what: &'static str, offset: u64, size: u64, limit: u64 },
+    #[error("{what} index {index} is out of range (there are {len})")]
+    IndexOutOfRange { what: &'static str, index: u64, len: usize },
+    #[error("invalid flatbuffer: {0}")]
+    Flatbuffer(#[from] flatbuffers::InvalidFlatbuffer),
+    #[error("required field {0} is missing")]
+    Missing(&'static str),
+    #[error("named data key {0:?} not found")]
+    KeyNotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// `offset + size <= limit`, without overflow; returns the range as `usize`.
+pub(crate) fn checked_range(
+    what: &'static str,
+    offset: u64,
+    size: u64,
+    limit: usize,
+) -> Result<core::ops::Range<usize>, FormatError> {
+    let end = offset.checked_add(size);
+    match end {
+        Some(end) if end <= limit as u64 => Ok(offset as usize..end as usize),
+        _ => Err(FormatError::OutOfBounds { what, offset, size, limit: limit as u64 }),
+    }
+}
