@@ -149,3 +149,262 @@ mod tests {
         assert_eq!(seen, vec![(0, 0, 0), (1, 1, 0), (2, 2, 0), (3, 0, 1), (4, 1, 1), (5, 2, 1)]);
     }
 }
+
+// ---- Accumulation types (linalg, conv, norm, pool) ----
+
+/// Arithmetic of an accumulation type: f32 (for f32, f16, bf16), f64, or i64 (wrapping, for
+/// integer types; truncating back to the element type then equals wrapping arithmetic in it).
+pub trait AccNum: Copy + Default + PartialOrd + core::fmt::Debug + Send + Sync + 'static {
+    const ZERO: Self;
+    const ONE: Self;
+    fn add(self, o: Self) -> Self;
+    fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn from_f64(v: f64) -> Self;
+    fn to_f64(self) -> f64;
+}
+
+/// Floating accumulation types (f32, f64), with the few libm functions kernels need.
+pub trait AccFloat: AccNum + core::ops::Div<Output = Self> + core::ops::Neg<Output = Self> {
+    const NEG_INFINITY: Self;
+    fn sqrt(self) -> Self;
+    fn is_nan(self) -> bool;
+}
+
+macro_rules! acc_float {
+    ($t:ty) => {
+        impl AccNum for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            #[inline(always)]
+            fn add(self, o: Self) -> Self {
+                self + o
+            }
+            #[inline(always)]
+            fn sub(self, o: Self) -> Self {
+                self - o
+            }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self {
+                self * o
+            }
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+        }
+        impl AccFloat for $t {
+            const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
+            #[inline(always)]
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+        }
+    };
+}
+acc_float!(f32);
+acc_float!(f64);
+
+impl AccNum for i64 {
+    const ZERO: Self = 0;
+    const ONE: Self = 1;
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+    #[inline(always)]
+    fn sub(self, o: Self) -> Self {
+        self.wrapping_sub(o)
+    }
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        self.wrapping_mul(o)
+    }
+    #[inline(always)]
+    fn from_f64(v: f64) -> Self {
+        v as i64
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+/// An element type with its accumulation type. `as_acc`/`as_acc_mut` give the slice itself
+/// when the element type is its own accumulation type (f32, f64, i64), so kernels can skip
+/// conversion buffers.
+pub trait Acc: pteron_core::Element {
+    type A: AccNum;
+    fn to_acc(self) -> Self::A;
+    fn from_acc(a: Self::A) -> Self;
+    fn as_acc(_s: &[Self]) -> Option<&[Self::A]> {
+        None
+    }
+    fn as_acc_mut(_s: &mut [Self]) -> Option<&mut [Self::A]> {
+        None
+    }
+}
+
+macro_rules! acc_self {
+    ($t:ty) => {
+        impl Acc for $t {
+            type A = $t;
+            #[inline(always)]
+            fn to_acc(self) -> $t {
+                self
+            }
+            #[inline(always)]
+            fn from_acc(a: $t) -> Self {
+                a
+            }
+            fn as_acc(s: &[Self]) -> Option<&[$t]> {
+                Some(s)
+            }
+            fn as_acc_mut(s: &mut [Self]) -> Option<&mut [$t]> {
+                Some(s)
+            }
+        }
+    };
+}
+acc_self!(f32);
+acc_self!(f64);
+acc_self!(i64);
+
+macro_rules! acc_half {
+    ($t:ty) => {
+        impl Acc for $t {
+            type A = f32;
+            #[inline(always)]
+            fn to_acc(self) -> f32 {
+                self.to_f32()
+            }
+            #[inline(always)]
+            fn from_acc(a: f32) -> Self {
+                <$t>::from_f32(a)
+            }
+        }
+    };
+}
+acc_half!(half::f16);
+acc_half!(half::bf16);
+
+macro_rules! acc_int {
+    ($t:ty) => {
+        impl Acc for $t {
+            type A = i64;
+            #[inline(always)]
+            fn to_acc(self) -> i64 {
+                self as i64
+            }
+            #[inline(always)]
+            fn from_acc(a: i64) -> Self {
+                a as $t
+            }
+        }
+    };
+}
+acc_int!(u8);
+acc_int!(i8);
+acc_int!(i16);
+acc_int!(i32);
+
+/// Reads an `int[]` argument into a fixed buffer of at most [`pteron_core::MAX_RANK`] items.
+pub fn read_int_list<'p>(
+    ctx: &impl pteron_core::ArgAccess<'p>,
+    i: usize,
+) -> Result<([i64; pteron_core::MAX_RANK], usize), KernelError> {
+    let l = ctx.int_list(i)?;
+    let mut buf = [0i64; pteron_core::MAX_RANK];
+    let n = l.read_into(&mut buf)?.len();
+    Ok((buf, n))
+}
+
+/// Copies the elements of a strided view of `src` (element size `elem`) into the contiguous
+/// `dst`. `offset` and `strides` are in elements and may be negative; every element the view
+/// touches is bounds-checked up front, so a bad view is an error, never an out-of-bounds read.
+pub fn strided_copy(
+    src: &[u8],
+    elem: usize,
+    offset: isize,
+    sizes: &[usize],
+    strides: &[isize],
+    dst: &mut [u8],
+) -> Result<(), KernelError> {
+    let numel: usize = sizes.iter().product();
+    if dst.len() < numel * elem {
+        return Err(KernelError::invalid("strided copy: destination too small"));
+    }
+    if numel == 0 {
+        return Ok(());
+    }
+    let (mut lo, mut hi) = (offset as i128, offset as i128);
+    for (&s, &st) in sizes.iter().zip(strides) {
+        let span = (s as i128 - 1) * st as i128;
+        if span < 0 {
+            lo += span;
+        } else {
+            hi += span;
+        }
+    }
+    if lo < 0 || (hi + 1) * elem as i128 > src.len() as i128 {
+        return Err(KernelError::invalid(format!(
+            "strided view (offset {offset}, sizes {sizes:?}, strides {strides:?}) reads outside its source"
+        )));
+    }
+    let rank = sizes.len();
+    // Inner run: the last dim, copied as one block when its stride is 1.
+    let (inner, inner_stride) = if rank == 0 { (1, 1) } else { (sizes[rank - 1], strides[rank - 1]) };
+    let outer_rank = rank.saturating_sub(1);
+    let mut idx = [0usize; pteron_core::MAX_RANK];
+    let mut base = offset;
+    let mut d_off = 0usize;
+    let run = inner * elem;
+    loop {
+        if inner_stride == 1 {
+            let s = base as usize * elem;
+            dst[d_off..d_off + run].copy_from_slice(&src[s..s + run]);
+        } else {
+            let mut p = base;
+            for k in 0..inner {
+                let s = p as usize * elem;
+                dst[d_off + k * elem..d_off + (k + 1) * elem].copy_from_slice(&src[s..s + elem]);
+                p = p.wrapping_add(inner_stride);
+            }
+        }
+        d_off += run;
+        // Advance the outer multi-index.
+        let mut d = outer_rank;
+        loop {
+            if d == 0 {
+                return Ok(());
+            }
+            d -= 1;
+            idx[d] += 1;
+            base = base.wrapping_add(strides[d]);
+            if idx[d] < sizes[d] {
+                break;
+            }
+            base = base.wrapping_sub(strides[d].wrapping_mul(sizes[d] as isize));
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Contiguous strides (in elements) of `sizes`, as `isize`.
+pub fn contiguous_strides(sizes: &[usize]) -> Dims {
+    let mut st = Dims::from_slice(sizes).expect("rank checked by caller");
+    let mut s = 1usize;
+    for i in (0..sizes.len()).rev() {
+        st.as_mut_slice()[i] = s;
+        s *= sizes[i].max(1);
+    }
+    st
+}
