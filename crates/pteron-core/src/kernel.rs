@@ -338,6 +338,25 @@ impl<'a, 'p> KernelContext<'a, 'p> {
         Ok(())
     }
 
+    /// Makes the tensor at argument `out` a view of the tensor at argument `src` with new
+    /// `sizes` (same number of elements): ExecuTorch's aliasing `et_view`.
+    pub fn set_view(&mut self, out: usize, src: usize, sizes: &[usize]) -> Result<(), KernelError> {
+        let (vo, vs) = (self.value_index(out)?, self.value_index(src)?);
+        let s = *tensor_of(self.values, vs)?;
+        let t = self.tensor_mut_at(vo)?;
+        let mut info = TensorInfo::contiguous(t.info.dtype(), sizes)?;
+        if info.dtype() != s.info.dtype() || info.numel() != s.info.numel() || !s.info.is_contiguous() {
+            return Err(KernelError::shape(format!("cannot view {:?} as {:?}", s.info, info)));
+        }
+        if info.rank() != t.info.rank() {
+            info = TensorInfo::contiguous(t.info.dtype(), sizes)?;
+        }
+        t.info = info;
+        t.storage = s.storage;
+        t.capacity = s.capacity;
+        Ok(())
+    }
+
     /// Borrows tensor bytes: arguments `ins` read-only, `outs` writable. Errors if an output
     /// overlaps any other argument (an in-place kernel reads through its output instead).
     pub fn io<const N: usize, const M: usize>(

@@ -9,6 +9,7 @@ pub mod kernel;
 pub mod memory;
 pub mod tensor;
 pub mod value;
+pub mod method;
 pub mod testing;
 
 pub use half;
@@ -17,3 +18,4 @@ pub use error::{Error, KernelError, Result};
 pub use kernel::{ArgAccess, ArgView, IntList, Kernel, KernelContext, KernelFn, KernelRegistry, TensorMut, TensorRef};
 pub use tensor::{normalize_dim, Dims, TensorInfo, MAX_RANK};
 pub use value::{Dynamism, ListPool, ListRef, Scalar, Storage, Tensor, Value, NONE_INDEX};
+pub use method::{Method, MethodConfig, Output, DataSources};

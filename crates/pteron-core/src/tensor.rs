@@ -159,10 +159,6 @@ impl TensorInfo {
         Ok(())
     }
 
-    pub(crate) fn set_dtype(&mut self, dtype: ScalarType) {
-        self.dtype = dtype;
-    }
-
     pub fn dtype(&self) -> ScalarType {
         self.dtype
     }

@@ -1,0 +1,621 @@
+//! Loading a method (values, memory plan, resolved kernels) and running its instructions.
+//!
+//! Everything read from the file is checked here, once, at load: value indices, list items,
+//! tensor sizes and dim orders, planned offsets against arena sizes, constant ranges, operator
+//! names against the registry (and each call against its kernel's check), jump destinations.
+//! Execution then only reads the prepared tables and allocates nothing.
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use pteron_format::{schema, DataFile, Program};
+
+use crate::dtype::ScalarType;
+use crate::error::{Error, KernelError, Result};
+use crate::kernel::{ArgView, Kernel, KernelContext, KernelFn, KernelRegistry, TensorRef};
+use crate::memory::{Arena, ARENA_ALIGN};
+use crate::tensor::{TensorInfo, MAX_RANK};
+use crate::value::{Dynamism, ListPool, ListRef, Storage, Tensor, Value, NONE_INDEX};
+
+/// Limits and options for loading and running a method.
+#[derive(Clone, Copy, Debug)]
+pub struct MethodConfig {
+    /// Most instructions one `execute` may run (guards against loops in hostile programs).
+    pub instruction_budget: u64,
+    /// Most bytes of planned memory (all arenas together) a method may ask for.
+    pub max_planned_bytes: u64,
+    /// Most values a method may declare.
+    pub max_values: usize,
+}
+
+impl Default for MethodConfig {
+    fn default() -> Self {
+        MethodConfig { instruction_budget: 10_000_000, max_planned_bytes: 16 << 30, max_values: 10_000_000 }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Instr {
+    Kernel { op: u32, args: ListRef },
+    Move { from: u32, to: u32 },
+    JumpFalse { cond: u32, dest: u32 },
+    Free { value: u32 },
+}
+
+#[derive(Clone)]
+struct Op {
+    name: String,
+    run: KernelFn,
+}
+
+/// A loaded method, ready to run. Borrows constants from the program's bytes.
+pub struct Method<'p> {
+    name: String,
+    values: Vec<Value<'p>>,
+    pool: ListPool,
+    arenas: Vec<Arena>,
+    /// Instruction arguments (value indices).
+    args: Vec<u32>,
+    chains: Vec<Vec<Instr>>,
+    ops: Vec<Op>,
+    inputs: Vec<u32>,
+    outputs: Vec<u32>,
+    /// Each input's declared (upper-bound) metadata.
+    input_specs: Vec<Value<'p>>,
+    config: MethodConfig,
+    instructions_run: u64,
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::InvalidProgram(msg.into())
+}
+
+fn index(what: &str, i: i64, len: usize) -> Result<u32> {
+    if i < 0 || i as u64 >= len as u64 {
+        return Err(invalid(format!("{what} index {i} out of range (0..{len})")));
+    }
+    Ok(i as u32)
+}
+
+/// Full kernel name of an operator: `name` or `name.overload`.
+pub fn operator_name(op: &schema::Operator<'_>) -> String {
+    let name = op.name().unwrap_or("");
+    match op.overload() {
+        Some(o) if !o.is_empty() => format!("{name}.{o}"),
+        _ => name.to_string(),
+    }
+}
+
+/// Builds a tensor's metadata from its flatbuffer table (sizes ≥ 0, rank ≤ 16, dim order a
+/// permutation, byte size without overflow).
+pub fn parse_tensor_info(t: &schema::Tensor<'_>) -> Result<(TensorInfo, Dynamism)> {
+    let st = t.scalar_type().0;
+    let dtype = ScalarType::from_i8(st).ok_or_else(|| invalid(format!("unknown scalar type {st}")))?;
+    let sizes = t.sizes().ok_or_else(|| invalid("tensor without sizes"))?;
+    let dim_order = t.dim_order().ok_or_else(|| invalid("tensor without dim_order"))?;
+    if sizes.len() > MAX_RANK {
+        return Err(invalid(format!("tensor rank {} exceeds {MAX_RANK}", sizes.len())));
+    }
+    let mut s = [0usize; MAX_RANK];
+    for (i, v) in sizes.iter().enumerate() {
+        if v < 0 {
+            return Err(invalid(format!("negative tensor size {v}")));
+        }
+        s[i] = v as usize;
+    }
+    if t.storage_offset() != 0 {
+        return Err(invalid(format!("tensor storage_offset {} is not supported", t.storage_offset())));
+    }
+    let info = TensorInfo::with_dim_order(dtype, &s[..sizes.len()], dim_order.bytes())
+        .map_err(|e| invalid(format!("tensor: {e}")))?;
+    let dynamism = match t.shape_dynamism() {
+        schema::TensorShapeDynamism::STATIC => Dynamism::Static,
+        schema::TensorShapeDynamism::DYNAMIC_BOUND | schema::TensorShapeDynamism::DYNAMIC_UNBOUND => Dynamism::Bounded,
+        other => return Err(invalid(format!("unknown shape dynamism {}", other.0))),
+    };
+    Ok((info, dynamism))
+}
+
+/// Sources of data for a method: the program and, optionally, an external `.ptd` file.
+#[derive(Clone, Copy)]
+pub struct DataSources<'p> {
+    pub program: Program<'p>,
+    pub external: Option<DataFile<'p>>,
+}
+
+impl<'p> Method<'p> {
+    /// Loads the plan named `name` of `program`, resolving its operators in `registry`.
+    pub fn load(program: &Program<'p>, name: &str, registry: &KernelRegistry, config: MethodConfig) -> Result<Self> {
+        Self::load_with_data(DataSources { program: *program, external: None }, name, registry, config)
+    }
+
+    pub fn load_with_data(src: DataSources<'p>, name: &str, registry: &KernelRegistry, config: MethodConfig) -> Result<Self> {
+        let program = &src.program;
+        let plan = program.plan(name).ok_or_else(|| Error::MethodNotFound(name.to_string()))?;
+        let fb_values = plan.values().ok_or_else(|| invalid("plan has no values"))?;
+        let n = fb_values.len();
+        if n > config.max_values {
+            return Err(Error::ResourceLimit { what: "values", requested: n as u64, limit: config.max_values as u64 });
+        }
+
+        // Planned arenas: non_const_buffer_sizes[0] is reserved; buffer i serves memory_id i.
+        let sizes = plan.non_const_buffer_sizes().ok_or_else(|| invalid("plan has no non_const_buffer_sizes"))?;
+        let mut arena_sizes: Vec<usize> = Vec::new();
+        let mut total: u64 = 0;
+        for (i, s) in sizes.iter().enumerate().skip(1) {
+            if s < 0 {
+                return Err(invalid(format!("planned buffer {i} has negative size {s}")));
+            }
+            total = total.saturating_add(s as u64);
+            if total > config.max_planned_bytes {
+                return Err(Error::ResourceLimit { what: "planned memory", requested: total, limit: config.max_planned_bytes });
+            }
+            arena_sizes.push(s as usize);
+        }
+        // One more arena holds tensors the plan leaves unplanned (user inputs, outputs).
+        let io_arena = arena_sizes.len() as u32;
+        let mut io_size: usize = 0;
+        let mut initial: Vec<(u32, usize, &'p [u8])> = Vec::new();
+
+        let mut values: Vec<Value<'p>> = Vec::new();
+        values.try_reserve_exact(n).map_err(|_| invalid("too many values"))?;
+        let mut pool = ListPool::default();
+        for (vi, ev) in fb_values.iter().enumerate() {
+            let v = match ev.val_type() {
+                schema::KernelTypes::Null => Value::None,
+                schema::KernelTypes::Int => Value::Int(ev.val_as_int().ok_or_else(|| invalid("bad Int"))?.int_val()),
+                schema::KernelTypes::Bool => Value::Bool(ev.val_as_bool().ok_or_else(|| invalid("bad Bool"))?.bool_val()),
+                schema::KernelTypes::Double => {
+                    Value::Double(ev.val_as_double().ok_or_else(|| invalid("bad Double"))?.double_val())
+                }
+                schema::KernelTypes::String => {
+                    Value::String(ev.val_as_string().and_then(|s| s.string_val()).unwrap_or(""))
+                }
+                schema::KernelTypes::IntList => {
+                    let items = ev.val_as_int_list().and_then(|l| l.items()).ok_or_else(|| invalid("IntList without items"))?;
+                    let start = pool.indices.len() as u32;
+                    for it in items.iter() {
+                        pool.indices.push(index("IntList item", it, n)?);
+                    }
+                    Value::IntList(ListRef { start, len: items.len() as u32 })
+                }
+                schema::KernelTypes::DoubleList => {
+                    let items = ev.val_as_double_list().and_then(|l| l.items()).ok_or_else(|| invalid("DoubleList without items"))?;
+                    let start = pool.doubles.len() as u32;
+                    pool.doubles.extend(items.iter());
+                    Value::DoubleList(ListRef { start, len: items.len() as u32 })
+                }
+                schema::KernelTypes::BoolList => {
+                    let items = ev.val_as_bool_list().and_then(|l| l.items()).ok_or_else(|| invalid("BoolList without items"))?;
+                    let start = pool.bools.len() as u32;
+                    pool.bools.extend(items.iter());
+                    Value::BoolList(ListRef { start, len: items.len() as u32 })
+                }
+                schema::KernelTypes::TensorList => {
+                    let items = ev.val_as_tensor_list().and_then(|l| l.items()).ok_or_else(|| invalid("TensorList without items"))?;
+                    let start = pool.indices.len() as u32;
+                    for it in items.iter() {
+                        // Items must name tensors defined earlier (no forward references).
+                        let i = index("TensorList item", it as i64, vi)?;
+                        if !matches!(values[i as usize], Value::Tensor(_)) {
+                            return Err(invalid(format!("TensorList item {i} is not a tensor")));
+                        }
+                        pool.indices.push(i);
+                    }
+                    Value::TensorList(ListRef { start, len: items.len() as u32 })
+                }
+                schema::KernelTypes::OptionalTensorList => {
+                    let items = ev
+                        .val_as_optional_tensor_list()
+                        .and_then(|l| l.items())
+                        .ok_or_else(|| invalid("OptionalTensorList without items"))?;
+                    let start = pool.indices.len() as u32;
+                    for it in items.iter() {
+                        if it == -1 {
+                            pool.indices.push(NONE_INDEX);
+                            continue;
+                        }
+                        let i = index("OptionalTensorList item", it as i64, vi)?;
+                        match values[i as usize] {
+                            Value::Tensor(_) => pool.indices.push(i),
+                            Value::None => pool.indices.push(NONE_INDEX),
+                            _ => return Err(invalid(format!("OptionalTensorList item {i} is not a tensor"))),
+                        }
+                    }
+                    Value::OptionalTensorList(ListRef { start, len: items.len() as u32 })
+                }
+                schema::KernelTypes::Tensor => {
+                    let t = ev.val_as_tensor().ok_or_else(|| invalid("bad Tensor"))?;
+                    let (info, dynamism) = parse_tensor_info(&t).map_err(|e| invalid(format!("value {vi}: {e}")))?;
+                    let nbytes = info.nbytes();
+                    let extra = t.extra_tensor_info();
+                    let external = extra.is_some_and(|e| e.location() == schema::TensorDataLocation::EXTERNAL);
+                    let storage = if external {
+                        let key = extra.and_then(|e| e.fully_qualified_name()).ok_or_else(|| invalid("external tensor without a name"))?;
+                        let file = src.external.ok_or_else(|| {
+                            invalid(format!("tensor {key:?} lives in an external .ptd file, and none was given"))
+                        })?;
+                        let bytes = file.get(key)?;
+                        if let Some(l) = file.layout(key)? {
+                            let same = l.scalar_type == info.dtype() as i8
+                                && l.sizes.len() == info.rank()
+                                && l.sizes.iter().zip(info.sizes()).all(|(&a, &b)| a >= 0 && a as usize == b)
+                                && l.dim_order == info.dim_order();
+                            if !same {
+                                return Err(invalid(format!("external tensor {key:?}: layout in the .ptd does not match the program")));
+                            }
+                        }
+                        let bytes = bytes.get(..nbytes).ok_or_else(|| {
+                            invalid(format!("external tensor {key:?} has {} bytes, needs {nbytes}", bytes.len()))
+                        })?;
+                        match t.allocation_info() {
+                            None => Storage::Constant(bytes),
+                            Some(a) => {
+                                let (arena, offset) = planned(&a, nbytes, &arena_sizes)?;
+                                initial.push((arena, offset, bytes));
+                                Storage::Planned { arena, offset }
+                            }
+                        }
+                    } else {
+                        match (t.data_buffer_idx(), t.allocation_info()) {
+                            (0, None) => {
+                                // Supplied at run time: give it a home in the I/O arena.
+                                let offset = io_size;
+                                let padded = nbytes.checked_add(ARENA_ALIGN - 1).ok_or_else(|| invalid("tensor too large"))? / ARENA_ALIGN * ARENA_ALIGN;
+                                io_size = io_size.checked_add(padded).ok_or_else(|| invalid("tensor too large"))?;
+                                if total.saturating_add(io_size as u64) > config.max_planned_bytes {
+                                    return Err(Error::ResourceLimit { what: "planned memory", requested: total.saturating_add(io_size as u64), limit: config.max_planned_bytes });
+                                }
+                                Storage::Planned { arena: io_arena, offset }
+                            }
+                            (idx, None) => Storage::Constant(program.constant(idx, nbytes)?),
+                            (idx, Some(a)) => {
+                                let (arena, offset) = planned(&a, nbytes, &arena_sizes)?;
+                                if idx > 0 {
+                                    initial.push((arena, offset, program.mutable_data(idx, nbytes)?));
+                                }
+                                Storage::Planned { arena, offset }
+                            }
+                        }
+                    };
+                    Value::Tensor(Tensor { info, storage, capacity: nbytes, dynamism })
+                }
+                other => return Err(invalid(format!("value {vi} has unknown type {}", other.0))),
+            };
+            values.push(v);
+        }
+        if pool.indices.len() > u32::MAX as usize / 2 {
+            return Err(invalid("too many list items"));
+        }
+
+        // Allocate memory and copy initial state (mutable buffers).
+        let mut arenas = Vec::new();
+        for &s in arena_sizes.iter().chain(core::iter::once(&io_size)) {
+            arenas.push(Arena::new(s).ok_or(Error::ResourceLimit {
+                what: "planned memory",
+                requested: s as u64,
+                limit: config.max_planned_bytes,
+            })?);
+        }
+        for (arena, offset, bytes) in initial {
+            // Ranges were checked against the arena size in `planned`.
+            arenas[arena as usize].bytes_mut()[offset..offset + bytes.len()].copy_from_slice(bytes);
+        }
+
+        // Operators → kernels; report every missing one at once.
+        let mut ops = Vec::new();
+        let mut kernels: Vec<Kernel> = Vec::new();
+        let mut missing = Vec::new();
+        for op in plan.operators().into_iter().flatten() {
+            let name = operator_name(&op);
+            match registry.get(&name) {
+                Some(k) => {
+                    kernels.push(*k);
+                    ops.push(Op { name, run: k.run });
+                }
+                None => {
+                    missing.push(name.clone());
+                    ops.push(Op { name, run: |_| Err(KernelError::unsupported("missing kernel")) });
+                    kernels.push(Kernel::new(|_| Err(KernelError::unsupported("missing kernel"))));
+                }
+            }
+        }
+        if !missing.is_empty() {
+            return Err(Error::OperatorMissing { op: missing.join(", "), reason: "no kernel registered".into() });
+        }
+        if let Some(d) = plan.delegates().into_iter().flatten().next() {
+            return Err(Error::BackendMissing { backend: d.id().unwrap_or("").to_string() });
+        }
+
+        // Chains → instructions.
+        let mut args: Vec<u32> = Vec::new();
+        let mut chains = Vec::new();
+        for chain in plan.chains().into_iter().flatten() {
+            let instrs = chain.instructions().ok_or_else(|| invalid("chain without instructions"))?;
+            let len = instrs.len();
+            let mut out = Vec::with_capacity(len);
+            for (pc, ins) in instrs.iter().enumerate() {
+                let it = match ins.instr_args_type() {
+                    schema::InstructionArguments::KernelCall => {
+                        let kc = ins.instr_args_as_kernel_call().ok_or_else(|| invalid("bad KernelCall"))?;
+                        let op = index("operator", kc.op_index() as i64, ops.len())?;
+                        let a = kc.args().ok_or_else(|| invalid("KernelCall without args"))?;
+                        let start = args.len() as u32;
+                        for x in a.iter() {
+                            args.push(index("kernel argument", x as i64, n)?);
+                        }
+                        let r = ListRef { start, len: a.len() as u32 };
+                        if let Some(check) = kernels[op as usize].check {
+                            let view = ArgView { values: &values, pool: &pool, args: &args[r.range()] };
+                            check(&view).map_err(|e| Error::OperatorMissing {
+                                op: ops[op as usize].name.clone(),
+                                reason: format!("instruction {pc}: {e}"),
+                            })?;
+                        }
+                        Instr::Kernel { op, args: r }
+                    }
+                    schema::InstructionArguments::DelegateCall => {
+                        return Err(invalid("DelegateCall without a registered backend"));
+                    }
+                    schema::InstructionArguments::MoveCall => {
+                        let m = ins.instr_args_as_move_call().ok_or_else(|| invalid("bad MoveCall"))?;
+                        Instr::Move { from: index("move source", m.move_from() as i64, n)?, to: index("move target", m.move_to() as i64, n)? }
+                    }
+                    schema::InstructionArguments::JumpFalseCall => {
+                        let j = ins.instr_args_as_jump_false_call().ok_or_else(|| invalid("bad JumpFalseCall"))?;
+                        let cond = index("jump condition", j.cond_value_index() as i64, n)?;
+                        let dest = j.destination_instruction();
+                        if dest < 0 || dest as usize > len {
+                            return Err(invalid(format!("jump destination {dest} outside the chain of {len} instructions")));
+                        }
+                        Instr::JumpFalse { cond, dest: dest as u32 }
+                    }
+                    schema::InstructionArguments::FreeCall => {
+                        let f = ins.instr_args_as_free_call().ok_or_else(|| invalid("bad FreeCall"))?;
+                        let v = index("free", f.value_index() as i64, n)?;
+                        if !matches!(values[v as usize], Value::Tensor(_)) {
+                            return Err(invalid(format!("FreeCall on value {v}, which is not a tensor")));
+                        }
+                        Instr::Free { value: v }
+                    }
+                    other => return Err(invalid(format!("unknown instruction type {}", other.0))),
+                };
+                out.push(it);
+            }
+            chains.push(out);
+        }
+        if args.len() > u32::MAX as usize / 2 {
+            return Err(invalid("too many instruction arguments"));
+        }
+
+        let inputs = plan
+            .inputs()
+            .ok_or_else(|| invalid("plan has no inputs"))?
+            .iter()
+            .map(|i| index("plan input", i as i64, n))
+            .collect::<Result<Vec<_>>>()?;
+        let outputs = plan
+            .outputs()
+            .ok_or_else(|| invalid("plan has no outputs"))?
+            .iter()
+            .map(|i| index("plan output", i as i64, n))
+            .collect::<Result<Vec<_>>>()?;
+        let input_specs = inputs.iter().map(|&i| values[i as usize]).collect();
+
+        Ok(Method {
+            name: name.to_string(),
+            values,
+            pool,
+            arenas,
+            args,
+            chains,
+            ops,
+            inputs,
+            outputs,
+            input_specs,
+            config,
+            instructions_run: 0,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn num_inputs(&self) -> usize {
+        self.inputs.len()
+    }
+    pub fn num_outputs(&self) -> usize {
+        self.outputs.len()
+    }
+    /// The declared value of input `i` (for tensors: dtype and upper-bound sizes).
+    pub fn input_spec(&self, i: usize) -> Option<&Value<'p>> {
+        self.input_specs.get(i)
+    }
+    /// Names of the operators this method calls, in operator-table order.
+    pub fn operator_names(&self) -> impl Iterator<Item = &str> {
+        self.ops.iter().map(|o| o.name.as_str())
+    }
+    /// Bytes of planned memory this method holds (all arenas).
+    pub fn planned_bytes(&self) -> usize {
+        self.arenas.iter().map(|a| a.len()).sum()
+    }
+    /// Instructions run by the last `execute`.
+    pub fn instructions_run(&self) -> u64 {
+        self.instructions_run
+    }
+
+    /// Sets tensor input `i` from `bytes` in row-major (or the declared dim order's) memory order.
+    pub fn set_input_tensor(&mut self, i: usize, dtype: ScalarType, sizes: &[usize], bytes: &[u8]) -> Result<()> {
+        let vi = *self.inputs.get(i).ok_or_else(|| Error::Input { index: i, message: format!("the method has {} inputs", self.inputs.len()) })? as usize;
+        let Some(Value::Tensor(spec)) = self.input_specs.get(i).copied() else {
+            return Err(Error::Input { index: i, message: "this input is not a tensor".into() });
+        };
+        if dtype != spec.info.dtype() {
+            return Err(Error::Input { index: i, message: format!("expected dtype {}, got {dtype}", spec.info.dtype()) });
+        }
+        let shape_err = || Error::InputShape { index: i, expected: spec.info.sizes().to_vec(), given: sizes.to_vec() };
+        if sizes.len() != spec.info.rank() {
+            return Err(shape_err());
+        }
+        let fits = match spec.dynamism {
+            Dynamism::Static => sizes == spec.info.sizes(),
+            Dynamism::Bounded => sizes.iter().zip(spec.info.sizes()).all(|(g, b)| g <= b),
+        };
+        if !fits {
+            return Err(shape_err());
+        }
+        let Value::Tensor(t) = &mut self.values[vi] else {
+            return Err(Error::Input { index: i, message: "input value is no longer a tensor".into() });
+        };
+        let mut info = spec.info;
+        info.set_sizes(sizes).map_err(|e| Error::Input { index: i, message: e.to_string() })?;
+        if bytes.len() != info.nbytes() {
+            return Err(Error::Input { index: i, message: format!("expected {} bytes of data, got {}", info.nbytes(), bytes.len()) });
+        }
+        let Storage::Planned { arena, offset } = t.storage else {
+            return Err(Error::Input { index: i, message: "input tensor is a constant".into() });
+        };
+        t.info = info;
+        let dst = self.arenas[arena as usize]
+            .bytes_mut()
+            .get_mut(offset..offset + bytes.len())
+            .ok_or_else(|| Error::Input { index: i, message: "input does not fit its planned buffer".into() })?;
+        dst.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Sets a scalar input. As in ExecuTorch, the value must equal the one the program was
+    /// exported with (the graph is specialised on it).
+    pub fn set_input_value(&mut self, i: usize, v: Value<'p>) -> Result<()> {
+        let spec = *self.input_specs.get(i).ok_or_else(|| Error::Input { index: i, message: format!("the method has {} inputs", self.inputs.len()) })?;
+        let ok = match (spec, v) {
+            (Value::Int(a), Value::Int(b)) => a == b,
+            (Value::Bool(a), Value::Bool(b)) => a == b,
+            (Value::Double(a), Value::Double(b)) => (a - b).abs() <= 1e-4 + 1e-5 * b.abs(),
+            (Value::None, Value::None) => true,
+            _ => false,
+        };
+        if !ok {
+            return Err(Error::Input { index: i, message: format!("expected {:?}, got {:?}", spec, v) });
+        }
+        Ok(())
+    }
+
+    /// Runs every chain once.
+    pub fn execute(&mut self) -> Result<()> {
+        let budget = self.config.instruction_budget;
+        let mut count: u64 = 0;
+        for c in 0..self.chains.len() {
+            let mut pc = 0usize;
+            while pc < self.chains[c].len() {
+                count += 1;
+                if count > budget {
+                    self.instructions_run = count;
+                    return Err(Error::InstructionBudget(budget));
+                }
+                match self.chains[c][pc] {
+                    Instr::Kernel { op, args } => {
+                        let run = self.ops[op as usize].run;
+                        let mut ctx = KernelContext {
+                            values: &mut self.values,
+                            pool: &self.pool,
+                            arenas: &mut self.arenas,
+                            args: &self.args[args.range()],
+                        };
+                        run(&mut ctx).map_err(|source| Error::Kernel {
+                            op: self.ops[op as usize].name.clone(),
+                            instruction: pc,
+                            source,
+                        })?;
+                        pc += 1;
+                    }
+                    Instr::Move { from, to } => {
+                        self.values[to as usize] = self.values[from as usize];
+                        pc += 1;
+                    }
+                    Instr::JumpFalse { cond, dest } => {
+                        if self.condition(cond as usize, pc)? {
+                            pc += 1;
+                        } else {
+                            pc = dest as usize;
+                        }
+                    }
+                    Instr::Free { value } => {
+                        match &mut self.values[value as usize] {
+                            Value::Tensor(t) => t.storage = Storage::Empty,
+                            v => return Err(invalid(format!("FreeCall on a {} value", v.kind()))),
+                        }
+                        pc += 1;
+                    }
+                }
+            }
+        }
+        self.instructions_run = count;
+        Ok(())
+    }
+
+    /// Jump condition: a Bool, or a bool tensor (true only if every element is true).
+    fn condition(&self, vi: usize, pc: usize) -> Result<bool> {
+        match &self.values[vi] {
+            Value::Bool(b) => Ok(*b),
+            Value::Tensor(t) if t.info.dtype() == ScalarType::Bool => {
+                let r = self.tensor_ref(t).map_err(|source| Error::Kernel { op: "jump_false".into(), instruction: pc, source })?;
+                Ok(r.bytes.iter().all(|&b| b != 0))
+            }
+            v => Err(invalid(format!("jump condition is a {}", v.kind()))),
+        }
+    }
+
+    fn tensor_ref<'s>(&'s self, t: &'s Tensor<'p>) -> core::result::Result<TensorRef<'s>, KernelError> {
+        let n = t.info.nbytes();
+        let bytes = match t.storage {
+            Storage::Planned { arena, offset } => self
+                .arenas
+                .get(arena as usize)
+                .and_then(|a| a.bytes().get(offset..offset.checked_add(n)?))
+                .ok_or(KernelError::SizeOverflow)?,
+            Storage::Constant(b) => b.get(..n).ok_or(KernelError::SizeOverflow)?,
+            Storage::Empty => &[],
+        };
+        Ok(TensorRef { info: &t.info, bytes })
+    }
+
+    /// Output `i` after `execute`: a tensor (metadata and bytes) or a scalar.
+    pub fn output(&self, i: usize) -> Result<Output<'_>> {
+        let vi = *self.outputs.get(i).ok_or_else(|| invalid(format!("no output {i}")))? as usize;
+        Ok(match &self.values[vi] {
+            Value::Tensor(t) => Output::Tensor(self.tensor_ref(t).map_err(|source| Error::Kernel { op: "output".into(), instruction: 0, source })?),
+            Value::Int(v) => Output::Int(*v),
+            Value::Double(v) => Output::Double(*v),
+            Value::Bool(v) => Output::Bool(*v),
+            Value::None => Output::None,
+            v => Output::Other(v.kind()),
+        })
+    }
+}
+
+/// Planned tensor location from `allocation_info`, checked against the arena sizes.
+fn planned(a: &schema::AllocationDetails<'_>, nbytes: usize, arenas: &[usize]) -> Result<(u32, usize)> {
+    let id = a.memory_id();
+    let arena = id.checked_sub(1).ok_or_else(|| invalid("memory_id 0 is reserved"))?;
+    let size = *arenas
+        .get(arena as usize)
+        .ok_or_else(|| invalid(format!("memory_id {id} but the plan has {} buffers", arenas.len())))?;
+    let offset = (a.memory_offset_low() as u64) | ((a.memory_offset_high() as u64) << 32);
+    match offset.checked_add(nbytes as u64) {
+        Some(end) if end <= size as u64 => Ok((arena, offset as usize)),
+        _ => Err(invalid(format!("tensor at offset {offset} with {nbytes} bytes overruns planned buffer {id} of {size} bytes"))),
+    }
+}
+
+/// One output of a method.
+pub enum Output<'a> {
+    Tensor(TensorRef<'a>),
+    Int(i64),
+    Double(f64),
+    Bool(bool),
+    None,
+    /// A value kind that is not returned to users (lists); names the kind.
+    Other(&'static str),
+}
