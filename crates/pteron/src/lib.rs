@@ -1,1 +1,46 @@
+//! pteron: run PyTorch programs exported with ExecuTorch (`.pte`) in pure Rust.
+//!
+//! ```no_run
+//! use pteron::RunMethod;
+//!
+//! let file = pteron::ProgramFile::open("model.pte")?;
+//! let program = file.program()?;
+//! let kernels = pteron::default_kernels();
+//! let mut method = program.load_method("forward", &kernels)?;
+//! let input = pteron::Tensor::from_f32(&[1, 4], &[1.0, 2.0, 3.0, 4.0]);
+//! let outputs = method.run(&[input])?;
+//! if let pteron::Value::Tensor(t) = &outputs[0] {
+//!     println!("{} {:?}", t.dtype, t.sizes);
+//! }
+//! # Ok::<(), pteron::Error>(())
+//! ```
 
+mod file;
+pub mod npy;
+mod tensor;
+
+pub use file::{Program, ProgramFile};
+pub use pteron_core as core;
+pub use pteron_core::{MethodConfig, ScalarType};
+pub use pteron_format as format;
+pub use tensor::{RunMethod, Tensor, Value};
+
+/// Everything that can go wrong when loading or running a program.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error(transparent)]
+    Format(#[from] pteron_format::FormatError),
+    #[error(transparent)]
+    Runtime(#[from] pteron_core::Error),
+    #[error("{0}")]
+    Npy(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A kernel registry holding every kernel pteron ships.
+pub fn default_kernels() -> pteron_core::KernelRegistry {
+    pteron_kernels::registry()
+}

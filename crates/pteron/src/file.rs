@@ -1,0 +1,112 @@
+//! Program bytes from a file (memory-mapped) or from memory, kept aligned so that constant
+//! tensors can be read in place.
+
+use std::path::Path;
+
+use pteron_core::{KernelRegistry, Method, MethodConfig};
+use pteron_format::{DataFile, Limits};
+
+use crate::{Error, Result};
+
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    /// 64-byte aligned copy (the first `len` bytes of the blocks).
+    Owned(Vec<Block>, usize),
+}
+
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Block([u8; 64]);
+
+/// The bytes of a `.pte` (or `.ptd`) file.
+pub struct ProgramFile {
+    bytes: Bytes,
+}
+
+impl ProgramFile {
+    /// Memory-maps `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let io = |source| Error::Io { path: path.display().to_string(), source };
+        let f = std::fs::File::open(path).map_err(io)?;
+        let len = f.metadata().map_err(io)?.len();
+        if len == 0 {
+            // mmap of an empty file fails on some systems; an empty buffer gives the proper error.
+            return Ok(Self::from_bytes(&[]));
+        }
+        // Safety: the map is read-only and private to this process. If another process truncates
+        // or rewrites the file while it is mapped, reads may fault or see new bytes; every read
+        // of file data is bounds-checked, so changed contents are at worst rejected as invalid.
+        let map = unsafe { memmap2::Mmap::map(&f) }.map_err(io)?;
+        Ok(ProgramFile { bytes: Bytes::Mapped(map) })
+    }
+
+    /// Reads `path` into memory (no map).
+    pub fn read(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let data = std::fs::read(path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+        Ok(Self::from_bytes(&data))
+    }
+
+    /// Copies `data` into an aligned buffer.
+    pub fn from_bytes(data: &[u8]) -> Self {
+        let mut blocks = vec![Block([0; 64]); data.len().div_ceil(64)];
+        bytemuck::cast_slice_mut::<Block, u8>(&mut blocks)[..data.len()].copy_from_slice(data);
+        ProgramFile { bytes: Bytes::Owned(blocks, data.len()) }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        match &self.bytes {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(b, len) => &bytemuck::cast_slice(b)[..*len],
+        }
+    }
+
+    /// Verifies the bytes as a `.pte` program.
+    pub fn program(&self) -> Result<Program<'_>> {
+        Ok(Program { inner: pteron_format::Program::parse(self.bytes())?, external: None })
+    }
+
+    /// Verifies the bytes as a `.pte` program with explicit verifier limits.
+    pub fn program_with_limits(&self, limits: Limits) -> Result<Program<'_>> {
+        Ok(Program { inner: pteron_format::Program::parse_with_limits(self.bytes(), limits)?, external: None })
+    }
+
+    /// Verifies the bytes as a `.ptd` external data file.
+    pub fn data_file(&self) -> Result<DataFile<'_>> {
+        Ok(DataFile::parse(self.bytes())?)
+    }
+}
+
+/// A verified program, borrowing the file's bytes.
+#[derive(Clone, Copy)]
+pub struct Program<'a> {
+    inner: pteron_format::Program<'a>,
+    external: Option<DataFile<'a>>,
+}
+
+impl<'a> Program<'a> {
+    /// Attaches a `.ptd` file that holds tensors the program stores externally.
+    pub fn with_external_data(mut self, data: DataFile<'a>) -> Self {
+        self.external = Some(data);
+        self
+    }
+
+    pub fn format(&self) -> &pteron_format::Program<'a> {
+        &self.inner
+    }
+
+    /// Names of the methods (execution plans).
+    pub fn method_names(&self) -> Vec<&'a str> {
+        self.inner.plans().filter_map(|p| p.name()).collect()
+    }
+
+    pub fn load_method(&self, name: &str, kernels: &KernelRegistry) -> Result<Method<'a>> {
+        self.load_method_with(name, kernels, MethodConfig::default())
+    }
+
+    pub fn load_method_with(&self, name: &str, kernels: &KernelRegistry, config: MethodConfig) -> Result<Method<'a>> {
+        let src = pteron_core::DataSources { program: self.inner, external: self.external };
+        Ok(Method::load_with_data(src, name, kernels, config)?)
+    }
+}
