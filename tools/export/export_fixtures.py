@@ -339,6 +339,10 @@ def main() -> int:
             r = run_fixture(models.FULL[name](), Path(args.full_out))
             results.append(r)
             full_ops[name] = r["ops"]
+            link = Path(args.full_out) / f"{name}.pte"
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(Path(name) / "model.pte")
         except Exception as e:
             import traceback
 
