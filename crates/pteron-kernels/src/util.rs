@@ -338,12 +338,18 @@ pub fn strided_copy(
     strides: &[isize],
     dst: &mut [u8],
 ) -> Result<(), KernelError> {
-    let numel: usize = sizes.iter().product();
-    if dst.len() < numel * elem {
-        return Err(KernelError::invalid("strided copy: destination too small"));
+    let dst_st = contiguous_strides(sizes);
+    let mut d = [0isize; pteron_core::MAX_RANK];
+    for (o, &s) in d.iter_mut().zip(dst_st.iter()) {
+        *o = s as isize;
     }
-    if numel == 0 {
-        return Ok(());
+    copy_view(src, offset, strides, dst, 0, &d[..sizes.len()], sizes, elem)
+}
+
+/// The lowest and highest element offsets a view touches (`None` when it is empty).
+fn view_span(offset: isize, sizes: &[usize], strides: &[isize]) -> Option<(i128, i128)> {
+    if sizes.iter().any(|&s| s == 0) {
+        return None;
     }
     let (mut lo, mut hi) = (offset as i128, offset as i128);
     for (&s, &st) in sizes.iter().zip(strides) {
@@ -354,32 +360,54 @@ pub fn strided_copy(
             hi += span;
         }
     }
-    if lo < 0 || (hi + 1) * elem as i128 > src.len() as i128 {
+    Some((lo, hi))
+}
+
+/// Copies a strided view of `src` onto a strided view of `dst`, both of shape `sizes`
+/// (offsets and strides in elements of size `elem`). Both views are bounds-checked up front.
+#[allow(clippy::too_many_arguments)]
+pub fn copy_view(
+    src: &[u8],
+    src_off: isize,
+    src_st: &[isize],
+    dst: &mut [u8],
+    dst_off: isize,
+    dst_st: &[isize],
+    sizes: &[usize],
+    elem: usize,
+) -> Result<(), KernelError> {
+    let rank = sizes.len();
+    if src_st.len() != rank || dst_st.len() != rank {
+        return Err(KernelError::invalid("copy_view: stride ranks differ from the shape"));
+    }
+    let Some((slo, shi)) = view_span(src_off, sizes, src_st) else { return Ok(()) };
+    let (dlo, dhi) = view_span(dst_off, sizes, dst_st).expect("same sizes");
+    if slo < 0 || (shi + 1) * elem as i128 > src.len() as i128 {
         return Err(KernelError::invalid(format!(
-            "strided view (offset {offset}, sizes {sizes:?}, strides {strides:?}) reads outside its source"
+            "strided view (offset {src_off}, sizes {sizes:?}, strides {src_st:?}) reads outside its source"
         )));
     }
-    let rank = sizes.len();
-    // Inner run: the last dim, copied as one block when its stride is 1.
-    let (inner, inner_stride) = if rank == 0 { (1, 1) } else { (sizes[rank - 1], strides[rank - 1]) };
+    if dlo < 0 || (dhi + 1) * elem as i128 > dst.len() as i128 {
+        return Err(KernelError::invalid("strided copy: destination view out of range"));
+    }
+    // Inner run: the last dim, copied as one block when both strides are 1.
+    let (inner, s_in, d_in) = if rank == 0 { (1, 1, 1) } else { (sizes[rank - 1], src_st[rank - 1], dst_st[rank - 1]) };
     let outer_rank = rank.saturating_sub(1);
     let mut idx = [0usize; pteron_core::MAX_RANK];
-    let mut base = offset;
-    let mut d_off = 0usize;
-    let run = inner * elem;
+    let (mut sb, mut db) = (src_off, dst_off);
     loop {
-        if inner_stride == 1 {
-            let s = base as usize * elem;
-            dst[d_off..d_off + run].copy_from_slice(&src[s..s + run]);
+        if s_in == 1 && d_in == 1 {
+            let (s, d) = (sb as usize * elem, db as usize * elem);
+            dst[d..d + inner * elem].copy_from_slice(&src[s..s + inner * elem]);
         } else {
-            let mut p = base;
-            for k in 0..inner {
-                let s = p as usize * elem;
-                dst[d_off + k * elem..d_off + (k + 1) * elem].copy_from_slice(&src[s..s + elem]);
-                p = p.wrapping_add(inner_stride);
+            let (mut sp, mut dp) = (sb, db);
+            for _ in 0..inner {
+                let (s, d) = (sp as usize * elem, dp as usize * elem);
+                dst[d..d + elem].copy_from_slice(&src[s..s + elem]);
+                sp = sp.wrapping_add(s_in);
+                dp = dp.wrapping_add(d_in);
             }
         }
-        d_off += run;
         // Advance the outer multi-index.
         let mut d = outer_rank;
         loop {
@@ -388,11 +416,13 @@ pub fn strided_copy(
             }
             d -= 1;
             idx[d] += 1;
-            base = base.wrapping_add(strides[d]);
+            sb = sb.wrapping_add(src_st[d]);
+            db = db.wrapping_add(dst_st[d]);
             if idx[d] < sizes[d] {
                 break;
             }
-            base = base.wrapping_sub(strides[d].wrapping_mul(sizes[d] as isize));
+            sb = sb.wrapping_sub(src_st[d].wrapping_mul(sizes[d] as isize));
+            db = db.wrapping_sub(dst_st[d].wrapping_mul(sizes[d] as isize));
             idx[d] = 0;
         }
     }
