@@ -1,1 +1,44 @@
-fn main(){}
+//! `pteron`: inspect and run ExecuTorch `.pte` programs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod inspect;
+mod run;
+
+#[derive(Parser)]
+#[command(name = "pteron", version, about = "Run PyTorch programs exported with ExecuTorch (.pte), in pure Rust")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show a program's methods, inputs and outputs, operators, delegates, segments and memory.
+    Inspect {
+        model: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a method on inputs from .npy files (or deterministic inputs) and save the outputs.
+    Run(run::RunArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect { model, json } => inspect::inspect(&model, json),
+        Command::Run(args) => run::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

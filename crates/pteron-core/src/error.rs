@@ -59,7 +59,7 @@ pub enum Error {
     InvalidProgram(String),
     #[error("no method named {0:?} in this program")]
     MethodNotFound(String),
-    #[error("operator {op} is not supported: {reason}")]
+    #[error("cannot run {op}: {reason}")]
     OperatorMissing { op: String, reason: String },
     #[error("delegate backend {backend:?} is not available (pteron runs portable programs only for now)")]
     BackendMissing { backend: String },

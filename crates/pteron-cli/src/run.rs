@@ -1,0 +1,144 @@
+//! `pteron run`: execute a method on .npy inputs (or deterministic ones) and save its outputs.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use pteron::core::{Method, Value as CoreValue};
+use pteron::{npy, RunMethod, ScalarType, Tensor, Value};
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The .pte program.
+    model: PathBuf,
+    /// Method to run.
+    #[arg(long, default_value = "forward")]
+    method: String,
+    /// Input tensors as .npy files, in the method's input order.
+    #[arg(long = "input", short = 'i')]
+    inputs: Vec<PathBuf>,
+    /// Write output0.npy, output1.npy, … into this directory.
+    #[arg(long)]
+    output_dir: Option<PathBuf>,
+    /// Execute this many times and report the median time.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// External data file (.ptd) for programs that keep weights outside the .pte.
+    #[arg(long)]
+    data: Option<PathBuf>,
+}
+
+/// A deterministic input for a declared tensor: floats in [-1, 1), small non-negative ints.
+fn synthetic_input(index: usize, dtype: ScalarType, sizes: &[usize]) -> pteron::Result<Tensor> {
+    let n: usize = sizes.iter().product();
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1);
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let data: Vec<u8> = match dtype {
+        ScalarType::Float => (0..n).flat_map(|_| (((next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0).to_le_bytes()).collect(),
+        ScalarType::Double => (0..n).flat_map(|_| (((next() >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0).to_le_bytes()).collect(),
+        ScalarType::Long => (0..n).flat_map(|_| ((next() % 10) as i64).to_le_bytes()).collect(),
+        ScalarType::Int => (0..n).flat_map(|_| ((next() % 10) as i32).to_le_bytes()).collect(),
+        ScalarType::Bool => (0..n).map(|_| (next() & 1) as u8).collect(),
+        ScalarType::Byte | ScalarType::Char => (0..n).map(|_| (next() % 10) as u8).collect(),
+        other => return Err(pteron::Error::Npy(format!("input {index}: no synthetic data for {other}; pass --input"))),
+    };
+    Tensor::new(dtype, sizes, data)
+}
+
+fn inputs_for(method: &Method<'_>, args: &RunArgs) -> pteron::Result<Vec<Tensor>> {
+    if !args.inputs.is_empty() {
+        if args.inputs.len() != method.num_inputs() {
+            return Err(pteron::Error::Npy(format!(
+                "method {} takes {} inputs, {} given",
+                method.name(),
+                method.num_inputs(),
+                args.inputs.len()
+            )));
+        }
+        return args.inputs.iter().map(npy::read).collect();
+    }
+    (0..method.num_inputs())
+        .map(|i| match method.input_spec(i) {
+            Some(CoreValue::Tensor(t)) => synthetic_input(i, t.info.dtype(), t.info.sizes()),
+            Some(v) => Err(pteron::Error::Npy(format!("input {i} is a {}: pass it explicitly", v.kind()))),
+            None => unreachable!("index within num_inputs"),
+        })
+        .collect()
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+fn preview(t: &Tensor) -> String {
+    match t.to_f64_vec() {
+        Some(v) => {
+            let head: Vec<String> = v.iter().take(6).map(|x| format!("{x:.6}")).collect();
+            let more = if v.len() > 6 { ", …" } else { "" };
+            format!("[{}{more}]", head.join(", "))
+        }
+        None => String::new(),
+    }
+}
+
+pub fn run(args: &RunArgs) -> pteron::Result<()> {
+    let t0 = Instant::now();
+    let file = pteron::ProgramFile::open(&args.model)?;
+    let data_file = args.data.as_ref().map(pteron::ProgramFile::open).transpose()?;
+    let mut program = file.program()?;
+    if let Some(d) = &data_file {
+        program = program.with_external_data(d.data_file()?);
+    }
+    let kernels = pteron::default_kernels();
+    let mut method = program.load_method(&args.method, &kernels)?;
+    let load = t0.elapsed();
+
+    let inputs = inputs_for(&method, args)?;
+    let mut times = Vec::new();
+    let mut outputs = Vec::new();
+    for _ in 0..args.repeat.max(1) {
+        let t = Instant::now();
+        outputs = method.run(&inputs)?;
+        times.push(t.elapsed());
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+
+    if let Some(dir) = &args.output_dir {
+        std::fs::create_dir_all(dir).map_err(|source| pteron::Error::Io { path: dir.display().to_string(), source })?;
+    }
+    for (k, out) in outputs.iter().enumerate() {
+        match out {
+            Value::Tensor(t) => {
+                println!("output {k}: {}{:?} {}", t.dtype, t.sizes, preview(t));
+                if let Some(dir) = &args.output_dir {
+                    npy::write(dir.join(format!("output{k}.npy")), t)?;
+                }
+            }
+            other => {
+                println!("output {k}: {other:?}");
+                if let Some(dir) = &args.output_dir {
+                    let t = match other {
+                        Value::Int(v) => Tensor::from_i64(&[], &[*v]),
+                        Value::Double(v) => Tensor::new(ScalarType::Double, &[], v.to_le_bytes().to_vec())?,
+                        Value::Bool(v) => Tensor::new(ScalarType::Bool, &[], vec![*v as u8])?,
+                        _ => continue,
+                    };
+                    npy::write(dir.join(format!("output{k}.npy")), &t)?;
+                }
+            }
+        }
+    }
+    println!(
+        "load {}, execute {} (median of {}), planned memory {} bytes",
+        ms(load),
+        ms(median),
+        times.len(),
+        method.planned_bytes()
+    );
+    Ok(())
+}
