@@ -12,6 +12,7 @@ Usage (from the repository root):
 Layout of one fixture directory:
 
     model.pte
+    model.ptd                          only for external-weights fixtures: FlatTensor file with the constants
     input0.npy, input1.npy, ...        plan inputs, in order, exact dtypes
     expected0.npy, expected1.npy, ...  ExecuTorch runtime outputs
     <case>/input*.npy, <case>/expected*.npy   extra cases (dynamic shapes: case1, state: call2)
@@ -50,8 +51,11 @@ FULL_OPS_FILE = HERE / "full_models_ops.json"
 # --------------------------------------------------------------------------
 
 
-def export_program(fx: models.Fixture):
+def export_program(fx: models.Fixture, external_constants: bool | None = None):
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
+
+    if external_constants is None:
+        external_constants = fx.external_constants
 
     ep = torch.export.export(fx.module, fx.inputs, dynamic_shapes=fx.dynamic_shapes, strict=False)
     edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=True))
@@ -60,7 +64,7 @@ def export_program(fx: models.Fixture):
         from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
         passes.append(InitializedMutableBufferPass(fx.init_mutable_buffers))
-    et = edge.to_executorch(ExecutorchBackendConfig(passes=passes))
+    et = edge.to_executorch(ExecutorchBackendConfig(passes=passes, external_constants=external_constants))
     return et
 
 
@@ -147,8 +151,17 @@ def run_fixture(fx: models.Fixture, outdir: Path) -> Dict[str, Any]:
     if fx.committed and size > MAX_COMMITTED_PTE:
         raise RuntimeError(f"{fx.name}: .pte is {size} bytes > {MAX_COMMITTED_PTE}")
 
+    external_info = None
+    ptd = None
+    if fx.external_constants:
+        ptd = fdir / "model.ptd"
+        external_info = write_external_data(fx, et, pte, ptd)
+
     rt = Runtime.get()
-    prog = rt.load_program(pte)
+    if ptd is not None:
+        prog = rt.load_program(pte, data_path=ptd)
+    else:
+        prog = rt.load_program(pte)
     method = prog.load_method("forward")
 
     # Case list: (subdir, inputs).
@@ -221,12 +234,180 @@ def run_fixture(fx: models.Fixture, outdir: Path) -> Dict[str, Any]:
     }
     if fx.dynamic_info:
         meta["dynamic"] = fx.dynamic_info
+    if external_info is not None:
+        meta["external_data"] = ptd.name
+        meta["external_data_info"] = external_info
     if any(o["kind"] != "tensor" for o in meta["outputs"]):
         meta["non_tensor_outputs"] = True
     with open(fdir / "meta.json", "w") as f:
         json.dump(meta, f, indent=2)
         f.write("\n")
     return {"name": fx.name, "ops": ops, "size": size, "diffs": diffs, "ok": ok, "run_times": run_times}
+
+
+# --------------------------------------------------------------------------
+# external constants (.ptd)
+# --------------------------------------------------------------------------
+
+
+def _plan_constant_tensors(program) -> List[Dict[str, Any]]:
+    """Constant tensors of every plan of a (deserialized) Program: tensors without
+    allocation_info that either point at a constant buffer or are EXTERNAL."""
+    from executorch.exir.schema import Tensor, TensorDataLocation
+
+    out = []
+    for plan in program.execution_plan:
+        for vi, v in enumerate(plan.values):
+            t = v.val
+            if not isinstance(t, Tensor) or t.allocation_info is not None:
+                continue
+            info = t.extra_tensor_info
+            external = info is not None and info.location == TensorDataLocation.EXTERNAL
+            if not external and t.data_buffer_idx == 0:
+                continue  # not a constant (e.g. an unplanned input/output placeholder)
+            out.append(
+                {
+                    "plan": plan.name,
+                    "value_index": vi,
+                    "sizes": list(t.sizes),
+                    "scalar_type": t.scalar_type.name,
+                    "data_buffer_idx": t.data_buffer_idx,
+                    "external": external,
+                    "key": info.fully_qualified_name if info is not None else None,
+                }
+            )
+    return out
+
+
+def write_external_data(fx: models.Fixture, et, pte: Path, ptd: Path) -> Dict[str, Any]:
+    """Write the exporter's `.ptd` next to the `.pte` as `ptd`, check that the .pte holds no
+    weight bytes and that every constant is EXTERNAL with a key present in the .ptd, and
+    return the facts recorded in meta.json["external_data_info"]."""
+    import tempfile
+
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.extension.flat_tensor.serialize.serialize import (
+        FlatTensorConfig,
+        _deserialize_to_flat_tensor,
+        _get_extended_header,
+    )
+    from executorch.runtime import Runtime
+
+    # 1. The exporter names the file after the constant tag ("_default_external_constant"
+    #    for external_constants=True); write it to a scratch dir and move it to model.ptd.
+    tags = sorted(et._tensor_data.keys()) if getattr(et, "_tensor_data", None) else []
+    if len(tags) != 1:
+        raise RuntimeError(f"{fx.name}: expected exactly one external data file, exporter has {tags}")
+    with tempfile.TemporaryDirectory() as td:
+        et.write_tensor_data_to_file(td)
+        produced = sorted(os.listdir(td))
+        if len(produced) != 1:
+            raise RuntimeError(f"{fx.name}: exporter wrote {produced}, expected one .ptd")
+        original_name = produced[0]
+        ptd.write_bytes((Path(td) / original_name).read_bytes())
+    ptd_data = ptd.read_bytes()
+    pte_data = pte.read_bytes()
+
+    # 2. Parse both files back.
+    header = _get_extended_header(ptd_data)
+    if header is None:
+        raise RuntimeError(f"{fx.name}: {original_name} has no FlatTensor extended header")
+    ft = _deserialize_to_flat_tensor(ptd_data)
+    program = deserialize_pte_binary(pte_data)
+    program = getattr(program, "program", program)
+    consts = _plan_constant_tensors(program)
+    if not consts:
+        raise RuntimeError(f"{fx.name}: program has no constant tensors")
+    internal = [c for c in consts if not c["external"]]
+    if internal:
+        raise RuntimeError(f"{fx.name}: constants still stored in the .pte: {internal}")
+    if any(len(b.storage) for b in program.constant_buffer):
+        raise RuntimeError(f"{fx.name}: .pte constant_buffer is not empty")
+    if any(s.size for s in program.segments):
+        raise RuntimeError(f"{fx.name}: .pte has non-empty segments {program.segments}")
+
+    ptd_keys = [nd.key for nd in ft.named_data]
+    pte_keys = sorted({c["key"] for c in consts})
+    if sorted(ptd_keys) != pte_keys:
+        raise RuntimeError(f"{fx.name}: .pte keys {pte_keys} != .ptd keys {sorted(ptd_keys)}")
+
+    # 3. The weight bytes are in the .ptd segments and nowhere in the .pte.
+    state = {k: v.detach().contiguous().numpy() for k, v in fx.module.state_dict().items()}
+    named = []
+    for nd in ft.named_data:
+        seg = ft.segments[nd.segment_index]
+        start = header.segment_base_offset + seg.offset
+        blob = ptd_data[start : start + seg.size]
+        if nd.key not in state:
+            raise RuntimeError(f"{fx.name}: .ptd key {nd.key!r} is not a state_dict entry")
+        want = state[nd.key].tobytes()
+        if blob != want:
+            raise RuntimeError(f"{fx.name}: .ptd bytes of {nd.key!r} differ from the module's tensor")
+        if len(want) >= 16 and want in pte_data:
+            raise RuntimeError(f"{fx.name}: bytes of {nd.key!r} found inside the .pte")
+        layout = nd.tensor_layout
+        named.append(
+            {
+                "key": nd.key,
+                "segment_index": nd.segment_index,
+                "offset": seg.offset,
+                "size": seg.size,
+                "tensor_layout": None
+                if layout is None
+                else {
+                    "scalar_type": layout.scalar_type.name,
+                    "sizes": list(layout.sizes),
+                    "dim_order": list(layout.dim_order),
+                },
+            }
+        )
+
+    # 4. ExecuTorch's runtime cannot load the method without the .ptd.
+    try:
+        Runtime.get().load_program(pte).load_method("forward")
+        loads_without_ptd = True
+    except Exception:
+        loads_without_ptd = False
+    if loads_without_ptd:
+        raise RuntimeError(f"{fx.name}: method loaded without the .ptd; weights not external?")
+
+    # Size of the same program with the weights inside, for comparison.
+    internal_size = len(export_program(fx, external_constants=False).buffer)
+
+    print(
+        f"   external data: {original_name} -> {ptd.name}, {len(ptd_data)} bytes, keys {ptd_keys}; "
+        f".pte {len(pte_data)} bytes (with internal weights: {internal_size})"
+    )
+    return {
+        "format": "FlatTensor (flatbuffer file_identifier FT01, extended header magic FH01 at byte 8)",
+        "original_name": original_name,
+        "constant_tag": tags[0],
+        "note": (
+            "the exporter names the file after the constant tag; it is renamed to model.ptd. The .pte does "
+            "not store the file name: each constant tensor of the plan has no allocation_info, "
+            "extra_tensor_info.location == EXTERNAL and extra_tensor_info.fully_qualified_name == the "
+            "NamedData key in the .ptd (its data_buffer_idx is not an index into the .pte's constants and "
+            "must be ignored). The .ptd is given to the runtime separately: "
+            "executorch.runtime.Runtime.get().load_program(pte, data_path=ptd); without it, "
+            "load_method fails (external_data_map is null)."
+        ),
+        "ptd_bytes": len(ptd_data),
+        "pte_bytes_with_internal_weights": internal_size,
+        "header": {
+            "flatbuffer_offset": header.flatbuffer_offset,
+            "flatbuffer_size": header.flatbuffer_size,
+            "segment_base_offset": header.segment_base_offset,
+            "segment_data_size": header.segment_data_size,
+        },
+        "segment_alignment": FlatTensorConfig().segment_alignment,
+        "flat_tensor_version": ft.version,
+        "keys": ptd_keys,
+        "named_data": named,
+        "pte_constants": [
+            {k: c[k] for k in ("value_index", "key", "sizes", "scalar_type", "data_buffer_idx")} for c in consts
+        ],
+        "loads_without_ptd": loads_without_ptd,
+    }
 
 
 def _et_version() -> str:

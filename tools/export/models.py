@@ -42,6 +42,9 @@ class Fixture:
     # Names of mutable buffers whose initial value is serialized into the .pte
     # (executorch.exir.passes.init_mutable_pass.InitializedMutableBufferPass).
     init_mutable_buffers: List[str] = field(default_factory=list)
+    # Store the constant tensors (weights) in a separate FlatTensor `.ptd` file
+    # instead of the .pte (ExecutorchBackendConfig(external_constants=True)).
+    external_constants: bool = False
 
 
 def seed_all(seed: int) -> None:
@@ -621,6 +624,33 @@ def build_mutable_buffer() -> Fixture:
     )
 
 
+# --------------------------------------------------------------------------
+# external_weights
+# --------------------------------------------------------------------------
+
+
+def build_external_weights() -> Fixture:
+    seed_all(9)
+    m = MLP(dims=(16, 32, 8)).eval()
+    x = f32(rng(110).standard_normal((4, 16)))
+    return Fixture(
+        name="external_weights",
+        description=(
+            "2-layer MLP Linear(16,32)-ReLU-Linear(32,8), input 4x16, exported with "
+            "ExecutorchBackendConfig(external_constants=True): the four weight/bias tensors live in "
+            "model.ptd (FlatTensor), the .pte references them by key (extra_tensor_info.location == "
+            "EXTERNAL, fully_qualified_name == key) and holds no weight bytes"
+        ),
+        module=m,
+        inputs=(x,),
+        atol=1e-5,
+        rtol=1e-5,
+        input_names=["x"],
+        output_names=["logits"],
+        external_constants=True,
+    )
+
+
 COMMITTED: Dict[str, Callable[[], Fixture]] = {
     "mlp": build_mlp,
     "cnn": build_cnn,
@@ -631,6 +661,7 @@ COMMITTED: Dict[str, Callable[[], Fixture]] = {
     "dynamic_reshape": build_dynamic_reshape,
     "multi_output": build_multi_output,
     "mutable_buffer": build_mutable_buffer,
+    "external_weights": build_external_weights,
 }
 
 FULL: Dict[str, Callable[[], Fixture]] = {
