@@ -53,7 +53,11 @@ fn run_fixture(name: &str) {
     let n_in = meta["inputs"].as_array().map_or(0, |a| a.len());
 
     let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
-    let program = file.program().unwrap();
+    let data = meta["external_data"].as_str().map(|f| pteron::ProgramFile::open(dir.join(f)).unwrap());
+    let mut program = file.program().unwrap();
+    if let Some(d) = &data {
+        program = program.with_external_data(d.data_file().unwrap());
+    }
     let kernels = pteron::default_kernels();
     let mut method = program.load_method("forward", &kernels).unwrap_or_else(|e| panic!("{name}: load: {e}"));
 
@@ -93,7 +97,18 @@ macro_rules! fixtures {
     };
 }
 
-fixtures!(mlp, cnn, mobilenet_v2_small, bert_tiny, llama_tiny, dynamic_mlp, dynamic_reshape, multi_output, mutable_buffer);
+fixtures!(
+    mlp,
+    cnn,
+    mobilenet_v2_small,
+    bert_tiny,
+    llama_tiny,
+    dynamic_mlp,
+    dynamic_reshape,
+    multi_output,
+    mutable_buffer,
+    external_weights,
+);
 
 #[test]
 fn every_fixture_is_listed() {
