@@ -25,6 +25,9 @@ pub struct RunArgs {
     /// External data file (.ptd) for programs that keep weights outside the .pte.
     #[arg(long)]
     data: Option<PathBuf>,
+    /// Expected outputs as .npy files, in output order: prints the max abs error of each.
+    #[arg(long = "expect")]
+    expected: Vec<PathBuf>,
 }
 
 /// A deterministic input for a declared tensor: floats in [-1, 1), small non-negative ints.
@@ -132,6 +135,21 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
                 }
             }
         }
+    }
+    for (k, path) in args.expected.iter().enumerate() {
+        let want = npy::read(path)?;
+        let got = match outputs.get(k) {
+            Some(Value::Tensor(t)) => t,
+            _ => return Err(pteron::Error::Npy(format!("output {k} is not a tensor to compare"))),
+        };
+        if got.dtype != want.dtype || got.sizes != want.sizes {
+            println!("output {k}: MISMATCH: got {}{:?}, expected {}{:?}", got.dtype, got.sizes, want.dtype, want.sizes);
+            continue;
+        }
+        let (g, w) = (got.to_f64_vec().unwrap_or_default(), want.to_f64_vec().unwrap_or_default());
+        let err = g.iter().zip(&w).fold(0.0f64, |m, (a, b)| if (a - b).is_nan() { f64::INFINITY } else { m.max((a - b).abs()) });
+        let scale = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        println!("output {k}: max abs error {err:.3e} vs {} (max |expected| {scale:.3e})", path.display());
     }
     println!(
         "load {}, execute {} (median of {}), planned memory {} bytes",
