@@ -560,14 +560,14 @@ impl<'p> Method<'p> {
         match &self.values[vi] {
             Value::Bool(b) => Ok(*b),
             Value::Tensor(t) if t.info.dtype() == ScalarType::Bool => {
-                let r = self.tensor_ref(t).map_err(|source| Error::Kernel { op: "jump_false".into(), instruction: pc, source })?;
+                let r = self.tensor_ref(vi, t).map_err(|source| Error::Kernel { op: "jump_false".into(), instruction: pc, source })?;
                 Ok(r.bytes.iter().all(|&b| b != 0))
             }
             v => Err(invalid(format!("jump condition is a {}", v.kind()))),
         }
     }
 
-    fn tensor_ref<'s>(&'s self, t: &'s Tensor<'p>) -> core::result::Result<TensorRef<'s>, KernelError> {
+    fn tensor_ref<'s>(&'s self, vi: usize, t: &'s Tensor<'p>) -> core::result::Result<TensorRef<'s>, KernelError> {
         let n = t.info.nbytes();
         let bytes = match t.storage {
             Storage::Planned { arena, offset } => self
@@ -576,7 +576,9 @@ impl<'p> Method<'p> {
                 .and_then(|a| a.bytes().get(offset..offset.checked_add(n)?))
                 .ok_or(KernelError::SizeOverflow)?,
             Storage::Constant(b) => b.get(..n).ok_or(KernelError::SizeOverflow)?,
-            Storage::Empty => &[],
+            // A freed (or never backed) tensor has no bytes to show for its sizes.
+            Storage::Empty if n == 0 => &[],
+            Storage::Empty => return Err(KernelError::NoData { value: vi }),
         };
         Ok(TensorRef { info: &t.info, bytes })
     }
@@ -585,7 +587,7 @@ impl<'p> Method<'p> {
     pub fn output(&self, i: usize) -> Result<Output<'_>> {
         let vi = *self.outputs.get(i).ok_or_else(|| invalid(format!("no output {i}")))? as usize;
         Ok(match &self.values[vi] {
-            Value::Tensor(t) => Output::Tensor(self.tensor_ref(t).map_err(|source| Error::Kernel { op: "output".into(), instruction: 0, source })?),
+            Value::Tensor(t) => Output::Tensor(self.tensor_ref(vi, t).map_err(|source| Error::Kernel { op: "output".into(), instruction: 0, source })?),
             Value::Int(v) => Output::Int(*v),
             Value::Double(v) => Output::Double(*v),
             Value::Bool(v) => Output::Bool(*v),

@@ -60,6 +60,7 @@ impl<'a> DataFile<'a> {
         // The flatbuffer's offsets count from byte 0 with the header spliced in after the
         // identifier, so it is verified over `0..flatbuffer_offset + flatbuffer_size`.
         let opts = flatbuffers::VerifierOptions::default();
+        crate::program::check_root_offset(data)?;
         let fb = fb::root_as_flat_tensor_with_opts(&opts, &data[..fb_end])?;
         Ok(DataFile { data, fb, segments: (seg.start, seg.end) })
     }

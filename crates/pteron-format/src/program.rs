@@ -39,6 +39,19 @@ impl core::fmt::Debug for Program<'_> {
     }
 }
 
+/// The root table must lie after the root offset and the identifier (as ExecuTorch checks);
+/// the verifier then checks it against the buffer's end.
+pub(crate) fn check_root_offset(data: &[u8]) -> Result<(), FormatError> {
+    let root = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
+    if root < 8 {
+        return Err(FormatError::BadHeader {
+            header: "flatbuffer",
+            reason: format!("root table offset {root} points into the file identifier"),
+        });
+    }
+    Ok(())
+}
+
 /// The 4-byte identifier of a flatbuffer file, for messages.
 fn ident(data: &[u8]) -> String {
     String::from_utf8_lossy(&data[4..8]).into_owned()
@@ -97,6 +110,7 @@ impl<'a> Program<'a> {
             max_apparent_size: 1 << 31,
             ignore_missing_null_terminator: false,
         };
+        check_root_offset(data)?;
         let fb = schema::root_as_program_with_opts(&opts, &data[..program_size])?;
         let mut p = Program { data, fb, header, segments, constant_segment: None };
 

@@ -1,0 +1,2263 @@
+//! Malformed and hostile inputs: no `.pte`, `.ptd` or `.npy` file may make pteron panic, hang,
+//! allocate without bound or read outside its buffers. Every case either loads and runs, or
+//! stops with an error that says what was wrong.
+//!
+//! * Hand-made container cases (identifier, "eh00" header, truncation, root offset).
+//! * Structure-aware cases: a real fixture is unpacked with the flatbuffers object API
+//!   (`support/program_object_api.rs`), one field is changed, and it is packed again.
+//! * Random mutants of every fixture (deterministic xorshift PRNG; bit flips, byte and word
+//!   overwrites, truncations, duplicated chunks), each parsed, loaded and (if it loads) run
+//!   under an instruction budget inside `catch_unwind`; a watchdog fails the test on a hang.
+//!   `PTERON_MUTANTS=n` changes the number of mutants per fixture (default 300).
+//! * `.npy` parsing under the same mutations.
+//!
+//! Operators without a kernel yet are given a stub kernel that reads every argument through
+//! the kernel interface and writes its output, so that the loader's and executor's checks are
+//! exercised even where the real kernel is still missing.
+
+#[allow(
+    clippy::all,
+    unused_imports,
+    dead_code,
+    non_camel_case_types,
+    non_snake_case,
+    deprecated,
+    mismatched_lifetime_syntaxes,
+    unsafe_op_in_unsafe_fn,
+    unused_mut
+)]
+#[rustfmt::skip]
+#[path = "support/program_object_api.rs"]
+mod objapi;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use objapi::executorch_flatbuffer as fbo;
+use pteron::core::{
+    ArgAccess, Error as CoreError, Kernel, KernelContext, KernelError, KernelRegistry, Method,
+    Value as CValue,
+};
+use pteron::format::{DataFile, ExtendedHeader, FormatError};
+use pteron::{npy, MethodConfig, ProgramFile, RunMethod, ScalarType, Tensor};
+
+// ------------------------------------------------------------------------------------------
+// Fixtures and running
+
+fn models_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models")
+}
+
+#[derive(Clone)]
+struct Fixture {
+    pte: Vec<u8>,
+    ptd: Option<Vec<u8>>,
+    inputs: Vec<Tensor>,
+}
+
+fn fixture(name: &str) -> Fixture {
+    let dir = models_dir().join(name);
+    let pte = std::fs::read(dir.join("model.pte")).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let ptd = std::fs::read_to_string(dir.join("meta.json"))
+        .ok()
+        .and_then(|m| serde_json::from_str::<serde_json::Value>(&m).ok())
+        .and_then(|m| {
+            m["external_data"]
+                .as_str()
+                .map(|f| std::fs::read(dir.join(f)).unwrap())
+        });
+    let mut inputs = Vec::new();
+    while let Ok(t) = npy::read(dir.join(format!("input{}.npy", inputs.len()))) {
+        inputs.push(t);
+    }
+    Fixture { pte, ptd, inputs }
+}
+
+fn all_fixture_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(models_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("model.pte").exists())
+        .map(|e| e.file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A kernel for operators that have no real kernel yet: reads every argument through the
+/// kernel interface (as a real kernel would), then zero-fills the returned tensor.
+fn stub_kernel(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    let n = ctx.num_args();
+    for i in 0..n {
+        let v = *ctx.value(i)?;
+        match v {
+            CValue::Tensor(_) => {
+                let vi = ctx.value_index(i)?;
+                let ([t], []) = ctx.io_values([vi], [])?;
+                let _ = t.bytes.iter().fold(0u8, |a, &b| a ^ b);
+            }
+            CValue::IntList(_) => {
+                for x in ctx.int_list(i)?.iter() {
+                    x?;
+                }
+            }
+            CValue::TensorList(_) => {
+                let items = ctx.tensor_list(i)?.to_vec();
+                for vi in items {
+                    ctx.tensor_at(vi as usize)?;
+                    let _ = ctx.io_values([vi as usize], [])?;
+                }
+            }
+            CValue::OptionalTensorList(_) => {
+                let items = ctx.opt_tensor_list(i)?.to_vec();
+                for vi in items.into_iter().filter(|&v| v != pteron::core::NONE_INDEX) {
+                    ctx.tensor_at(vi as usize)?;
+                }
+            }
+            CValue::DoubleList(_) => {
+                ctx.double_list(i)?;
+            }
+            CValue::BoolList(_) => {
+                ctx.bool_list(i)?;
+            }
+            _ => {}
+        }
+    }
+    if n > 0 && matches!(ctx.value(n - 1)?, CValue::Tensor(_)) {
+        // Like a unary kernel: argument 0 in, the return slot out, borrowed together.
+        if n > 1
+            && matches!(ctx.value(0)?, CValue::Tensor(_))
+            && ctx.value_index(0)? != ctx.value_index(n - 1)?
+        {
+            let (_, [o]) = ctx.io([0], [n - 1])?;
+            o.bytes.fill(0);
+        } else {
+            let ([], [o]) = ctx.io([], [n - 1])?;
+            o.bytes.fill(0);
+        }
+    }
+    Ok(())
+}
+
+/// The default kernels, plus [`stub_kernel`] for every operator the fixtures use that has no
+/// kernel yet.
+fn kernels() -> KernelRegistry {
+    let mut reg = pteron::default_kernels();
+    for name in all_fixture_names() {
+        let f = fixture(&name);
+        let Ok(p) = pteron::format::Program::parse(&f.pte) else {
+            continue;
+        };
+        for plan in p.plans() {
+            for op in plan.operators().into_iter().flatten() {
+                let full = pteron::core::method::operator_name(&op);
+                if reg.get(&full).is_none() {
+                    reg.register(&full, Kernel::new(stub_kernel));
+                }
+            }
+        }
+    }
+    reg
+}
+
+fn synthetic_input(spec: &CValue<'_>) -> Option<Tensor> {
+    let CValue::Tensor(t) = spec else { return None };
+    let dtype = t.info.dtype();
+    let numel = t.info.numel();
+    let data = match dtype {
+        ScalarType::Float => (0..numel)
+            .flat_map(|i| ((i % 7) as f32 * 0.25 - 0.5).to_le_bytes())
+            .collect(),
+        _ => vec![0u8; numel * dtype.elem_size()],
+    };
+    Some(Tensor {
+        dtype,
+        sizes: t.info.sizes().to_vec(),
+        data,
+    })
+}
+
+/// Sets the inputs (the given ones where they fit the method, synthetic ones otherwise),
+/// executes, and reads every output.
+fn run_method(m: &mut Method<'_>, given: &[Tensor]) -> Result<(), pteron::Error> {
+    for i in 0..m.num_inputs() {
+        let spec = *m.input_spec(i).expect("input spec");
+        match spec {
+            CValue::Tensor(s) => {
+                let t = given
+                    .get(i)
+                    .filter(|t| t.dtype == s.info.dtype() && t.sizes.len() == s.info.rank())
+                    .cloned()
+                    .or_else(|| synthetic_input(&spec))
+                    .expect("tensor spec");
+                m.set_input_tensor(i, t.dtype, &t.sizes, &t.data)?;
+            }
+            v => m.set_input_value(i, v)?,
+        }
+    }
+    m.execute()?;
+    for i in 0..m.num_outputs() {
+        if let pteron::core::Output::Tensor(t) = m.output(i)? {
+            // Output bytes must cover the sizes the output claims.
+            assert_eq!(
+                t.bytes.len(),
+                t.info.nbytes(),
+                "output {i} bytes do not match its sizes"
+            );
+        }
+    }
+    m.outputs()?;
+    Ok(())
+}
+
+/// Parses `pte` (with `ptd` attached), walks the format-level accessors, loads every method and
+/// (when `execute`) runs it. Returns the first error.
+fn exercise(
+    pte: &[u8],
+    ptd: Option<&[u8]>,
+    inputs: &[Tensor],
+    kernels: &KernelRegistry,
+    config: MethodConfig,
+    execute: bool,
+) -> Result<(), pteron::Error> {
+    let file = ProgramFile::from_bytes(pte);
+    let data = ptd.map(ProgramFile::from_bytes);
+    let mut program = file.program()?;
+    walk_format(program.format());
+    if let Some(d) = &data {
+        let df = d.data_file()?;
+        walk_data_file(&df);
+        program = program.with_external_data(df);
+    }
+    let mut first = None;
+    for name in program.method_names() {
+        let r = program
+            .load_method_with(name, kernels, config)
+            .and_then(|mut m| {
+                if execute {
+                    run_method(&mut m, inputs)?;
+                    // A second run starts from the state the first one left.
+                    run_method(&mut m, inputs)?;
+                }
+                Ok(())
+            });
+        if let Err(e) = r {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Touches every checked accessor of a verified program.
+fn walk_format(p: &pteron::format::Program<'_>) {
+    let _ = p.constant_segment_bytes();
+    for i in 0..p.num_segments() + 2 {
+        let _ = p.segment(i);
+    }
+    for k in p.named_data_keys() {
+        let _ = p.named_data(k);
+    }
+    for idx in [0u32, 1, 2, 1000, u32::MAX] {
+        for n in [0usize, 1, 64, usize::MAX] {
+            let _ = p.constant(idx, n);
+            let _ = p.mutable_data(idx, n);
+        }
+    }
+    for plan in p.plans() {
+        for d in plan.delegates().into_iter().flatten() {
+            if let Some(r) = d.processed() {
+                let _ = p.delegate_data(r);
+            }
+        }
+    }
+}
+
+fn walk_data_file(d: &DataFile<'_>) {
+    for k in d.keys() {
+        let _ = d.get(k);
+        let _ = d.layout(k);
+    }
+    let _ = d.get("no such key");
+}
+
+fn small_config() -> MethodConfig {
+    MethodConfig {
+        instruction_budget: 100_000,
+        max_planned_bytes: 64 << 20,
+        max_values: 1 << 20,
+    }
+}
+
+/// Runs `f` on a worker thread; fails if the step it reports does not finish within `limit`.
+fn with_watchdog<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce(Arc<Mutex<(Instant, String)>>) -> T + Send + 'static,
+) -> T {
+    let step = Arc::new(Mutex::new((Instant::now(), String::from("start"))));
+    let s2 = step.clone();
+    let h = std::thread::spawn(move || f(s2));
+    while !h.is_finished() {
+        std::thread::sleep(Duration::from_millis(50));
+        let (t, what) = step.lock().unwrap().clone();
+        if t.elapsed() > limit {
+            panic!("{what} has run for more than {limit:?}: a hang?");
+        }
+    }
+    h.join().expect("worker thread")
+}
+
+// ------------------------------------------------------------------------------------------
+// Error assertions
+
+fn expect_err<T>(r: Result<T, pteron::Error>, what: &str, needles: &[&str]) -> pteron::Error {
+    let e = match r {
+        Ok(_) => panic!("{what}: expected an error, but it was accepted"),
+        Err(e) => e,
+    };
+    let msg = e.to_string();
+    assert!(
+        needles.is_empty()
+            || needles
+                .iter()
+                .any(|n| msg.to_lowercase().contains(&n.to_lowercase())),
+        "{what}: error {msg:?} does not mention any of {needles:?}"
+    );
+    e
+}
+
+fn parse_err(bytes: &[u8], what: &str, needles: &[&str]) -> pteron::Error {
+    let f = ProgramFile::from_bytes(bytes);
+    let r = f.program().map(|_| ());
+    expect_err(r, what, needles)
+}
+
+/// Loads and runs the (edited) program; must fail, naming the problem.
+fn run_err(
+    f: &Fixture,
+    pte: &[u8],
+    config: MethodConfig,
+    what: &str,
+    needles: &[&str],
+) -> pteron::Error {
+    let kernels = kernels();
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        exercise(pte, f.ptd.as_deref(), &f.inputs, &kernels, config, true)
+    }))
+    .unwrap_or_else(|_| panic!("{what}: panicked"));
+    expect_err(r, what, needles)
+}
+
+// ------------------------------------------------------------------------------------------
+// Rebuilding programs with one field changed
+
+fn program_size(orig: &[u8]) -> usize {
+    match ExtendedHeader::parse(orig).unwrap() {
+        Some(h) => h.program_size as usize,
+        None => orig.len(),
+    }
+}
+
+/// The segment data of a well-formed file.
+fn segment_data(orig: &[u8]) -> &[u8] {
+    match ExtendedHeader::parse(orig).unwrap() {
+        Some(h) if h.segment_base_offset > 0 => {
+            let base = h.segment_base_offset as usize;
+            let end = if h.segment_data_size > 0 {
+                base + h.segment_data_size as usize
+            } else {
+                orig.len()
+            };
+            &orig[base..end]
+        }
+        _ => &[],
+    }
+}
+
+fn unpack(orig: &[u8]) -> fbo::ProgramT {
+    fbo::root_as_program(&orig[..program_size(orig)])
+        .expect("fixture verifies")
+        .unpack()
+}
+
+/// Serialises `p` as a `.pte`: flatbuffer with a 32-byte "eh00" header spliced in after the
+/// identifier, then `segments` at the next 128-byte boundary.
+fn pack(p: &fbo::ProgramT, segments: &[u8]) -> Vec<u8> {
+    let mut b = flatbuffers::FlatBufferBuilder::new();
+    let root = p.pack(&mut b);
+    b.finish(root, Some("ET12"));
+    let fbuf = b.finished_data();
+    let root = u32::from_le_bytes(fbuf[0..4].try_into().unwrap()) + 32;
+    let program_size = fbuf.len() as u64 + 32;
+    let base = if segments.is_empty() {
+        0
+    } else {
+        program_size.div_ceil(128) * 128
+    };
+    let mut out = Vec::new();
+    out.extend_from_slice(&root.to_le_bytes());
+    out.extend_from_slice(&fbuf[4..8]);
+    out.extend_from_slice(b"eh00");
+    out.extend_from_slice(&32u32.to_le_bytes());
+    out.extend_from_slice(&program_size.to_le_bytes());
+    out.extend_from_slice(&base.to_le_bytes());
+    out.extend_from_slice(&(segments.len() as u64).to_le_bytes());
+    out.extend_from_slice(&fbuf[8..]);
+    if !segments.is_empty() {
+        out.resize(base as usize, 0);
+        out.extend_from_slice(segments);
+    }
+    out
+}
+
+/// `f`'s program with `edit` applied.
+fn edited(f: &Fixture, edit: impl FnOnce(&mut fbo::ProgramT)) -> Vec<u8> {
+    let mut p = unpack(&f.pte);
+    edit(&mut p);
+    pack(&p, segment_data(&f.pte))
+}
+
+fn plan(p: &mut fbo::ProgramT) -> &mut fbo::ExecutionPlanT {
+    &mut p.execution_plan.as_mut().unwrap()[0]
+}
+
+fn values(p: &mut fbo::ProgramT) -> &mut Vec<fbo::EValueT> {
+    plan(p).values.as_mut().unwrap()
+}
+
+fn instructions(p: &mut fbo::ProgramT) -> &mut Vec<fbo::InstructionT> {
+    plan(p).chains.as_mut().unwrap()[0]
+        .instructions
+        .as_mut()
+        .unwrap()
+}
+
+fn push_value(p: &mut fbo::ProgramT, v: fbo::KernelTypesT) -> i32 {
+    let vals = values(p);
+    vals.push(fbo::EValueT { val: v });
+    vals.len() as i32 - 1
+}
+
+fn find_value(p: &mut fbo::ProgramT, pred: impl Fn(&fbo::KernelTypesT) -> bool) -> usize {
+    values(p)
+        .iter()
+        .position(|v| pred(&v.val))
+        .expect("fixture has such a value")
+}
+
+fn tensor(p: &mut fbo::ProgramT, vi: usize) -> &mut fbo::TensorT {
+    match &mut values(p)[vi].val {
+        fbo::KernelTypesT::Tensor(t) => t,
+        _ => panic!("value {vi} is not a tensor"),
+    }
+}
+
+/// Index of the first tensor value matching `pred`.
+fn find_tensor(p: &mut fbo::ProgramT, pred: impl Fn(&fbo::TensorT) -> bool) -> usize {
+    find_value(p, |v| matches!(v, fbo::KernelTypesT::Tensor(t) if pred(t)))
+}
+
+fn is_planned(t: &fbo::TensorT) -> bool {
+    t.allocation_info.is_some()
+}
+
+fn is_constant(t: &fbo::TensorT) -> bool {
+    t.allocation_info.is_none() && t.data_buffer_idx > 0
+}
+
+fn kernel_call(p: &mut fbo::ProgramT, k: usize) -> &mut fbo::KernelCallT {
+    match &mut instructions(p)[k].instr_args {
+        fbo::InstructionArgumentsT::KernelCall(c) => c,
+        _ => panic!("instruction {k} is not a kernel call"),
+    }
+}
+
+fn instr(a: fbo::InstructionArgumentsT) -> fbo::InstructionT {
+    fbo::InstructionT { instr_args: a }
+}
+
+fn jump(cond: i32, dest: i32) -> fbo::InstructionT {
+    instr(fbo::InstructionArgumentsT::JumpFalseCall(Box::new(
+        fbo::JumpFalseCallT {
+            cond_value_index: cond,
+            destination_instruction: dest,
+        },
+    )))
+}
+
+fn move_call(from: i32, to: i32) -> fbo::InstructionT {
+    instr(fbo::InstructionArgumentsT::MoveCall(Box::new(
+        fbo::MoveCallT {
+            move_from: from,
+            move_to: to,
+        },
+    )))
+}
+
+fn free_call(v: i32) -> fbo::InstructionT {
+    instr(fbo::InstructionArgumentsT::FreeCall(Box::new(
+        fbo::FreeCallT { value_index: v },
+    )))
+}
+
+fn bool_value(b: bool) -> fbo::KernelTypesT {
+    fbo::KernelTypesT::Bool(Box::new(fbo::BoolT { bool_val: b }))
+}
+
+fn int_value(v: i64) -> fbo::KernelTypesT {
+    fbo::KernelTypesT::Int(Box::new(fbo::IntT { int_val: v }))
+}
+
+type Edit = Box<dyn Fn(&mut fbo::ProgramT)>;
+
+/// One structure-aware case: an edit of the program and words the error must contain (any of
+/// them; none: the case only must not panic).
+struct Case {
+    what: &'static str,
+    needles: &'static [&'static str],
+    edit: Edit,
+}
+
+fn case(
+    what: &'static str,
+    needles: &'static [&'static str],
+    edit: impl Fn(&mut fbo::ProgramT) + 'static,
+) -> Case {
+    Case {
+        what,
+        needles,
+        edit: Box::new(edit),
+    }
+}
+
+/// A case that edits the first tensor matching `pick`.
+fn tcase(
+    what: &'static str,
+    needles: &'static [&'static str],
+    pick: fn(&fbo::TensorT) -> bool,
+    edit: impl Fn(&mut fbo::TensorT) + 'static,
+) -> Case {
+    case(what, needles, move |p| {
+        let vi = find_tensor(p, pick);
+        edit(tensor(p, vi));
+    })
+}
+
+fn run_cases(f: &Fixture, cases: Vec<Case>, config: MethodConfig) {
+    let kernels = kernels();
+    for c in cases {
+        let b = edited(f, |p| (c.edit)(p));
+        if c.needles.is_empty() {
+            // Accepted or rejected, but without a panic.
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                exercise(&b, f.ptd.as_deref(), &f.inputs, &kernels, config, true)
+            }));
+            assert!(r.is_ok(), "{}: panicked", c.what);
+            continue;
+        }
+        run_err(f, &b, config, c.what, c.needles);
+    }
+}
+
+/// A kernel call (instruction index) whose argument 0 is a planned tensor of the same shape as
+/// its returned tensor (a unary op such as relu): (instruction, input, output).
+fn unary_call(p: &mut fbo::ProgramT) -> (usize, i32, i32) {
+    for k in 0..instructions(p).len() {
+        let fbo::InstructionArgumentsT::KernelCall(c) = &instructions(p)[k].instr_args else {
+            continue;
+        };
+        let args = c.args.clone().unwrap();
+        let (input, out) = (args[0], *args.last().unwrap());
+        let vals = values(p);
+        if let (fbo::KernelTypesT::Tensor(a), fbo::KernelTypesT::Tensor(b)) =
+            (&vals[input as usize].val, &vals[out as usize].val)
+        {
+            if input != out
+                && !is_constant(a)
+                && a.sizes == b.sizes
+                && a.scalar_type == b.scalar_type
+            {
+                return (k, input, out);
+            }
+        }
+    }
+    panic!("no unary kernel call");
+}
+
+// ------------------------------------------------------------------------------------------
+// Container cases
+
+#[test]
+fn empty_and_tiny_files() {
+    parse_err(&[], "empty file", &["too short"]);
+    for n in 1..8 {
+        parse_err(&vec![0u8; n], "short file", &["too short"]);
+    }
+    let f = fixture("mlp");
+    parse_err(&f.pte[..7], "7 bytes of a real file", &["too short"]);
+    // Exactly the 8 bytes of root offset and identifier.
+    parse_err(&f.pte[..8], "8 bytes", &[]);
+}
+
+#[test]
+fn wrong_identifier() {
+    let f = fixture("mlp");
+    let mut b = f.pte.clone();
+    b[4..8].copy_from_slice(b"XXXX");
+    parse_err(&b, "XXXX identifier", &["identifier", "XXXX"]);
+    b[4..8].copy_from_slice(b"ET99");
+    let e = parse_err(&b, "ET99 identifier", &["version", "ET99"]);
+    assert!(
+        matches!(
+            e,
+            pteron::Error::Format(FormatError::IncompatibleVersion { .. })
+        ),
+        "{e:?}"
+    );
+    // A .ptd given as a program and a program given as a .ptd.
+    if let Some(ptd) = fixture("external_weights").ptd {
+        parse_err(&ptd, "a .ptd as .pte", &["identifier"]);
+    }
+    let e = ProgramFile::from_bytes(&f.pte).data_file().map(|_| ());
+    expect_err(e, "a .pte as .ptd", &["FT01"]);
+}
+
+#[test]
+fn truncated_files() {
+    for name in all_fixture_names() {
+        let f = fixture(&name);
+        let step = (f.pte.len() / 300).max(7);
+        let mut cut = 0;
+        while cut < f.pte.len() {
+            let what = format!("{name} truncated to {cut} bytes");
+            let r = catch_unwind(|| ProgramFile::from_bytes(&f.pte[..cut]).program().map(|_| ()));
+            let r = r.unwrap_or_else(|_| panic!("{what}: panicked"));
+            expect_err(r, &what, &[]);
+            cut += step;
+        }
+        // Every cut within the flatbuffer and the first bytes of the header.
+        for cut in
+            (0..program_size(&f.pte).min(600)).chain(program_size(&f.pte)..program_size(&f.pte) + 4)
+        {
+            if cut >= f.pte.len() {
+                break;
+            }
+            let r = ProgramFile::from_bytes(&f.pte[..cut]).program().map(|_| ());
+            expect_err(r, &format!("{name} truncated to {cut} bytes"), &[]);
+        }
+    }
+}
+
+fn with_header(orig: &[u8], at: usize, v: &[u8]) -> Vec<u8> {
+    let mut b = orig.to_vec();
+    b[at..at + v.len()].copy_from_slice(v);
+    b
+}
+
+#[test]
+fn bad_extended_header() {
+    let f = fixture("mlp");
+    let b = &f.pte;
+    assert_eq!(&b[8..12], b"eh00");
+    let len = b.len() as u64;
+    parse_err(
+        &with_header(b, 12, &8u32.to_le_bytes()),
+        "header_length 8",
+        &["eh00", "length"],
+    );
+    parse_err(
+        &with_header(b, 12, &23u32.to_le_bytes()),
+        "header_length 23",
+        &["eh00", "length"],
+    );
+    parse_err(
+        &with_header(b, 16, &(len + 1).to_le_bytes()),
+        "program_size past the end",
+        &["program"],
+    );
+    parse_err(
+        &with_header(b, 16, &u64::MAX.to_le_bytes()),
+        "program_size u64::MAX",
+        &["program"],
+    );
+    parse_err(
+        &with_header(b, 16, &4u64.to_le_bytes()),
+        "program_size 4",
+        &["program_size"],
+    );
+    let base = u64::from_le_bytes(b[24..32].try_into().unwrap());
+    let size = u64::from_le_bytes(b[32..40].try_into().unwrap());
+    assert!(base > 0 && size > 0, "mlp has a constant segment");
+    parse_err(
+        &with_header(b, 32, &(u64::MAX - base + 1).to_le_bytes()),
+        "base + size overflows",
+        &["segment"],
+    );
+    parse_err(
+        &with_header(b, 24, &u64::MAX.to_le_bytes()),
+        "segment base u64::MAX",
+        &["segment"],
+    );
+    parse_err(
+        &with_header(b, 32, &(len - base + 1).to_le_bytes()),
+        "segment data past the end",
+        &["segment"],
+    );
+    parse_err(
+        &with_header(b, 24, &(len + 1).to_le_bytes()),
+        "segment base past the end",
+        &["segment"],
+    );
+    parse_err(
+        &with_header(b, 24, &16u64.to_le_bytes()),
+        "segments inside the program",
+        &["segment"],
+    );
+    // Segment data shorter than the constant segment needs.
+    parse_err(
+        &with_header(b, 32, &1u64.to_le_bytes()),
+        "segment data too short",
+        &["segment"],
+    );
+    // A pre-1.0 header (24 bytes: no segment size) still reads; with no segment base the
+    // constants cannot be found.
+    let mut old = with_header(b, 12, &24u32.to_le_bytes());
+    assert!(ProgramFile::from_bytes(&old).program().is_ok());
+    old[24..32].copy_from_slice(&0u64.to_le_bytes());
+    parse_err(&old, "no segment base", &["segment"]);
+    // Not "eh00": the whole file is then taken as the flatbuffer, which has no segments.
+    parse_err(
+        &with_header(b, 8, b"eh01"),
+        "unknown header magic",
+        &["segment"],
+    );
+}
+
+#[test]
+fn bad_root_offset() {
+    let f = fixture("mlp");
+    let len = f.pte.len() as u32;
+    for root in [0u32, 4, 7] {
+        parse_err(
+            &with_header(&f.pte, 0, &root.to_le_bytes()),
+            &format!("root offset {root}"),
+            &["root table offset"],
+        );
+    }
+    for root in [
+        8,
+        12,
+        len,
+        len - 4,
+        program_size(&f.pte) as u32,
+        u32::MAX,
+        0x7FFF_FFFF,
+    ] {
+        parse_err(
+            &with_header(&f.pte, 0, &root.to_le_bytes()),
+            &format!("root offset {root}"),
+            &["flatbuffer"],
+        );
+    }
+}
+
+#[test]
+fn bad_segments_and_constants() {
+    let f = fixture("mlp");
+    let seg_len = segment_data(&f.pte).len() as u64;
+    let cases = vec![
+        case("segment offset u64::MAX", &["segment"], |p| {
+            p.segments.as_mut().unwrap()[0].offset = u64::MAX
+        }),
+        case("segment size u64::MAX", &["segment"], |p| {
+            p.segments.as_mut().unwrap()[0].size_ = u64::MAX
+        }),
+        case("segment offset + size overflows", &["segment"], |p| {
+            let s = &mut p.segments.as_mut().unwrap()[0];
+            s.offset = 16;
+            s.size_ = u64::MAX - 8;
+        }),
+        case("segment past the segment data", &["segment"], move |p| {
+            p.segments.as_mut().unwrap()[0].offset = seg_len
+        }),
+        case("no segments", &["segment"], |p| p.segments = None),
+        case(
+            "constant segment index out of range",
+            &["segment index 7"],
+            |p| p.constant_segment.as_mut().unwrap().segment_index = 7,
+        ),
+        case(
+            "constant offset past the segment",
+            &["constant tensor"],
+            move |p| {
+                p.constant_segment
+                    .as_mut()
+                    .unwrap()
+                    .offsets
+                    .as_mut()
+                    .unwrap()[1] = seg_len
+            },
+        ),
+        case("constant offset u64::MAX", &["constant tensor"], |p| {
+            for o in p
+                .constant_segment
+                .as_mut()
+                .unwrap()
+                .offsets
+                .as_mut()
+                .unwrap()
+                .iter_mut()
+                .skip(1)
+            {
+                *o = u64::MAX;
+            }
+        }),
+        case(
+            "constant_segment and constant_buffer both",
+            &["both"],
+            |p| {
+                p.constant_buffer = Some(vec![
+                    fbo::BufferT::default(),
+                    fbo::BufferT {
+                        storage: Some(vec![0; 16]),
+                    },
+                ])
+            },
+        ),
+        tcase(
+            "data_buffer_idx past the constant offsets",
+            &["constant index 1000"],
+            is_constant,
+            |t| t.data_buffer_idx = 1000,
+        ),
+        tcase(
+            "data_buffer_idx u32::MAX",
+            &["constant index"],
+            is_constant,
+            |t| t.data_buffer_idx = u32::MAX,
+        ),
+        tcase(
+            "constant larger than its data",
+            &["constant tensor"],
+            is_constant,
+            |t| t.sizes.as_mut().unwrap()[0] = 1 << 24,
+        ),
+        case("constants inline, buffer too short", &["constant"], |p| {
+            p.constant_segment = None;
+            p.constant_buffer = Some(vec![
+                fbo::BufferT::default(),
+                fbo::BufferT {
+                    storage: Some(vec![0; 3]),
+                },
+            ]);
+        }),
+    ];
+    run_cases(&f, cases, small_config());
+}
+
+// ------------------------------------------------------------------------------------------
+// Structure-aware cases
+
+#[test]
+fn rebuilt_fixtures_still_run() {
+    // The re-serialiser itself must be faithful, or the cases below would test nothing.
+    let kernels = kernels();
+    for name in all_fixture_names() {
+        let f = fixture(&name);
+        let b = edited(&f, |_| {});
+        let cfg = MethodConfig::default();
+        let r0 = exercise(&f.pte, f.ptd.as_deref(), &f.inputs, &kernels, cfg, true)
+            .map_err(|e| e.to_string());
+        let r1 = exercise(&b, f.ptd.as_deref(), &f.inputs, &kernels, cfg, true)
+            .map_err(|e| e.to_string());
+        assert_eq!(r0, r1, "{name}: the rebuilt program behaves differently");
+    }
+}
+
+/// A planned rank-2 tensor (an activation).
+fn planned_2d(t: &fbo::TensorT) -> bool {
+    is_planned(t) && t.sizes.as_ref().is_some_and(|s| s.len() == 2)
+}
+
+#[test]
+fn bad_tensors() {
+    let f = fixture("mlp");
+    let p = planned_2d;
+    let cases = vec![
+        tcase("negative size", &["negative tensor size"], p, |t| {
+            t.sizes.as_mut().unwrap()[0] = -1
+        }),
+        tcase("i32::MIN size", &["negative tensor size"], p, |t| {
+            t.sizes.as_mut().unwrap()[0] = i32::MIN
+        }),
+        tcase("huge size", &["overruns planned buffer"], p, |t| {
+            t.sizes.as_mut().unwrap()[0] = i32::MAX
+        }),
+        tcase("numel overflows", &["overflow"], p, |t| {
+            t.sizes = Some(vec![i32::MAX; 3]);
+            t.dim_order = Some(vec![0, 1, 2]);
+        }),
+        tcase("rank 17", &["rank 17"], p, |t| {
+            t.sizes = Some(vec![1; 17]);
+            t.dim_order = Some((0..17).collect());
+        }),
+        tcase("no sizes", &["without sizes"], p, |t| t.sizes = None),
+        tcase("no dim_order", &["without dim_order"], p, |t| {
+            t.dim_order = None
+        }),
+        tcase("duplicate dim_order", &["permutation"], p, |t| {
+            t.dim_order = Some(vec![0, 0])
+        }),
+        tcase("dim_order out of range", &["permutation"], p, |t| {
+            t.dim_order = Some(vec![0, 2])
+        }),
+        tcase("dim_order 255", &["permutation"], p, |t| {
+            t.dim_order = Some(vec![255, 0])
+        }),
+        tcase("dim_order too short", &["dim order has 1"], p, |t| {
+            t.dim_order = Some(vec![0])
+        }),
+        tcase("dim_order too long", &["dim order has 3"], p, |t| {
+            t.dim_order = Some(vec![0, 1, 2])
+        }),
+        tcase("unknown scalar type", &["scalar type 99"], p, |t| {
+            t.scalar_type = fbo::ScalarType(99)
+        }),
+        tcase("negative scalar type", &["scalar type -1"], p, |t| {
+            t.scalar_type = fbo::ScalarType(-1)
+        }),
+        tcase("storage_offset", &["storage_offset"], p, |t| {
+            t.storage_offset = 4
+        }),
+        tcase("unknown shape dynamism", &["dynamism"], p, |t| {
+            t.shape_dynamism = fbo::TensorShapeDynamism(7)
+        }),
+        tcase("memory_id 0", &["memory_id 0"], p, |t| {
+            t.allocation_info.as_mut().unwrap().memory_id = 0
+        }),
+        tcase("memory_id 2", &["memory_id 2"], p, |t| {
+            t.allocation_info.as_mut().unwrap().memory_id = 2
+        }),
+        tcase("memory_id u32::MAX", &["memory_id"], p, |t| {
+            t.allocation_info.as_mut().unwrap().memory_id = u32::MAX
+        }),
+        tcase(
+            "offset past the arena",
+            &["overruns planned buffer"],
+            p,
+            |t| t.allocation_info.as_mut().unwrap().memory_offset_low = 1 << 20,
+        ),
+        tcase(
+            "offset + nbytes overflows",
+            &["overruns planned buffer"],
+            p,
+            |t| {
+                let a = t.allocation_info.as_mut().unwrap();
+                a.memory_offset_low = u32::MAX;
+                a.memory_offset_high = u32::MAX;
+            },
+        ),
+        tcase(
+            "mutable data without mutable_data_segments",
+            &["mutable_data_segments"],
+            p,
+            |t| t.data_buffer_idx = 1,
+        ),
+        tcase("external tensor without a .ptd", &["external"], p, |t| {
+            t.extra_tensor_info = Some(Box::new(fbo::ExtraTensorInfoT {
+                fully_qualified_name: Some("w".into()),
+                location: fbo::TensorDataLocation::EXTERNAL,
+                ..Default::default()
+            }))
+        }),
+        tcase(
+            "external tensor without a name",
+            &["without a name"],
+            p,
+            |t| {
+                t.extra_tensor_info = Some(Box::new(fbo::ExtraTensorInfoT {
+                    location: fbo::TensorDataLocation::EXTERNAL,
+                    ..Default::default()
+                }))
+            },
+        ),
+        // An unplanned input (given memory at load): huge sizes must hit the memory limit,
+        // not allocate.
+        case(
+            "unplanned input of 2^60 elements",
+            &["planned memory"],
+            |p| {
+                let i = plan(p).inputs.as_ref().unwrap()[0] as usize;
+                tensor(p, i).allocation_info = None;
+                tensor(p, i).sizes = Some(vec![1 << 30, 1 << 30]);
+            },
+        ),
+    ];
+    run_cases(&f, cases, small_config());
+    let cases = vec![
+        case("unplanned input of 2^61 bytes", &["planned memory"], |p| {
+            let i = plan(p).inputs.as_ref().unwrap()[0] as usize;
+            tensor(p, i).allocation_info = None;
+            tensor(p, i).sizes = Some(vec![1 << 29, 1 << 30]);
+        }),
+        case("unplanned input of 2^64 bytes", &["overflow"], |p| {
+            let i = plan(p).inputs.as_ref().unwrap()[0] as usize;
+            tensor(p, i).allocation_info = None;
+            tensor(p, i).sizes = Some(vec![1 << 31 - 1, 1 << 31 - 1, 4]);
+            tensor(p, i).dim_order = Some(vec![0, 1, 2]);
+        }),
+        case(
+            "unplanned input just under 2^64 bytes",
+            &["planned memory", "too large"],
+            |p| {
+                let i = plan(p).inputs.as_ref().unwrap()[0] as usize;
+                tensor(p, i).allocation_info = None;
+                tensor(p, i).sizes = Some(vec![i32::MAX, i32::MAX]);
+            },
+        ),
+    ];
+    run_cases(&f, cases, MethodConfig::default());
+}
+
+#[test]
+fn bad_planned_buffers() {
+    let f = fixture("mlp");
+    let limit: &[&str] = &["planned memory"];
+    for (what, sizes, needles) in [
+        ("absurd buffer", vec![0i64, i64::MAX], limit),
+        ("17 GiB buffer", vec![0, 17 << 30], limit),
+        (
+            "buffers summing past the limit",
+            vec![0, 1 << 33, 1 << 33, 1 << 33],
+            limit,
+        ),
+        ("negative buffer", vec![0, -1], &["negative size"][..]),
+        ("no buffers", vec![], &["memory_id"][..]),
+        ("buffer too small", vec![0, 16], &["overruns"][..]),
+    ] {
+        let b = edited(&f, |p| plan(p).non_const_buffer_sizes = Some(sizes.clone()));
+        let e = run_err(&f, &b, MethodConfig::default(), what, needles);
+        if needles == limit {
+            assert!(
+                matches!(e, pteron::Error::Runtime(CoreError::ResourceLimit { .. })),
+                "{what}: {e:?}"
+            );
+        }
+    }
+    let b = edited(&f, |p| plan(p).non_const_buffer_sizes = None);
+    run_err(
+        &f,
+        &b,
+        small_config(),
+        "no non_const_buffer_sizes",
+        &["non_const_buffer_sizes"],
+    );
+    // The configured limit applies to the real size too.
+    let cfg = MethodConfig {
+        max_planned_bytes: 1024,
+        ..small_config()
+    };
+    let e = run_err(&f, &f.pte, cfg, "limit below the plan", &["planned memory"]);
+    assert!(
+        matches!(e, pteron::Error::Runtime(CoreError::ResourceLimit { .. })),
+        "{e:?}"
+    );
+    let cfg = MethodConfig {
+        max_values: 10,
+        ..small_config()
+    };
+    let e = run_err(&f, &f.pte, cfg, "too many values", &["values"]);
+    assert!(
+        matches!(e, pteron::Error::Runtime(CoreError::ResourceLimit { .. })),
+        "{e:?}"
+    );
+}
+
+fn is_int_list(v: &fbo::KernelTypesT) -> bool {
+    matches!(v, fbo::KernelTypesT::IntList(_))
+}
+
+fn is_tensor_list(v: &fbo::KernelTypesT) -> bool {
+    matches!(v, fbo::KernelTypesT::TensorList(_))
+}
+
+fn is_int(v: &fbo::KernelTypesT) -> bool {
+    matches!(v, fbo::KernelTypesT::Int(_))
+}
+
+/// Applies `edit` to the items of every IntList.
+fn each_int_list(p: &mut fbo::ProgramT, mut edit: impl FnMut(&mut Vec<i64>)) {
+    for v in values(p).iter_mut() {
+        if let fbo::KernelTypesT::IntList(l) = &mut v.val {
+            edit(l.items.as_mut().unwrap());
+        }
+    }
+}
+
+fn tensor_list_items(p: &mut fbo::ProgramT) -> (usize, &mut Vec<i32>) {
+    let vi = find_value(p, is_tensor_list);
+    match &mut values(p)[vi].val {
+        fbo::KernelTypesT::TensorList(l) => (vi, l.items.as_mut().unwrap()),
+        _ => unreachable!(),
+    }
+}
+
+fn opt_list(items: Vec<i32>) -> fbo::KernelTypesT {
+    fbo::KernelTypesT::OptionalTensorList(Box::new(fbo::OptionalTensorListT { items: Some(items) }))
+}
+
+#[test]
+fn bad_values_and_lists() {
+    let f = fixture("cnn");
+    let cases = vec![
+        case("IntList item out of range", &["IntList item"], |p| {
+            let n = values(p).len() as i64;
+            each_int_list(p, |l| l[0] = n);
+        }),
+        case("IntList item negative", &["IntList item"], |p| {
+            each_int_list(p, |l| l[0] = -1)
+        }),
+        case("IntList item i64::MIN", &["IntList item"], |p| {
+            each_int_list(p, |l| l[0] = i64::MIN)
+        }),
+        case("IntList items not Ints", &["IntList", "Int"], |p| {
+            let t = find_tensor(p, |_| true) as i64;
+            each_int_list(p, |l| l.iter_mut().for_each(|x| *x = t));
+        }),
+        case("IntList without items", &["without items"], |p| {
+            let vi = find_value(p, is_int_list);
+            values(p)[vi].val = fbo::KernelTypesT::IntList(Box::default());
+        }),
+        case("TensorList forward reference", &["TensorList item"], |p| {
+            let (vi, items) = tensor_list_items(p);
+            items[0] = vi as i32 + 1;
+        }),
+        case("TensorList self reference", &["TensorList item"], |p| {
+            let (vi, items) = tensor_list_items(p);
+            items[0] = vi as i32;
+        }),
+        case("TensorList item -1", &["TensorList item"], |p| {
+            tensor_list_items(p).1[0] = -1
+        }),
+        case("TensorList item not a tensor", &["not a tensor"], |p| {
+            let int = find_value(p, is_int) as i32;
+            tensor_list_items(p).1[0] = int;
+        }),
+        case("TensorList without items", &["without items"], |p| {
+            let vi = find_value(p, is_tensor_list);
+            values(p)[vi].val = fbo::KernelTypesT::TensorList(Box::default());
+        }),
+        case(
+            "OptionalTensorList forward reference",
+            &["OptionalTensorList item"],
+            |p| {
+                let n = values(p).len() as i32;
+                push_value(p, opt_list(vec![-1, n + 5]));
+            },
+        ),
+        case("OptionalTensorList item an Int", &["not a tensor"], |p| {
+            let int = find_value(p, is_int) as i32;
+            push_value(p, opt_list(vec![int]));
+        }),
+        case(
+            "OptionalTensorList item -2",
+            &["OptionalTensorList item"],
+            |p| {
+                push_value(p, opt_list(vec![-2]));
+            },
+        ),
+        case("value of type NONE", &["unknown type 0"], |p| {
+            push_value(p, fbo::KernelTypesT::NONE);
+        }),
+        case("no values", &["no values"], |p| plan(p).values = None),
+        case("no inputs", &["no inputs"], |p| plan(p).inputs = None),
+        case("no outputs", &["no outputs"], |p| plan(p).outputs = None),
+        case("input index out of range", &["plan input"], |p| {
+            plan(p).inputs = Some(vec![100_000])
+        }),
+        case("output index negative", &["plan output"], |p| {
+            plan(p).outputs = Some(vec![-1])
+        }),
+        case("output a TensorList", &["TensorList"], |p| {
+            let vi = find_value(p, is_tensor_list) as i32;
+            plan(p).outputs = Some(vec![vi]);
+        }),
+        case("input an Int", &[], |p| {
+            let vi = find_value(p, is_int) as i32;
+            plan(p).inputs = Some(vec![vi]);
+        }),
+        case("input a constant", &["constant", "expected shape"], |p| {
+            let vi = find_tensor(p, is_constant) as i32;
+            plan(p).inputs = Some(vec![vi]);
+        }),
+        case("String without a string", &[], |p| {
+            push_value(p, fbo::KernelTypesT::String(Box::default()));
+        }),
+        case("method renamed", &[], |p| {
+            plan(p).name = Some("other".into())
+        }),
+        case("two methods of the same name", &[], |p| {
+            let plans = p.execution_plan.as_mut().unwrap();
+            plans.push(plans[0].clone());
+        }),
+    ];
+    run_cases(&f, cases, small_config());
+    // Loading by a name that is not there.
+    let file = ProgramFile::from_bytes(&f.pte);
+    let e = file
+        .program()
+        .unwrap()
+        .load_method_with("nope", &kernels(), small_config())
+        .map(|_| ());
+    expect_err(e, "unknown method", &["no method named"]);
+}
+
+#[test]
+fn bad_instructions() {
+    let f = fixture("mlp");
+    let cases = vec![
+        case("op_index out of range", &["operator index 1000"], |p| {
+            kernel_call(p, 0).op_index = 1000
+        }),
+        case("op_index negative", &["operator index -1"], |p| {
+            kernel_call(p, 0).op_index = -1
+        }),
+        case("kernel arg out of range", &["kernel argument"], |p| {
+            kernel_call(p, 0).args.as_mut().unwrap()[0] = 1 << 20
+        }),
+        case("kernel arg negative", &["kernel argument"], |p| {
+            kernel_call(p, 0).args.as_mut().unwrap()[0] = -1
+        }),
+        case("kernel call without args", &["without args"], |p| {
+            kernel_call(p, 0).args = None
+        }),
+        case("kernel call with too few args", &[], |p| {
+            kernel_call(p, 0).args.as_mut().unwrap().truncate(1)
+        }),
+        case("kernel call with no args", &[], |p| {
+            kernel_call(p, 0).args = Some(vec![])
+        }),
+        case("kernel args all one IntList", &[], |p| {
+            let l = find_value(p, is_int_list) as i32;
+            kernel_call(p, 0)
+                .args
+                .as_mut()
+                .unwrap()
+                .iter_mut()
+                .for_each(|x| *x = l);
+        }),
+        case("unknown operator", &["aten::nonexistent"], |p| {
+            plan(p).operators.as_mut().unwrap()[0].name = Some("aten::nonexistent".into())
+        }),
+        case("operator without a name", &["no kernel"], |p| {
+            plan(p).operators.as_mut().unwrap()[0] = fbo::OperatorT::default()
+        }),
+        case(
+            "instruction of type NONE",
+            &["unknown instruction type 0"],
+            |p| instructions(p).insert(0, instr(fbo::InstructionArgumentsT::NONE)),
+        ),
+        case(
+            "chain without instructions",
+            &["without instructions"],
+            |p| plan(p).chains.as_mut().unwrap()[0].instructions = None,
+        ),
+        case("jump past the chain", &["jump destination"], |p| {
+            let c = push_value(p, bool_value(false));
+            let n = instructions(p).len() as i32;
+            instructions(p).insert(0, jump(c, n + 2));
+        }),
+        case(
+            "jump to a negative instruction",
+            &["jump destination -1"],
+            |p| {
+                let c = push_value(p, bool_value(false));
+                instructions(p).insert(0, jump(c, -1));
+            },
+        ),
+        case(
+            "jump condition out of range",
+            &["jump condition index"],
+            |p| instructions(p).insert(0, jump(1 << 20, 0)),
+        ),
+        case("jump on an Int", &["jump condition is a Int"], |p| {
+            let c = push_value(p, int_value(0));
+            instructions(p).insert(0, jump(c, 1));
+        }),
+        case(
+            "jump on a float tensor",
+            &["jump condition is a Tensor"],
+            |p| {
+                let c = find_tensor(p, is_constant) as i32;
+                instructions(p).insert(0, jump(c, 1));
+            },
+        ),
+        case("FreeCall on an Int", &["FreeCall on value"], |p| {
+            let c = find_value(p, is_int) as i32;
+            instructions(p).insert(0, free_call(c));
+        }),
+        case("FreeCall out of range", &["free index -7"], |p| {
+            instructions(p).insert(0, free_call(-7))
+        }),
+        case("FreeCall on the input, then use it", &["no data"], |p| {
+            let i = plan(p).inputs.as_ref().unwrap()[0];
+            instructions(p).insert(0, free_call(i));
+        }),
+        case("FreeCall on the output", &["no data"], |p| {
+            let o = plan(p).outputs.as_ref().unwrap()[0];
+            instructions(p).push(free_call(o));
+        }),
+        case("MoveCall source out of range", &["move source"], |p| {
+            instructions(p).insert(0, move_call(1 << 20, 0))
+        }),
+        case("MoveCall target negative", &["move target"], |p| {
+            instructions(p).insert(0, move_call(0, -1))
+        }),
+        case(
+            "MoveCall turns IntList items into tensors",
+            &["IntList of Int"],
+            |p| {
+                // Every Int an IntList names becomes a tensor before the kernels read it.
+                let t = find_tensor(p, is_constant) as i32;
+                let mut items = Vec::new();
+                each_int_list(p, |l| items.extend(l.iter().map(|&i| i as i32)));
+                for i in items {
+                    instructions(p).insert(0, move_call(t, i));
+                }
+            },
+        ),
+        case(
+            "MoveCall turns a kernel's arguments into an IntList",
+            &["IntList"],
+            |p| {
+                let l = find_value(p, is_int_list) as i32;
+                for x in kernel_call(p, 0).args.clone().unwrap() {
+                    instructions(p).insert(0, move_call(l, x));
+                }
+            },
+        ),
+        case(
+            "MoveCall makes an output a constant",
+            &["constant", "cannot be written", "shape", "resize"],
+            |p| {
+                let c = find_tensor(p, is_constant) as i32;
+                let (_, _, out) = unary_call(p);
+                instructions(p).insert(0, move_call(c, out));
+            },
+        ),
+        case(
+            "MoveCall aliases an input and an output",
+            &["overlaps"],
+            |p| {
+                let (_, input, out) = unary_call(p);
+                instructions(p).insert(0, move_call(out, input));
+            },
+        ),
+        case("MoveCall of an input onto itself", &[], |p| {
+            let i = plan(p).inputs.as_ref().unwrap()[0];
+            instructions(p).insert(0, move_call(i, i));
+        }),
+        case("delegate call", &["DelegateCall"], |p| {
+            let d = fbo::DelegateCallT {
+                delegate_index: 0,
+                args: Some(vec![0]),
+            };
+            instructions(p).insert(
+                0,
+                instr(fbo::InstructionArgumentsT::DelegateCall(Box::new(d))),
+            )
+        }),
+        case("delegate", &["XnnpackBackend"], |p| {
+            plan(p).delegates = Some(vec![fbo::BackendDelegateT {
+                id: Some("XnnpackBackend".into()),
+                ..Default::default()
+            }])
+        }),
+        case("second chain", &[], |p| {
+            let c = plan(p).chains.as_ref().unwrap()[0].clone();
+            plan(p).chains.as_mut().unwrap().push(c);
+        }),
+    ];
+    run_cases(&f, cases, small_config());
+}
+
+#[test]
+fn loops_stop_at_the_instruction_budget() {
+    let f = fixture("mlp");
+    let cfg = MethodConfig {
+        instruction_budget: 1000,
+        ..small_config()
+    };
+    // A self-loop at the start of the chain.
+    let b = edited(&f, |p| {
+        let c = push_value(p, bool_value(false));
+        instructions(p).insert(0, jump(c, 0));
+    });
+    let e = run_err(&f, &b, cfg, "self-loop", &["instruction budget"]);
+    assert!(
+        matches!(
+            e,
+            pteron::Error::Runtime(CoreError::InstructionBudget(1000))
+        ),
+        "{e:?}"
+    );
+    // A backward jump over the real kernel calls.
+    let b = edited(&f, |p| {
+        let c = push_value(p, bool_value(false));
+        instructions(p).push(jump(c, 0));
+    });
+    let e = run_err(
+        &f,
+        &b,
+        cfg,
+        "loop over the whole chain",
+        &["instruction budget"],
+    );
+    assert!(
+        matches!(
+            e,
+            pteron::Error::Runtime(CoreError::InstructionBudget(1000))
+        ),
+        "{e:?}"
+    );
+    // On a true condition a jump falls through; on false it may go to the end of the chain.
+    let kernels = kernels();
+    let b = edited(&f, |p| {
+        let c = push_value(p, bool_value(true));
+        instructions(p).insert(0, jump(c, 0));
+    });
+    let _ = exercise(&b, None, &f.inputs, &kernels, cfg, true);
+    let b = edited(&f, |p| {
+        let c = push_value(p, bool_value(false));
+        let n = instructions(p).len() as i32 + 1;
+        instructions(p).insert(0, jump(c, n));
+    });
+    let file = ProgramFile::from_bytes(&b);
+    let program = file.program().unwrap();
+    let mut m = program.load_method_with("forward", &kernels, cfg).unwrap();
+    m.set_input_tensor(0, f.inputs[0].dtype, &f.inputs[0].sizes, &f.inputs[0].data)
+        .unwrap();
+    m.execute().unwrap();
+    assert_eq!(m.instructions_run(), 1);
+}
+
+fn is_mutable(t: &fbo::TensorT) -> bool {
+    t.allocation_info.is_some() && t.data_buffer_idx > 0
+}
+
+fn is_external(t: &fbo::TensorT) -> bool {
+    t.extra_tensor_info
+        .as_ref()
+        .is_some_and(|e| e.location == fbo::TensorDataLocation::EXTERNAL)
+}
+
+#[test]
+fn mutable_and_external_data() {
+    let f = fixture("mutable_buffer");
+    let mut p0 = unpack(&f.pte);
+    let has_mutable = values(&mut p0)
+        .iter()
+        .any(|v| matches!(&v.val, fbo::KernelTypesT::Tensor(t) if is_mutable(t)));
+    if has_mutable {
+        let seg_len = segment_data(&f.pte).len() as u64;
+        let cases = vec![
+            case(
+                "no mutable_data_segments",
+                &["mutable_data_segments"],
+                |p| p.mutable_data_segments = None,
+            ),
+            case(
+                "empty mutable_data_segments",
+                &["mutable_data_segments"],
+                |p| p.mutable_data_segments = Some(vec![]),
+            ),
+            case(
+                "mutable offset past the segment",
+                &["mutable tensor data"],
+                move |p| {
+                    for o in p.mutable_data_segments.as_mut().unwrap()[0]
+                        .offsets
+                        .as_mut()
+                        .unwrap()
+                        .iter_mut()
+                        .skip(1)
+                    {
+                        *o = seg_len;
+                    }
+                },
+            ),
+            case(
+                "mutable segment index out of range",
+                &["segment index 99"],
+                |p| p.mutable_data_segments.as_mut().unwrap()[0].segment_index = 99,
+            ),
+            tcase(
+                "mutable data index out of range",
+                &["mutable data index 5000"],
+                is_mutable,
+                |t| t.data_buffer_idx = 5000,
+            ),
+        ];
+        run_cases(&f, cases, small_config());
+    } else {
+        eprintln!("mutable_buffer has no initial mutable data: skipped those cases");
+    }
+
+    // External weights.
+    let f = fixture("external_weights");
+    assert!(f.ptd.is_some(), "external_weights has a .ptd");
+    let kernels = kernels();
+    let run = |pte: &[u8], ptd: Option<&[u8]>| {
+        exercise(pte, ptd, &f.inputs, &kernels, small_config(), true)
+    };
+    expect_err(
+        run(&f.pte, None),
+        "external tensor without its .ptd",
+        &["external"],
+    );
+    let cases = vec![
+        tcase(
+            "unknown external key",
+            &["\"missing\" not found"],
+            is_external,
+            |t| t.extra_tensor_info.as_mut().unwrap().fully_qualified_name = Some("missing".into()),
+        ),
+        tcase(
+            "external layout mismatch",
+            &["does not match", "needs"],
+            is_external,
+            |t| t.sizes.as_mut().unwrap()[0] += 1,
+        ),
+        tcase(
+            "external dtype mismatch",
+            &["does not match", "needs"],
+            is_external,
+            |t| t.scalar_type = fbo::ScalarType::DOUBLE,
+        ),
+        tcase(
+            "external mutable tensor past the arena",
+            &["overruns"],
+            is_external,
+            |t| {
+                t.allocation_info = Some(Box::new(fbo::AllocationDetailsT {
+                    memory_id: 1,
+                    memory_offset_low: 1 << 24,
+                    memory_offset_high: 0,
+                }))
+            },
+        ),
+        tcase("external mutable tensor", &[], is_external, |t| {
+            t.allocation_info = Some(Box::new(fbo::AllocationDetailsT::default()))
+        }),
+    ];
+    run_cases(&f, cases, small_config());
+}
+
+// ------------------------------------------------------------------------------------------
+// .ptd container cases
+
+#[test]
+fn bad_data_files() {
+    let f = fixture("external_weights");
+    let ptd = f.ptd.clone().expect("external_weights has a .ptd");
+    let parse = |b: &[u8]| {
+        catch_unwind(|| {
+            ProgramFile::from_bytes(b)
+                .data_file()
+                .map(|d| walk_data_file(&d))
+        })
+        .unwrap_or_else(|_| panic!("panicked"))
+    };
+    assert!(parse(&ptd).is_ok());
+    expect_err(parse(&[]), "empty .ptd", &["too short"]);
+    expect_err(parse(&ptd[..47]), "47-byte .ptd", &["too short"]);
+    let step = (ptd.len() / 200).max(3);
+    for cut in (48..ptd.len()).step_by(step) {
+        expect_err(parse(&ptd[..cut]), &format!(".ptd truncated to {cut}"), &[]);
+    }
+    let len = ptd.len() as u64;
+    let cases: [(&str, usize, Vec<u8>, &[&str]); 9] = [
+        ("FH01 magic", 8, b"FH02".to_vec(), &["FH01"]),
+        (
+            "header_length 39",
+            12,
+            39u32.to_le_bytes().to_vec(),
+            &["FH01"],
+        ),
+        (
+            "flatbuffer past the end",
+            24,
+            len.to_le_bytes().to_vec(),
+            &["flatbuffer"],
+        ),
+        (
+            "flatbuffer offset u64::MAX",
+            16,
+            u64::MAX.to_le_bytes().to_vec(),
+            &["flatbuffer"],
+        ),
+        (
+            "segment base past the end",
+            32,
+            (len + 1).to_le_bytes().to_vec(),
+            &["segment"],
+        ),
+        (
+            "segment size u64::MAX",
+            40,
+            u64::MAX.to_le_bytes().to_vec(),
+            &["segment"],
+        ),
+        (
+            "root offset past the end",
+            0,
+            (len as u32).to_le_bytes().to_vec(),
+            &["flatbuffer"],
+        ),
+        (
+            "root offset u32::MAX",
+            0,
+            u32::MAX.to_le_bytes().to_vec(),
+            &["flatbuffer"],
+        ),
+        ("identifier", 4, b"FT02".to_vec(), &["FT01"]),
+    ];
+    for (what, at, v, needles) in cases {
+        expect_err(parse(&with_header(&ptd, at, &v)), what, needles);
+    }
+    // No segment data: the key's segment no longer fits.
+    let b = with_header(&ptd, 40, &0u64.to_le_bytes());
+    let d = ProgramFile::from_bytes(&b);
+    let df = d.data_file().unwrap();
+    let key = df.keys().next().expect("a key");
+    expect_err(
+        df.get(key).map(|_| ()).map_err(pteron::Error::from),
+        "segment cut short",
+        &["segment"],
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// Random mutants
+
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+const INTERESTING_U32: &[u32] = &[
+    0,
+    1,
+    2,
+    3,
+    4,
+    7,
+    8,
+    16,
+    17,
+    64,
+    100,
+    127,
+    128,
+    255,
+    256,
+    1000,
+    0x7FFF,
+    0x8000,
+    0xFFFF,
+    0x10000,
+    0x7FFF_FFFF,
+    0x8000_0000,
+    0xFFFF_FFFE,
+    0xFFFF_FFFF,
+];
+
+/// Applies 1–4 random mutations; positions mostly fall inside the flatbuffer (`hot` bytes).
+fn mutate(orig: &[u8], hot: usize, rng: &mut Rng) -> Vec<u8> {
+    let mut b = orig.to_vec();
+    let rounds = 1 + rng.below(4);
+    for _ in 0..rounds {
+        if b.is_empty() {
+            break;
+        }
+        let limit = if rng.below(10) < 9 {
+            hot.min(b.len())
+        } else {
+            b.len()
+        };
+        let pos = rng.below(limit);
+        match rng.below(20) {
+            0..=4 => b[pos] ^= 1 << rng.below(8),
+            5..=7 => b[pos] = [0x00, 0xFF, 0x7F, 0x80][rng.below(4)],
+            8..=11 => {
+                let p = pos & !3;
+                if p + 4 <= b.len() {
+                    let v = match rng.below(4) {
+                        0 => b.len() as u32 + rng.below(3) as u32,
+                        _ => INTERESTING_U32[rng.below(INTERESTING_U32.len())],
+                    };
+                    b[p..p + 4].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            12..=14 => {
+                // Small change of an aligned word: nudges offsets, indices and sizes.
+                let p = pos & !3;
+                if p + 4 <= b.len() {
+                    let v = u32::from_le_bytes(b[p..p + 4].try_into().unwrap());
+                    let d = [1u32, 2, 4, 8, 16][rng.below(5)];
+                    let v = if rng.below(2) == 0 {
+                        v.wrapping_add(d)
+                    } else {
+                        v.wrapping_sub(d)
+                    };
+                    b[p..p + 4].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            15 => {
+                let p = pos & !7;
+                if p + 8 <= b.len() {
+                    let v = [u64::MAX, 1 << 63, 1 << 32, b.len() as u64, 0][rng.below(5)];
+                    b[p..p + 8].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            16 => b.truncate(pos),
+            17 | 18 => {
+                // Copy a chunk over another place (duplicates tables, vtables, offsets).
+                let n = 1 + rng.below(64);
+                let src = rng.below(limit);
+                let n = n.min(b.len() - src).min(b.len() - pos);
+                let chunk = b[src..src + n].to_vec();
+                b[pos..pos + n].copy_from_slice(&chunk);
+            }
+            _ => {
+                // Insert a duplicated chunk (shifts everything after it).
+                let n = 1 + rng.below(16);
+                let src = rng.below(b.len());
+                let n = n.min(b.len() - src);
+                let chunk = b[src..src + n].to_vec();
+                b.splice(pos..pos, chunk);
+            }
+        }
+    }
+    b
+}
+
+/// Picks a value index: mostly a valid one, sometimes just out of range.
+fn pick_index(rng: &mut Rng, n: usize) -> i32 {
+    match rng.below(12) {
+        0 => -1,
+        1 => n as i32,
+        2 => [i32::MAX, i32::MIN, n as i32 + 1][rng.below(3)],
+        _ => rng.below(n) as i32,
+    }
+}
+
+fn pick_i64(rng: &mut Rng, v: i64) -> i64 {
+    let choices = [
+        -1,
+        0,
+        1,
+        2,
+        3,
+        -2,
+        7,
+        64,
+        1 << 31,
+        -(1 << 31),
+        1 << 40,
+        i64::MAX,
+        i64::MIN,
+        v.wrapping_add(1),
+        v.wrapping_sub(1),
+        v.wrapping_neg(),
+        v.wrapping_mul(2),
+    ];
+    choices[rng.below(choices.len())]
+}
+
+fn pick_i32(rng: &mut Rng, v: i32) -> i32 {
+    let choices = [
+        -1,
+        0,
+        1,
+        2,
+        3,
+        16,
+        1 << 16,
+        i32::MAX,
+        i32::MIN,
+        v.wrapping_add(1),
+        v.wrapping_sub(1),
+        v.wrapping_mul(2),
+    ];
+    choices[rng.below(choices.len())]
+}
+
+fn mutate_list<T: Clone>(items: &mut Vec<T>, rng: &mut Rng, new: impl FnOnce(&mut Rng) -> T) {
+    match rng.below(5) {
+        0 if !items.is_empty() => {
+            let k = rng.below(items.len());
+            items.remove(k);
+        }
+        1 if !items.is_empty() => {
+            let k = rng.below(items.len());
+            items.insert(k, items[k].clone());
+        }
+        2 if items.len() > 1 => {
+            let (a, b) = (rng.below(items.len()), rng.below(items.len()));
+            items.swap(a, b);
+        }
+        _ if !items.is_empty() => {
+            let k = rng.below(items.len());
+            items[k] = new(rng);
+        }
+        _ => items.push(new(rng)),
+    }
+}
+
+fn mutate_tensor(t: &mut fbo::TensorT, rng: &mut Rng, n_arenas: usize) {
+    match rng.below(9) {
+        0 => {
+            t.scalar_type =
+                fbo::ScalarType([0, 1, 3, 4, 5, 6, 7, 11, 15, 27, 8, 30, -1][rng.below(13)])
+        }
+        1 | 2 => {
+            let sizes = t.sizes.get_or_insert_with(Vec::new);
+            if sizes.is_empty() || rng.below(4) == 0 {
+                mutate_list(sizes, rng, |r| r.below(5) as i32);
+            } else {
+                let k = rng.below(sizes.len());
+                sizes[k] = pick_i32(rng, sizes[k]);
+            }
+        }
+        3 => {
+            let d = t.dim_order.get_or_insert_with(Vec::new);
+            mutate_list(d, rng, |r| r.below(5) as u8);
+        }
+        4 => {
+            t.data_buffer_idx =
+                [0, 1, 2, t.data_buffer_idx.wrapping_add(1), 1000, u32::MAX][rng.below(6)]
+        }
+        5 | 6 => match &mut t.allocation_info {
+            Some(a) => match rng.below(4) {
+                0 => a.memory_id = rng.below(n_arenas + 2) as u32,
+                1 => {
+                    a.memory_offset_low = [
+                        0,
+                        16,
+                        a.memory_offset_low.wrapping_add(16),
+                        a.memory_offset_low.wrapping_sub(16),
+                        u32::MAX,
+                    ][rng.below(5)]
+                }
+                2 => a.memory_offset_high = 1,
+                _ => t.allocation_info = None,
+            },
+            None => {
+                t.allocation_info = Some(Box::new(fbo::AllocationDetailsT {
+                    memory_id: 1,
+                    memory_offset_low: 16 * rng.below(64) as u32,
+                    memory_offset_high: 0,
+                }))
+            }
+        },
+        7 => t.shape_dynamism = fbo::TensorShapeDynamism(rng.below(4) as i8),
+        _ => t.storage_offset = 1,
+    }
+}
+
+fn mutate_value(plan: &mut fbo::ExecutionPlanT, rng: &mut Rng) {
+    let n_arenas = plan.non_const_buffer_sizes.as_ref().map_or(0, |s| s.len());
+    let vals = plan.values.get_or_insert_with(Vec::new);
+    let n = vals.len();
+    if n == 0 {
+        return;
+    }
+    let vi = rng.below(n);
+    if rng.below(10) == 0 {
+        // Replace the value by a copy of another one (any kind).
+        let other = vals[rng.below(n)].clone();
+        vals[vi] = other;
+        return;
+    }
+    if rng.below(20) == 0 {
+        vals[vi].val = [
+            fbo::KernelTypesT::NONE,
+            fbo::KernelTypesT::Null(Box::default()),
+        ][rng.below(2)]
+        .clone();
+        return;
+    }
+    match &mut vals[vi].val {
+        fbo::KernelTypesT::Tensor(t) => mutate_tensor(t, rng, n_arenas),
+        fbo::KernelTypesT::Int(v) => v.int_val = pick_i64(rng, v.int_val),
+        fbo::KernelTypesT::Double(v) => {
+            v.double_val = [
+                f64::NAN,
+                f64::INFINITY,
+                -f64::INFINITY,
+                -0.0,
+                1e300,
+                -1.0,
+                0.0,
+            ][rng.below(7)]
+        }
+        fbo::KernelTypesT::Bool(v) => v.bool_val = !v.bool_val,
+        fbo::KernelTypesT::IntList(l) => {
+            if rng.below(2) == 0 {
+                mutate_list(l.items.get_or_insert_with(Vec::new), rng, |r| {
+                    pick_index(r, n) as i64
+                })
+            } else {
+                l.items = None;
+            }
+        }
+        fbo::KernelTypesT::DoubleList(l) => {
+            mutate_list(l.items.get_or_insert_with(Vec::new), rng, |_| f64::NAN)
+        }
+        fbo::KernelTypesT::BoolList(l) => {
+            mutate_list(l.items.get_or_insert_with(Vec::new), rng, |_| true)
+        }
+        fbo::KernelTypesT::TensorList(l) => {
+            mutate_list(l.items.get_or_insert_with(Vec::new), rng, |r| {
+                pick_index(r, vi.max(1))
+            })
+        }
+        fbo::KernelTypesT::OptionalTensorList(l) => {
+            mutate_list(l.items.get_or_insert_with(Vec::new), rng, |r| {
+                pick_index(r, vi.max(1))
+            })
+        }
+        fbo::KernelTypesT::String(s) => s.string_val = Some("\u{0}é".into()),
+        _ => {}
+    }
+}
+
+fn mutate_instructions(plan: &mut fbo::ExecutionPlanT, rng: &mut Rng) {
+    let n = plan.values.as_ref().map_or(0, |v| v.len());
+    let n_ops = plan.operators.as_ref().map_or(0, |o| o.len());
+    let Some(chain) = plan.chains.as_mut().and_then(|c| c.first_mut()) else {
+        return;
+    };
+    let ins = chain.instructions.get_or_insert_with(Vec::new);
+    let len = ins.len();
+    let k = rng.below(len.max(1));
+    let new_instr = |rng: &mut Rng| match rng.below(3) {
+        0 => move_call(pick_index(rng, n), pick_index(rng, n)),
+        1 => jump(pick_index(rng, n), rng.below(len + 2) as i32),
+        _ => free_call(pick_index(rng, n)),
+    };
+    match rng.below(8) {
+        0 => {
+            let i = new_instr(rng);
+            ins.insert(k.min(len), i);
+        }
+        1 if len > 0 => {
+            ins.remove(k);
+        }
+        2 if len > 1 => {
+            let other = rng.below(len);
+            ins.swap(k, other);
+        }
+        _ if len > 0 => match &mut ins[k].instr_args {
+            fbo::InstructionArgumentsT::KernelCall(c) => {
+                if rng.below(5) == 0 {
+                    c.op_index = pick_index(rng, n_ops);
+                } else {
+                    mutate_list(c.args.get_or_insert_with(Vec::new), rng, |r| {
+                        pick_index(r, n)
+                    });
+                }
+            }
+            fbo::InstructionArgumentsT::MoveCall(m) => m.move_to = pick_index(rng, n),
+            fbo::InstructionArgumentsT::JumpFalseCall(j) => {
+                j.destination_instruction = rng.below(len + 1) as i32
+            }
+            fbo::InstructionArgumentsT::FreeCall(f) => f.value_index = pick_index(rng, n),
+            _ => {}
+        },
+        _ => {}
+    }
+}
+
+/// Changes 1–3 fields of a program, chosen at random.
+fn semantic_mutate(p: &mut fbo::ProgramT, rng: &mut Rng) {
+    for _ in 0..1 + rng.below(3) {
+        let Some(plan) = p.execution_plan.as_mut().and_then(|e| e.first_mut()) else {
+            return;
+        };
+        match rng.below(20) {
+            0..=9 => mutate_value(plan, rng),
+            10..=15 => mutate_instructions(plan, rng),
+            16 => {
+                // Swap two operators: kernels get another op's arguments.
+                if let Some(ops) = plan.operators.as_mut().filter(|o| o.len() > 1) {
+                    let (a, b) = (rng.below(ops.len()), rng.below(ops.len()));
+                    ops.swap(a, b);
+                }
+            }
+            17 => {
+                let n = plan.values.as_ref().map_or(0, |v| v.len());
+                let io = if rng.below(2) == 0 {
+                    &mut plan.inputs
+                } else {
+                    &mut plan.outputs
+                };
+                mutate_list(io.get_or_insert_with(Vec::new), rng, |r| pick_index(r, n));
+            }
+            18 => {
+                if let Some(s) = plan.non_const_buffer_sizes.as_mut().filter(|s| s.len() > 1) {
+                    s[1] = [
+                        0,
+                        1,
+                        s[1] / 2,
+                        s[1].wrapping_sub(16),
+                        s[1].wrapping_mul(2),
+                        -1,
+                        i64::MAX,
+                    ][rng.below(7)];
+                }
+            }
+            _ => {
+                if let Some(o) = p
+                    .constant_segment
+                    .as_mut()
+                    .and_then(|c| c.offsets.as_mut())
+                    .filter(|o| o.len() > 1)
+                {
+                    let k = 1 + rng.below(o.len() - 1);
+                    o[k] =
+                        [0, o[k].wrapping_add(16), o[k].wrapping_sub(16), u64::MAX][rng.below(4)];
+                }
+            }
+        }
+    }
+}
+
+fn mutants_per_fixture() -> usize {
+    std::env::var("PTERON_MUTANTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300)
+}
+
+/// How many mutants of a fixture are executed: big ones only a few times (the rest are parsed
+/// and loaded), to keep the test fast.
+fn max_runs(file_len: usize) -> usize {
+    match file_len {
+        0..=0x3FFFF => usize::MAX,
+        0x40000..=0xFFFFF => 40,
+        _ => 4,
+    }
+}
+
+fn fuzz_fixture(name: &'static str) {
+    let f = fixture(name);
+    let n = mutants_per_fixture();
+    let report = with_watchdog(Duration::from_secs(30), move |step| {
+        let kernels = kernels();
+        // Budgets from the original program: a little more than it needs.
+        let file = ProgramFile::from_bytes(&f.pte);
+        let data = f.ptd.as_deref().map(ProgramFile::from_bytes);
+        let mut program = file.program().expect("fixture parses");
+        if let Some(d) = &data {
+            program = program.with_external_data(d.data_file().unwrap());
+        }
+        let (instrs, planned) =
+            match program.load_method_with("forward", &kernels, MethodConfig::default()) {
+                Ok(mut m) => {
+                    let planned = m.planned_bytes() as u64;
+                    let _ = run_method(&mut m, &f.inputs);
+                    (m.instructions_run(), planned)
+                }
+                Err(_) => (1000, 64 << 20),
+            };
+        let config = MethodConfig {
+            instruction_budget: 2 * instrs + 16,
+            max_planned_bytes: 2 * planned + (1 << 20),
+            max_values: 1 << 20,
+        };
+        let hot = program_size(&f.pte);
+        let max_runs = max_runs(f.pte.len());
+        let mut panics = Vec::new();
+        let (mut loaded, mut runs, mut errors) = (0usize, 0usize, 0usize);
+        let fixture_seed = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, c| {
+            (h ^ c as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        let base = unpack(&f.pte);
+        let segments = segment_data(&f.pte);
+        for k in 0..2 * n {
+            let seed = fixture_seed ^ (k as u64 + 1);
+            let mut rng = Rng::new(seed);
+            // First byte mutants (for fixtures with a .ptd, every fourth one mutates the .ptd),
+            // then structure-aware ones (fields of the unpacked program changed, then packed).
+            let (pte, ptd) = match &f.ptd {
+                _ if k >= n => {
+                    let mut p = base.clone();
+                    semantic_mutate(&mut p, &mut rng);
+                    (pack(&p, segments), f.ptd.clone())
+                }
+                Some(d) if k % 4 == 3 => {
+                    (f.pte.clone(), Some(mutate(d, d.len().min(4096), &mut rng)))
+                }
+                d => (mutate(&f.pte, hot, &mut rng), d.clone()),
+            };
+            let kind = if k >= n { "structure" } else { "byte" };
+            let execute = runs < max_runs;
+            *step.lock().unwrap() = (
+                Instant::now(),
+                format!("{name} {kind} mutant seed {seed:#x} (#{k})"),
+            );
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                exercise(&pte, ptd.as_deref(), &f.inputs, &kernels, config, execute)
+            }));
+            match r {
+                Err(p) => {
+                    let msg = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    panics.push(format!(
+                        "{name} {kind} mutant seed {seed:#x} (#{k}): panic: {msg}"
+                    ));
+                }
+                Ok(Ok(())) => {
+                    loaded += 1;
+                    runs += execute as usize;
+                }
+                Ok(Err(e)) => {
+                    errors += 1;
+                    if std::env::var("PTERON_MUTANT_ERRORS").is_ok() {
+                        eprintln!("{name} #{k}: {e}");
+                    }
+                    if matches!(
+                        e,
+                        pteron::Error::Runtime(
+                            CoreError::Kernel { .. } | CoreError::InstructionBudget(_)
+                        )
+                    ) {
+                        runs += execute as usize;
+                    }
+                }
+            }
+        }
+        eprintln!(
+            "{name}: {} mutants: {loaded} ran cleanly, {errors} rejected, {runs} executed, {} panicked",
+            2 * n,
+            panics.len()
+        );
+        panics
+    });
+    assert!(
+        report.is_empty(),
+        "{} mutants panicked:\n{}",
+        report.len(),
+        report.join("\n")
+    );
+}
+
+macro_rules! fuzz_fixtures {
+    ($($name:ident),* $(,)?) => {
+        mod mutants {
+            $( #[test] fn $name() { super::fuzz_fixture(stringify!($name)); } )*
+        }
+        const FUZZED: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+fuzz_fixtures!(
+    bert_tiny,
+    cnn,
+    dynamic_mlp,
+    dynamic_reshape,
+    external_weights,
+    llama_tiny,
+    mlp,
+    mobilenet_v2_small,
+    multi_output,
+    mutable_buffer,
+);
+
+#[test]
+fn every_fixture_is_fuzzed() {
+    for name in all_fixture_names() {
+        assert!(
+            FUZZED.contains(&name.as_str()),
+            "fixture {name} has no mutant test"
+        );
+    }
+}
+
+#[test]
+fn npy_mutants() {
+    let mut files = Vec::new();
+    for name in all_fixture_names() {
+        for entry in std::fs::read_dir(models_dir().join(&name)).unwrap() {
+            let p = entry.unwrap().path();
+            if p.extension().is_some_and(|e| e == "npy") {
+                files.push(std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    files.sort_by_key(|f| f.len());
+    files.truncate(12);
+    let mut hand = vec![
+        b"\x93NUMPY".to_vec(),
+        b"\x93NUMPY\x01\x00\xff\xff".to_vec(),
+        b"\x93NUMPY\x02\x00\xff\xff\xff\xff".to_vec(),
+        b"\x93NUMPY\x03\x00".to_vec(),
+        b"\x93NUMPY\x01\x00\x05\x00{'de".to_vec(),
+    ];
+    let header = |h: &str| {
+        let mut v = b"\x93NUMPY\x01\x00".to_vec();
+        v.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        v.extend_from_slice(h.as_bytes());
+        v
+    };
+    for h in [
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999, 99999999999), }",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (, }",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': ",
+        "{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }",
+        "{'descr': 'é', 'fortran_order': False, 'shape': (), }",
+        "{'descr':",
+        "{'shape': (1,), 'descr': '<f4', 'fortran_order': False}",
+    ] {
+        hand.push(header(h));
+    }
+    for b in &hand {
+        let r = catch_unwind(|| npy::parse(b).map(|_| ()));
+        assert!(
+            r.expect("npy parse panicked").is_err(),
+            "{:?} was accepted",
+            String::from_utf8_lossy(b)
+        );
+    }
+    for (i, f) in files.iter().enumerate() {
+        npy::parse(f).expect("fixture npy parses");
+        for k in 0..400u64 {
+            let seed = ((i as u64) << 32) | k;
+            let m = mutate(f, f.len().min(128), &mut Rng::new(seed));
+            let r = catch_unwind(|| npy::parse(&m).map(|_| ()));
+            assert!(r.is_ok(), "npy mutant seed {seed:#x} panicked");
+        }
+    }
+}
