@@ -1,3 +1,729 @@
-use pteron_core::KernelRegistry;
+//! `aten::convolution.out`: 1-d, 2-d and 3-d convolution, plain and transposed, with stride,
+//! padding, dilation, groups (depthwise included), output padding and an optional bias.
+//!
+//! Direct loops over a 3-d form (1-d and 2-d convolutions get leading spatial dims of size 1);
+//! the innermost loop runs along an output row, contiguous for stride 1. Floats only, with
+//! f16/bf16 accumulated in f32.
 
-pub fn register(_r: &mut KernelRegistry) {}
+use pteron_core::{
+    dispatch_float, ArgAccess, ArgView, Kernel, KernelContext, KernelError, KernelRegistry,
+    TensorInfo,
+};
+
+use crate::util::{require_contiguous, require_dtype, Acc, AccNum, FLOATS};
+
+pub fn register(r: &mut KernelRegistry) {
+    r.register(
+        "aten::convolution.out",
+        Kernel::with_check(convolution_out, check_convolution),
+    );
+}
+
+const INPUT: usize = 0;
+const WEIGHT: usize = 1;
+const BIAS: usize = 2;
+const STRIDE: usize = 3;
+const PADDING: usize = 4;
+const DILATION: usize = 5;
+const TRANSPOSED: usize = 6;
+const OUTPUT_PADDING: usize = 7;
+const GROUPS: usize = 8;
+const OUT: usize = 9;
+
+/// Convolution geometry in the 3-d form: every spatial quantity is `[d, h, w]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ConvGeom {
+    pub n: usize,
+    pub c_in: usize,
+    pub c_out: usize,
+    pub groups: usize,
+    pub input: [usize; 3],
+    pub kernel: [usize; 3],
+    pub output: [usize; 3],
+    pub stride: [usize; 3],
+    pub padding: [usize; 3],
+    pub dilation: [usize; 3],
+    pub transposed: bool,
+}
+
+fn check_convolution(a: &ArgView) -> Result<(), KernelError> {
+    let (x, w, o) = (a.tensor(INPUT)?, a.tensor(WEIGHT)?, a.tensor(OUT)?);
+    require_dtype("convolution", x.dtype(), &FLOATS)?;
+    let mut ts = vec![x, w, o];
+    if let Some(b) = a.opt_tensor(BIAS)? {
+        ts.push(b);
+    }
+    for t in &ts {
+        if t.dtype() != x.dtype() {
+            return Err(KernelError::dtype(t.dtype(), "convolution (mixed dtypes)"));
+        }
+    }
+    require_contiguous("convolution", &ts)?;
+    if !(3..=5).contains(&w.rank()) {
+        return Err(KernelError::unsupported(format!(
+            "convolution: weight of rank {}",
+            w.rank()
+        )));
+    }
+    a.bool(TRANSPOSED)?;
+    if a.int(GROUPS)? <= 0 {
+        return Err(KernelError::invalid("convolution: groups must be positive"));
+    }
+    Ok(())
+}
+
+/// Reads an `int[]` of one entry (broadcast) or `spatial` entries into the 3-d form, filling
+/// the leading unused spatial dims with `fill`.
+fn spatial_arg<'p>(
+    ctx: &impl ArgAccess<'p>,
+    i: usize,
+    spatial: usize,
+    fill: usize,
+    what: &str,
+) -> Result<[usize; 3], KernelError> {
+    let l = ctx.int_list(i)?;
+    let mut out = [fill; 3];
+    if l.len() != 1 && l.len() != spatial {
+        return Err(KernelError::invalid(format!(
+            "convolution: {what} has {} entries for {spatial} spatial dims",
+            l.len()
+        )));
+    }
+    for k in 0..spatial {
+        let v = l.get(if l.len() == 1 { 0 } else { k })?;
+        out[3 - spatial + k] = usize::try_from(v)
+            .map_err(|_| KernelError::invalid(format!("convolution: negative {what} {v}")))?;
+    }
+    Ok(out)
+}
+
+fn geometry(
+    ctx: &KernelContext,
+    x: &TensorInfo,
+    w: &TensorInfo,
+) -> Result<(ConvGeom, bool), KernelError> {
+    let spatial = w
+        .rank()
+        .checked_sub(2)
+        .filter(|s| (1..=3).contains(s))
+        .ok_or_else(|| {
+            KernelError::unsupported(format!("convolution: weight of rank {}", w.rank()))
+        })?;
+    // aten::convolution wants a batched input (unbatched ones are unsqueezed before it).
+    let batched = x.rank() == w.rank();
+    if !batched {
+        return Err(KernelError::shape(format!(
+            "convolution: input {:?} does not match weight {:?}",
+            x.sizes(),
+            w.sizes()
+        )));
+    }
+    let xs = x.sizes();
+    let (n, xs) = if batched { (xs[0], &xs[1..]) } else { (1, xs) };
+    let c_in = xs[0];
+    let mut input = [1usize; 3];
+    let mut kernel = [1usize; 3];
+    input[3 - spatial..].copy_from_slice(&xs[1..]);
+    kernel[3 - spatial..].copy_from_slice(&w.sizes()[2..]);
+    let stride = spatial_arg(ctx, STRIDE, spatial, 1, "stride")?;
+    let padding = spatial_arg(ctx, PADDING, spatial, 0, "padding")?;
+    let dilation = spatial_arg(ctx, DILATION, spatial, 1, "dilation")?;
+    let transposed = ctx.bool(TRANSPOSED)?;
+    let groups = usize::try_from(ctx.int(GROUPS)?)
+        .ok()
+        .filter(|&g| g > 0)
+        .ok_or_else(|| KernelError::invalid("convolution: groups must be positive"))?;
+    if stride.contains(&0) || dilation.contains(&0) {
+        return Err(KernelError::invalid(
+            "convolution: stride and dilation must be positive",
+        ));
+    }
+    if c_in % groups != 0 {
+        return Err(KernelError::shape(format!(
+            "convolution: {c_in} input channels not divisible by {groups} groups"
+        )));
+    }
+    let mut output = [1usize; 3];
+    let c_out;
+    if transposed {
+        let out_pad = spatial_arg(ctx, OUTPUT_PADDING, spatial, 0, "output_padding")?;
+        if w.size(0) != c_in {
+            return Err(KernelError::shape(format!(
+                "convolution: transposed weight {:?} for {c_in} input channels",
+                w.sizes()
+            )));
+        }
+        c_out = w.size(1) * groups;
+        for k in 0..3 {
+            if out_pad[k] >= stride[k] && out_pad[k] >= dilation[k] {
+                return Err(KernelError::invalid(
+                    "convolution: output padding must be smaller than stride or dilation",
+                ));
+            }
+            let full = (input[k] as i64 - 1) * stride[k] as i64
+                + (dilation[k] * (kernel[k] - 1)) as i64
+                + out_pad[k] as i64
+                + 1;
+            let o = full - 2 * padding[k] as i64;
+            if input[k] == 0 || o <= 0 {
+                return Err(KernelError::shape("convolution: output size is too small"));
+            }
+            output[k] = o as usize;
+        }
+    } else {
+        c_out = w.size(0);
+        if w.size(1) * groups != c_in || c_out % groups != 0 {
+            return Err(KernelError::shape(format!(
+                "convolution: weight {:?} does not fit {c_in} input channels in {groups} groups",
+                w.sizes()
+            )));
+        }
+        for k in 0..3 {
+            let span = dilation[k] * (kernel[k].max(1) - 1) + 1;
+            let padded = input[k] + 2 * padding[k];
+            if kernel[k] == 0 || padded < span {
+                return Err(KernelError::shape(format!(
+                    "convolution: kernel {:?} larger than padded input {:?}",
+                    &w.sizes()[2..],
+                    &xs[1..]
+                )));
+            }
+            output[k] = (padded - span) / stride[k] + 1;
+        }
+    }
+    if transposed && c_out % groups != 0 {
+        return Err(KernelError::shape(
+            "convolution: output channels not divisible by groups",
+        ));
+    }
+    Ok((
+        ConvGeom {
+            n,
+            c_in,
+            c_out,
+            groups,
+            input,
+            kernel,
+            output,
+            stride,
+            padding,
+            dilation,
+            transposed,
+        },
+        batched,
+    ))
+}
+
+/// Range of `o` in `0..n_out` for which `o * s + off` lies in `0..n_in`.
+#[inline]
+fn valid_range(off: i64, s: usize, n_in: usize, n_out: usize) -> (usize, usize) {
+    let s = s as i64;
+    // o >= ceil(-off / s), o < ceil((n_in - off) / s)
+    let div_ceil = |a: i64| if a <= 0 { -((-a) / s) } else { (a + s - 1) / s };
+    let lo = div_ceil(-off).clamp(0, n_out as i64);
+    let hi = div_ceil(n_in as i64 - off).clamp(lo, n_out as i64);
+    (lo as usize, hi as usize)
+}
+
+/// Forward convolution in the 3-d form. `x`: [N, C_in, D, H, W], `w`: [C_out, C_in/g, kD, kH, kW].
+pub fn conv_forward<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) {
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let [od, oh, ow] = g.output;
+    let cg_in = g.c_in / g.groups;
+    let cg_out = g.c_out / g.groups;
+    let in_plane = id * ih * iw;
+    let out_plane = od * oh * ow;
+    let mut acc = vec![T::A::ZERO; out_plane];
+    for n in 0..g.n {
+        for oc in 0..g.c_out {
+            let grp = oc / cg_out;
+            acc.fill(bias.map_or(T::A::ZERO, |b| b[oc].to_acc()));
+            for icg in 0..cg_in {
+                let ic = grp * cg_in + icg;
+                let xin = &x[(n * g.c_in + ic) * in_plane..][..in_plane];
+                let wk = &w[(oc * cg_in + icg) * kd * kh * kw..][..kd * kh * kw];
+                for a in 0..kd {
+                    let off_d = (a * g.dilation[0]) as i64 - g.padding[0] as i64;
+                    let (d0, d1) = valid_range(off_d, g.stride[0], id, od);
+                    for b in 0..kh {
+                        let off_h = (b * g.dilation[1]) as i64 - g.padding[1] as i64;
+                        let (h0, h1) = valid_range(off_h, g.stride[1], ih, oh);
+                        for c in 0..kw {
+                            let wv = wk[(a * kh + b) * kw + c].to_acc();
+                            let off_w = (c * g.dilation[2]) as i64 - g.padding[2] as i64;
+                            let (w0, w1) = valid_range(off_w, g.stride[2], iw, ow);
+                            if w0 >= w1 {
+                                continue;
+                            }
+                            for o_d in d0..d1 {
+                                let i_d = (o_d * g.stride[0]) as i64 + off_d;
+                                for o_h in h0..h1 {
+                                    let i_h = (o_h * g.stride[1]) as i64 + off_h;
+                                    let row =
+                                        &xin[((i_d as usize) * ih + i_h as usize) * iw..][..iw];
+                                    let arow = &mut acc[(o_d * oh + o_h) * ow..][..ow];
+                                    let first = ((w0 * g.stride[2]) as i64 + off_w) as usize;
+                                    if g.stride[2] == 1 {
+                                        let src = &row[first..first + (w1 - w0)];
+                                        for (o, &v) in arow[w0..w1].iter_mut().zip(src) {
+                                            *o = o.add(wv.mul(v.to_acc()));
+                                        }
+                                    } else {
+                                        let mut p = first;
+                                        for o in &mut arow[w0..w1] {
+                                            *o = o.add(wv.mul(row[p].to_acc()));
+                                            p += g.stride[2];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let dst = &mut out[(n * g.c_out + oc) * out_plane..][..out_plane];
+            for (o, &v) in dst.iter_mut().zip(&acc) {
+                *o = T::from_acc(v);
+            }
+        }
+    }
+}
+
+/// Transposed convolution in the 3-d form. `x`: [N, C_in, D, H, W], `w`: [C_in, C_out/g, kD, kH, kW].
+pub fn conv_transposed<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) {
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let [od, oh, ow] = g.output;
+    let cg_in = g.c_in / g.groups;
+    let cg_out = g.c_out / g.groups;
+    let in_plane = id * ih * iw;
+    let out_plane = od * oh * ow;
+    let mut acc = vec![T::A::ZERO; out_plane];
+    for n in 0..g.n {
+        for oc in 0..g.c_out {
+            let grp = oc / cg_out;
+            let ocg = oc % cg_out;
+            acc.fill(bias.map_or(T::A::ZERO, |b| b[oc].to_acc()));
+            for icg in 0..cg_in {
+                let ic = grp * cg_in + icg;
+                let xin = &x[(n * g.c_in + ic) * in_plane..][..in_plane];
+                let wk = &w[(ic * cg_out + ocg) * kd * kh * kw..][..kd * kh * kw];
+                for a in 0..kd {
+                    // o = i * s + k * dil - pad
+                    let off_d = (a * g.dilation[0]) as i64 - g.padding[0] as i64;
+                    let (d0, d1) = valid_range(off_d, g.stride[0], od, id);
+                    for b in 0..kh {
+                        let off_h = (b * g.dilation[1]) as i64 - g.padding[1] as i64;
+                        let (h0, h1) = valid_range(off_h, g.stride[1], oh, ih);
+                        for c in 0..kw {
+                            let wv = wk[(a * kh + b) * kw + c].to_acc();
+                            let off_w = (c * g.dilation[2]) as i64 - g.padding[2] as i64;
+                            let (w0, w1) = valid_range(off_w, g.stride[2], ow, iw);
+                            for i_d in d0..d1 {
+                                let o_d = ((i_d * g.stride[0]) as i64 + off_d) as usize;
+                                for i_h in h0..h1 {
+                                    let o_h = ((i_h * g.stride[1]) as i64 + off_h) as usize;
+                                    let row = &xin[(i_d * ih + i_h) * iw..][..iw];
+                                    let arow = &mut acc[(o_d * oh + o_h) * ow..][..ow];
+                                    for i_w in w0..w1 {
+                                        let o_w = ((i_w * g.stride[2]) as i64 + off_w) as usize;
+                                        arow[o_w] = arow[o_w].add(wv.mul(row[i_w].to_acc()));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let dst = &mut out[(n * g.c_out + oc) * out_plane..][..out_plane];
+            for (o, &v) in dst.iter_mut().zip(&acc) {
+                *o = T::from_acc(v);
+            }
+        }
+    }
+}
+
+fn convolution_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let (x, w) = (*ctx.tensor(INPUT)?, *ctx.tensor(WEIGHT)?);
+    let bias = ctx.opt_tensor(BIAS)?.copied();
+    require_contiguous("convolution", &[&x, &w, ctx.tensor(OUT)?])?;
+    let (g, batched) = geometry(ctx, &x, &w)?;
+    if let Some(b) = &bias {
+        require_contiguous("convolution", &[b])?;
+        if b.numel() != g.c_out {
+            return Err(KernelError::shape(format!(
+                "convolution: bias {:?} for {} output channels",
+                b.sizes(),
+                g.c_out
+            )));
+        }
+    }
+    let spatial = w.rank() - 2;
+    let mut osz = Vec::with_capacity(5);
+    if batched {
+        osz.push(g.n);
+    }
+    osz.push(g.c_out);
+    osz.extend_from_slice(&g.output[3 - spatial..]);
+    ctx.resize(OUT, &osz)?;
+    let dt = x.dtype();
+    fn run<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], b: Option<&[T]>, o: &mut [T]) {
+        if g.transposed {
+            conv_transposed(g, x, w, b, o)
+        } else {
+            conv_forward(g, x, w, b, o)
+        }
+    }
+    if bias.is_some() {
+        let ([xr, wr, br], [mut o]) = ctx.io([INPUT, WEIGHT, BIAS], [OUT])?;
+        dispatch_float!(dt, T => run::<T>(&g, xr.as_slice()?, wr.as_slice()?, Some(br.as_slice()?), o.as_mut_slice()?),
+            _ => return Err(KernelError::dtype(dt, "convolution")));
+    } else {
+        let ([xr, wr], [mut o]) = ctx.io([INPUT, WEIGHT], [OUT])?;
+        dispatch_float!(dt, T => run::<T>(&g, xr.as_slice()?, wr.as_slice()?, None, o.as_mut_slice()?),
+            _ => return Err(KernelError::dtype(dt, "convolution")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pteron_core::testing::TestCall;
+    use pteron_core::ScalarType as St;
+
+    /// Deterministic test data: ((i * 7) % 11 - 5) / 4.
+    fn data(n: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 7) % 11) as f32 / 4.0 - 1.25).collect()
+    }
+
+    struct Case {
+        x: &'static [usize],
+        w: &'static [usize],
+        bias: bool,
+        stride: &'static [i64],
+        padding: &'static [i64],
+        dilation: &'static [i64],
+        transposed: bool,
+        out_pad: &'static [i64],
+        groups: i64,
+        out: &'static [usize],
+        want: &'static [f32],
+    }
+
+    fn run_case(c: &Case) {
+        let mut t = TestCall::new();
+        let nx: usize = c.x.iter().product();
+        let nw: usize = c.w.iter().product();
+        t.tensor(c.x, &data(nx));
+        let wv: Vec<f32> = data(nw + 3)[3..].to_vec();
+        t.tensor(c.w, &wv);
+        let cout = c.out[1];
+        if c.bias {
+            let b: Vec<f32> = (0..cout).map(|i| i as f32 * 0.5 - 0.25).collect();
+            t.tensor(&[cout], &b);
+        } else {
+            t.none();
+        }
+        t.int_list(c.stride);
+        t.int_list(c.padding);
+        t.int_list(c.dilation);
+        t.bool(c.transposed);
+        t.int_list(c.out_pad);
+        t.int(c.groups);
+        let o = t.out(St::Float, c.out);
+        t.ret(o);
+        t.check(check_convolution).unwrap();
+        t.run(convolution_out).unwrap();
+        assert_eq!(t.info(o).sizes(), c.out);
+        let got = t.output::<f32>(o);
+        assert_eq!(got.len(), c.want.len());
+        for (g, w) in got.iter().zip(c.want) {
+            assert!((g - w).abs() < 1e-4, "got {got:?}\nwant {:?}", c.want);
+        }
+    }
+
+    // Reference values from torch.ops.aten.convolution (PyTorch 2.9) on the same data:
+    // x = data(numel), w = data(numel + 3)[3..], bias[i] = i * 0.5 - 0.25.
+    const CASES: &[Case] = &[
+        Case {
+            x: &[1, 2, 5, 5],
+            w: &[3, 2, 3, 3],
+            bias: true,
+            stride: &[1, 1],
+            padding: &[1, 1],
+            dilation: &[1, 1],
+            transposed: false,
+            out_pad: &[0, 0],
+            groups: 1,
+            out: &[1, 3, 5, 5],
+            want: &[
+                -0.9375, -3.375, 1.9375, -1.0, -0.1875, 2.3125, -5.125, 0.9375, -0.5625, -1.5,
+                3.25, -3.0, -2.4375, 2.25, -2.125, 1.4375, 2.5625, -5.125, 0.9375, 0.6875, -1.5,
+                4.3125, -3.6875, -0.6875, 1.125, -2.25, 1.0, -0.4375, 1.5625, -1.25, 0.0625, 0.625,
+                2.75, -2.6875, 2.8125, 0.25, -1.125, -0.375, 0.375, 2.8125, 1.125, 0.5625, 0.625,
+                2.75, -2.0, 1.1875, -1.8125, 0.625, -1.0625, -0.75, 2.625, -2.1875, -0.0625,
+                2.0625, 0.4375, -0.125, -2.5625, 0.4375, 3.4375, -1.125, 2.75, 0.75, -1.0625,
+                0.5625, -0.5, 2.1875, -0.0625, -2.5625, 0.4375, 2.1875, -0.25, 5.125, -2.625,
+                0.625, 2.875,
+            ],
+        },
+        Case {
+            x: &[2, 2, 6, 5],
+            w: &[2, 2, 3, 2],
+            bias: false,
+            stride: &[2, 1],
+            padding: &[0, 1],
+            dilation: &[1, 1],
+            transposed: false,
+            out_pad: &[0, 0],
+            groups: 1,
+            out: &[2, 2, 2, 6],
+            want: &[
+                -0.8125, 0.4375, -0.125, -2.0625, 0.8125, -0.5, 0.9375, -2.4375, 0.4375, -0.125,
+                -2.0625, 2.4375, 2.25, -3.9375, 2.6875, 1.0625, -1.25, -1.625, 0.75, 3.1875,
+                -3.9375, 2.6875, 1.0625, -0.5625, 0.0625, -3.0625, 6.0, -2.125, -0.625, 2.6875,
+                -1.625, -0.4375, -3.0625, 6.0, -2.125, -1.25, 1.5, -2.4375, -1.3125, 3.25, -2.5,
+                0.625, -0.6875, -0.125, -2.4375, -1.3125, 3.25, -0.375,
+            ],
+        },
+        Case {
+            x: &[1, 4, 5, 5],
+            w: &[4, 1, 3, 3],
+            bias: true,
+            stride: &[2, 2],
+            padding: &[1, 1],
+            dilation: &[1, 1],
+            transposed: false,
+            out_pad: &[0, 0],
+            groups: 4,
+            out: &[1, 4, 3, 3],
+            want: &[
+                -1.8125, 1.0, 0.0625, 0.9375, 0.1875, -1.5625, 0.625, -1.6875, 0.0, 1.125, 1.1875,
+                0.0, 2.5625, -2.375, -0.3125, -1.875, -1.75, 1.375, 0.75, -1.1875, -0.625, 1.625,
+                2.5625, 3.1875, 0.5625, 1.8125, -1.9375, 1.875, 0.0625, 1.625, 0.1875, 1.9375,
+                1.375, 1.0625, 2.125, 2.4375,
+            ],
+        },
+        Case {
+            x: &[1, 4, 7, 7],
+            w: &[6, 2, 3, 3],
+            bias: true,
+            stride: &[1, 1],
+            padding: &[2, 2],
+            dilation: &[2, 2],
+            transposed: false,
+            out_pad: &[0, 0],
+            groups: 2,
+            out: &[1, 6, 7, 7],
+            want: &[
+                2.25, -6.25, 0.5625, 3.8125, -4.625, 2.4375, -0.3125, -0.1875, 2.3125, -4.1875,
+                -1.625, 3.6875, -2.375, -0.3125, 3.3125, -6.125, 2.125, 3.375, -5.0, 3.4375,
+                -0.8125, 1.1875, 2.75, -7.0, -0.25, 5.8125, -2.9375, 0.375, 1.8125, -2.8125,
+                5.1875, -2.5, -1.9375, 3.0625, -2.5625, 0.9375, 1.4375, -6.3125, 0.125, 3.8125,
+                -2.375, 1.8125, 0.3125, 0.8125, 3.0, -3.625, -2.0, 2.875, -1.875, -0.625, 3.5625,
+                -2.5, 1.5625, 1.5, -3.625, 1.5, -0.875, -2.875, 3.25, -0.25, -1.6875, 2.0, -1.8125,
+                3.0625, 2.0, -2.4375, -1.6875, 1.125, 0.8125, -0.5625, -0.9375, 0.0625, 2.8125,
+                -1.25, 0.875, 1.5, -1.9375, -0.125, 0.1875, 0.5, -0.125, 0.625, 0.125, 1.5,
+                -0.1875, 2.0, 2.875, 1.1875, -3.9375, 1.5625, 1.25, -0.6875, 0.125, -2.0625,
+                1.0625, 2.125, -0.625, 1.125, 2.0, -3.125, 2.0, 2.0625, -2.0, 4.0625, -0.125,
+                1.1875, 2.9375, -0.3125, 0.4375, 2.5625, -1.875, 1.5, 2.8125, -4.3125, 3.3125,
+                0.8125, -3.0625, 5.0625, -1.0, 1.75, 2.875, -3.875, 1.1875, 4.1875, -2.3125, 2.625,
+                0.0, -1.625, 5.4375, 1.5625, -0.25, 4.0625, -2.6875, 1.4375, 3.25, -5.8125, 1.5625,
+                4.8125, -1.375, 3.4375, 1.75, 0.8125, 4.5625, -3.1875, -0.625, 3.4375, -1.375,
+                -0.875, 1.1875, 4.9375, -3.125, 5.3125, 2.5625, -4.75, 3.9375, -0.875, -2.6875,
+                5.0625, -0.25, 2.25, 3.1875, -1.4375, 1.875, 3.8125, -4.6875, 4.6875, 2.875,
+                -3.0625, 4.5625, -1.0625, 2.0625, 5.9375, -2.5625, 0.5, 3.5, -1.8125, 4.9375,
+                1.6875, -3.375, 4.625, 2.25, 1.8125, 4.375, -0.375, -0.6875, 4.75, -1.5, 2.25,
+                2.5625, -1.375, 3.5, 0.9375, 0.1875, 4.25, 1.6875, -0.75, 3.5, -0.3125, 2.4375,
+                3.4375, -2.4375, 1.0, 4.3125, 0.875, 3.9375, 2.5625, -0.5625, 3.1875, 0.8125,
+                0.6875, 3.0, -0.4375, -0.9375, 3.8125, 2.375, 0.125, 4.625, 1.625, 3.0, 1.375, 2.0,
+                2.625, 1.375, -0.3125, 3.0, 2.3125, 0.25, 4.3125, 1.5, 0.5625, 2.3125, 0.875,
+                2.625, 3.5625, -2.5625, 3.0, 3.8125, -0.375, 3.5, -0.25, 1.25, 4.75, 0.6875, 0.625,
+                4.0, -0.375, 3.0, 5.4375, -1.6875, 6.3125, 3.5625, -3.125, 5.375, -0.875, -1.125,
+                5.5, 1.125, 2.8125, 3.6875, -0.8125, 4.125, 4.625, -4.875, 8.3125, 4.25, -4.1875,
+                5.5625, -1.1875, 0.0, 7.6875, -2.5, 4.3125, 4.8125, -0.4375, 6.5625, 2.25, -4.5,
+                7.3125, 3.6875, -0.625, 4.9375, 0.125, 3.6875, 5.9375, -2.125, 5.375, 3.5625,
+                0.125, 4.9375, 0.875, -1.6875, 6.0625, 2.3125, 3.25,
+            ],
+        },
+        Case {
+            x: &[1, 3, 4, 4],
+            w: &[2, 3, 1, 1],
+            bias: true,
+            stride: &[1],
+            padding: &[0],
+            dilation: &[1],
+            transposed: false,
+            out_pad: &[0],
+            groups: 1,
+            out: &[1, 2, 4, 4],
+            want: &[
+                -1.8125, 1.5625, -1.25, 1.4375, -0.6875, -1.4375, 1.25, -0.875, -1.625, 1.75,
+                -1.0625, -1.8125, 1.5625, -1.25, 1.4375, -0.6875, -0.75, 2.0, -0.75, 2.0, -0.75,
+                -0.75, 2.0, -0.75, -0.75, 2.0, -0.75, -0.75, 2.0, -0.75, 2.0, -0.75,
+            ],
+        },
+        Case {
+            x: &[2, 2, 9],
+            w: &[3, 2, 3],
+            bias: true,
+            stride: &[2],
+            padding: &[1],
+            dilation: &[2],
+            transposed: false,
+            out_pad: &[0],
+            groups: 1,
+            out: &[2, 3, 4],
+            want: &[
+                -1.5625, -0.25, 2.375, 0.0625, -0.6875, 2.4375, 0.0625, 0.6875, 2.25, -0.375,
+                -0.1875, 1.3125, 0.6875, -0.6875, -2.875, 0.4375, -0.9375, -0.375, -1.375, -0.0625,
+                -0.5, 2.0, 2.1875, -0.5625,
+            ],
+        },
+        Case {
+            x: &[1, 2, 3, 4, 4],
+            w: &[2, 2, 2, 3, 3],
+            bias: true,
+            stride: &[1, 2, 1],
+            padding: &[0, 1, 1],
+            dilation: &[1, 1, 1],
+            transposed: false,
+            out_pad: &[0, 0, 0],
+            groups: 1,
+            out: &[1, 2, 2, 2, 4],
+            want: &[
+                -0.6875, -3.75, 1.5, 0.625, 2.125, -5.5, -0.0625, 2.25, -1.625, 0.5, -2.5, 0.8125,
+                1.1875, 0.375, 1.0, -1.125, -2.25, 1.8125, 1.375, -1.875, -1.9375, 2.625, 0.5625,
+                -2.875, -2.4375, 1.0, 0.5625, -0.25, 0.3125, -1.5, 5.375, -4.4375,
+            ],
+        },
+        Case {
+            x: &[1, 2, 3, 3],
+            w: &[2, 3, 3, 3],
+            bias: true,
+            stride: &[2, 2],
+            padding: &[1, 1],
+            dilation: &[1, 1],
+            transposed: true,
+            out_pad: &[1, 1],
+            groups: 1,
+            out: &[1, 3, 6, 6],
+            want: &[
+                0.125, 1.4375, -0.375, 0.4375, -0.875, 0.875, 0.9375, 0.5625, -0.75, -4.875,
+                0.3125, 1.5625, 0.0, -0.875, -0.5, -2.5625, 0.375, -0.125, 0.0, -2.6875, -1.0,
+                -1.25, 0.75, 0.25, -0.125, -0.4375, -0.625, -2.125, 0.25, 0.25, -0.4375, -2.625,
+                -0.4375, 0.8125, 0.25, 0.25, 1.0, -2.0, -0.0625, 0.0, 0.9375, 1.3125, 0.5, 0.8125,
+                -0.25, 1.375, 1.75, -3.875, -0.8125, 0.5625, 0.1875, 1.875, 0.5, -2.0625, -1.75,
+                1.8125, 0.25, 1.6875, 0.875, -1.0, -0.5625, 0.375, 0.4375, 1.6875, 0.75, -2.0,
+                -0.875, 0.9375, 0.625, -0.1875, 0.75, 0.75, -1.5625, 0.75, 1.625, 0.9375, 1.375,
+                -0.3125, -3.375, 1.75, 1.625, 1.4375, 1.8125, 1.0, 1.8125, 1.3125, 1.5625, 0.8125,
+                -1.4375, 1.5, -0.0625, 1.5, 2.1875, 0.5, -1.0625, 1.875, 1.75, 1.1875, 1.5, 0.6875,
+                -1.5, 1.25, 1.4375, 1.0625, 1.6875, 0.875, -1.5, 1.25,
+            ],
+        },
+        Case {
+            x: &[1, 4, 3, 4],
+            w: &[4, 1, 2, 2],
+            bias: false,
+            stride: &[2, 1],
+            padding: &[0, 1],
+            dilation: &[1, 2],
+            transposed: true,
+            out_pad: &[1, 0],
+            groups: 2,
+            out: &[1, 2, 7, 4],
+            want: &[
+                0.625, -1.4375, 2.1875, -1.375, -0.75, -0.0625, -0.125, -0.8125, -0.9375, 2.0625,
+                -1.1875, 0.25, 1.3125, -0.3125, -1.75, 1.0, 0.9375, -1.3125, -1.125, 1.1875, -0.75,
+                -1.9375, 2.125, 0.0625, 0.0, 0.0, 0.0, 0.0, -1.5, -1.6875, 1.625, 0.6875, -0.375,
+                -1.5, 2.9375, 0.3125, -0.25, 1.9375, -0.25, -1.0625, -1.0, 2.5, -0.625, -1.25,
+                1.6875, 0.0625, -0.0625, 0.625, 1.125, -1.0625, -0.0625, 0.625, 0.0, 0.0, 0.0, 0.0,
+            ],
+        },
+        Case {
+            x: &[1, 2, 5],
+            w: &[2, 2, 3],
+            bias: true,
+            stride: &[3],
+            padding: &[1],
+            dilation: &[1],
+            transposed: true,
+            out_pad: &[2],
+            groups: 1,
+            out: &[1, 2, 15],
+            want: &[
+                -0.375, 1.625, 1.125, -0.375, -1.875, -0.875, -0.375, 0.125, 0.5625, 0.3125,
+                0.0625, 0.625, -0.375, -1.375, -0.25, 0.625, 0.5625, 1.25, -0.25, 1.0, -0.25, 0.25,
+                0.75, 1.0, 0.75, -2.25, 0.875, -0.125, 0.9375, 0.25,
+            ],
+        },
+    ];
+
+    #[test]
+    fn reference_cases() {
+        for c in CASES {
+            run_case(c);
+        }
+    }
+
+    #[test]
+    fn rejects_bad_arguments() {
+        let mut t = TestCall::new();
+        t.tensor(&[1, 3, 4, 4], &data(48));
+        t.tensor(&[2, 3, 5, 5], &data(150));
+        t.none();
+        t.int_list(&[1, 1]);
+        t.int_list(&[0, 0]);
+        t.int_list(&[1, 1]);
+        t.bool(false);
+        t.int_list(&[0, 0]);
+        t.int(1);
+        let o = t.out(St::Float, &[1, 2, 1, 1]);
+        t.ret(o);
+        assert!(
+            matches!(t.run(convolution_out), Err(KernelError::Shape(_))),
+            "kernel larger than input"
+        );
+
+        let mut t = TestCall::new();
+        t.tensor(&[1, 1, 2, 2], &[1i64, 2, 3, 4]);
+        t.tensor(&[1, 1, 1, 1], &[1i64]);
+        t.none();
+        t.int_list(&[1]);
+        t.int_list(&[0]);
+        t.int_list(&[1]);
+        t.bool(false);
+        t.int_list(&[0]);
+        t.int(1);
+        let o = t.out(St::Long, &[1, 1, 2, 2]);
+        t.ret(o);
+        assert!(matches!(
+            t.check(check_convolution),
+            Err(KernelError::UnsupportedDType { .. })
+        ));
+    }
+
+    #[test]
+    fn f16_accumulates_in_f32() {
+        use pteron_core::half::f16;
+        // 1x1 conv summing 3000 channels of 1.0 * 1.0 with bias -2998: f16 accumulation would
+        // saturate long before.
+        let c = 3000;
+        let mut t = TestCall::new();
+        t.tensor(&[1, c, 1, 1], &vec![f16::ONE; c]);
+        t.tensor(&[1, c, 1, 1], &vec![f16::ONE; c]);
+        t.tensor(&[1], &[f16::from_f32(-2998.0)]);
+        t.int_list(&[1, 1]);
+        t.int_list(&[0, 0]);
+        t.int_list(&[1, 1]);
+        t.bool(false);
+        t.int_list(&[0, 0]);
+        t.int(1);
+        let o = t.out(St::Half, &[1, 1, 1, 1]);
+        t.ret(o);
+        t.run(convolution_out).unwrap();
+        assert_eq!(t.output::<f16>(o), vec![f16::from_f32(2.0)]);
+    }
+}
