@@ -71,7 +71,7 @@ pub enum Error {
     InputShape { index: usize, expected: alloc::vec::Vec<usize>, given: alloc::vec::Vec<usize> },
     #[error("execution exceeded the instruction budget of {0}")]
     InstructionBudget(u64),
-    #[error("the program needs {requested} bytes of {what}, over the limit of {limit}")]
+    #[error("the program needs {requested} {what}, over the limit of {limit}")]
     ResourceLimit { what: &'static str, requested: u64, limit: u64 },
 }
 

@@ -17,12 +17,12 @@ pub struct Arena {
 }
 
 impl Arena {
-    /// Allocates `len` zeroed bytes; `None` when the allocation size overflows.
+    /// Allocates `len` zeroed bytes; `None` when the allocation fails or its size overflows.
+    /// The memory comes zeroed from the allocator, so pages a method never touches are
+    /// typically never made resident.
     pub fn new(len: usize) -> Option<Self> {
         let n = len.checked_add(ARENA_ALIGN - 1)? / ARENA_ALIGN;
-        let mut blocks = Vec::new();
-        blocks.try_reserve_exact(n).ok()?;
-        blocks.resize(n, Block([0; ARENA_ALIGN]));
+        let blocks = bytemuck::allocation::try_zeroed_vec::<Block>(n).ok()?;
         Some(Arena { blocks, len })
     }
     pub fn len(&self) -> usize {

@@ -149,7 +149,7 @@ impl<'p> Method<'p> {
             }
             total = total.saturating_add(s as u64);
             if total > config.max_planned_bytes {
-                return Err(Error::ResourceLimit { what: "planned memory", requested: total, limit: config.max_planned_bytes });
+                return Err(Error::ResourceLimit { what: "bytes of planned memory", requested: total, limit: config.max_planned_bytes });
             }
             arena_sizes.push(s as usize);
         }
@@ -265,7 +265,7 @@ impl<'p> Method<'p> {
                                 let padded = nbytes.checked_add(ARENA_ALIGN - 1).ok_or_else(|| invalid("tensor too large"))? / ARENA_ALIGN * ARENA_ALIGN;
                                 io_size = io_size.checked_add(padded).ok_or_else(|| invalid("tensor too large"))?;
                                 if total.saturating_add(io_size as u64) > config.max_planned_bytes {
-                                    return Err(Error::ResourceLimit { what: "planned memory", requested: total.saturating_add(io_size as u64), limit: config.max_planned_bytes });
+                                    return Err(Error::ResourceLimit { what: "bytes of planned memory", requested: total.saturating_add(io_size as u64), limit: config.max_planned_bytes });
                                 }
                                 Storage::Planned { arena: io_arena, offset }
                             }
@@ -293,7 +293,7 @@ impl<'p> Method<'p> {
         let mut arenas = Vec::new();
         for &s in arena_sizes.iter().chain(core::iter::once(&io_size)) {
             arenas.push(Arena::new(s).ok_or(Error::ResourceLimit {
-                what: "planned memory",
+                what: "bytes of planned memory (allocation failed)",
                 requested: s as u64,
                 limit: config.max_planned_bytes,
             })?);
@@ -476,6 +476,10 @@ impl<'p> Method<'p> {
         let Storage::Planned { arena, offset } = t.storage else {
             return Err(Error::Input { index: i, message: "input tensor is a constant".into() });
         };
+        // The input slot may hold another tensor now (a MoveCall of an earlier run).
+        if bytes.len() > t.capacity {
+            return Err(Error::Input { index: i, message: format!("{} bytes do not fit the input's {} bytes", bytes.len(), t.capacity) });
+        }
         t.info = info;
         let dst = self.arenas[arena as usize]
             .bytes_mut()

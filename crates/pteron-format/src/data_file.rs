@@ -59,9 +59,11 @@ impl<'a> DataFile<'a> {
         let seg = checked_range("segment data", h.segment_base_offset, h.segment_data_size, data.len())?;
         // The flatbuffer's offsets count from byte 0 with the header spliced in after the
         // identifier, so it is verified over `0..flatbuffer_offset + flatbuffer_size`.
-        let opts = flatbuffers::VerifierOptions::default();
+        let apparent = crate::program::apparent_limit(fb_end, crate::Limits::default().max_expansion);
+        let opts = flatbuffers::VerifierOptions { max_apparent_size: apparent, ..Default::default() };
         crate::program::check_root_offset(data)?;
-        let fb = fb::root_as_flat_tensor_with_opts(&opts, &data[..fb_end])?;
+        let fb = fb::root_as_flat_tensor_with_opts(&opts, &data[..fb_end])
+            .map_err(|e| crate::program::verify_error(e, fb_end, apparent))?;
         Ok(DataFile { data, fb, segments: (seg.start, seg.end) })
     }
 

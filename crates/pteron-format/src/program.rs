@@ -13,11 +13,30 @@ pub struct Limits {
     pub max_tables: usize,
     /// Deepest table nesting.
     pub max_depth: usize,
+    /// Most bytes the verifier may visit per byte of program (at least 1 MiB, at most 2 GiB in
+    /// all). A table that many offsets share is visited, and later loaded, once per offset, so
+    /// this bounds what a small file can expand to; real programs need less than 2.
+    pub max_expansion: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_tables: 10_000_000, max_depth: 64 }
+        Limits { max_tables: 10_000_000, max_depth: 64, max_expansion: 4 }
+    }
+}
+
+/// The verifier's `max_apparent_size` for a flatbuffer of `size` bytes.
+pub(crate) fn apparent_limit(size: usize, expansion: usize) -> usize {
+    size.saturating_mul(expansion).clamp(1 << 20, 1 << 31)
+}
+
+/// Names the expansion limit when the verifier hits it.
+pub(crate) fn verify_error(e: flatbuffers::InvalidFlatbuffer, size: usize, limit: usize) -> FormatError {
+    match e {
+        flatbuffers::InvalidFlatbuffer::ApparentSizeTooLarge => FormatError::Invalid(format!(
+            "flatbuffer of {size} bytes expands to more than {limit} bytes when shared tables are counted at each use"
+        )),
+        e => FormatError::Flatbuffer(e),
     }
 }
 
@@ -104,14 +123,16 @@ impl<'a> Program<'a> {
                 (prog.end, (seg.start, seg.end))
             }
         };
+        let apparent = apparent_limit(program_size, limits.max_expansion);
         let opts = flatbuffers::VerifierOptions {
             max_depth: limits.max_depth,
             max_tables: limits.max_tables,
-            max_apparent_size: 1 << 31,
+            max_apparent_size: apparent,
             ignore_missing_null_terminator: false,
         };
         check_root_offset(data)?;
-        let fb = schema::root_as_program_with_opts(&opts, &data[..program_size])?;
+        let fb = schema::root_as_program_with_opts(&opts, &data[..program_size])
+            .map_err(|e| verify_error(e, program_size, apparent))?;
         let mut p = Program { data, fb, header, segments, constant_segment: None };
 
         let has_segment_constants = fb.constant_segment().and_then(|c| c.offsets()).is_some_and(|o| o.len() > 1);

@@ -14,8 +14,8 @@ pub struct Tensor {
 
 impl Tensor {
     pub fn new(dtype: ScalarType, sizes: &[usize], data: Vec<u8>) -> Result<Self> {
-        let numel: usize = sizes.iter().product();
-        if numel.checked_mul(dtype.elem_size()) != Some(data.len()) {
+        let nbytes = sizes.iter().try_fold(dtype.elem_size(), |a, &s| a.checked_mul(s));
+        if nbytes != Some(data.len()) {
             return Err(Error::Npy(format!("{} bytes do not make a {dtype} tensor of shape {sizes:?}", data.len())));
         }
         Ok(Tensor { dtype, sizes: sizes.to_vec(), data })

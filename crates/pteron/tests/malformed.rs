@@ -856,6 +856,83 @@ fn bad_segments_and_constants() {
     run_cases(&f, cases, small_config());
 }
 
+/// A program whose `n` values are all the same shared EValue table (a 64×64 float tensor):
+/// legal flatbuffer structure, but each offset is verified and loaded as its own value.
+fn shared_values_program(n: usize) -> Vec<u8> {
+    use pteron::format::schema as s;
+    let mut b = flatbuffers::FlatBufferBuilder::new();
+    let sizes = b.create_vector(&[64i32, 64]);
+    let dim_order = b.create_vector(&[0u8, 1]);
+    let t = s::Tensor::create(
+        &mut b,
+        &s::TensorArgs {
+            scalar_type: s::ScalarType::FLOAT,
+            sizes: Some(sizes),
+            dim_order: Some(dim_order),
+            ..Default::default()
+        },
+    );
+    let ev = s::EValue::create(
+        &mut b,
+        &s::EValueArgs {
+            val_type: s::KernelTypes::Tensor,
+            val: Some(t.as_union_value()),
+        },
+    );
+    let vals = b.create_vector(&vec![ev; n]);
+    let name = b.create_string("forward");
+    let empty = b.create_vector::<i32>(&[]);
+    let bufs = b.create_vector(&[0i64]);
+    let plan = s::ExecutionPlan::create(
+        &mut b,
+        &s::ExecutionPlanArgs {
+            name: Some(name),
+            values: Some(vals),
+            inputs: Some(empty),
+            outputs: Some(empty),
+            non_const_buffer_sizes: Some(bufs),
+            ..Default::default()
+        },
+    );
+    let plans = b.create_vector(&[plan]);
+    let p = s::Program::create(
+        &mut b,
+        &s::ProgramArgs {
+            execution_plan: Some(plans),
+            ..Default::default()
+        },
+    );
+    b.finish(p, Some("ET12"));
+    b.finished_data().to_vec()
+}
+
+#[test]
+fn shared_tables_do_not_amplify() {
+    let kernels = kernels();
+    // A few shared tables are fine.
+    let small = shared_values_program(1000);
+    exercise(&small, None, &[], &kernels, small_config(), true).expect("1000 shared values load");
+    // A 4 MB file that would verify and load as a million tensors (≈ 350 MB of metadata,
+    // 16 GB of unplanned tensor memory) is stopped by the verifier's expansion limit.
+    let big = shared_values_program(1 << 20);
+    assert!(big.len() < 5 << 20);
+    parse_err(&big, "a million shared values", &["expands to more than"]);
+    // And the per-method value limit holds on its own.
+    let cfg = MethodConfig {
+        max_values: 999,
+        ..small_config()
+    };
+    let e = expect_err(
+        exercise(&small, None, &[], &kernels, cfg, true),
+        "1000 values over a limit of 999",
+        &["values"],
+    );
+    assert!(
+        matches!(e, pteron::Error::Runtime(CoreError::ResourceLimit { .. })),
+        "{e:?}"
+    );
+}
+
 // ------------------------------------------------------------------------------------------
 // Structure-aware cases
 
