@@ -1,3 +1,980 @@
-use pteron_core::KernelRegistry;
+//! 2-d pooling and resampling: `max_pool2d_with_indices`, `avg_pool2d`, adaptive average
+//! pooling, nearest and bilinear upsampling. Inputs are `[N, C, H, W]` or `[C, H, W]`,
+//! contiguous; floats only (f16/bf16 computed in f32), as PyTorch's CPU kernels.
 
-pub fn register(_r: &mut KernelRegistry) {}
+use pteron_core::{
+    dispatch_float, ArgAccess, ArgView, Kernel, KernelContext, KernelError, KernelRegistry,
+    ScalarType, TensorInfo,
+};
+
+use crate::util::{require_contiguous, require_dtype, Acc, AccFloat, AccNum, FLOATS};
+
+pub fn register(r: &mut KernelRegistry) {
+    r.register(
+        "aten::max_pool2d_with_indices.out",
+        Kernel::with_check(max_pool2d_with_indices_out, check_max_pool),
+    );
+    r.register(
+        "aten::avg_pool2d.out",
+        Kernel::with_check(avg_pool2d_out, check_avg_pool),
+    );
+    r.register(
+        "aten::_adaptive_avg_pool2d.out",
+        Kernel::with_check(adaptive_avg_pool2d_out, check_adaptive),
+    );
+    r.register(
+        "aten::adaptive_avg_pool2d.out",
+        Kernel::with_check(adaptive_avg_pool2d_out, check_adaptive),
+    );
+    r.register(
+        "aten::upsample_nearest2d.vec_out",
+        Kernel::with_check(upsample_nearest2d_vec_out, check_nearest),
+    );
+    r.register(
+        "aten::upsample_bilinear2d.vec_out",
+        Kernel::with_check(upsample_bilinear2d_vec_out, check_bilinear),
+    );
+}
+
+fn check_io(a: &ArgView, op: &'static str, input: usize, out: usize) -> Result<(), KernelError> {
+    let (x, o) = (a.tensor(input)?, a.tensor(out)?);
+    require_dtype(op, x.dtype(), &FLOATS)?;
+    if o.dtype() != x.dtype() {
+        return Err(KernelError::dtype(o.dtype(), op));
+    }
+    if !(3..=4).contains(&x.rank()) {
+        return Err(KernelError::unsupported(format!(
+            "{op}: input of rank {} (expects 3 or 4)",
+            x.rank()
+        )));
+    }
+    require_contiguous(op, &[x, o])
+}
+fn check_max_pool(a: &ArgView) -> Result<(), KernelError> {
+    check_io(a, "max_pool2d", 0, 6)?;
+    let idx = a.tensor(7)?;
+    if idx.dtype() != ScalarType::Long {
+        return Err(KernelError::dtype(idx.dtype(), "max_pool2d indices"));
+    }
+    a.bool(5)?;
+    require_contiguous("max_pool2d", &[idx])
+}
+fn check_avg_pool(a: &ArgView) -> Result<(), KernelError> {
+    a.bool(4)?;
+    a.bool(5)?;
+    a.opt_int(6)?;
+    check_io(a, "avg_pool2d", 0, 7)
+}
+fn check_adaptive(a: &ArgView) -> Result<(), KernelError> {
+    check_io(a, "adaptive_avg_pool2d", 0, 2)
+}
+fn check_nearest(a: &ArgView) -> Result<(), KernelError> {
+    check_io(a, "upsample_nearest2d", 0, 3)
+}
+fn check_bilinear(a: &ArgView) -> Result<(), KernelError> {
+    a.bool(2)?;
+    check_io(a, "upsample_bilinear2d", 0, 4)
+}
+
+/// `(planes, H, W)` of a `[N, C, H, W]` or `[C, H, W]` input.
+fn planes(x: &TensorInfo) -> Result<(usize, usize, usize), KernelError> {
+    let r = x.rank();
+    if !(3..=4).contains(&r) {
+        return Err(KernelError::shape(format!(
+            "pool2d: input {:?} must have 3 or 4 dims",
+            x.sizes()
+        )));
+    }
+    Ok((
+        x.sizes()[..r - 2].iter().product(),
+        x.size(r - 2),
+        x.size(r - 1),
+    ))
+}
+
+/// Output sizes: the input's leading dims and `(oh, ow)`.
+fn out_sizes(x: &TensorInfo, oh: usize, ow: usize) -> Vec<usize> {
+    let mut s = x.sizes().to_vec();
+    let r = s.len();
+    s[r - 2] = oh;
+    s[r - 1] = ow;
+    s
+}
+
+/// An `int[2]` argument given as 1 or 2 entries (or empty: `default`).
+fn pair(
+    ctx: &KernelContext,
+    i: usize,
+    default: Option<[usize; 2]>,
+    what: &str,
+) -> Result<[usize; 2], KernelError> {
+    let l = ctx.int_list(i)?;
+    let get = |k: usize| -> Result<usize, KernelError> {
+        let v = l.get(k)?;
+        usize::try_from(v).map_err(|_| KernelError::invalid(format!("pool2d: negative {what} {v}")))
+    };
+    match (l.len(), default) {
+        (0, Some(d)) => Ok(d),
+        (1, _) => Ok([get(0)?, get(0)?]),
+        (2, _) => Ok([get(0)?, get(1)?]),
+        (n, _) => Err(KernelError::invalid(format!(
+            "pool2d: {what} must have 1 or 2 entries, got {n}"
+        ))),
+    }
+}
+
+/// PyTorch's `pooling_output_shape`.
+pub fn pooling_output_size(
+    input: usize,
+    k: usize,
+    pad: usize,
+    stride: usize,
+    dil: usize,
+    ceil: bool,
+) -> Result<usize, KernelError> {
+    let (i, k, p, s, d) = (
+        input as i64,
+        k as i64,
+        pad as i64,
+        stride as i64,
+        dil as i64,
+    );
+    let num = i + 2 * p - d * (k - 1) - 1 + if ceil { s - 1 } else { 0 };
+    let mut o = num.div_euclid(s) + 1;
+    if ceil && (o - 1) * s >= i + p {
+        o -= 1;
+    }
+    if o <= 0 {
+        return Err(KernelError::shape(format!(
+            "pool2d: output size {o} is too small (input {input}, kernel {k}, padding {pad}, stride {stride}, dilation {dil})"
+        )));
+    }
+    Ok(o as usize)
+}
+
+struct PoolGeom {
+    planes: usize,
+    ih: usize,
+    iw: usize,
+    oh: usize,
+    ow: usize,
+    k: [usize; 2],
+    s: [usize; 2],
+    p: [usize; 2],
+    d: [usize; 2],
+}
+
+fn pool_geom(
+    ctx: &KernelContext,
+    x: &TensorInfo,
+    dil: Option<usize>,
+    ceil: bool,
+) -> Result<PoolGeom, KernelError> {
+    let (planes, ih, iw) = planes(x)?;
+    let k = pair(ctx, 1, None, "kernel_size")?;
+    let s = pair(ctx, 2, Some(k), "stride")?;
+    let p = pair(ctx, 3, None, "padding")?;
+    let d = match dil {
+        Some(i) => pair(ctx, i, None, "dilation")?,
+        None => [1, 1],
+    };
+    for a in 0..2 {
+        if k[a] == 0 || s[a] == 0 || d[a] == 0 {
+            return Err(KernelError::invalid(
+                "pool2d: kernel size, stride and dilation must be positive",
+            ));
+        }
+        // Max pooling bounds padding by the effective kernel, average pooling by the kernel.
+        let limit = if dil.is_some() {
+            ((k[a] - 1) * d[a] + 1) / 2
+        } else {
+            k[a] / 2
+        };
+        if p[a] > limit {
+            return Err(KernelError::invalid(
+                "pool2d: padding should be at most half of the kernel size",
+            ));
+        }
+    }
+    let oh = pooling_output_size(ih, k[0], p[0], s[0], d[0], ceil)?;
+    let ow = pooling_output_size(iw, k[1], p[1], s[1], d[1], ceil)?;
+    Ok(PoolGeom {
+        planes,
+        ih,
+        iw,
+        oh,
+        ow,
+        k,
+        s,
+        p,
+        d,
+    })
+}
+
+fn max_pool<T: Acc>(g: &PoolGeom, x: &[T], out: &mut [T], idx: &mut [i64])
+where
+    T::A: AccFloat,
+{
+    let (ih, iw, oh, ow) = (g.ih as i64, g.iw as i64, g.oh, g.ow);
+    for pl in 0..g.planes {
+        let xp = &x[pl * g.ih * g.iw..][..g.ih * g.iw];
+        for y in 0..oh {
+            let mut h0 = (y * g.s[0]) as i64 - g.p[0] as i64;
+            let h1 = (h0 + ((g.k[0] - 1) * g.d[0]) as i64 + 1).min(ih);
+            while h0 < 0 {
+                h0 += g.d[0] as i64;
+            }
+            for xo in 0..ow {
+                let mut w0 = (xo * g.s[1]) as i64 - g.p[1] as i64;
+                let w1 = (w0 + ((g.k[1] - 1) * g.d[1]) as i64 + 1).min(iw);
+                while w0 < 0 {
+                    w0 += g.d[1] as i64;
+                }
+                let mut best = T::A::NEG_INFINITY;
+                let mut best_i = h0 * iw + w0;
+                let mut h = h0;
+                while h < h1 {
+                    let mut w = w0;
+                    while w < w1 {
+                        let i = h * iw + w;
+                        let v = xp[i as usize].to_acc();
+                        if v > best || v.is_nan() {
+                            best = v;
+                            best_i = i;
+                        }
+                        w += g.d[1] as i64;
+                    }
+                    h += g.d[0] as i64;
+                }
+                let o = (pl * oh + y) * ow + xo;
+                out[o] = T::from_acc(best);
+                idx[o] = best_i;
+            }
+        }
+    }
+}
+
+fn max_pool2d_with_indices_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    require_contiguous("max_pool2d", &[&x, ctx.tensor(6)?, ctx.tensor(7)?])?;
+    let ceil = ctx.bool(5)?;
+    let g = pool_geom(ctx, &x, Some(4), ceil)?;
+    let os = out_sizes(&x, g.oh, g.ow);
+    ctx.resize(6, &os)?;
+    ctx.resize(7, &os)?;
+    let ([xr], [mut o, mut ir]) = ctx.io([0], [6, 7])?;
+    let dt = x.dtype();
+    let idx = ir.as_mut_slice::<i64>()?;
+    dispatch_float!(dt, T => max_pool::<T>(&g, xr.as_slice()?, o.as_mut_slice()?, idx),
+        _ => return Err(KernelError::dtype(dt, "max_pool2d")));
+    Ok(())
+}
+
+fn avg_pool<T: Acc>(
+    g: &PoolGeom,
+    x: &[T],
+    out: &mut [T],
+    count_include_pad: bool,
+    divisor: Option<i64>,
+) where
+    T::A: AccFloat,
+{
+    let (ih, iw) = (g.ih as i64, g.iw as i64);
+    for pl in 0..g.planes {
+        let xp = &x[pl * g.ih * g.iw..][..g.ih * g.iw];
+        for y in 0..g.oh {
+            for xo in 0..g.ow {
+                let mut h0 = (y * g.s[0]) as i64 - g.p[0] as i64;
+                let mut w0 = (xo * g.s[1]) as i64 - g.p[1] as i64;
+                let mut h1 = (h0 + g.k[0] as i64).min(ih + g.p[0] as i64);
+                let mut w1 = (w0 + g.k[1] as i64).min(iw + g.p[1] as i64);
+                let pool_size = (h1 - h0) * (w1 - w0);
+                h0 = h0.max(0);
+                w0 = w0.max(0);
+                h1 = h1.min(ih);
+                w1 = w1.min(iw);
+                let o = (pl * g.oh + y) * g.ow + xo;
+                if h0 >= h1 || w0 >= w1 {
+                    out[o] = T::from_acc(T::A::ZERO);
+                    continue;
+                }
+                let mut s = T::A::ZERO;
+                for h in h0..h1 {
+                    for v in &xp[(h * iw + w0) as usize..(h * iw + w1) as usize] {
+                        s = s.add(v.to_acc());
+                    }
+                }
+                let div = match divisor {
+                    Some(d) => d,
+                    None if count_include_pad => pool_size,
+                    None => (h1 - h0) * (w1 - w0),
+                };
+                out[o] = T::from_acc(s / T::A::from_f64(div as f64));
+            }
+        }
+    }
+}
+
+fn avg_pool2d_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    require_contiguous("avg_pool2d", &[&x, ctx.tensor(7)?])?;
+    let (ceil, cip, divisor) = (ctx.bool(4)?, ctx.bool(5)?, ctx.opt_int(6)?);
+    if divisor == Some(0) {
+        return Err(KernelError::invalid("avg_pool2d: divisor must not be zero"));
+    }
+    let g = pool_geom(ctx, &x, None, ceil)?;
+    ctx.resize(7, &out_sizes(&x, g.oh, g.ow))?;
+    let ([xr], [mut o]) = ctx.io([0], [7])?;
+    let dt = x.dtype();
+    dispatch_float!(dt, T => avg_pool::<T>(&g, xr.as_slice()?, o.as_mut_slice()?, cip, divisor),
+        _ => return Err(KernelError::dtype(dt, "avg_pool2d")));
+    Ok(())
+}
+
+fn adaptive_avg<T: Acc>(
+    x: &[T],
+    out: &mut [T],
+    planes: usize,
+    ih: usize,
+    iw: usize,
+    oh: usize,
+    ow: usize,
+) where
+    T::A: AccFloat,
+{
+    for pl in 0..planes {
+        let xp = &x[pl * ih * iw..][..ih * iw];
+        for y in 0..oh {
+            let (h0, h1) = (y * ih / oh, ((y + 1) * ih).div_ceil(oh));
+            for xo in 0..ow {
+                let (w0, w1) = (xo * iw / ow, ((xo + 1) * iw).div_ceil(ow));
+                let mut s = T::A::ZERO;
+                for h in h0..h1 {
+                    for v in &xp[h * iw + w0..h * iw + w1] {
+                        s = s.add(v.to_acc());
+                    }
+                }
+                let n = ((h1 - h0) * (w1 - w0)) as f64;
+                out[(pl * oh + y) * ow + xo] = T::from_acc(s / T::A::from_f64(n));
+            }
+        }
+    }
+}
+
+fn adaptive_avg_pool2d_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    require_contiguous("adaptive_avg_pool2d", &[&x, ctx.tensor(2)?])?;
+    let (planes, ih, iw) = planes(&x)?;
+    let [oh, ow] = pair(ctx, 1, None, "output_size")?;
+    if (oh == 0 || ow == 0) && planes * ih * iw != 0 || ih == 0 || iw == 0 {
+        return Err(KernelError::shape(
+            "adaptive_avg_pool2d: empty input or output size",
+        ));
+    }
+    ctx.resize(2, &out_sizes(&x, oh, ow))?;
+    let ([xr], [mut o]) = ctx.io([0], [2])?;
+    let dt = x.dtype();
+    dispatch_float!(dt, T => adaptive_avg::<T>(xr.as_slice()?, o.as_mut_slice()?, planes, ih, iw, oh, ow),
+        _ => return Err(KernelError::dtype(dt, "adaptive_avg_pool2d")));
+    Ok(())
+}
+
+// ---- upsampling ----
+
+/// Output size and scale of the `.vec` upsampling overloads: exactly one of `output_size`
+/// (argument `osz`) and `scale_factors` (argument `sf`) is given.
+fn upsample_target(
+    ctx: &KernelContext,
+    x: &TensorInfo,
+    osz: usize,
+    sf: usize,
+) -> Result<([usize; 2], [Option<f64>; 2]), KernelError> {
+    let (_, ih, iw) = planes(x)?;
+    if x.rank() != 4 {
+        return Err(KernelError::shape("upsample2d: input must be 4-d"));
+    }
+    match (ctx.opt_int_list(osz)?, ctx.is_none(sf)?) {
+        (Some(l), true) if l.len() == 2 => {
+            let (h, w) = (l.get(0)?, l.get(1)?);
+            if h <= 0 || w <= 0 {
+                return Err(KernelError::invalid(
+                    "upsample2d: output size must be positive",
+                ));
+            }
+            Ok(([h as usize, w as usize], [None, None]))
+        }
+        (None, false) => {
+            let s = ctx.double_list(sf)?;
+            if s.len() != 2 {
+                return Err(KernelError::invalid(
+                    "upsample2d: scale_factors must have 2 entries",
+                ));
+            }
+            let oh = (ih as f64 * s[0]).floor();
+            let ow = (iw as f64 * s[1]).floor();
+            if !(oh >= 1.0 && ow >= 1.0) || oh > u32::MAX as f64 || ow > u32::MAX as f64 {
+                return Err(KernelError::invalid("upsample2d: bad scale factors"));
+            }
+            Ok(([oh as usize, ow as usize], [Some(s[0]), Some(s[1])]))
+        }
+        _ => Err(KernelError::invalid(
+            "upsample2d: give exactly one of output_size and scale_factors",
+        )),
+    }
+}
+
+/// PyTorch's `compute_scales_value<float>`.
+fn scales_value(scale: Option<f64>, input: usize, output: usize) -> f32 {
+    match scale {
+        Some(s) if s > 0.0 => (1.0 / s) as f32,
+        _ => input as f32 / output as f32,
+    }
+}
+
+fn nearest_idx(o: usize, input: usize, output: usize, scale: Option<f64>) -> usize {
+    if output == input {
+        o
+    } else if output == 2 * input {
+        o >> 1
+    } else {
+        let s = scales_value(scale, input, output);
+        ((o as f32 * s).floor() as usize).min(input - 1)
+    }
+}
+
+fn upsample_nearest2d_vec_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    require_contiguous("upsample_nearest2d", &[&x, ctx.tensor(3)?])?;
+    let ([oh, ow], scales) = upsample_target(ctx, &x, 1, 2)?;
+    let (planes, ih, iw) = planes(&x)?;
+    ctx.resize(3, &out_sizes(&x, oh, ow))?;
+    if planes * ih * iw == 0 {
+        return Ok(());
+    }
+    let hs: Vec<usize> = (0..oh).map(|o| nearest_idx(o, ih, oh, scales[0])).collect();
+    let ws: Vec<usize> = (0..ow).map(|o| nearest_idx(o, iw, ow, scales[1])).collect();
+    let ([xr], [mut o]) = ctx.io([0], [3])?;
+    fn run<T: Copy>(
+        x: &[T],
+        o: &mut [T],
+        planes: usize,
+        (ih, iw): (usize, usize),
+        hs: &[usize],
+        ws: &[usize],
+    ) {
+        let (oh, ow) = (hs.len(), ws.len());
+        for p in 0..planes {
+            for (y, &h) in hs.iter().enumerate() {
+                let src = &x[(p * ih + h) * iw..][..iw];
+                let dst = &mut o[(p * oh + y) * ow..][..ow];
+                for (d, &w) in dst.iter_mut().zip(ws) {
+                    *d = src[w];
+                }
+            }
+        }
+    }
+    let dt = x.dtype();
+    dispatch_float!(dt, T => run::<T>(xr.as_slice()?, o.as_mut_slice()?, planes, (ih, iw), &hs, &ws),
+        _ => return Err(KernelError::dtype(dt, "upsample_nearest2d")));
+    Ok(())
+}
+
+/// Source indices and weights along one axis for linear interpolation.
+fn linear_weights(
+    input: usize,
+    output: usize,
+    align_corners: bool,
+    scale: Option<f64>,
+) -> Vec<(usize, usize, f32, f32)> {
+    let s: f32 = if align_corners {
+        if output > 1 {
+            (input as f32 - 1.0) / (output as f32 - 1.0)
+        } else {
+            0.0
+        }
+    } else {
+        scales_value(scale, input, output)
+    };
+    (0..output)
+        .map(|o| {
+            let real = if align_corners {
+                s * o as f32
+            } else {
+                (s * (o as f32 + 0.5) - 0.5).max(0.0)
+            };
+            let i0 = (real as usize).min(input - 1);
+            let i1 = if i0 < input - 1 { i0 + 1 } else { i0 };
+            let l1 = (real - i0 as f32).clamp(0.0, 1.0);
+            (i0, i1, 1.0 - l1, l1)
+        })
+        .collect()
+}
+
+fn upsample_bilinear2d_vec_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    require_contiguous("upsample_bilinear2d", &[&x, ctx.tensor(4)?])?;
+    let align = ctx.bool(2)?;
+    let ([oh, ow], scales) = upsample_target(ctx, &x, 1, 3)?;
+    let (planes, ih, iw) = planes(&x)?;
+    ctx.resize(4, &out_sizes(&x, oh, ow))?;
+    if planes * ih * iw == 0 {
+        return Ok(());
+    }
+    let hw = linear_weights(ih, oh, align, scales[0]);
+    let ww = linear_weights(iw, ow, align, scales[1]);
+    let ([xr], [mut o]) = ctx.io([0], [4])?;
+    type W = [(usize, usize, f32, f32)];
+    fn run<T: Acc>(x: &[T], o: &mut [T], planes: usize, (ih, iw): (usize, usize), hw: &W, ww: &W)
+    where
+        T::A: AccFloat,
+    {
+        let (oh, ow) = (hw.len(), ww.len());
+        let f = |v: f32| T::A::from_f64(v as f64);
+        for p in 0..planes {
+            let xp = &x[p * ih * iw..][..ih * iw];
+            for (y, &(h0, h1, lh0, lh1)) in hw.iter().enumerate() {
+                let (r0, r1) = (&xp[h0 * iw..][..iw], &xp[h1 * iw..][..iw]);
+                let dst = &mut o[(p * oh + y) * ow..][..ow];
+                for (d, &(w0, w1, lw0, lw1)) in dst.iter_mut().zip(ww) {
+                    let top = f(lw0).mul(r0[w0].to_acc()).add(f(lw1).mul(r0[w1].to_acc()));
+                    let bot = f(lw0).mul(r1[w0].to_acc()).add(f(lw1).mul(r1[w1].to_acc()));
+                    *d = T::from_acc(f(lh0).mul(top).add(f(lh1).mul(bot)));
+                }
+            }
+        }
+    }
+    let dt = x.dtype();
+    dispatch_float!(dt, T => run::<T>(xr.as_slice()?, o.as_mut_slice()?, planes, (ih, iw), &hw, &ww),
+        _ => return Err(KernelError::dtype(dt, "upsample_bilinear2d")));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pteron_core::testing::TestCall;
+    use pteron_core::ScalarType as St;
+
+    fn data(n: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 7) % 11) as f32 / 4.0 - 1.25).collect()
+    }
+
+    fn close(got: &[f32], want: &[f32]) {
+        assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                "{got:?}\nvs {want:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn output_size_formula() {
+        // (in, k, pad, stride, dil, ceil) -> out, as torch's pooling_output_shape
+        assert_eq!(pooling_output_size(5, 2, 0, 2, 1, false).unwrap(), 2);
+        assert_eq!(pooling_output_size(5, 2, 0, 2, 1, true).unwrap(), 3);
+        assert_eq!(pooling_output_size(6, 3, 1, 2, 1, true).unwrap(), 4);
+        assert_eq!(pooling_output_size(4, 3, 1, 2, 1, true).unwrap(), 3);
+        // The last window would start in the padding: dropped.
+        assert_eq!(pooling_output_size(5, 3, 1, 3, 1, true).unwrap(), 2);
+        assert!(pooling_output_size(1, 3, 0, 1, 1, false).is_err());
+    }
+    // Reference values from PyTorch 2.9 (torch.ops.aten.*) on the same inputs.
+
+    #[test]
+    fn max_pool_cases() {
+        // (input, kernel, stride, padding, dilation, ceil_mode, out sizes, values, indices)
+        #[allow(clippy::type_complexity)]
+        let cases: &[(
+            &[usize],
+            &[i64],
+            &[i64],
+            &[i64],
+            &[i64],
+            bool,
+            &[usize],
+            &[f32],
+            &[i64],
+        )] = &[
+            (
+                &[1, 2, 5, 5],
+                &[2],
+                &[],
+                &[0],
+                &[1],
+                false,
+                &[1, 2, 2, 2],
+                &[1.0, 1.25, 0.25, 1.0, 1.25, 1.0, 1.25, 0.75],
+                &[6, 3, 15, 17, 0, 3, 11, 17],
+            ),
+            (
+                &[1, 2, 5, 5],
+                &[3, 3],
+                &[2, 2],
+                &[1, 1],
+                &[1],
+                true,
+                &[1, 2, 3, 3],
+                &[
+                    1.0, 1.25, 1.25, 1.0, 1.0, 1.25, 0.75, 1.0, 0.5, 1.25, 1.0, 1.0, 1.25, 1.25,
+                    1.0, 0.5, 1.25, 0.25,
+                ],
+                &[
+                    6, 3, 3, 6, 6, 14, 20, 17, 23, 0, 3, 3, 11, 11, 14, 20, 22, 23,
+                ],
+            ),
+            (
+                &[1, 2, 5, 5],
+                &[2, 2],
+                &[1, 1],
+                &[1],
+                &[2, 2],
+                false,
+                &[1, 2, 5, 5],
+                &[
+                    1.0, 0.0, 1.0, 0.75, -1.0, 0.5, 0.5, 1.25, 1.25, 1.25, 1.0, 1.0, 1.0, 1.0, 0.0,
+                    -0.25, 0.75, 0.5, 1.25, 0.5, -0.75, 1.0, 0.0, 1.0, 0.0, 0.75, -0.25, 0.75, 0.5,
+                    -1.25, 1.25, 1.25, 1.25, 1.0, 1.0, 0.75, 0.75, 0.75, 0.75, -0.25, 1.25, 1.25,
+                    1.25, 1.25, 0.25, -1.0, 0.75, -0.25, 0.75, -0.25,
+                ],
+                &[
+                    6, 7, 6, 9, 8, 1, 12, 3, 14, 3, 6, 17, 6, 17, 18, 21, 20, 23, 14, 23, 16, 17,
+                    18, 17, 18, 6, 7, 6, 9, 8, 11, 0, 11, 14, 3, 6, 17, 6, 17, 18, 11, 22, 11, 22,
+                    23, 16, 17, 18, 17, 18,
+                ],
+            ),
+            (
+                &[2, 5, 5],
+                &[2],
+                &[2],
+                &[0],
+                &[1],
+                true,
+                &[2, 3, 3],
+                &[
+                    1.0, 1.25, 0.75, 0.25, 1.0, 1.25, 0.75, 0.5, -0.5, 1.25, 1.0, 0.5, 1.25, 0.75,
+                    1.0, 0.5, 1.25, -0.75,
+                ],
+                &[
+                    6, 3, 9, 15, 17, 14, 20, 23, 24, 0, 3, 9, 11, 17, 14, 20, 22, 24,
+                ],
+            ),
+            (
+                &[1, 1, 4, 6],
+                &[3, 2],
+                &[2, 3],
+                &[1, 0],
+                &[1, 1],
+                true,
+                &[1, 1, 3, 2],
+                &[1.0, 1.25, 1.0, 0.75, 0.0, -0.25],
+                &[6, 3, 6, 9, 18, 21],
+            ),
+        ];
+        for &(x, k, s, p, d, ceil, osz, want, want_idx) in cases {
+            let mut c = TestCall::new();
+            c.tensor(x, &data(x.iter().product()));
+            c.int_list(k);
+            c.int_list(s);
+            c.int_list(p);
+            c.int_list(d);
+            c.bool(ceil);
+            let o = c.out(St::Float, &vec![1; x.len()]);
+            let i = c.out(St::Long, &vec![1; x.len()]);
+            c.none();
+            c.check(check_max_pool).unwrap();
+            c.run(max_pool2d_with_indices_out).unwrap();
+            assert_eq!(c.info(o).sizes(), osz);
+            close(&c.output::<f32>(o), want);
+            assert_eq!(c.output::<i64>(i), want_idx);
+        }
+    }
+
+    #[test]
+    fn avg_pool_cases() {
+        // (input, kernel, stride, padding, ceil_mode, count_include_pad, divisor, out sizes, values)
+        #[allow(clippy::type_complexity)]
+        let cases: &[(
+            &[usize],
+            &[i64],
+            &[i64],
+            &[i64],
+            bool,
+            bool,
+            Option<i64>,
+            &[usize],
+            &[f32],
+        )] = &[
+            (
+                &[1, 2, 5, 5],
+                &[3],
+                &[2],
+                &[1],
+                true,
+                true,
+                None,
+                &[1, 2, 3, 3],
+                &[
+                    -0.055556, 0.138889, 0.138889, -0.194444, -0.111111, -0.055556, 0.0, -0.083333,
+                    -0.111111, 0.138889, -0.027778, 0.027778, -0.055556, -0.055556, -0.222222,
+                    -0.111111, 0.055556, -0.222222,
+                ],
+            ),
+            (
+                &[1, 2, 5, 5],
+                &[3],
+                &[2],
+                &[1],
+                true,
+                false,
+                None,
+                &[1, 2, 3, 3],
+                &[
+                    -0.125, 0.208333, 0.3125, -0.291667, -0.111111, -0.083333, 0.0, -0.125, -0.25,
+                    0.3125, -0.041667, 0.0625, -0.083333, -0.055556, -0.333333, -0.25, 0.083333,
+                    -0.5,
+                ],
+            ),
+            (
+                &[1, 2, 5, 5],
+                &[2],
+                &[],
+                &[0],
+                false,
+                true,
+                Some(3),
+                &[1, 2, 2, 2],
+                &[
+                    -0.166667, -0.083333, -0.666667, 0.333333, 0.416667, -0.416667, -0.083333, 0.0,
+                ],
+            ),
+            (
+                &[2, 5, 4],
+                &[3, 2],
+                &[2, 1],
+                &[1, 1],
+                false,
+                false,
+                None,
+                &[2, 3, 5],
+                &[
+                    -0.5, -0.3125, 0.0625, 0.4375, 0.625, -0.083333, -0.125, 0.25, 0.166667,
+                    -0.333333, -0.125, 0.0625, 0.4375, 0.125, -0.375, 0.125, 0.3125, 0.0, -0.3125,
+                    -0.125, 0.083333, 0.041667, -0.041667, -0.125, -0.166667, 0.5, 0.0, -0.3125,
+                    0.0625, 0.25,
+                ],
+            ),
+            (
+                &[1, 1, 6, 6],
+                &[3, 3],
+                &[2, 2],
+                &[1, 1],
+                true,
+                true,
+                None,
+                &[1, 1, 4, 4],
+                &[
+                    0.027778, 0.111111, 0.0, -0.333333, 0.0, 0.027778, -0.138889, 0.041667,
+                    -0.055556, -0.055556, -0.222222, 0.0, -0.041667, -0.125, -0.208333, -0.125,
+                ],
+            ),
+        ];
+        for &(x, k, s, p, ceil, cip, div, osz, want) in cases {
+            let mut c = TestCall::new();
+            c.tensor(x, &data(x.iter().product()));
+            c.int_list(k);
+            c.int_list(s);
+            c.int_list(p);
+            c.bool(ceil);
+            c.bool(cip);
+            match div {
+                Some(d) => c.int(d),
+                None => c.none(),
+            };
+            let o = c.out(St::Float, &vec![1; x.len()]);
+            c.ret(o);
+            c.check(check_avg_pool).unwrap();
+            c.run(avg_pool2d_out).unwrap();
+            assert_eq!(c.info(o).sizes(), osz);
+            close(&c.output::<f32>(o), want);
+        }
+    }
+
+    #[test]
+    fn adaptive_avg_pool_cases() {
+        let cases: &[(&[usize], &[i64], &[usize], &[f32])] = &[
+            (
+                &[1, 2, 5, 7],
+                &[3, 2],
+                &[1, 2, 3, 2],
+                &[
+                    -0.0625, 0.03125, -0.020833, -0.041667, -0.09375, 0.0, 0.0, 0.09375, 0.041667,
+                    0.020833, -0.03125, 0.0625,
+                ],
+            ),
+            (
+                &[1, 2, 5, 7],
+                &[1, 1],
+                &[1, 2, 1, 1],
+                &[-0.021429, 0.021429],
+            ),
+            (
+                &[3, 4, 4],
+                &[2, 2],
+                &[3, 2, 2],
+                &[
+                    -0.3125, 0.4375, -0.0625, 0.0, 0.1875, -0.4375, 0.4375, -0.1875, 0.0, 0.0625,
+                    -0.4375, 0.3125,
+                ],
+            ),
+            (
+                &[1, 1, 3, 3],
+                &[5, 4],
+                &[1, 1, 5, 4],
+                &[
+                    -1.25, -0.375, 0.0, -0.5, 0.0, 0.1875, -0.125, -0.625, 1.25, 0.75, -0.25,
+                    -0.75, 1.125, 0.625, -0.375, -0.875, 1.0, 0.5, -0.5, -1.0,
+                ],
+            ),
+        ];
+        for &(x, os, osz, want) in cases {
+            let mut c = TestCall::new();
+            c.tensor(x, &data(x.iter().product()));
+            c.int_list(os);
+            let o = c.out(St::Float, &vec![1; x.len()]);
+            c.ret(o);
+            c.run(adaptive_avg_pool2d_out).unwrap();
+            assert_eq!(c.info(o).sizes(), osz);
+            close(&c.output::<f32>(o), want);
+        }
+    }
+
+    #[test]
+    fn upsample_cases() {
+        // (bilinear, align_corners, output_size, scale_factors, out sizes, values) on data(12) as [1,1,3,4]
+        #[allow(clippy::type_complexity)]
+        let cases: &[(bool, bool, Option<&[i64]>, Option<&[f64]>, &[usize], &[f32])] = &[
+            (
+                false,
+                false,
+                Some(&[5, 7]),
+                None,
+                &[1, 1, 5, 7],
+                &[
+                    -1.25, -1.25, 0.5, 0.5, -0.5, -0.5, 1.25, -1.25, -1.25, 0.5, 0.5, -0.5, -0.5,
+                    1.25, 0.25, 0.25, -0.75, -0.75, 1.0, 1.0, 0.0, 0.25, 0.25, -0.75, -0.75, 1.0,
+                    1.0, 0.0, -1.0, -1.0, 0.75, 0.75, -0.25, -0.25, -1.25,
+                ],
+            ),
+            (
+                false,
+                false,
+                None,
+                Some(&[2.0, 1.5]),
+                &[1, 1, 6, 6],
+                &[
+                    -1.25, -1.25, 0.5, -0.5, -0.5, 1.25, -1.25, -1.25, 0.5, -0.5, -0.5, 1.25, 0.25,
+                    0.25, -0.75, 1.0, 1.0, 0.0, 0.25, 0.25, -0.75, 1.0, 1.0, 0.0, -1.0, -1.0, 0.75,
+                    -0.25, -0.25, -1.25, -1.0, -1.0, 0.75, -0.25, -0.25, -1.25,
+                ],
+            ),
+            (
+                false,
+                false,
+                Some(&[6, 8]),
+                None,
+                &[1, 1, 6, 8],
+                &[
+                    -1.25, -1.25, 0.5, 0.5, -0.5, -0.5, 1.25, 1.25, -1.25, -1.25, 0.5, 0.5, -0.5,
+                    -0.5, 1.25, 1.25, 0.25, 0.25, -0.75, -0.75, 1.0, 1.0, 0.0, 0.0, 0.25, 0.25,
+                    -0.75, -0.75, 1.0, 1.0, 0.0, 0.0, -1.0, -1.0, 0.75, 0.75, -0.25, -0.25, -1.25,
+                    -1.25, -1.0, -1.0, 0.75, 0.75, -0.25, -0.25, -1.25, -1.25,
+                ],
+            ),
+            (
+                false,
+                false,
+                None,
+                Some(&[0.6, 1.3]),
+                &[1, 1, 1, 5],
+                &[-1.25, -1.25, 0.5, -0.5, 1.25],
+            ),
+            (
+                true,
+                false,
+                Some(&[5, 7]),
+                None,
+                &[1, 1, 5, 7],
+                &[
+                    -1.25, -0.625, 0.375, -0.0, -0.375, 0.625, 1.25, -0.65, -0.417857, -0.046429,
+                    0.05, 0.146429, 0.517857, 0.75, 0.25, -0.107143, -0.678571, 0.125, 0.928571,
+                    0.357143, 0.0, -0.5, -0.267857, 0.103572, 0.2, 0.178571, -0.392857, -0.75,
+                    -1.0, -0.375, 0.625, 0.25, -0.321429, -0.892857, -1.25,
+                ],
+            ),
+            (
+                true,
+                true,
+                Some(&[5, 7]),
+                None,
+                &[1, 1, 5, 7],
+                &[
+                    -1.25, -0.375, 0.5, 0.0, -0.5, 0.375, 1.25, -0.5, -0.3125, -0.125, 0.0625,
+                    0.25, 0.4375, 0.625, 0.25, -0.25, -0.75, 0.125, 1.0, 0.5, 0.0, -0.375, -0.1875,
+                    0.0, 0.1875, 0.375, -0.125, -0.625, -1.0, -0.125, 0.75, 0.25, -0.25, -0.75,
+                    -1.25,
+                ],
+            ),
+            (
+                true,
+                false,
+                None,
+                Some(&[1.7, 2.0]),
+                &[1, 1, 5, 8],
+                &[
+                    -1.25, -0.8125, 0.0625, 0.25, -0.25, -0.0625, 0.8125, 1.25, -0.676471,
+                    -0.501838, -0.152574, 0.034926, 0.060662, 0.248162, 0.597426, 0.772059,
+                    0.205882, -0.023897, -0.483456, -0.295956, 0.538603, 0.726103, 0.266544,
+                    0.036765, -0.448529, -0.314338, -0.045956, 0.141544, 0.248162, 0.051471,
+                    -0.448529, -0.698529, -1.0, -0.5625, 0.3125, 0.5, 0.0, -0.5, -1.0, -1.25,
+                ],
+            ),
+            (
+                true,
+                true,
+                None,
+                Some(&[2.0, 0.5]),
+                &[1, 1, 6, 2],
+                &[
+                    -1.25, 1.25, -0.65, 0.75, -0.05, 0.25, -0.0, -0.25, -0.5, -0.75, -1.0, -1.25,
+                ],
+            ),
+        ];
+        for &(bilinear, ac, size, sc, osz, want) in cases {
+            let mut c = TestCall::new();
+            c.tensor(&[1, 1, 3, 4], &data(12));
+            match size {
+                Some(s) => c.int_list(s),
+                None => c.none(),
+            };
+            if bilinear {
+                c.bool(ac);
+            }
+            match sc {
+                Some(s) => c.double_list(s),
+                None => c.none(),
+            };
+            let o = c.out(St::Float, &[1, 1, 1, 1]);
+            c.ret(o);
+            c.run(if bilinear {
+                upsample_bilinear2d_vec_out
+            } else {
+                upsample_nearest2d_vec_out
+            })
+            .unwrap();
+            assert_eq!(c.info(o).sizes(), osz);
+            close(&c.output::<f32>(o), want);
+        }
+    }
+}
