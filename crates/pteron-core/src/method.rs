@@ -227,7 +227,10 @@ impl<'p> Method<'p> {
                 }
                 schema::KernelTypes::Tensor => {
                     let t = ev.val_as_tensor().ok_or_else(|| invalid("bad Tensor"))?;
-                    let (info, dynamism) = parse_tensor_info(&t).map_err(|e| invalid(format!("value {vi}: {e}")))?;
+                    let (info, dynamism) = parse_tensor_info(&t).map_err(|e| match e {
+                        Error::InvalidProgram(m) => invalid(format!("value {vi}: {m}")),
+                        e => e,
+                    })?;
                     let nbytes = info.nbytes();
                     let extra = t.extra_tensor_info();
                     let external = extra.is_some_and(|e| e.location() == schema::TensorDataLocation::EXTERNAL);

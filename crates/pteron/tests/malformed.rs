@@ -290,6 +290,24 @@ fn small_config() -> MethodConfig {
     }
 }
 
+thread_local! {
+    /// Where and why the last panic on this thread happened (see [`record_panics`]).
+    static LAST_PANIC: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Installs (once) a panic hook that also keeps the panic's location and message for the
+/// thread's mutant report, then prints as usual.
+fn record_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            LAST_PANIC.with(|p| *p.borrow_mut() = Some(info.to_string().replace('\n', " ")));
+            prev(info);
+        }));
+    });
+}
+
 /// Runs `f` on a worker thread; fails if the step it reports does not finish within `limit`.
 fn with_watchdog<T: Send + 'static>(
     limit: Duration,
@@ -503,6 +521,16 @@ fn free_call(v: i32) -> fbo::InstructionT {
 
 fn bool_value(b: bool) -> fbo::KernelTypesT {
     fbo::KernelTypesT::Bool(Box::new(fbo::BoolT { bool_val: b }))
+}
+
+/// An unplanned bool tensor of 4 elements.
+fn bool_tensor() -> fbo::KernelTypesT {
+    fbo::KernelTypesT::Tensor(Box::new(fbo::TensorT {
+        scalar_type: fbo::ScalarType::BOOL,
+        sizes: Some(vec![4]),
+        dim_order: Some(vec![0]),
+        ..Default::default()
+    }))
 }
 
 fn int_value(v: i64) -> fbo::KernelTypesT {
@@ -1370,6 +1398,16 @@ fn bad_instructions() {
                 instructions(p).insert(0, jump(c, 1));
             },
         ),
+        case("jump on a freed bool tensor", &["no data"], |p| {
+            let t = push_value(p, bool_tensor());
+            instructions(p).insert(0, jump(t, 0));
+            instructions(p).insert(0, free_call(t));
+        }),
+        case("jump on a bool tensor", &[], |p| {
+            let t = push_value(p, bool_tensor());
+            let n = instructions(p).len() as i32 + 1;
+            instructions(p).insert(0, jump(t, n));
+        }),
         case("FreeCall on an Int", &["FreeCall on value"], |p| {
             let c = find_value(p, is_int) as i32;
             instructions(p).insert(0, free_call(c));
@@ -2073,6 +2111,51 @@ fn mutate_instructions(plan: &mut fbo::ExecutionPlanT, rng: &mut Rng) {
     }
 }
 
+/// Prints what a structure-aware mutant changed (`PTERON_DUMP_MUTANT=<#k>`).
+fn dump_diff(a: &fbo::ProgramT, b: &fbo::ProgramT) {
+    let (pa, pb) = (
+        &a.execution_plan.as_ref().unwrap()[0],
+        &b.execution_plan.as_ref().unwrap()[0],
+    );
+    let none = Vec::new();
+    let (va, vb) = (
+        pa.values.as_ref().unwrap_or(&none),
+        pb.values.as_ref().unwrap_or(&none),
+    );
+    for i in 0..va.len().max(vb.len()) {
+        if va.get(i) != vb.get(i) {
+            eprintln!("value {i}: {:?}\n     -> {:?}", va.get(i), vb.get(i));
+        }
+    }
+    let chain = |p: &fbo::ExecutionPlanT| {
+        p.chains
+            .as_ref()
+            .and_then(|c| c.first())
+            .and_then(|c| c.instructions.clone())
+            .unwrap_or_default()
+    };
+    let (ia, ib) = (chain(pa), chain(pb));
+    if ia != ib {
+        for (k, i) in ib.iter().enumerate() {
+            eprintln!("instr {k}: {:?}", i.instr_args);
+        }
+    }
+    for (what, x, y) in [
+        ("inputs", &pa.inputs, &pb.inputs),
+        ("outputs", &pa.outputs, &pb.outputs),
+    ] {
+        if x != y {
+            eprintln!("{what}: {x:?} -> {y:?}");
+        }
+    }
+    if pa.operators != pb.operators {
+        eprintln!("operators: {:?}", pb.operators);
+    }
+    if pa.non_const_buffer_sizes != pb.non_const_buffer_sizes {
+        eprintln!("non_const_buffer_sizes: {:?}", pb.non_const_buffer_sizes);
+    }
+}
+
 /// Changes 1–3 fields of a program, chosen at random.
 fn semantic_mutate(p: &mut fbo::ProgramT, rng: &mut Rng) {
     for _ in 0..1 + rng.below(3) {
@@ -2147,6 +2230,7 @@ fn max_runs(file_len: usize) -> usize {
 fn fuzz_fixture(name: &'static str) {
     let f = fixture(name);
     let n = mutants_per_fixture();
+    record_panics();
     let report = with_watchdog(Duration::from_secs(30), move |step| {
         let kernels = kernels();
         // Budgets from the original program: a little more than it needs.
@@ -2188,6 +2272,9 @@ fn fuzz_fixture(name: &'static str) {
                 _ if k >= n => {
                     let mut p = base.clone();
                     semantic_mutate(&mut p, &mut rng);
+                    if std::env::var("PTERON_DUMP_MUTANT").is_ok_and(|v| v == k.to_string()) {
+                        dump_diff(&base, &p);
+                    }
                     (pack(&p, segments), f.ptd.clone())
                 }
                 Some(d) if k % 4 == 3 => {
@@ -2205,15 +2292,11 @@ fn fuzz_fixture(name: &'static str) {
                 exercise(&pte, ptd.as_deref(), &f.inputs, &kernels, config, execute)
             }));
             match r {
-                Err(p) => {
-                    let msg = p
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                Err(_) => {
+                    let msg = LAST_PANIC
+                        .with(|p| p.borrow_mut().take())
                         .unwrap_or_default();
-                    panics.push(format!(
-                        "{name} {kind} mutant seed {seed:#x} (#{k}): panic: {msg}"
-                    ));
+                    panics.push(format!("{name} {kind} mutant seed {seed:#x} (#{k}): {msg}"));
                 }
                 Ok(Ok(())) => {
                     loaded += 1;
@@ -2244,7 +2327,8 @@ fn fuzz_fixture(name: &'static str) {
     });
     assert!(
         report.is_empty(),
-        "{} mutants panicked:\n{}",
+        "{} mutants panicked:\n{}\n(see what a structure mutant changed: PTERON_DUMP_MUTANT=<#k> \
+         cargo test -p pteron --test malformed mutants::{name} -- --nocapture)",
         report.len(),
         report.join("\n")
     );
