@@ -1,3 +1,992 @@
-use pteron_core::KernelRegistry;
+//! Indexing: `index_select`, `gather`, `scatter` (src/value/add), advanced indexing
+//! (`index.Tensor`, `index_put`), `select_scatter`, `slice_scatter`, `nonzero`.
+//!
+//! Every index is bounds-checked (negative ones wrap once, as PyTorch): an out-of-range index
+//! is an error, never an out-of-bounds access. Copies work on raw bytes (any dtype); ops that
+//! add (`scatter_add`, `index_put` with accumulate) dispatch on the dtype.
 
-pub fn register(_r: &mut KernelRegistry) {}
+use pteron_core::{
+    dispatch_dtype, normalize_dim, ArgAccess, ArgView, Dims, Element, Kernel, KernelContext,
+    KernelError, KernelRegistry, Scalar, ScalarType, TensorInfo, TensorRef, MAX_RANK, NONE_INDEX,
+};
+
+use crate::embedding::read_indices;
+use crate::shape::{slice_bounds, View};
+use crate::util::{
+    broadcast_shapes, broadcast_strides, contiguous_strides, copy_view, for_each_strided,
+    require_contiguous,
+};
+
+pub fn register(r: &mut KernelRegistry) {
+    r.register(
+        "aten::index_select.out",
+        Kernel::with_check(index_select_out, check_index_select),
+    );
+    r.register(
+        "aten::gather.out",
+        Kernel::with_check(gather_out, check_gather),
+    );
+    r.register(
+        "aten::scatter.src_out",
+        Kernel::with_check(scatter_src_out, check_scatter_src),
+    );
+    r.register(
+        "aten::scatter.value_out",
+        Kernel::with_check(scatter_value_out, check_scatter_value),
+    );
+    r.register(
+        "aten::scatter_add.out",
+        Kernel::with_check(scatter_add_out, check_scatter_add),
+    );
+    r.register(
+        "aten::index.Tensor_out",
+        Kernel::with_check(index_tensor_out, check_index),
+    );
+    r.register(
+        "aten::index_put.out",
+        Kernel::with_check(index_put_out, check_index_put),
+    );
+    r.register(
+        "aten::select_scatter.out",
+        Kernel::with_check(select_scatter_out, check_select_scatter),
+    );
+    r.register(
+        "aten::slice_scatter.out",
+        Kernel::with_check(slice_scatter_out, check_slice_scatter),
+    );
+    r.register(
+        "aten::nonzero.out",
+        Kernel::with_check(nonzero_out, check_nonzero),
+    );
+}
+
+fn is_index_dtype(dt: ScalarType) -> bool {
+    matches!(dt, ScalarType::Long | ScalarType::Int)
+}
+
+fn same_dtype(op: &'static str, a: &TensorInfo, b: &TensorInfo) -> Result<(), KernelError> {
+    if a.dtype() != b.dtype() {
+        return Err(KernelError::dtype(b.dtype(), op));
+    }
+    Ok(())
+}
+
+fn check_basic(
+    a: &ArgView,
+    op: &'static str,
+    x: usize,
+    index: usize,
+    out: usize,
+) -> Result<(), KernelError> {
+    let (xt, it, ot) = (a.tensor(x)?, a.tensor(index)?, a.tensor(out)?);
+    if !is_index_dtype(it.dtype()) {
+        return Err(KernelError::dtype(it.dtype(), op));
+    }
+    same_dtype(op, xt, ot)?;
+    require_contiguous(op, &[xt, it, ot])
+}
+fn check_index_select(a: &ArgView) -> Result<(), KernelError> {
+    check_basic(a, "index_select", 0, 2, 3)
+}
+fn check_gather(a: &ArgView) -> Result<(), KernelError> {
+    check_basic(a, "gather", 0, 2, 4)
+}
+fn check_scatter_src(a: &ArgView) -> Result<(), KernelError> {
+    check_basic(a, "scatter", 0, 2, 4)?;
+    same_dtype("scatter", a.tensor(0)?, a.tensor(3)?)?;
+    require_contiguous("scatter", &[a.tensor(3)?])
+}
+fn check_scatter_value(a: &ArgView) -> Result<(), KernelError> {
+    a.scalar(3)?;
+    let dt = a.tensor(0)?.dtype();
+    if !ScalarType::REAL_AND_BOOL.contains(&dt) {
+        return Err(KernelError::dtype(dt, "scatter"));
+    }
+    check_basic(a, "scatter", 0, 2, 4)
+}
+fn check_scatter_add(a: &ArgView) -> Result<(), KernelError> {
+    check_scatter_src(a)?;
+    let dt = a.tensor(0)?.dtype();
+    if !ScalarType::REAL_AND_BOOL.contains(&dt) {
+        return Err(KernelError::dtype(dt, "scatter_add"));
+    }
+    Ok(())
+}
+fn check_index_list(a: &ArgView, op: &'static str, list: usize) -> Result<(), KernelError> {
+    for &vi in a.opt_tensor_list(list)? {
+        if vi == NONE_INDEX {
+            continue;
+        }
+        let t = a.tensor_at(vi as usize)?;
+        if !matches!(
+            t.dtype(),
+            ScalarType::Long | ScalarType::Int | ScalarType::Bool | ScalarType::Byte
+        ) {
+            return Err(KernelError::dtype(t.dtype(), op));
+        }
+        require_contiguous(op, &[t])?;
+    }
+    Ok(())
+}
+fn check_index(a: &ArgView) -> Result<(), KernelError> {
+    let (x, o) = (a.tensor(0)?, a.tensor(2)?);
+    same_dtype("index", x, o)?;
+    require_contiguous("index", &[x, o])?;
+    check_index_list(a, "index", 1)
+}
+fn check_index_put(a: &ArgView) -> Result<(), KernelError> {
+    let (x, v, o) = (a.tensor(0)?, a.tensor(2)?, a.tensor(4)?);
+    same_dtype("index_put", x, o)?;
+    same_dtype("index_put", x, v)?;
+    if a.bool(3)? && !ScalarType::REAL_AND_BOOL.contains(&x.dtype()) {
+        return Err(KernelError::dtype(x.dtype(), "index_put"));
+    }
+    require_contiguous("index_put", &[x, v, o])?;
+    check_index_list(a, "index_put", 1)
+}
+fn check_select_scatter(a: &ArgView) -> Result<(), KernelError> {
+    let (x, s, o) = (a.tensor(0)?, a.tensor(1)?, a.tensor(4)?);
+    same_dtype("select_scatter", x, o)?;
+    same_dtype("select_scatter", x, s)?;
+    require_contiguous("select_scatter", &[o])
+}
+fn check_slice_scatter(a: &ArgView) -> Result<(), KernelError> {
+    let (x, s, o) = (a.tensor(0)?, a.tensor(1)?, a.tensor(6)?);
+    same_dtype("slice_scatter", x, o)?;
+    same_dtype("slice_scatter", x, s)?;
+    require_contiguous("slice_scatter", &[o])
+}
+fn check_nonzero(a: &ArgView) -> Result<(), KernelError> {
+    let (x, o) = (a.tensor(0)?, a.tensor(1)?);
+    if !ScalarType::REAL_AND_BOOL.contains(&x.dtype()) {
+        return Err(KernelError::dtype(x.dtype(), "nonzero"));
+    }
+    if o.dtype() != ScalarType::Long || o.rank() != 2 {
+        return Err(KernelError::unsupported(
+            "nonzero: output must be a 2-d int64 tensor",
+        ));
+    }
+    require_contiguous("nonzero", &[x, o])
+}
+
+/// Wraps a possibly negative index into `0..size`, or errors.
+#[inline]
+fn wrap(i: i64, size: usize, op: &str) -> Result<usize, KernelError> {
+    let n = size as i64;
+    let j = if i < 0 { i + n } else { i };
+    if j < 0 || j >= n {
+        return Err(KernelError::invalid(format!(
+            "{op}: index {i} out of range for size {size}"
+        )));
+    }
+    Ok(j as usize)
+}
+
+/// Copies the whole of argument `src` into the output `out` (resized to its shape).
+fn copy_input_to_out(ctx: &mut KernelContext, src: usize, out: usize) -> Result<(), KernelError> {
+    let x = *ctx.tensor(src)?;
+    ctx.resize(out, x.sizes())?;
+    let ([xr], [mut or]) = ctx.io([src], [out])?;
+    let v = View::of(&x);
+    crate::util::strided_copy(
+        xr.bytes,
+        x.dtype().elem_size(),
+        0,
+        &v.sizes,
+        v.strides(),
+        &mut or.bytes,
+    )
+}
+
+// ---- index_select, gather, scatter ----
+
+fn index_select_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let (x, idx) = (*ctx.tensor(0)?, *ctx.tensor(2)?);
+    require_contiguous("index_select", &[&x, &idx, ctx.tensor(3)?])?;
+    if idx.rank() > 1 {
+        return Err(KernelError::shape("index_select: index must be 0-d or 1-d"));
+    }
+    let dim = normalize_dim(ctx.int(1)?, x.rank())?;
+    let (outer, size, inner) = if x.rank() == 0 {
+        (1, 1, 1)
+    } else {
+        crate::util::outer_dim_inner(x.sizes(), dim)
+    };
+    let mut osz = x.dims();
+    if x.rank() > 0 {
+        osz.as_mut_slice()[dim] = idx.numel();
+    } else if idx.numel() != 1 {
+        return Err(KernelError::shape(
+            "index_select: a 0-d input needs exactly one index",
+        ));
+    }
+    ctx.resize(3, &osz)?;
+    let ([xr, ir], [o]) = ctx.io([0, 2], [3])?;
+    same_dtype("index_select", xr.info, o.info)?;
+    let ids = read_indices(&ir)?;
+    let eb = x.dtype().elem_size() * inner;
+    let n = ids.len();
+    for (k, &i) in ids.iter().enumerate() {
+        let i = wrap(i, size, "index_select")?;
+        for p in 0..outer {
+            let d = (p * n + k) * eb;
+            let s = (p * size + i) * eb;
+            o.bytes[d..d + eb].copy_from_slice(&xr.bytes[s..s + eb]);
+        }
+    }
+    Ok(())
+}
+
+/// For every element of `index` (contiguous, shape `ishape`): (offset into `index`, offset
+/// into a contiguous tensor of shape `tshape` with the `dim` coordinate replaced by the index
+/// value). Checks `index.size(d) <= tshape[d]` for `d != dim`.
+fn scatter_offsets(
+    op: &'static str,
+    ishape: &[usize],
+    ids: &[i64],
+    tshape: &[usize],
+    dim: usize,
+    mut f: impl FnMut(usize, usize) -> Result<(), KernelError>,
+) -> Result<(), KernelError> {
+    if ishape.len() != tshape.len().max(1) && !(ishape.is_empty() && tshape.is_empty()) {
+        return Err(KernelError::shape(format!(
+            "{op}: index rank {} differs from input rank {}",
+            ishape.len(),
+            tshape.len()
+        )));
+    }
+    for d in 0..ishape.len().min(tshape.len()) {
+        if d != dim && ishape[d] > tshape[d] {
+            return Err(KernelError::shape(format!(
+                "{op}: index {ishape:?} larger than input {tshape:?} outside dim {dim}"
+            )));
+        }
+    }
+    if tshape.is_empty() {
+        for (k, &i) in ids.iter().enumerate() {
+            wrap(i, 1, op)?;
+            f(k, 0)?;
+        }
+        return Ok(());
+    }
+    let tst = contiguous_strides(tshape);
+    let mut st = tst;
+    st.as_mut_slice()[dim] = 0;
+    let size = tshape[dim];
+    let mut res = Ok(());
+    for_each_strided(ishape, [&st], |k, [off]| {
+        if res.is_ok() {
+            res = wrap(ids[k], size, op).and_then(|i| f(k, off + i * tst[dim]));
+        }
+    });
+    res
+}
+
+fn gather_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let (x, idx) = (*ctx.tensor(0)?, *ctx.tensor(2)?);
+    require_contiguous("gather", &[&x, &idx, ctx.tensor(4)?])?;
+    let dim = normalize_dim(ctx.int(1)?, x.rank())?;
+    ctx.resize(4, idx.sizes())?;
+    let ([xr, ir], [o]) = ctx.io([0, 2], [4])?;
+    same_dtype("gather", xr.info, o.info)?;
+    let ids = read_indices(&ir)?;
+    let e = x.dtype().elem_size();
+    scatter_offsets("gather", idx.sizes(), &ids, x.sizes(), dim, |k, s| {
+        o.bytes[k * e..(k + 1) * e].copy_from_slice(&xr.bytes[s * e..(s + 1) * e]);
+        Ok(())
+    })
+}
+
+/// Offsets into `src` (contiguous, shape `sshape`) of the elements at the index positions.
+fn src_offsets(ishape: &[usize], sshape: &[usize]) -> Result<Vec<usize>, KernelError> {
+    if ishape.len() != sshape.len() || ishape.iter().zip(sshape).any(|(i, s)| i > s) {
+        return Err(KernelError::shape(format!(
+            "scatter: index {ishape:?} larger than src {sshape:?}"
+        )));
+    }
+    let st = contiguous_strides(sshape);
+    let mut v = Vec::with_capacity(ishape.iter().product());
+    for_each_strided(ishape, [&st], |_, [o]| v.push(o));
+    Ok(v)
+}
+
+enum ScatterSrc {
+    Tensor,
+    Value(Scalar),
+}
+
+fn scatter_common(ctx: &mut KernelContext, src: ScatterSrc, add: bool) -> Result<(), KernelError> {
+    let (x, idx) = (*ctx.tensor(0)?, *ctx.tensor(2)?);
+    require_contiguous("scatter", &[&x, &idx, ctx.tensor(4)?])?;
+    let dim = normalize_dim(ctx.int(1)?, x.rank())?;
+    let ids = {
+        let ([ir], []) = ctx.io([2], [])?;
+        read_indices(&ir)?
+    };
+    copy_input_to_out(ctx, 0, 4)?;
+    let e = x.dtype().elem_size();
+    match src {
+        ScatterSrc::Value(v) => {
+            let ([], [o]) = ctx.io([], [4])?;
+            let dt = x.dtype();
+            let mut val = [0u8; 8];
+            dispatch_dtype!(dt, T => {
+                let t: T = match v {
+                    Scalar::Int(i) => T::from_i64(i),
+                    Scalar::Double(d) => T::from_f64(d),
+                    Scalar::Bool(b) => T::from_bool(b),
+                };
+                val[..e].copy_from_slice(bytemuck::bytes_of(&t));
+            }, _ => return Err(KernelError::dtype(dt, "scatter")));
+            scatter_offsets("scatter", idx.sizes(), &ids, x.sizes(), dim, |_, d| {
+                o.bytes[d * e..(d + 1) * e].copy_from_slice(&val[..e]);
+                Ok(())
+            })
+        }
+        ScatterSrc::Tensor => {
+            let s = *ctx.tensor(3)?;
+            require_contiguous("scatter", &[&s])?;
+            let soff = src_offsets(idx.sizes(), s.sizes())?;
+            let ([sr], [mut o]) = ctx.io([3], [4])?;
+            same_dtype("scatter", sr.info, o.info)?;
+            if add {
+                let dt = x.dtype();
+                fn run<T: Element>(
+                    o: &mut [T],
+                    s: &[T],
+                    soff: &[usize],
+                    (ishape, ids, tshape, dim): (&[usize], &[i64], &[usize], usize),
+                ) -> Result<(), KernelError> {
+                    scatter_offsets("scatter_add", ishape, ids, tshape, dim, |k, d| {
+                        o[d] = add_elem(o[d], s[soff[k]]);
+                        Ok(())
+                    })
+                }
+                dispatch_dtype!(dt, T => run::<T>(o.as_mut_slice()?, sr.as_slice()?, &soff, (idx.sizes(), &ids, x.sizes(), dim)),
+                    _ => Err(KernelError::dtype(dt, "scatter_add")))
+            } else {
+                scatter_offsets("scatter", idx.sizes(), &ids, x.sizes(), dim, |k, d| {
+                    o.bytes[d * e..(d + 1) * e]
+                        .copy_from_slice(&sr.bytes[soff[k] * e..(soff[k] + 1) * e]);
+                    Ok(())
+                })
+            }
+        }
+    }
+}
+
+/// `a + b` in the element type (integers wrap, bool is logical or), computed through f64 for
+/// floats and i64 for integers.
+#[inline]
+fn add_elem<T: Element>(a: T, b: T) -> T {
+    if T::DTYPE.is_floating() {
+        T::from_f64(a.to_f64() + b.to_f64())
+    } else if T::DTYPE == ScalarType::Bool {
+        T::from_bool(a.to_bool() || b.to_bool())
+    } else {
+        T::from_i64(a.to_i64().wrapping_add(b.to_i64()))
+    }
+}
+
+fn scatter_src_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    scatter_common(ctx, ScatterSrc::Tensor, false)
+}
+fn scatter_value_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let v = ctx.scalar(3)?;
+    scatter_common(ctx, ScatterSrc::Value(v), false)
+}
+fn scatter_add_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    scatter_common(ctx, ScatterSrc::Tensor, true)
+}
+
+// ---- advanced indexing ----
+
+/// The result of resolving a `Tensor?[]` index list against a tensor.
+struct AdvIndex {
+    /// Broadcast shape of the index tensors.
+    bshape: Dims,
+    /// For each position of `bshape` (row-major): element offset into the indexed tensor.
+    offsets: Vec<usize>,
+    /// Sizes and (indexed tensor) strides of the dims not indexed, in order.
+    rest: Dims,
+    rest_strides: Dims,
+    /// How many of the `rest` dims come before the broadcast dims in the result.
+    before: usize,
+}
+
+impl AdvIndex {
+    /// The result shape: `rest[..before] + bshape + rest[before..]`.
+    fn result_shape(&self) -> Result<Dims, KernelError> {
+        let mut s = Dims::new();
+        for &d in &self.rest[..self.before] {
+            s.push(d)?;
+        }
+        for &d in self.bshape.iter() {
+            s.push(d)?;
+        }
+        for &d in &self.rest[self.before..] {
+            s.push(d)?;
+        }
+        Ok(s)
+    }
+
+    /// Calls `f(tensor_offset, result_offset)` for every element of the result.
+    fn for_each(
+        &self,
+        mut f: impl FnMut(usize, usize) -> Result<(), KernelError>,
+    ) -> Result<(), KernelError> {
+        let rs = self.result_shape()?;
+        let rst = contiguous_strides(&rs);
+        let nb = self.bshape.len();
+        // Result strides of the rest dims, and the result stride of one broadcast position.
+        let mut res_st = Dims::new();
+        for k in 0..self.rest.len() {
+            res_st.push(if k < self.before { rst[k] } else { rst[k + nb] })?;
+        }
+        let b_step: usize = self.rest[self.before..].iter().product();
+        let mut res = Ok(());
+        for (b, &off) in self.offsets.iter().enumerate() {
+            for_each_strided(&self.rest, [&self.rest_strides, &res_st], |_, [t, r]| {
+                if res.is_ok() {
+                    res = f(off + t, b * b_step + r);
+                }
+            });
+            res.clone()?;
+        }
+        res
+    }
+}
+
+/// Resolves the index list at argument `list` against the tensor at argument `x`.
+fn resolve_indices(
+    ctx: &mut KernelContext,
+    x: usize,
+    list: usize,
+    op: &'static str,
+) -> Result<AdvIndex, KernelError> {
+    let xt = *ctx.tensor(x)?;
+    let items: Vec<u32> = ctx.opt_tensor_list(list)?.to_vec();
+    // Per input dim: the index values (as a tensor of some shape), or None.
+    let mut per_dim: Vec<Option<(Vec<i64>, Dims)>> = Vec::new();
+    for &vi in &items {
+        if vi == NONE_INDEX {
+            per_dim.push(None);
+            continue;
+        }
+        let t = *ctx.tensor_at(vi as usize)?;
+        let ([tr], []) = ctx.io_values([vi as usize], [])?;
+        match t.dtype() {
+            ScalarType::Bool | ScalarType::Byte => {
+                // A mask over the next `rank` dims: its nonzero coordinates, one list per dim.
+                let start = per_dim.len();
+                if start + t.rank() > xt.rank() {
+                    return Err(KernelError::shape(format!(
+                        "{op}: too many indices for a tensor of rank {}",
+                        xt.rank()
+                    )));
+                }
+                for k in 0..t.rank() {
+                    if t.size(k) != xt.size(start + k) {
+                        return Err(KernelError::shape(format!(
+                            "{op}: mask {:?} does not match the indexed dims",
+                            t.sizes()
+                        )));
+                    }
+                }
+                let coords = nonzero_coords(&tr)?;
+                let n = coords.len() / t.rank().max(1);
+                for k in 0..t.rank() {
+                    let v: Vec<i64> = (0..n).map(|j| coords[j * t.rank() + k]).collect();
+                    per_dim.push(Some((v, Dims::from_slice(&[n])?)));
+                }
+                if t.rank() == 0 {
+                    return Err(KernelError::unsupported(format!("{op}: 0-d boolean index")));
+                }
+            }
+            _ => per_dim.push(Some((read_indices(&tr)?, t.dims()))),
+        }
+    }
+    if per_dim.len() > xt.rank() {
+        return Err(KernelError::shape(format!(
+            "{op}: {} indices for a tensor of rank {}",
+            per_dim.len(),
+            xt.rank()
+        )));
+    }
+    while per_dim.len() < xt.rank() {
+        per_dim.push(None);
+    }
+    let indexed: Vec<usize> = (0..xt.rank()).filter(|&d| per_dim[d].is_some()).collect();
+    if indexed.is_empty() {
+        return Err(KernelError::unsupported(format!("{op}: no index tensors")));
+    }
+    let mut bshape = Dims::new();
+    for &d in &indexed {
+        bshape = broadcast_shapes(&bshape, &per_dim[d].as_ref().expect("indexed").1)?;
+    }
+    let adjacent = indexed.windows(2).all(|w| w[1] == w[0] + 1);
+    let xst = xt.strides();
+    let mut rest = Dims::new();
+    let mut rest_strides = Dims::new();
+    for d in 0..xt.rank() {
+        if per_dim[d].is_none() {
+            rest.push(xt.size(d))?;
+            rest_strides.push(xst[d])?;
+        }
+    }
+    let before = if adjacent { indexed[0] } else { 0 };
+    let nb: usize = bshape.iter().product();
+    let mut offsets = vec![0usize; nb];
+    for &d in &indexed {
+        let (vals, shape) = per_dim[d].as_ref().expect("indexed");
+        let st = broadcast_strides(shape, &bshape);
+        let mut res = Ok(());
+        for_each_strided(&bshape, [&st], |b, [k]| {
+            if res.is_ok() {
+                match wrap(vals[k], xt.size(d), op) {
+                    Ok(i) => offsets[b] += i * xst[d],
+                    Err(e) => res = Err(e),
+                }
+            }
+        });
+        res?;
+    }
+    Ok(AdvIndex {
+        bshape,
+        offsets,
+        rest,
+        rest_strides,
+        before,
+    })
+}
+
+/// Row-major coordinates of the nonzero elements of a contiguous tensor (any real/bool dtype).
+fn nonzero_coords(t: &TensorRef) -> Result<Vec<i64>, KernelError> {
+    let dt = t.info.dtype();
+    let mut out = Vec::new();
+    let sizes = t.info.sizes();
+    let mut idx = [0usize; MAX_RANK];
+    fn nz<T: Element>(s: &[T]) -> Vec<bool> {
+        s.iter().map(|v| v.to_bool()).collect()
+    }
+    let flags = dispatch_dtype!(dt, T => nz::<T>(t.as_slice()?), _ => return Err(KernelError::dtype(dt, "nonzero")));
+    for f in flags {
+        if f {
+            out.extend(idx[..sizes.len()].iter().map(|&i| i as i64));
+        }
+        let mut d = sizes.len();
+        while d > 0 {
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < sizes[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok(out)
+}
+
+fn index_tensor_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    require_contiguous("index", &[&x, ctx.tensor(2)?])?;
+    let adv = resolve_indices(ctx, 0, 1, "index")?;
+    ctx.resize(2, &adv.result_shape()?)?;
+    let ([xr], [o]) = ctx.io([0], [2])?;
+    same_dtype("index", xr.info, o.info)?;
+    let e = x.dtype().elem_size();
+    adv.for_each(|s, d| {
+        o.bytes[d * e..(d + 1) * e].copy_from_slice(&xr.bytes[s * e..(s + 1) * e]);
+        Ok(())
+    })
+}
+
+fn index_put_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let (x, v) = (*ctx.tensor(0)?, *ctx.tensor(2)?);
+    require_contiguous("index_put", &[&x, &v, ctx.tensor(4)?])?;
+    let accumulate = ctx.bool(3)?;
+    let adv = resolve_indices(ctx, 0, 1, "index_put")?;
+    let rs = adv.result_shape()?;
+    if broadcast_shapes(v.sizes(), &rs)?.as_slice() != rs.as_slice() {
+        return Err(KernelError::shape(format!(
+            "index_put: values {:?} do not broadcast to {:?}",
+            v.sizes(),
+            rs.as_slice()
+        )));
+    }
+    let vst = broadcast_strides(v.sizes(), &rs);
+    // Map each result position to its offset in `values`.
+    let mut voff = Vec::with_capacity(rs.iter().product());
+    for_each_strided(&rs, [&vst], |_, [o]| voff.push(o));
+    copy_input_to_out(ctx, 0, 4)?;
+    let ([vr], [mut o]) = ctx.io([2], [4])?;
+    same_dtype("index_put", vr.info, o.info)?;
+    if accumulate {
+        let dt = x.dtype();
+        fn run<T: Element>(
+            o: &mut [T],
+            v: &[T],
+            voff: &[usize],
+            adv: &AdvIndex,
+        ) -> Result<(), KernelError> {
+            adv.for_each(|d, r| {
+                o[d] = add_elem(o[d], v[voff[r]]);
+                Ok(())
+            })
+        }
+        dispatch_dtype!(dt, T => run::<T>(o.as_mut_slice()?, vr.as_slice()?, &voff, &adv),
+            _ => Err(KernelError::dtype(dt, "index_put")))
+    } else {
+        let e = x.dtype().elem_size();
+        adv.for_each(|d, r| {
+            let s = voff[r];
+            o.bytes[d * e..(d + 1) * e].copy_from_slice(&vr.bytes[s * e..(s + 1) * e]);
+            Ok(())
+        })
+    }
+}
+
+// ---- scatters of a slice ----
+
+/// Copies `self` to `out`, then writes `src` over view `v` of `out`.
+fn scatter_view(
+    ctx: &mut KernelContext,
+    src: usize,
+    out: usize,
+    v: &View,
+) -> Result<(), KernelError> {
+    let s = *ctx.tensor(src)?;
+    if s.sizes() != v.sizes.as_slice() {
+        return Err(KernelError::shape(format!(
+            "scatter: src {:?} does not match the slice {:?}",
+            s.sizes(),
+            v.sizes.as_slice()
+        )));
+    }
+    copy_input_to_out(ctx, 0, out)?;
+    let ([sr], [mut o]) = ctx.io([src], [out])?;
+    same_dtype("scatter", sr.info, o.info)?;
+    let sv = View::of(&s);
+    copy_view(
+        sr.bytes,
+        0,
+        sv.strides(),
+        &mut o.bytes,
+        v.offset,
+        v.strides(),
+        &v.sizes,
+        s.dtype().elem_size(),
+    )
+}
+
+/// The view of a contiguous tensor of shape `x` (as `out` will be).
+fn contiguous_view(x: &TensorInfo) -> View {
+    let mut v = View::of(x);
+    let st = contiguous_strides(x.sizes());
+    for (k, &s) in st.iter().enumerate() {
+        v.strides[k] = s as isize;
+    }
+    v
+}
+
+fn select_scatter_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    if x.rank() == 0 {
+        return Err(KernelError::invalid("select_scatter: 0-d input"));
+    }
+    let dim = normalize_dim(ctx.int(2)?, x.rank())?;
+    let i = wrap(ctx.int(3)?, x.size(dim), "select_scatter")?;
+    let full = contiguous_view(&x);
+    let mut v = View::of(&x);
+    v.offset = i as isize * full.strides[dim];
+    // Drop `dim`.
+    let mut sizes = Dims::new();
+    let mut strides = [0isize; MAX_RANK];
+    for k in 0..x.rank() {
+        if k != dim {
+            strides[sizes.len()] = full.strides[k];
+            sizes.push(x.size(k))?;
+        }
+    }
+    v.sizes = sizes;
+    v.strides = strides;
+    scatter_view(ctx, 1, 4, &v)
+}
+
+fn slice_scatter_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    if x.rank() == 0 {
+        return Err(KernelError::invalid("slice_scatter: 0-d input"));
+    }
+    let dim = normalize_dim(ctx.int(2)?, x.rank())?;
+    let step = ctx.int(5)?;
+    let (start, len) = slice_bounds(x.size(dim), ctx.opt_int(3)?, ctx.opt_int(4)?, step)?;
+    let mut v = contiguous_view(&x);
+    v.offset = start as isize * v.strides[dim];
+    v.sizes.as_mut_slice()[dim] = len;
+    v.strides[dim] *= step as isize;
+    scatter_view(ctx, 1, 6, &v)
+}
+
+fn nonzero_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    require_contiguous("nonzero", &[&x, ctx.tensor(1)?])?;
+    let coords = {
+        let ([xr], []) = ctx.io([0], [])?;
+        nonzero_coords(&xr)?
+    };
+    let r = x.rank();
+    let n = if r == 0 {
+        coords.len().min(1)
+    } else {
+        coords.len() / r
+    };
+    let n = if r == 0 {
+        // A 0-d tensor has one coordinate-less "row" when nonzero.
+        let ([xr], []) = ctx.io([0], [])?;
+        let dt = x.dtype();
+        let nz = dispatch_dtype!(dt, T => xr.as_slice::<T>()?[0].to_bool(), _ => return Err(KernelError::dtype(dt, "nonzero")));
+        nz as usize
+    } else {
+        n
+    };
+    ctx.resize(1, &[n, r])?;
+    let ([], [mut o]) = ctx.io([], [1])?;
+    o.as_mut_slice::<i64>()?.copy_from_slice(&coords[..n * r]);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pteron_core::testing::TestCall;
+    use pteron_core::{Bool, ScalarType as St};
+
+    fn arange(n: usize) -> Vec<f32> {
+        (0..n).map(|v| v as f32).collect()
+    }
+
+    #[test]
+    fn index_select_and_gather() {
+        let mut c = TestCall::new();
+        c.tensor(&[3, 4], &arange(12));
+        c.int(-1);
+        c.tensor(&[3], &[3i64, 0, -1]);
+        let o = c.out(St::Float, &[1, 1]);
+        c.ret(o);
+        c.check(check_index_select).unwrap();
+        c.run(index_select_out).unwrap();
+        assert_eq!(c.info(o).sizes(), &[3, 3]);
+        assert_eq!(
+            c.output::<f32>(o),
+            vec![3., 0., 3., 7., 4., 7., 11., 8., 11.]
+        );
+
+        // torch.gather(torch.arange(12.).view(3,4), 1, torch.tensor([[0,3],[1,1]]))
+        let mut c = TestCall::new();
+        c.tensor(&[3, 4], &arange(12));
+        c.int(1);
+        c.tensor(&[2, 2], &[0i32, 3, 1, 1]);
+        c.bool(false);
+        let o = c.out(St::Float, &[1, 1]);
+        c.ret(o);
+        c.run(gather_out).unwrap();
+        assert_eq!(c.output::<f32>(o), vec![0., 3., 5., 5.]);
+
+        let mut c = TestCall::new();
+        c.tensor(&[3, 4], &arange(12));
+        c.int(0);
+        c.tensor(&[1, 1], &[3i64]);
+        c.bool(false);
+        let o = c.out(St::Float, &[1, 1]);
+        c.ret(o);
+        assert!(matches!(c.run(gather_out), Err(KernelError::Invalid(_))));
+    }
+
+    #[test]
+    fn scatters() {
+        // torch.zeros(2,3).scatter(1, [[2,0]], [[1.,2.]]) ; scatter_add with duplicates
+        let mut c = TestCall::new();
+        c.tensor(&[2, 3], &[0.0f32; 6]);
+        c.int(1);
+        c.tensor(&[1, 2], &[2i64, 0]);
+        c.tensor(&[1, 3], &[1.0f32, 2., 9.]);
+        let o = c.out(St::Float, &[2, 3]);
+        c.ret(o);
+        c.check(check_scatter_src).unwrap();
+        c.run(scatter_src_out).unwrap();
+        assert_eq!(c.output::<f32>(o), vec![2., 0., 1., 0., 0., 0.]);
+
+        let mut c = TestCall::new();
+        c.tensor(&[4], &[1i64, 1, 1, 1]);
+        c.int(0);
+        c.tensor(&[3], &[1i64, 1, 3]);
+        c.tensor(&[3], &[10i64, 20, 30]);
+        let o = c.out(St::Long, &[4]);
+        c.ret(o);
+        c.run(scatter_add_out).unwrap();
+        assert_eq!(c.output::<i64>(o), vec![1, 31, 1, 31]);
+
+        let mut c = TestCall::new();
+        c.tensor(&[2, 2], &[0.0f32; 4]);
+        c.int(0);
+        c.tensor(&[1, 2], &[1i64, 0]);
+        c.double(-2.5);
+        let o = c.out(St::Float, &[2, 2]);
+        c.ret(o);
+        c.run(scatter_value_out).unwrap();
+        assert_eq!(c.output::<f32>(o), vec![0., -2.5, -2.5, 0.]);
+    }
+
+    /// Runs index.Tensor on arange(24).view(2,3,4) with the given index list builder.
+    fn index_case(
+        build: impl FnOnce(&mut TestCall) -> Vec<Option<u32>>,
+        want_sizes: &[usize],
+        want: &[f32],
+    ) {
+        let mut c = TestCall::new();
+        c.tensor(&[2, 3, 4], &arange(24));
+        let items = build(&mut c);
+        c.opt_tensor_list(&items);
+        let o = c.out(St::Float, &vec![1; want_sizes.len()]);
+        c.ret(o);
+        c.check(check_index).unwrap();
+        c.run(index_tensor_out).unwrap();
+        assert_eq!(c.info(o).sizes(), want_sizes);
+        assert_eq!(c.output::<f32>(o), want);
+    }
+
+    #[test]
+    fn advanced_indexing() {
+        // x[[1, 0]]
+        index_case(
+            |c| vec![Some(c.tensor_value(&[2], &[1i64, 0]))],
+            &[2, 3, 4],
+            &{
+                let mut v = arange(24)[12..].to_vec();
+                v.extend(arange(12));
+                v
+            },
+        );
+        // x[:, [2, -1]]  (adjacent, after a None)
+        index_case(
+            |c| vec![None, Some(c.tensor_value(&[2], &[2i64, -1]))],
+            &[2, 2, 4],
+            &[
+                8., 9., 10., 11., 8., 9., 10., 11., 20., 21., 22., 23., 20., 21., 22., 23.,
+            ],
+        );
+        // x[[0, 1], :, [1, 3]]  (non-adjacent: broadcast dims first) -> [[1,5,9],[15,19,23]]
+        index_case(
+            |c| {
+                vec![
+                    Some(c.tensor_value(&[2], &[0i64, 1])),
+                    None,
+                    Some(c.tensor_value(&[2], &[1i64, 3])),
+                ]
+            },
+            &[2, 3],
+            &[1., 5., 9., 15., 19., 23.],
+        );
+        // x[[[1],[0]], [0, 2]]  (broadcast to [2, 2]) -> shape [2, 2, 4]
+        index_case(
+            |c| {
+                vec![
+                    Some(c.tensor_value(&[2, 1], &[1i64, 0])),
+                    Some(c.tensor_value(&[2], &[0i32, 2])),
+                ]
+            },
+            &[2, 2, 4],
+            &[
+                12., 13., 14., 15., 20., 21., 22., 23., 0., 1., 2., 3., 8., 9., 10., 11.,
+            ],
+        );
+        // x[mask] with mask over the first two dims
+        index_case(
+            |c| {
+                let m: Vec<Bool> = [1u8, 0, 0, 0, 0, 1].iter().map(|&b| Bool(b)).collect();
+                vec![Some(c.tensor_value(&[2, 3], &m))]
+            },
+            &[2, 4],
+            &[0., 1., 2., 3., 20., 21., 22., 23.],
+        );
+        // x[:, :, bool_mask] over the last dim
+        index_case(
+            |c| {
+                let m: Vec<Bool> = [0u8, 1, 0, 1].iter().map(|&b| Bool(b)).collect();
+                vec![None, None, Some(c.tensor_value(&[4], &m))]
+            },
+            &[2, 3, 2],
+            &[1., 3., 5., 7., 9., 11., 13., 15., 17., 19., 21., 23.],
+        );
+    }
+
+    #[test]
+    fn advanced_index_out_of_range() {
+        let mut c = TestCall::new();
+        c.tensor(&[2, 3], &arange(6));
+        let i = c.tensor_value(&[1], &[2i64]);
+        c.opt_tensor_list(&[Some(i)]);
+        let o = c.out(St::Float, &[1, 3]);
+        c.ret(o);
+        assert!(matches!(
+            c.run(index_tensor_out),
+            Err(KernelError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn index_put_assign_and_accumulate() {
+        for (acc, want) in [(false, vec![0., 7., 0., 7.]), (true, vec![0., 14., 0., 7.])] {
+            let mut c = TestCall::new();
+            c.tensor(&[4], &[0.0f32; 4]);
+            let i = c.tensor_value(&[3], &[1i64, 3, 1]);
+            c.opt_tensor_list(&[Some(i)]);
+            c.tensor(&[], &[7.0f32]);
+            c.bool(acc);
+            let o = c.out(St::Float, &[4]);
+            c.ret(o);
+            c.check(check_index_put).unwrap();
+            c.run(index_put_out).unwrap();
+            assert_eq!(c.output::<f32>(o), want, "accumulate={acc}");
+        }
+    }
+
+    #[test]
+    fn select_and_slice_scatter() {
+        let mut c = TestCall::new();
+        c.tensor(&[2, 3], &[0.0f32; 6]);
+        c.tensor(&[2], &[1.0f32, 2.]);
+        c.int(1);
+        c.int(-1);
+        let o = c.out(St::Float, &[2, 3]);
+        c.ret(o);
+        c.run(select_scatter_out).unwrap();
+        assert_eq!(c.output::<f32>(o), vec![0., 0., 1., 0., 0., 2.]);
+
+        // torch.zeros(5).slice_scatter(torch.tensor([1.,2.]), 0, 1, None, 2)
+        let mut c = TestCall::new();
+        c.tensor(&[5], &[0.0f32; 5]);
+        c.tensor(&[2], &[1.0f32, 2.]);
+        c.int(0);
+        c.int(1);
+        c.none();
+        c.int(2);
+        let o = c.out(St::Float, &[5]);
+        c.ret(o);
+        c.run(slice_scatter_out).unwrap();
+        assert_eq!(c.output::<f32>(o), vec![0., 1., 0., 2., 0.]);
+    }
+
+    #[test]
+    fn nonzero_2d() {
+        let mut c = TestCall::new();
+        c.tensor(&[2, 3], &[0i32, 5, 0, -1, 0, 2]);
+        let o = c.out(St::Long, &[6, 2]);
+        c.ret(o);
+        c.check(check_nonzero).unwrap();
+        c.run(nonzero_out).unwrap();
+        assert_eq!(c.info(o).sizes(), &[3, 2]);
+        assert_eq!(c.output::<i64>(o), vec![0, 1, 1, 0, 1, 2]);
+    }
+}
