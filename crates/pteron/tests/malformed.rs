@@ -8,7 +8,8 @@
 //! * Random mutants of every fixture (deterministic xorshift PRNG; bit flips, byte and word
 //!   overwrites, truncations, duplicated chunks), each parsed, loaded and (if it loads) run
 //!   under an instruction budget inside `catch_unwind`; a watchdog fails the test on a hang.
-//!   `PTERON_MUTANTS=n` changes the number of mutants per fixture (default 300).
+//!   `PTERON_MUTANTS=n` changes the number of mutants per fixture and kind (default 300),
+//!   `PTERON_MUTANT_RUNS=n` how many of them are executed (default: all but for big fixtures).
 //! * `.npy` parsing under the same mutations.
 //!
 //! Operators without a kernel yet are given a stub kernel that reads every argument through
@@ -2111,6 +2112,33 @@ fn mutate_instructions(plan: &mut fbo::ExecutionPlanT, rng: &mut Rng) {
     }
 }
 
+/// Copies of `inputs` with some elements overwritten by boundary bit patterns.
+fn hostile_inputs(inputs: &[Tensor], rng: &mut Rng) -> Vec<Tensor> {
+    let mut out = inputs.to_vec();
+    for t in out.iter_mut() {
+        let size = t.dtype.elem_size();
+        let n = t.data.len() / size.max(1);
+        if n == 0 {
+            continue;
+        }
+        for _ in 0..1 + rng.below(4) {
+            let e = rng.below(n) * size;
+            let pattern: u8 = [0xFF, 0x7F, 0x80, 0x00][rng.below(4)];
+            for (j, b) in t.data[e..e + size].iter_mut().enumerate() {
+                // 0x7F / 0x80 in the top byte: the largest / smallest value (NaN or ±inf for
+                // floats with the rest set); 0xFF everywhere: -1 or NaN.
+                *b = match pattern {
+                    0x7F | 0x80 if j + 1 == size => pattern,
+                    0x7F => 0xFF,
+                    0x80 => 0x00,
+                    p => p,
+                };
+            }
+        }
+    }
+    out
+}
+
 /// Prints what a structure-aware mutant changed (`PTERON_DUMP_MUTANT=<#k>`).
 fn dump_diff(a: &fbo::ProgramT, b: &fbo::ProgramT) {
     let (pa, pb) = (
@@ -2218,8 +2246,14 @@ fn mutants_per_fixture() -> usize {
 }
 
 /// How many mutants of a fixture are executed: big ones only a few times (the rest are parsed
-/// and loaded), to keep the test fast.
+/// and loaded), to keep the test fast. `PTERON_MUTANT_RUNS=n` overrides it.
 fn max_runs(file_len: usize) -> usize {
+    if let Some(n) = std::env::var("PTERON_MUTANT_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return n;
+    }
     match file_len {
         0..=0x3FFFF => usize::MAX,
         0x40000..=0xFFFFF => 40,
@@ -2282,6 +2316,13 @@ fn fuzz_fixture(name: &'static str) {
                 }
                 d => (mutate(&f.pte, hot, &mut rng), d.clone()),
             };
+            // Every fourth structure mutant also gets hostile input data (indices out of
+            // range, NaN, extremes): inputs are untrusted too.
+            let inputs = if k >= n && k % 4 == 0 {
+                hostile_inputs(&f.inputs, &mut rng)
+            } else {
+                f.inputs.clone()
+            };
             let kind = if k >= n { "structure" } else { "byte" };
             let execute = runs < max_runs;
             *step.lock().unwrap() = (
@@ -2289,7 +2330,7 @@ fn fuzz_fixture(name: &'static str) {
                 format!("{name} {kind} mutant seed {seed:#x} (#{k})"),
             );
             let r = catch_unwind(AssertUnwindSafe(|| {
-                exercise(&pte, ptd.as_deref(), &f.inputs, &kernels, config, execute)
+                exercise(&pte, ptd.as_deref(), &inputs, &kernels, config, execute)
             }));
             match r {
                 Err(_) => {
