@@ -820,3 +820,21 @@ pub fn register(r: &mut KernelRegistry) {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+pub(crate) mod tests_util {
+    use pteron_core::Bool;
+
+    pub(crate) fn b(v: &[bool]) -> Vec<Bool> {
+        v.iter().map(|&x| Bool(x as u8)).collect()
+    }
+
+    /// Elementwise closeness (relative `tol`), NaN equal to NaN.
+    pub(crate) fn close(got: &[f32], want: &[f32], tol: f32) {
+        assert_eq!(got.len(), want.len(), "len: got {got:?} want {want:?}");
+        for (g, w) in got.iter().zip(want) {
+            let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * (1.0 + w.abs()) || g == w;
+            assert!(ok, "got {got:?}, want {want:?}");
+        }
+    }
+}

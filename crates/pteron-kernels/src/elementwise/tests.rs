@@ -3,17 +3,7 @@ use pteron_core::half::{bf16, f16};
 use pteron_core::testing::TestCall;
 use pteron_core::{Bool, KernelFn, TensorInfo};
 
-pub(crate) fn b(v: &[bool]) -> Vec<Bool> {
-    v.iter().map(|&x| Bool(x as u8)).collect()
-}
-
-pub(crate) fn close(got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(got.len(), want.len(), "len: got {got:?} want {want:?}");
-    for (g, w) in got.iter().zip(want) {
-        let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * (1.0 + w.abs()) || g == w;
-        assert!(ok, "got {got:?}, want {want:?}");
-    }
-}
+pub(crate) use super::tests_util::{b, close};
 
 /// Runs a binary kernel on tensors `[a] op [b]` (plus `extra` scalars before out).
 fn bin_f32(
