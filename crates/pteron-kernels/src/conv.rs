@@ -72,6 +72,9 @@ fn check_convolution(a: &ArgView) -> Result<(), KernelError> {
     Ok(())
 }
 
+/// Largest stride, padding, dilation or output padding accepted (and largest spatial size).
+const MAX_PARAM: i64 = 1 << 24;
+
 /// Reads an `int[]` of one entry (broadcast) or `spatial` entries into the 3-d form, filling
 /// the leading unused spatial dims with `fill`.
 fn spatial_arg<'p>(
@@ -91,8 +94,13 @@ fn spatial_arg<'p>(
     }
     for k in 0..spatial {
         let v = l.get(if l.len() == 1 { 0 } else { k })?;
-        out[3 - spatial + k] = usize::try_from(v)
-            .map_err(|_| KernelError::invalid(format!("convolution: negative {what} {v}")))?;
+        // Bounded so that the geometry arithmetic below cannot overflow.
+        if !(0..=MAX_PARAM).contains(&v) {
+            return Err(KernelError::invalid(format!(
+                "convolution: {what} {v} out of range"
+            )));
+        }
+        out[3 - spatial + k] = v as usize;
     }
     Ok(out)
 }
@@ -125,6 +133,15 @@ fn geometry(
     let mut kernel = [1usize; 3];
     input[3 - spatial..].copy_from_slice(&xs[1..]);
     kernel[3 - spatial..].copy_from_slice(&w.sizes()[2..]);
+    if input
+        .iter()
+        .chain(&kernel)
+        .any(|&v| v as u64 > MAX_PARAM as u64)
+    {
+        return Err(KernelError::unsupported(
+            "convolution: spatial size above 2^24",
+        ));
+    }
     let stride = spatial_arg(ctx, STRIDE, spatial, 1, "stride")?;
     let padding = spatial_arg(ctx, PADDING, spatial, 0, "padding")?;
     let dilation = spatial_arg(ctx, DILATION, spatial, 1, "dilation")?;
@@ -225,6 +242,23 @@ fn valid_range(off: i64, s: usize, n_in: usize, n_out: usize) -> (usize, usize) 
     (lo as usize, hi as usize)
 }
 
+/// Output elements accumulated at once (a stack buffer, so execution allocates nothing).
+const CHUNK: usize = 256;
+
+/// `o * s + off` for the first and one-past-last `o` in `lo..hi` that land in `0..n_in`.
+#[inline]
+fn clip(off: i64, s: usize, n_in: usize, lo: usize, hi: usize) -> (usize, usize) {
+    let (a, b) = valid_range(off, s, n_in, hi);
+    (a.max(lo), b.max(lo))
+}
+
+/// Input index `o * s + k * dil - pad` if it lies in `0..n`.
+#[inline]
+fn tap(o: usize, s: usize, k: usize, dil: usize, pad: usize, n: usize) -> Option<usize> {
+    let i = (o * s + k * dil) as i64 - pad as i64;
+    (0..n as i64).contains(&i).then_some(i as usize)
+}
+
 /// Forward convolution in the 3-d form. `x`: [N, C_in, D, H, W], `w`: [C_out, C_in/g, kD, kH, kW].
 pub fn conv_forward<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) {
     let [id, ih, iw] = g.input;
@@ -234,63 +268,87 @@ pub fn conv_forward<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]>, 
     let cg_out = g.c_out / g.groups;
     let in_plane = id * ih * iw;
     let out_plane = od * oh * ow;
-    let mut acc = vec![T::A::ZERO; out_plane];
+    let mut acc = [T::A::ZERO; CHUNK];
     for n in 0..g.n {
         for oc in 0..g.c_out {
             let grp = oc / cg_out;
-            acc.fill(bias.map_or(T::A::ZERO, |b| b[oc].to_acc()));
-            for icg in 0..cg_in {
-                let ic = grp * cg_in + icg;
-                let xin = &x[(n * g.c_in + ic) * in_plane..][..in_plane];
-                let wk = &w[(oc * cg_in + icg) * kd * kh * kw..][..kd * kh * kw];
-                for a in 0..kd {
-                    let off_d = (a * g.dilation[0]) as i64 - g.padding[0] as i64;
-                    let (d0, d1) = valid_range(off_d, g.stride[0], id, od);
-                    for b in 0..kh {
-                        let off_h = (b * g.dilation[1]) as i64 - g.padding[1] as i64;
-                        let (h0, h1) = valid_range(off_h, g.stride[1], ih, oh);
-                        for c in 0..kw {
-                            let wv = wk[(a * kh + b) * kw + c].to_acc();
-                            let off_w = (c * g.dilation[2]) as i64 - g.padding[2] as i64;
-                            let (w0, w1) = valid_range(off_w, g.stride[2], iw, ow);
-                            if w0 >= w1 {
-                                continue;
-                            }
-                            for o_d in d0..d1 {
-                                let i_d = (o_d * g.stride[0]) as i64 + off_d;
-                                for o_h in h0..h1 {
-                                    let i_h = (o_h * g.stride[1]) as i64 + off_h;
-                                    let row =
-                                        &xin[((i_d as usize) * ih + i_h as usize) * iw..][..iw];
-                                    let arow = &mut acc[(o_d * oh + o_h) * ow..][..ow];
-                                    let first = ((w0 * g.stride[2]) as i64 + off_w) as usize;
-                                    if g.stride[2] == 1 {
-                                        let src = &row[first..first + (w1 - w0)];
-                                        for (o, &v) in arow[w0..w1].iter_mut().zip(src) {
-                                            *o = o.add(wv.mul(v.to_acc()));
+            let b0 = bias.map_or(T::A::ZERO, |b| b[oc].to_acc());
+            let dst = &mut out[(n * g.c_out + oc) * out_plane..][..out_plane];
+            for o_d in 0..od {
+                for o_h in 0..oh {
+                    let orow = &mut dst[(o_d * oh + o_h) * ow..][..ow];
+                    for c0 in (0..ow).step_by(CHUNK) {
+                        let c1 = (c0 + CHUNK).min(ow);
+                        let acc = &mut acc[..c1 - c0];
+                        acc.fill(b0);
+                        for icg in 0..cg_in {
+                            let ic = grp * cg_in + icg;
+                            let xin = &x[(n * g.c_in + ic) * in_plane..][..in_plane];
+                            let wk = &w[(oc * cg_in + icg) * kd * kh * kw..][..kd * kh * kw];
+                            for a in 0..kd {
+                                let Some(i_d) =
+                                    tap(o_d, g.stride[0], a, g.dilation[0], g.padding[0], id)
+                                else {
+                                    continue;
+                                };
+                                for b in 0..kh {
+                                    let Some(i_h) =
+                                        tap(o_h, g.stride[1], b, g.dilation[1], g.padding[1], ih)
+                                    else {
+                                        continue;
+                                    };
+                                    let row = &xin[(i_d * ih + i_h) * iw..][..iw];
+                                    for c in 0..kw {
+                                        let wv = wk[(a * kh + b) * kw + c].to_acc();
+                                        let off_w =
+                                            (c * g.dilation[2]) as i64 - g.padding[2] as i64;
+                                        let (w0, w1) = clip(off_w, g.stride[2], iw, c0, c1);
+                                        if w0 >= w1 {
+                                            continue;
                                         }
-                                    } else {
-                                        let mut p = first;
-                                        for o in &mut arow[w0..w1] {
-                                            *o = o.add(wv.mul(row[p].to_acc()));
-                                            p += g.stride[2];
+                                        let first = ((w0 * g.stride[2]) as i64 + off_w) as usize;
+                                        let dst = &mut acc[w0 - c0..w1 - c0];
+                                        if g.stride[2] == 1 {
+                                            for (o, &v) in
+                                                dst.iter_mut().zip(&row[first..first + (w1 - w0)])
+                                            {
+                                                *o = o.add(wv.mul(v.to_acc()));
+                                            }
+                                        } else {
+                                            for (o, &v) in dst
+                                                .iter_mut()
+                                                .zip(row[first..].iter().step_by(g.stride[2]))
+                                            {
+                                                *o = o.add(wv.mul(v.to_acc()));
+                                            }
                                         }
                                     }
                                 }
                             }
                         }
+                        for (o, &v) in orow[c0..c1].iter_mut().zip(acc.iter()) {
+                            *o = T::from_acc(v);
+                        }
                     }
                 }
-            }
-            let dst = &mut out[(n * g.c_out + oc) * out_plane..][..out_plane];
-            for (o, &v) in dst.iter_mut().zip(&acc) {
-                *o = T::from_acc(v);
             }
         }
     }
 }
 
+/// Input index `i` with `i * s + k * dil - pad == o`, if one exists in `0..n`.
+#[inline]
+fn tap_transposed(o: usize, s: usize, k: usize, dil: usize, pad: usize, n: usize) -> Option<usize> {
+    let t = o as i64 + pad as i64 - (k * dil) as i64;
+    if t < 0 || t % s as i64 != 0 {
+        return None;
+    }
+    let i = (t / s as i64) as usize;
+    (i < n).then_some(i)
+}
+
 /// Transposed convolution in the 3-d form. `x`: [N, C_in, D, H, W], `w`: [C_in, C_out/g, kD, kH, kW].
+/// Written as a gather over the output (each output element sums the taps that reach it).
 pub fn conv_transposed<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) {
     let [id, ih, iw] = g.input;
     let [kd, kh, kw] = g.kernel;
@@ -299,46 +357,62 @@ pub fn conv_transposed<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]
     let cg_out = g.c_out / g.groups;
     let in_plane = id * ih * iw;
     let out_plane = od * oh * ow;
-    let mut acc = vec![T::A::ZERO; out_plane];
     for n in 0..g.n {
         for oc in 0..g.c_out {
             let grp = oc / cg_out;
             let ocg = oc % cg_out;
-            acc.fill(bias.map_or(T::A::ZERO, |b| b[oc].to_acc()));
-            for icg in 0..cg_in {
-                let ic = grp * cg_in + icg;
-                let xin = &x[(n * g.c_in + ic) * in_plane..][..in_plane];
-                let wk = &w[(ic * cg_out + ocg) * kd * kh * kw..][..kd * kh * kw];
-                for a in 0..kd {
-                    // o = i * s + k * dil - pad
-                    let off_d = (a * g.dilation[0]) as i64 - g.padding[0] as i64;
-                    let (d0, d1) = valid_range(off_d, g.stride[0], od, id);
-                    for b in 0..kh {
-                        let off_h = (b * g.dilation[1]) as i64 - g.padding[1] as i64;
-                        let (h0, h1) = valid_range(off_h, g.stride[1], oh, ih);
-                        for c in 0..kw {
-                            let wv = wk[(a * kh + b) * kw + c].to_acc();
-                            let off_w = (c * g.dilation[2]) as i64 - g.padding[2] as i64;
-                            let (w0, w1) = valid_range(off_w, g.stride[2], ow, iw);
-                            for i_d in d0..d1 {
-                                let o_d = ((i_d * g.stride[0]) as i64 + off_d) as usize;
-                                for i_h in h0..h1 {
-                                    let o_h = ((i_h * g.stride[1]) as i64 + off_h) as usize;
-                                    let row = &xin[(i_d * ih + i_h) * iw..][..iw];
-                                    let arow = &mut acc[(o_d * oh + o_h) * ow..][..ow];
-                                    for i_w in w0..w1 {
-                                        let o_w = ((i_w * g.stride[2]) as i64 + off_w) as usize;
-                                        arow[o_w] = arow[o_w].add(wv.mul(row[i_w].to_acc()));
+            let b0 = bias.map_or(T::A::ZERO, |b| b[oc].to_acc());
+            let dst = &mut out[(n * g.c_out + oc) * out_plane..][..out_plane];
+            for o_d in 0..od {
+                for o_h in 0..oh {
+                    for o_w in 0..ow {
+                        let mut acc = b0;
+                        for icg in 0..cg_in {
+                            let ic = grp * cg_in + icg;
+                            let xin = &x[(n * g.c_in + ic) * in_plane..][..in_plane];
+                            let wk = &w[(ic * cg_out + ocg) * kd * kh * kw..][..kd * kh * kw];
+                            for a in 0..kd {
+                                let Some(i_d) = tap_transposed(
+                                    o_d,
+                                    g.stride[0],
+                                    a,
+                                    g.dilation[0],
+                                    g.padding[0],
+                                    id,
+                                ) else {
+                                    continue;
+                                };
+                                for b in 0..kh {
+                                    let Some(i_h) = tap_transposed(
+                                        o_h,
+                                        g.stride[1],
+                                        b,
+                                        g.dilation[1],
+                                        g.padding[1],
+                                        ih,
+                                    ) else {
+                                        continue;
+                                    };
+                                    for c in 0..kw {
+                                        let Some(i_w) = tap_transposed(
+                                            o_w,
+                                            g.stride[2],
+                                            c,
+                                            g.dilation[2],
+                                            g.padding[2],
+                                            iw,
+                                        ) else {
+                                            continue;
+                                        };
+                                        let v = xin[(i_d * ih + i_h) * iw + i_w].to_acc();
+                                        acc = acc.add(wk[(a * kh + b) * kw + c].to_acc().mul(v));
                                     }
                                 }
                             }
                         }
+                        dst[(o_d * oh + o_h) * ow + o_w] = T::from_acc(acc);
                     }
                 }
-            }
-            let dst = &mut out[(n * g.c_out + oc) * out_plane..][..out_plane];
-            for (o, &v) in dst.iter_mut().zip(&acc) {
-                *o = T::from_acc(v);
             }
         }
     }
@@ -360,12 +434,14 @@ fn convolution_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         }
     }
     let spatial = w.rank() - 2;
-    let mut osz = Vec::with_capacity(5);
+    let mut osz = pteron_core::Dims::new();
     if batched {
-        osz.push(g.n);
+        osz.push(g.n)?;
     }
-    osz.push(g.c_out);
-    osz.extend_from_slice(&g.output[3 - spatial..]);
+    osz.push(g.c_out)?;
+    for &s in &g.output[3 - spatial..] {
+        osz.push(s)?;
+    }
     ctx.resize(OUT, &osz)?;
     let dt = x.dtype();
     fn run<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], b: Option<&[T]>, o: &mut [T]) {

@@ -4,24 +4,51 @@
 //! PyTorch's float accumulation); integer sums accumulate in i64 with wrapping, as C++ does.
 
 use pteron_core::{
-    dispatch_dtype, dispatch_float, ArgAccess, ArgView, Element, Kernel, KernelContext, KernelError, KernelRegistry,
-    ScalarType, TensorInfo, MAX_RANK,
+    dispatch_dtype, dispatch_float, ArgAccess, ArgView, Element, Kernel, KernelContext,
+    KernelError, KernelRegistry, ScalarType, TensorInfo, MAX_RANK,
 };
 
-use crate::util::{for_each_strided, outer_dim_inner, require_contiguous, require_dtype, FLOATS, REALS, REALS_AND_BOOL};
+use crate::util::{
+    for_each_strided, outer_dim_inner, require_contiguous, require_dtype, FLOATS, REALS,
+    REALS_AND_BOOL,
+};
+
+pub mod more;
 
 pub fn register(r: &mut KernelRegistry) {
-    r.register("aten::sum.IntList_out", Kernel::with_check(sum_out, check_sum));
+    more::register(r);
+    r.register(
+        "aten::sum.IntList_out",
+        Kernel::with_check(sum_out, check_sum),
+    );
     r.register("aten::mean.out", Kernel::with_check(mean_out, check_mean));
-    r.register("aten::mean.dtype_out", Kernel::with_check(mean_dtype_out, check_mean_dtype));
+    r.register(
+        "aten::mean.dtype_out",
+        Kernel::with_check(mean_dtype_out, check_mean_dtype),
+    );
     r.register("aten::amax.out", Kernel::with_check(amax_out, check_minmax));
     r.register("aten::amin.out", Kernel::with_check(amin_out, check_minmax));
-    r.register("aten::argmax.out", Kernel::with_check(argmax_out, check_arg));
-    r.register("aten::argmin.out", Kernel::with_check(argmin_out, check_arg));
-    r.register("aten::var.correction_out", Kernel::with_check(var_correction_out, check_var));
+    r.register(
+        "aten::argmax.out",
+        Kernel::with_check(argmax_out, check_arg),
+    );
+    r.register(
+        "aten::argmin.out",
+        Kernel::with_check(argmin_out, check_arg),
+    );
+    r.register(
+        "aten::var.correction_out",
+        Kernel::with_check(var_correction_out, check_var),
+    );
     r.register("aten::var.out", Kernel::with_check(var_out, check_var));
-    r.register("aten::_softmax.out", Kernel::with_check(softmax_out, check_softmax));
-    r.register("aten::_log_softmax.out", Kernel::with_check(log_softmax_out, check_softmax));
+    r.register(
+        "aten::_softmax.out",
+        Kernel::with_check(softmax_out, check_softmax),
+    );
+    r.register(
+        "aten::_log_softmax.out",
+        Kernel::with_check(log_softmax_out, check_softmax),
+    );
 }
 
 /// Which dims are reduced, and the output sizes (with or without the reduced dims).
@@ -43,7 +70,9 @@ fn plan(x: &TensorInfo, dims: Option<&[i64]>, keepdim: bool) -> Result<Plan, Ker
                     continue;
                 }
                 if reduced[d] {
-                    return Err(KernelError::invalid(format!("dim {d} appears twice in the reduction")));
+                    return Err(KernelError::invalid(format!(
+                        "dim {d} appears twice in the reduction"
+                    )));
                 }
                 reduced[d] = true;
             }
@@ -61,15 +90,27 @@ fn plan(x: &TensorInfo, dims: Option<&[i64]>, keepdim: bool) -> Result<Plan, Ker
             n += 1;
         }
     }
-    Ok(Plan { reduced, out, out_rank: n })
+    Ok(Plan {
+        reduced,
+        out,
+        out_rank: n,
+    })
 }
 
 /// Calls `f(out_index, input_offsets)` for each output element with an iterator over the input
 /// offsets reduced into it (contiguous input).
-fn for_each_group(x: &TensorInfo, p: &Plan, mut f: impl FnMut(usize, &mut dyn FnMut(&mut dyn FnMut(usize)))) {
+fn for_each_group(
+    x: &TensorInfo,
+    p: &Plan,
+    mut f: impl FnMut(usize, &mut dyn FnMut(&mut dyn FnMut(usize))),
+) {
     let strides = x.strides();
-    let (mut kept_sizes, mut kept_strides, mut red_sizes, mut red_strides) =
-        ([0usize; MAX_RANK], [0usize; MAX_RANK], [0usize; MAX_RANK], [0usize; MAX_RANK]);
+    let (mut kept_sizes, mut kept_strides, mut red_sizes, mut red_strides) = (
+        [0usize; MAX_RANK],
+        [0usize; MAX_RANK],
+        [0usize; MAX_RANK],
+        [0usize; MAX_RANK],
+    );
     let (mut nk, mut nr) = (0, 0);
     for d in 0..x.rank() {
         if p.reduced[d] {
@@ -82,7 +123,12 @@ fn for_each_group(x: &TensorInfo, p: &Plan, mut f: impl FnMut(usize, &mut dyn Fn
             nk += 1;
         }
     }
-    let (ks, kst, rs, rst) = (&kept_sizes[..nk], &kept_strides[..nk], &red_sizes[..nr], &red_strides[..nr]);
+    let (ks, kst, rs, rst) = (
+        &kept_sizes[..nk],
+        &kept_strides[..nk],
+        &red_sizes[..nr],
+        &red_strides[..nr],
+    );
     for_each_strided(ks, [kst], |o, [base]| {
         f(o, &mut |g: &mut dyn FnMut(usize)| {
             for_each_strided(rs, [rst], |_, [off]| g(base + off));
@@ -90,7 +136,10 @@ fn for_each_group(x: &TensorInfo, p: &Plan, mut f: impl FnMut(usize, &mut dyn Fn
     });
 }
 
-fn reduce_dims(ctx: &KernelContext<'_, '_>, i: usize) -> Result<([i64; MAX_RANK], Option<usize>), KernelError> {
+fn reduce_dims(
+    ctx: &KernelContext<'_, '_>,
+    i: usize,
+) -> Result<([i64; MAX_RANK], Option<usize>), KernelError> {
     let mut buf = [0i64; MAX_RANK];
     let n = match ctx.opt_int_list(i)? {
         None => None,
@@ -110,7 +159,10 @@ fn check_sum(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     require_dtype("sum", out.dtype(), &REALS_AND_BOOL)?;
     if let Some(d) = v.opt_dtype(3)? {
         if d != out.dtype() {
-            return Err(KernelError::invalid(format!("sum: dtype={d} but out is {}", out.dtype())));
+            return Err(KernelError::invalid(format!(
+                "sum: dtype={d} but out is {}",
+                out.dtype()
+            )));
         }
     }
     v.opt_int_list(1)?;
@@ -150,7 +202,13 @@ fn sum_into<X: Element, O: Element>(x: &[X], xi: &TensorInfo, p: &Plan, out: &mu
     });
 }
 
-fn sum_like(ctx: &mut KernelContext<'_, '_>, dims_at: Option<usize>, keepdim_at: Option<usize>, out_at: usize, mean: bool) -> Result<(), KernelError> {
+fn sum_like(
+    ctx: &mut KernelContext<'_, '_>,
+    dims_at: Option<usize>,
+    keepdim_at: Option<usize>,
+    out_at: usize,
+    mean: bool,
+) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
     let (buf, n) = match dims_at {
         Some(i) => reduce_dims(ctx, i)?,
@@ -193,7 +251,11 @@ fn check_minmax(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     let (x, out) = (v.tensor(0)?, v.tensor(3)?);
     require_dtype("amax/amin", x.dtype(), &REALS_AND_BOOL)?;
     if x.dtype() != out.dtype() {
-        return Err(KernelError::invalid(format!("amax/amin: out dtype {} differs from input {}", out.dtype(), x.dtype())));
+        return Err(KernelError::invalid(format!(
+            "amax/amin: out dtype {} differs from input {}",
+            out.dtype(),
+            x.dtype()
+        )));
     }
     Ok(())
 }
@@ -316,7 +378,13 @@ fn check_var(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     require_dtype("var", v.tensor(4)?.dtype(), &FLOATS)
 }
 
-fn var_into<X: Element, O: Element>(x: &[X], xi: &TensorInfo, p: &Plan, out: &mut [O], correction: f64) {
+fn var_into<X: Element, O: Element>(
+    x: &[X],
+    xi: &TensorInfo,
+    p: &Plan,
+    out: &mut [O],
+    correction: f64,
+) {
     let count = (xi.numel() / out.len().max(1)) as f64;
     for_each_group(xi, p, |o, each| {
         let mut sum = 0f64;
@@ -332,7 +400,11 @@ fn var_into<X: Element, O: Element>(x: &[X], xi: &TensorInfo, p: &Plan, out: &mu
     });
 }
 
-fn var_common(ctx: &mut KernelContext<'_, '_>, correction: f64, keepdim: bool) -> Result<(), KernelError> {
+fn var_common(
+    ctx: &mut KernelContext<'_, '_>,
+    correction: f64,
+    keepdim: bool,
+) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
     let (buf, n) = reduce_dims(ctx, 1)?;
     require_contiguous("var", &[&x])?;
@@ -371,12 +443,23 @@ fn check_softmax(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
         return Err(KernelError::unsupported("softmax with half_to_float=True"));
     }
     if x.dtype() != out.dtype() {
-        return Err(KernelError::invalid(format!("softmax: out dtype {} differs from input {}", out.dtype(), x.dtype())));
+        return Err(KernelError::invalid(format!(
+            "softmax: out dtype {} differs from input {}",
+            out.dtype(),
+            x.dtype()
+        )));
     }
     Ok(())
 }
 
-fn softmax_into<T: Element>(x: &[T], out: &mut [T], outer: usize, n: usize, inner: usize, log: bool) {
+fn softmax_into<T: Element>(
+    x: &[T],
+    out: &mut [T],
+    outer: usize,
+    n: usize,
+    inner: usize,
+    log: bool,
+) {
     for o in 0..outer {
         for i in 0..inner {
             let at = |k: usize| o * n * inner + k * inner + i;
@@ -404,7 +487,11 @@ fn softmax_common(ctx: &mut KernelContext<'_, '_>, log: bool) -> Result<(), Kern
     let dim = x.dim_index(ctx.int(1)?)?;
     require_contiguous("softmax", &[&x])?;
     ctx.resize(3, x.sizes())?;
-    let (outer, n, inner) = if x.rank() == 0 { (1, 1, 1) } else { outer_dim_inner(x.sizes(), dim) };
+    let (outer, n, inner) = if x.rank() == 0 {
+        (1, 1, 1)
+    } else {
+        outer_dim_inner(x.sizes(), dim)
+    };
     let ([xt], [mut ot]) = ctx.io([0], [3])?;
     dispatch_float!(x.dtype(), T => softmax_into::<T>(xt.as_slice()?, ot.as_mut_slice()?, outer, n, inner, log),
         _ => return Err(KernelError::dtype(x.dtype(), "softmax")));
@@ -485,7 +572,10 @@ mod tests {
         c.none();
         let o = c.out(ScalarType::Long, &[]);
         c.ret(o);
-        assert!(matches!(c.check(check_mean), Err(KernelError::UnsupportedDType { .. })));
+        assert!(matches!(
+            c.check(check_mean),
+            Err(KernelError::UnsupportedDType { .. })
+        ));
     }
 
     #[test]
@@ -534,7 +624,17 @@ mod tests {
         let o = c.out(ScalarType::Float, &[2, 3]);
         c.ret(o);
         c.run(softmax_out).unwrap();
-        close(&c.output::<f32>(o), &[0.047425874, 0.047425874, 0.047425874, 0.95257413, 0.95257413, 0.95257413]);
+        close(
+            &c.output::<f32>(o),
+            &[
+                0.047425874,
+                0.047425874,
+                0.047425874,
+                0.95257413,
+                0.95257413,
+                0.95257413,
+            ],
+        );
 
         let mut c = TestCall::new();
         c.tensor(&[2, 3], &X);
@@ -543,7 +643,17 @@ mod tests {
         let o = c.out(ScalarType::Float, &[2, 3]);
         c.ret(o);
         c.run(log_softmax_out).unwrap();
-        close(&c.output::<f32>(o), &[-2.4076059, -1.4076059, -0.40760595, -2.4076059, -1.4076059, -0.40760595]);
+        close(
+            &c.output::<f32>(o),
+            &[
+                -2.4076059,
+                -1.4076059,
+                -0.40760595,
+                -2.4076059,
+                -1.4076059,
+                -0.40760595,
+            ],
+        );
     }
 
     #[test]
