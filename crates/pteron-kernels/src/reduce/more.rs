@@ -1,0 +1,733 @@
+//! More reductions: max/min (with indices and full), prod, var_mean, any, cumsum, topk.
+//! Inputs are read in logical order through their strides, so any dim order works.
+
+use pteron_core::{
+    ArgAccess, ArgView, Dims, Kernel, KernelContext, KernelError, KernelRegistry, ScalarType,
+    TensorInfo, MAX_RANK,
+};
+
+use crate::elementwise::engine::*;
+use crate::with_num;
+
+/// Which dims a reduction folds, and the shapes involved.
+pub(crate) struct RPlan {
+    /// Input sizes (a 0-d input reduces as one element).
+    in_shape: Dims,
+    /// For each input dim, the stride of the (keepdim-shaped) output; 0 for reduced dims.
+    out_strides: Dims,
+    /// The output shape (keepdim or not).
+    pub out_shape: Dims,
+    pub out_numel: usize,
+    /// Elements folded into each output element.
+    pub group: usize,
+}
+
+pub(crate) fn rplan(
+    x: &TensorInfo,
+    dims: Option<&[i64]>,
+    keepdim: bool,
+) -> Result<RPlan, KernelError> {
+    let rank = x.rank();
+    let mut reduced = [false; MAX_RANK];
+    match dims {
+        Some(ds) if !ds.is_empty() => {
+            for &d in ds {
+                let d = x.dim_index(d)?;
+                if rank > 0 {
+                    if reduced[d] {
+                        return Err(KernelError::invalid(format!(
+                            "dim {d} appears multiple times in the list of dims"
+                        )));
+                    }
+                    reduced[d] = true;
+                }
+            }
+        }
+        _ => reduced[..rank].iter_mut().for_each(|r| *r = true),
+    }
+    let mut out_shape = Dims::new();
+    let mut keep = Dims::new();
+    for d in 0..rank {
+        keep.push(if reduced[d] { 1 } else { x.size(d) })?;
+        if !reduced[d] {
+            out_shape.push(x.size(d))?;
+        } else if keepdim {
+            out_shape.push(1)?;
+        }
+    }
+    let mut out_strides = keep;
+    let mut s = 1;
+    for d in (0..rank).rev() {
+        out_strides.as_mut_slice()[d] = if reduced[d] { 0 } else { s };
+        s *= keep[d];
+    }
+    let out_numel = keep.iter().product::<usize>();
+    let group = (0..rank)
+        .filter(|&d| reduced[d])
+        .map(|d| x.size(d))
+        .product();
+    Ok(RPlan {
+        in_shape: x.dims(),
+        out_strides,
+        out_shape,
+        out_numel,
+        group,
+    })
+}
+
+/// Folds logical-order values `vals` into one accumulator per output element; `f` gets the
+/// accumulator, the value and its position within its group (its index along a single reduced dim).
+pub(crate) fn fold<C: Copy, A: Clone>(
+    vals: &[C],
+    p: &RPlan,
+    init: A,
+    mut f: impl FnMut(&mut A, C, usize),
+) -> Vec<A> {
+    let mut acc = vec![init; p.out_numel];
+    let mut seen = vec![0usize; p.out_numel];
+    let mut k = 0;
+    walk(&p.in_shape, [&p.out_strides], |[o]| {
+        f(&mut acc[o], vals[k], seen[o]);
+        seen[o] += 1;
+        k += 1;
+    });
+    acc
+}
+
+fn nonempty(p: &RPlan, op: &str) -> Result<(), KernelError> {
+    if p.group == 0 && p.out_numel > 0 {
+        return Err(KernelError::invalid(format!(
+            "{op}: expected reduction dim to have non-zero size"
+        )));
+    }
+    if p.group == 0 {
+        return Err(KernelError::invalid(format!(
+            "{op}: cannot reduce an empty tensor"
+        )));
+    }
+    Ok(())
+}
+
+#[inline]
+fn better<C: Num>(new: C, cur: C, max: bool) -> bool {
+    if cur.is_nan() {
+        return false;
+    }
+    if new.is_nan() {
+        return true;
+    }
+    if max {
+        new > cur
+    } else {
+        new < cur
+    }
+}
+
+// ---- max.dim_max / min.dim_min ----
+
+fn check_dim_max(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
+    let x = v.tensor(0)?.dtype();
+    require_supported("max/min", x)?;
+    if v.tensor(3)?.dtype() != x {
+        return Err(KernelError::invalid(
+            "max/min: values dtype must match self",
+        ));
+    }
+    if v.tensor(4)?.dtype() != ScalarType::Long {
+        return Err(KernelError::dtype(
+            v.tensor(4)?.dtype(),
+            "max/min indices must be int64",
+        ));
+    }
+    Ok(())
+}
+
+/// max.dim_max / min.dim_min: [self, dim, keepdim, values, indices].
+fn dim_extreme(ctx: &mut KernelContext<'_, '_>, max: bool) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    let dim = ctx.int(1)?;
+    let keepdim = ctx.bool(2)?;
+    let p = rplan(&x, Some(&[dim]), keepdim)?;
+    nonempty(&p, "max/min")?;
+    ctx.resize(3, &p.out_shape)?;
+    ctx.resize(4, &p.out_shape)?;
+    let ([xt], [mut vo, mut io]) = ctx.io([0], [3, 4])?;
+    with_num!(comp_kind(x.dtype())?, C => {
+        let vals = load::<C>(&xt)?;
+        let acc = fold(&vals, &p, (C::ZERO, -1i64), |a, v, pos| {
+            if a.1 < 0 || better(v, a.0, max) {
+                *a = (v, pos as i64);
+            }
+        });
+        let v: Vec<C> = acc.iter().map(|a| a.0).collect();
+        let i: Vec<i64> = acc.iter().map(|a| a.1).collect();
+        finish(v, x.dtype(), &mut vo)?;
+        store_logical(&i, &mut io)
+    })
+}
+
+fn max_dim_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    dim_extreme(ctx, true)
+}
+
+fn min_dim_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    dim_extreme(ctx, false)
+}
+
+fn check_same<const OUT: usize>(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
+    let x = v.tensor(0)?.dtype();
+    require_supported("reduction", x)?;
+    if out_dtype(v, OUT)? != x {
+        return Err(KernelError::invalid("out dtype must match self"));
+    }
+    Ok(())
+}
+
+/// max.unary_out / min.unary_out: [self, out] (0-d out).
+fn full_extreme(ctx: &mut KernelContext<'_, '_>, max: bool) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    let p = rplan(&x, None, false)?;
+    nonempty(&p, "max/min")?;
+    ctx.resize(1, &p.out_shape)?;
+    let ([xt], [mut o]) = ctx.io([0], [1])?;
+    with_num!(comp_kind(x.dtype())?, C => {
+        let vals = load::<C>(&xt)?;
+        let acc = fold(&vals, &p, None::<C>, |a, v, _| {
+            if a.map_or(true, |c| better(v, c, max)) {
+                *a = Some(v);
+            }
+        });
+        finish(acc.into_iter().map(|a| a.unwrap_or(C::ZERO)).collect(), x.dtype(), &mut o)
+    })
+}
+
+fn max_unary_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    full_extreme(ctx, true)
+}
+
+fn min_unary_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    full_extreme(ctx, false)
+}
+
+// ---- prod ----
+
+fn check_prod<const DT: usize, const OUT: usize>(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
+    require_supported("prod", v.tensor(0)?.dtype())?;
+    let o = out_dtype(v, OUT)?;
+    require_supported("prod", o)?;
+    if let Some(d) = v.opt_dtype(DT)? {
+        if d != o {
+            return Err(KernelError::invalid(format!(
+                "prod: dtype={d} but out is {o}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Loads `t` as `C` after casting through `dtype` (the `dtype=` argument), if given.
+fn load_as<C: Comp>(
+    t: &pteron_core::TensorRef<'_>,
+    dtype: Option<ScalarType>,
+) -> Result<Vec<C>, KernelError> {
+    let mut v = load::<C>(t)?;
+    if let Some(d) = dtype {
+        round_through(&mut v, d)?;
+    }
+    Ok(v)
+}
+
+fn prod_impl(
+    ctx: &mut KernelContext<'_, '_>,
+    dims: Option<i64>,
+    keepdim: bool,
+    dt: usize,
+    out: usize,
+) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    let dtype = ctx.opt_dtype(dt)?;
+    let d = dims.map(|d| [d]);
+    let p = rplan(&x, d.as_ref().map(|d| &d[..]), keepdim)?;
+    ctx.resize(out, &p.out_shape)?;
+    let ([xt], [mut o]) = ctx.io([0], [out])?;
+    let od = o.info.dtype();
+    if od.is_floating() {
+        let vals = load_as::<f64>(&xt, dtype)?;
+        let acc = fold(&vals, &p, 1.0f64, |a, v, _| *a *= v);
+        store_logical(&acc, &mut o)
+    } else {
+        let vals = load_as::<i64>(&xt, dtype)?;
+        let acc = fold(&vals, &p, 1i64, |a, v, _| *a = a.wrapping_mul(v));
+        store_logical(&acc, &mut o)
+    }
+}
+
+/// prod.out: [self, dtype, out].
+fn prod_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    prod_impl(ctx, None, false, 1, 2)
+}
+
+/// prod.int_out: [self, dim, keepdim, dtype, out].
+fn prod_int_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    let (d, k) = (ctx.int(1)?, ctx.bool(2)?);
+    prod_impl(ctx, Some(d), k, 3, 4)
+}
+
+// ---- var_mean ----
+
+fn check_var_mean(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
+    let x = v.tensor(0)?.dtype();
+    if !x.is_floating() {
+        return Err(KernelError::dtype(
+            x,
+            "var_mean supports floating inputs only",
+        ));
+    }
+    for i in [4, 5] {
+        require_can_cast("var_mean", x, out_dtype(v, i)?)?;
+    }
+    Ok(())
+}
+
+/// var_mean.correction_out: [self, dim?, correction?, keepdim, out0 (var), out1 (mean)].
+fn var_mean_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    if !x.dtype().is_floating() {
+        return Err(KernelError::dtype(
+            x.dtype(),
+            "var_mean supports floating inputs only",
+        ));
+    }
+    let mut buf = [0i64; MAX_RANK];
+    let dims = match ctx.opt_int_list(1)? {
+        Some(l) => Some(l.read_into(&mut buf)?.len()),
+        None => None,
+    };
+    let correction = ctx.opt_scalar(2)?.map_or(1.0, |s| s.to_f64());
+    let keepdim = ctx.bool(3)?;
+    let p = rplan(&x, dims.map(|n| &buf[..n]), keepdim)?;
+    ctx.resize(4, &p.out_shape)?;
+    ctx.resize(5, &p.out_shape)?;
+    let ([xt], [mut vo, mut mo]) = ctx.io([0], [4, 5])?;
+    let vals = load::<f64>(&xt)?;
+    let n = p.group as f64;
+    let sums = fold(&vals, &p, 0.0f64, |a, v, _| *a += v);
+    let means: Vec<f64> = sums.iter().map(|s| s / n).collect();
+    let mut k = 0;
+    let mut m2 = vec![0.0f64; p.out_numel];
+    walk(&p.in_shape, [&p.out_strides], |[o]| {
+        let d = vals[k] - means[o];
+        m2[o] += d * d;
+        k += 1;
+    });
+    let div = (n - correction).max(0.0);
+    let var: Vec<f64> = m2.iter().map(|m| m / div).collect();
+    store_logical(&var, &mut vo)?;
+    store_logical(&means, &mut mo)
+}
+
+// ---- any ----
+
+fn check_any<const OUT: usize>(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
+    require_supported("any", v.tensor(0)?.dtype())?;
+    let o = out_dtype(v, OUT)?;
+    if o != ScalarType::Bool && o != ScalarType::Byte {
+        return Err(KernelError::dtype(o, "any: out must be bool or uint8"));
+    }
+    Ok(())
+}
+
+fn any_impl(
+    ctx: &mut KernelContext<'_, '_>,
+    dims: Option<&[i64]>,
+    keepdim: bool,
+    out: usize,
+) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    let p = rplan(&x, dims, keepdim)?;
+    ctx.resize(out, &p.out_shape)?;
+    let ([xt], [mut o]) = ctx.io([0], [out])?;
+    let vals = load::<bool>(&xt)?;
+    let acc = fold(&vals, &p, false, |a, v, _| *a |= v);
+    store_logical(&acc, &mut o)
+}
+
+/// any.all_out: [self, out].
+fn any_all_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    any_impl(ctx, None, false, 1)
+}
+
+/// any.out: [self, dim, keepdim, out].
+fn any_dim_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    let (d, k) = (ctx.int(1)?, ctx.bool(2)?);
+    any_impl(ctx, Some(&[d]), k, 3)
+}
+
+/// any.dims_out: [self, dim?, keepdim, out]; an empty list reduces nothing... as PyTorch: all.
+fn any_dims_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    let mut buf = [0i64; MAX_RANK];
+    let n = match ctx.opt_int_list(1)? {
+        Some(l) => Some(l.read_into(&mut buf)?.len()),
+        None => None,
+    };
+    let k = ctx.bool(2)?;
+    any_impl(ctx, n.map(|n| &buf[..n]), k, 3)
+}
+
+// ---- cumsum ----
+
+fn check_cumsum(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
+    check_prod::<2, 3>(v)
+}
+
+/// cumsum.out: [self, dim, dtype, out].
+fn cumsum_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    let dim = x.dim_index(ctx.int(1)?)?;
+    let dtype = ctx.opt_dtype(2)?;
+    ctx.resize(3, x.sizes())?;
+    let ([xt], [mut o]) = ctx.io([0], [3])?;
+    let od = o.info.dtype();
+    let (outer, n, inner) = if x.rank() == 0 {
+        (1, 1, 1)
+    } else {
+        crate::util::outer_dim_inner(x.sizes(), dim)
+    };
+    fn scan<C: Num>(v: &mut [C], outer: usize, n: usize, inner: usize) {
+        for a in 0..outer {
+            for i in 0..inner {
+                let mut acc = C::ZERO;
+                for k in 0..n {
+                    let idx = (a * n + k) * inner + i;
+                    acc = acc.add(v[idx]);
+                    v[idx] = acc;
+                }
+            }
+        }
+    }
+    match od {
+        ScalarType::Half | ScalarType::BFloat16 => {
+            let mut v = load_as::<f32>(&xt, dtype)?;
+            scan(&mut v, outer, n, inner);
+            store_logical(&v, &mut o)
+        }
+        d if d.is_floating() => {
+            let mut v = load_as::<f64>(&xt, dtype)?;
+            scan(&mut v, outer, n, inner);
+            store_logical(&v, &mut o)
+        }
+        _ => {
+            let mut v = load_as::<i64>(&xt, dtype)?;
+            scan(&mut v, outer, n, inner);
+            store_logical(&v, &mut o)
+        }
+    }
+}
+
+// ---- topk ----
+
+fn check_topk(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
+    let x = v.tensor(0)?.dtype();
+    require_supported("topk", x)?;
+    if x == ScalarType::Bool {
+        return Err(KernelError::dtype(x, "topk"));
+    }
+    if v.tensor(5)?.dtype() != x {
+        return Err(KernelError::invalid("topk: values dtype must match self"));
+    }
+    if v.tensor(6)?.dtype() != ScalarType::Long {
+        return Err(KernelError::dtype(
+            v.tensor(6)?.dtype(),
+            "topk indices must be int64",
+        ));
+    }
+    Ok(())
+}
+
+/// topk.values: [self, k, dim, largest, sorted, values, indices]. Results are always sorted;
+/// NaN counts as larger than every number; ties keep the lower index first.
+fn topk_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    let x = *ctx.tensor(0)?;
+    let k = ctx.int(1)?;
+    let dim = x.dim_index(ctx.int(2)?)?;
+    let largest = ctx.bool(3)?;
+    let n = if x.rank() == 0 { 1 } else { x.size(dim) };
+    if k < 0 || k as usize > n {
+        return Err(KernelError::invalid(format!(
+            "topk: k ({k}) out of range for dimension of size {n}"
+        )));
+    }
+    let k = k as usize;
+    let mut shape = x.dims();
+    if x.rank() > 0 {
+        shape.as_mut_slice()[dim] = k;
+    }
+    ctx.resize(5, &shape)?;
+    ctx.resize(6, &shape)?;
+    let (outer, _, inner) = if x.rank() == 0 {
+        (1, 1, 1)
+    } else {
+        crate::util::outer_dim_inner(x.sizes(), dim)
+    };
+    let ([xt], [mut vo, mut io]) = ctx.io([0], [5, 6])?;
+    with_num!(comp_kind(x.dtype())?, C => {
+        let vals = load::<C>(&xt)?;
+        let mut rv: Vec<C> = vec![C::ZERO; outer * k * inner];
+        let mut ri: Vec<i64> = vec![0; outer * k * inner];
+        let mut idx: Vec<usize> = Vec::with_capacity(n);
+        for a in 0..outer {
+            for i in 0..inner {
+                let at = |j: usize| vals[(a * n + j) * inner + i];
+                idx.clear();
+                idx.extend(0..n);
+                idx.sort_by(|&p, &q| {
+                    let (u, w) = (at(p), at(q));
+                    let ord = match (u.is_nan(), w.is_nan()) {
+                        (true, true) => core::cmp::Ordering::Equal,
+                        (true, false) => core::cmp::Ordering::Greater,
+                        (false, true) => core::cmp::Ordering::Less,
+                        _ => u.partial_cmp(&w).unwrap_or(core::cmp::Ordering::Equal),
+                    };
+                    if largest { ord.reverse() } else { ord }
+                });
+                for (j, &src) in idx[..k].iter().enumerate() {
+                    rv[(a * k + j) * inner + i] = at(src);
+                    ri[(a * k + j) * inner + i] = src as i64;
+                }
+            }
+        }
+        finish(rv, x.dtype(), &mut vo)?;
+        store_logical(&ri, &mut io)
+    })
+}
+
+pub fn register(r: &mut KernelRegistry) {
+    r.register(
+        "aten::max.dim_max",
+        Kernel::with_check(max_dim_out, check_dim_max),
+    );
+    r.register(
+        "aten::min.dim_min",
+        Kernel::with_check(min_dim_out, check_dim_max),
+    );
+    r.register(
+        "aten::max.unary_out",
+        Kernel::with_check(max_unary_out, check_same::<1>),
+    );
+    r.register(
+        "aten::min.unary_out",
+        Kernel::with_check(min_unary_out, check_same::<1>),
+    );
+    r.register(
+        "aten::prod.out",
+        Kernel::with_check(prod_out, check_prod::<1, 2>),
+    );
+    r.register(
+        "aten::prod.int_out",
+        Kernel::with_check(prod_int_out, check_prod::<3, 4>),
+    );
+    r.register(
+        "aten::var_mean.correction_out",
+        Kernel::with_check(var_mean_out, check_var_mean),
+    );
+    r.register(
+        "aten::any.all_out",
+        Kernel::with_check(any_all_out, check_any::<1>),
+    );
+    r.register(
+        "aten::any.out",
+        Kernel::with_check(any_dim_out, check_any::<3>),
+    );
+    r.register(
+        "aten::any.dims_out",
+        Kernel::with_check(any_dims_out, check_any::<3>),
+    );
+    r.register(
+        "aten::cumsum.out",
+        Kernel::with_check(cumsum_out, check_cumsum),
+    );
+    r.register(
+        "aten::topk.values",
+        Kernel::with_check(topk_out, check_topk),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elementwise::tests_util::{b, close};
+    use pteron_core::testing::TestCall;
+    use pteron_core::{Bool, Value};
+
+    #[test]
+    fn max_min_with_indices() {
+        let mut c = TestCall::new();
+        c.tensor(&[2, 3], &[1.0f32, 5.0, 5.0, f32::NAN, 2.0, 7.0]);
+        c.int(1);
+        c.bool(false);
+        let v = c.out(ScalarType::Float, &[2]);
+        let i = c.out(ScalarType::Long, &[2]);
+        let (vv, iv) = (c.args[v], c.args[i]);
+        c.tensor_list(&[vv, iv]);
+        c.check(check_dim_max).unwrap();
+        c.run(max_dim_out).unwrap();
+        let got = c.output::<f32>(v);
+        assert_eq!(got[0], 5.0);
+        assert!(got[1].is_nan());
+        assert_eq!(c.output::<i64>(i), vec![1, 0]);
+        c.run(min_dim_out).unwrap();
+        let got = c.output::<f32>(v);
+        assert_eq!(got[0], 1.0);
+        assert!(got[1].is_nan());
+        assert_eq!(c.output::<i64>(i), vec![0, 0]);
+
+        // keepdim along dim 0, ints
+        let mut c = TestCall::new();
+        c.tensor(&[2, 2], &[3i32, -1, 2, 4]);
+        c.int(0);
+        c.bool(true);
+        let v = c.out(ScalarType::Int, &[1, 2]);
+        let i = c.out(ScalarType::Long, &[1, 2]);
+        c.run(max_dim_out).unwrap();
+        assert_eq!(c.info(v).sizes(), &[1, 2]);
+        assert_eq!(c.output::<i32>(v), vec![3, 4]);
+        assert_eq!(c.output::<i64>(i), vec![0, 1]);
+
+        let mut c = TestCall::new();
+        c.tensor(&[2, 2], &[3i32, -1, 2, 4]);
+        let o = c.out(ScalarType::Int, &[]);
+        c.ret(o);
+        c.check(check_same::<1>).unwrap();
+        c.run(max_unary_out).unwrap();
+        assert_eq!(c.output::<i32>(o), vec![4]);
+        c.run(min_unary_out).unwrap();
+        assert_eq!(c.output::<i32>(o), vec![-1]);
+
+        let mut c = TestCall::new();
+        c.tensor::<f32>(&[0], &[]);
+        let o = c.out(ScalarType::Float, &[]);
+        c.ret(o);
+        assert!(c.run(max_unary_out).is_err());
+    }
+
+    #[test]
+    fn prod_any_cumsum() {
+        let mut c = TestCall::new();
+        c.tensor(&[2, 2], &[1i32, 2, 3, 4]);
+        c.none();
+        let o = c.out(ScalarType::Long, &[]);
+        c.ret(o);
+        c.check(check_prod::<1, 2>).unwrap();
+        c.run(prod_out).unwrap();
+        assert_eq!(c.output::<i64>(o), vec![24]);
+
+        let mut c = TestCall::new();
+        c.tensor(&[2, 2], &[1.5f32, 2.0, 3.0, 4.0]);
+        c.int(0);
+        c.bool(false);
+        c.none();
+        let o = c.out(ScalarType::Float, &[2]);
+        c.ret(o);
+        c.run(prod_int_out).unwrap();
+        assert_eq!(c.output::<f32>(o), vec![4.5, 8.0]);
+
+        let mut c = TestCall::new();
+        c.tensor(&[2, 3], &[0.0f32, 0.0, 1.0, 0.0, 0.0, 0.0]);
+        c.int(1);
+        c.bool(true);
+        let o = c.out(ScalarType::Bool, &[2, 1]);
+        c.ret(o);
+        c.check(check_any::<3>).unwrap();
+        c.run(any_dim_out).unwrap();
+        assert_eq!(c.output::<Bool>(o), b(&[true, false]));
+
+        let mut c = TestCall::new();
+        c.tensor(&[2, 3], &[0i64, 0, 0, 0, 0, 7]);
+        let o = c.out(ScalarType::Bool, &[]);
+        c.ret(o);
+        c.run(any_all_out).unwrap();
+        assert_eq!(c.output::<Bool>(o), b(&[true]));
+
+        let mut c = TestCall::new();
+        c.tensor(&[2, 3], &[1i32, 2, 3, 4, 5, 6]);
+        c.int(-1);
+        c.none();
+        let o = c.out(ScalarType::Long, &[2, 3]);
+        c.ret(o);
+        c.check(check_cumsum).unwrap();
+        c.run(cumsum_out).unwrap();
+        assert_eq!(c.output::<i64>(o), vec![1, 3, 6, 4, 9, 15]);
+
+        let mut c = TestCall::new();
+        c.tensor(&[2, 2], &[0.5f32, 1.0, 2.0, 4.0]);
+        c.int(0);
+        c.none();
+        let o = c.out(ScalarType::Float, &[2, 2]);
+        c.ret(o);
+        c.run(cumsum_out).unwrap();
+        assert_eq!(c.output::<f32>(o), vec![0.5, 1.0, 2.5, 5.0]);
+    }
+
+    #[test]
+    fn var_mean_correction() {
+        // torch.var_mean(x, dim=1, correction=1) for x = [[1,2,3,4],[2,2,2,2]]
+        let mut c = TestCall::new();
+        c.tensor(&[2, 4], &[1.0f32, 2.0, 3.0, 4.0, 2.0, 2.0, 2.0, 2.0]);
+        c.int_list(&[1]);
+        c.none();
+        c.bool(false);
+        let v = c.out(ScalarType::Float, &[2]);
+        let m = c.out(ScalarType::Float, &[2]);
+        c.check(check_var_mean).unwrap();
+        c.run(var_mean_out).unwrap();
+        close(&c.output::<f32>(v), &[1.6666666, 0.0], 1e-6);
+        assert_eq!(c.output::<f32>(m), vec![2.5, 2.0]);
+        let _ = Value::None;
+    }
+
+    #[test]
+    fn topk_values() {
+        let mut c = TestCall::new();
+        c.tensor(&[2, 4], &[1.0f32, 4.0, 3.0, 4.0, f32::NAN, 0.0, -1.0, 2.0]);
+        c.int(2);
+        c.int(-1);
+        c.bool(true);
+        c.bool(true);
+        let v = c.out(ScalarType::Float, &[2, 2]);
+        let i = c.out(ScalarType::Long, &[2, 2]);
+        c.check(check_topk).unwrap();
+        c.run(topk_out).unwrap();
+        let got = c.output::<f32>(v);
+        assert_eq!(got[0], 4.0);
+        assert_eq!(got[1], 4.0);
+        assert!(got[2].is_nan());
+        assert_eq!(got[3], 2.0);
+        assert_eq!(c.output::<i64>(i), vec![1, 3, 0, 3]);
+
+        let mut c = TestCall::new();
+        c.tensor(&[4], &[3i64, 1, 2, 0]);
+        c.int(3);
+        c.int(0);
+        c.bool(false);
+        c.bool(true);
+        let v = c.out(ScalarType::Long, &[3]);
+        let i = c.out(ScalarType::Long, &[3]);
+        c.run(topk_out).unwrap();
+        assert_eq!(c.output::<i64>(v), vec![0, 1, 2]);
+        assert_eq!(c.output::<i64>(i), vec![3, 1, 2]);
+    }
+
+    #[test]
+    fn reductions_read_any_dim_order() {
+        // logical [1,2,1,2] = [[a,b],[c,d]] along channels: channels-last memory (a, c, b, d)
+        let mut c = TestCall::new();
+        c.tensor_with_dim_order(&[1, 2, 1, 2], &[0, 2, 3, 1], &[1.0f32, 3.0, 2.0, 4.0]);
+        c.int(1);
+        c.bool(false);
+        let v = c.out(ScalarType::Float, &[1, 1, 2]);
+        let i = c.out(ScalarType::Long, &[1, 1, 2]);
+        c.run(max_dim_out).unwrap();
+        assert_eq!(c.output::<f32>(v), vec![3.0, 4.0]);
+        assert_eq!(c.output::<i64>(i), vec![1, 1]);
+    }
+}
