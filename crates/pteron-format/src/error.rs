@@ -11,6 +11,8 @@ pub enum FormatError {
     IncompatibleVersion { found: String },
     #[error("not a .ptd data file: identifier is {found:?}, expected \"FT01\"")]
     NotADataFile { found: String },
+    #[error("file is truncated: its header says the program takes {expected} bytes, the file has {len}")]
+    Truncated { expected: u64, len: usize },
     #[error("bad {header} header: {reason}")]
     BadHeader { header: &'static str, reason: String },
     #[error("{what} at offset {offset} with size {size} lies outside its {limit}-byte region")]

@@ -99,6 +99,9 @@ impl<'a> Program<'a> {
         let (program_size, segments) = match header {
             None => (data.len(), (data.len(), data.len())),
             Some(h) => {
+                if h.program_size > data.len() as u64 {
+                    return Err(FormatError::Truncated { expected: h.program_size, len: data.len() });
+                }
                 let prog = checked_range("program", 0, h.program_size, data.len())?;
                 if prog.end < 8 {
                     return Err(FormatError::BadHeader {
