@@ -111,6 +111,17 @@ fn zero_div() -> KernelError {
 
 // ---- add / sub / rsub / mul ----
 
+/// PyTorch's CPU mul and true div read a scalar (or 0-d) operand of an f16/bf16 op in float
+/// without first rounding it to f16/bf16 (`original_scalar_value<opmath_t>`); other ops and
+/// dtypes cast operands to the common dtype first.
+fn opmath_scalar(common: ScalarType) -> Option<ScalarType> {
+    if matches!(common, ScalarType::Half | ScalarType::BFloat16) {
+        None
+    } else {
+        Some(common)
+    }
+}
+
 fn alpha_of(
     ctx: &KernelContext<'_, '_>,
     i: usize,
@@ -197,7 +208,8 @@ fn check_sub<const A: usize, const B: usize, const OUT: usize>(
 /// mul.out / mul.Scalar_out: [self, other, out].
 fn mul_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     let (common, shape) = prep2(ctx, "mul", 0, 1, 2, Mode::Arith)?;
-    with_num!(comp_kind(common)?, C => run2::<C, C>(ctx, 0, 1, 2, &shape, Some(common), |x, y| x.mul(y)))
+    let in_common = opmath_scalar(common);
+    with_num!(comp_kind(common)?, C => run2x::<C, C>(ctx, 0, 1, 2, &shape, in_common, Some(common), |x, y| x.mul(y)))
 }
 
 // ---- div ----
@@ -205,7 +217,8 @@ fn mul_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 /// div.out / div.Scalar_out: [self, other, out], true division.
 fn div_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     let (common, shape) = prep2(ctx, "div", 0, 1, 2, Mode::TrueDiv)?;
-    with_float!(comp_kind(common)?, C => run2::<C, C>(ctx, 0, 1, 2, &shape, Some(common), |x, y| x / y),
+    let in_common = opmath_scalar(common);
+    with_float!(comp_kind(common)?, C => run2x::<C, C>(ctx, 0, 1, 2, &shape, in_common, Some(common), |x, y| x / y),
         _ => Err(KernelError::dtype(common, "div")))
 }
 
@@ -403,7 +416,7 @@ macro_rules! cmp_kernel {
     ($name:ident, $op:tt) => {
         fn $name(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
             let (common, shape) = prep2(ctx, stringify!($name), 0, 1, 2, Mode::Cmp)?;
-            with_comp!(comp_kind(common)?, C => run2::<C, bool>(ctx, 0, 1, 2, &shape, None, |x, y| x $op y))
+            with_comp!(comp_kind(common)?, C => run2::<C, bool>(ctx, 0, 1, 2, &shape, Some(common), |x, y| x $op y))
         }
     };
 }
@@ -585,7 +598,8 @@ fn clamp_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     let hi = ctx.opt_scalar(2)?;
     let shape = ctx.tensor(0)?.dims();
     with_num!(comp_kind(common)?, C => {
-        let (lo, hi) = (lo.map(C::from_scalar), hi.map(C::from_scalar));
+        let lo = match lo { Some(s) => Some(scalar_in::<C>(s, common)?), None => None };
+        let hi = match hi { Some(s) => Some(scalar_in::<C>(s, common)?), None => None };
         run1::<C, C>(ctx, 0, 3, &shape, Some(common), |x| clamp_val(x, lo, hi))
     })
 }

@@ -705,6 +705,30 @@ fn load_opnd<C: Comp>(
     }
 }
 
+/// Loads an operand and, as PyTorch does, casts it to the op's common dtype first (a Python
+/// scalar or a wider 0-d tensor is converted to the common dtype before computing).
+fn load_common<C: Comp>(
+    o: &Opnd,
+    t: Option<&TensorRef<'_>>,
+    shape: &[usize],
+    common: Option<ScalarType>,
+) -> Result<Vec<C>, KernelError> {
+    let mut v = load_opnd::<C>(o, t, shape)?;
+    if let Some(d) = common {
+        if o.dtype() != d || matches!(o, Opnd::Scalar(_)) {
+            round_through(&mut v, d)?;
+        }
+    }
+    Ok(v)
+}
+
+/// A scalar converted to the compute type through the common dtype.
+pub fn scalar_in<C: Comp>(s: Scalar, common: ScalarType) -> Result<C, KernelError> {
+    let mut v = [C::from_scalar(s)];
+    round_through(&mut v, common)?;
+    Ok(v[0])
+}
+
 /// Output argument positions must be tensors: returns the out's dtype.
 pub fn out_dtype<'p>(v: &impl ArgAccess<'p>, i: usize) -> Result<ScalarType, KernelError> {
     Ok(v.tensor(i)?.dtype())
@@ -725,11 +749,11 @@ pub fn run1<C: Comp, R: Comp>(
     let (va, mut o) = match oa {
         Opnd::Scalar(_) => {
             let ([], [o]) = ctx.io([], [out])?;
-            (load_opnd::<C>(&oa, None, shape)?, o)
+            (load_common::<C>(&oa, None, shape, round)?, o)
         }
         Opnd::Tensor(_) => {
             let ([ta], [o]) = ctx.io([a], [out])?;
-            (load_bcast::<C>(&ta, shape)?, o)
+            (load_common::<C>(&oa, Some(&ta), shape, round)?, o)
         }
     };
     let mut v: Vec<R> = va.into_iter().map(&mut f).collect();
@@ -740,12 +764,28 @@ pub fn run1<C: Comp, R: Comp>(
 }
 
 /// Runs a binary map over arguments `a`, `b` (each a tensor or a scalar), broadcast to `shape`.
+/// Operands are cast to `round` (the common dtype) first, and results rounded through it.
 pub fn run2<C: Comp, R: Comp>(
     ctx: &mut KernelContext<'_, '_>,
     a: usize,
     b: usize,
     out: usize,
     shape: &[usize],
+    round: Option<ScalarType>,
+    f: impl FnMut(C, C) -> R,
+) -> Result<(), KernelError> {
+    run2x(ctx, a, b, out, shape, round, round, f)
+}
+
+/// [`run2`] with separate dtypes for casting operands (`in_common`) and rounding results.
+#[allow(clippy::too_many_arguments)]
+pub fn run2x<C: Comp, R: Comp>(
+    ctx: &mut KernelContext<'_, '_>,
+    a: usize,
+    b: usize,
+    out: usize,
+    shape: &[usize],
+    in_common: Option<ScalarType>,
     round: Option<ScalarType>,
     mut f: impl FnMut(C, C) -> R,
 ) -> Result<(), KernelError> {
@@ -756,32 +796,32 @@ pub fn run2<C: Comp, R: Comp>(
         (Opnd::Tensor(_), Opnd::Tensor(_)) => {
             let ([ta, tb], [o]) = ctx.io([a, b], [out])?;
             (
-                load_opnd::<C>(&oa, Some(&ta), shape)?,
-                load_opnd::<C>(&ob, Some(&tb), shape)?,
+                load_common::<C>(&oa, Some(&ta), shape, in_common)?,
+                load_common::<C>(&ob, Some(&tb), shape, in_common)?,
                 o,
             )
         }
         (Opnd::Tensor(_), Opnd::Scalar(_)) => {
             let ([ta], [o]) = ctx.io([a], [out])?;
             (
-                load_opnd::<C>(&oa, Some(&ta), shape)?,
-                load_opnd::<C>(&ob, None, shape)?,
+                load_common::<C>(&oa, Some(&ta), shape, in_common)?,
+                load_common::<C>(&ob, None, shape, in_common)?,
                 o,
             )
         }
         (Opnd::Scalar(_), Opnd::Tensor(_)) => {
             let ([tb], [o]) = ctx.io([b], [out])?;
             (
-                load_opnd::<C>(&oa, None, shape)?,
-                load_opnd::<C>(&ob, Some(&tb), shape)?,
+                load_common::<C>(&oa, None, shape, in_common)?,
+                load_common::<C>(&ob, Some(&tb), shape, in_common)?,
                 o,
             )
         }
         (Opnd::Scalar(_), Opnd::Scalar(_)) => {
             let ([], [o]) = ctx.io([], [out])?;
             (
-                load_opnd::<C>(&oa, None, shape)?,
-                load_opnd::<C>(&ob, None, shape)?,
+                load_common::<C>(&oa, None, shape, in_common)?,
+                load_common::<C>(&ob, None, shape, in_common)?,
                 o,
             )
         }
@@ -806,8 +846,8 @@ pub fn run3<Cc: Comp, C: Comp, R: Comp>(
     ctx.resize(out, shape)?;
     let ([t0, t1, t2], [mut o]) = ctx.io(args, [out])?;
     let v0 = load_bcast::<Cc>(&t0, shape)?;
-    let v1 = load_bcast::<C>(&t1, shape)?;
-    let v2 = load_bcast::<C>(&t2, shape)?;
+    let v1 = load_common::<C>(&Opnd::Tensor(*t1.info), Some(&t1), shape, round)?;
+    let v2 = load_common::<C>(&Opnd::Tensor(*t2.info), Some(&t2), shape, round)?;
     let mut v: Vec<R> = v0
         .into_iter()
         .zip(v1)

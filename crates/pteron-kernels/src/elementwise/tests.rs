@@ -521,3 +521,41 @@ fn registered() {
         assert!(r.get(n).is_some(), "{n}");
     }
 }
+
+#[test]
+fn operands_cast_to_common_dtype_first() {
+    // half == 0.1: the scalar becomes half(0.1) before comparing (torch gives True)
+    let mut c = TestCall::new();
+    c.tensor(&[1], &[f16::from_f32(0.1)]);
+    c.double(0.1);
+    let o = c.out(ScalarType::Bool, &[1]);
+    c.ret(o);
+    c.run(eq_out).unwrap();
+    assert_eq!(c.output::<Bool>(o), b(&[true]));
+    // ...also for a wider 0-d tensor
+    let mut c = TestCall::new();
+    c.tensor(&[1], &[f16::from_f32(0.1)]);
+    c.tensor::<f64>(&[], &[0.1]);
+    let o = c.out(ScalarType::Bool, &[1]);
+    c.ret(o);
+    c.run(eq_out).unwrap();
+    assert_eq!(c.output::<Bool>(o), b(&[true]));
+    // clamp(half(0.1), min=0.1) keeps half(0.1) (bits 11878)
+    let mut c = TestCall::new();
+    c.tensor(&[1], &[f16::from_f32(0.1)]);
+    c.double(0.1);
+    c.none();
+    let o = c.out(ScalarType::Half, &[1]);
+    c.ret(o);
+    c.run(clamp_out).unwrap();
+    assert_eq!(c.output::<f16>(o)[0].to_bits(), 11878);
+    // int8 + 300 wraps like torch (45)
+    let mut c = TestCall::new();
+    c.tensor(&[1], &[1i8]);
+    c.int(300);
+    c.int(1);
+    let o = c.out(ScalarType::Char, &[1]);
+    c.ret(o);
+    c.run(add_out).unwrap();
+    assert_eq!(c.output::<i8>(o), vec![45]);
+}
