@@ -559,3 +559,26 @@ fn operands_cast_to_common_dtype_first() {
     c.run(add_out).unwrap();
     assert_eq!(c.output::<i8>(o), vec![45]);
 }
+
+#[test]
+fn bf16_scalar_ops_match_pytorch_bits() {
+    let x: Vec<bf16> = [1.1f32, 2.7, -3.3].iter().map(|&v| bf16::from_f32(v)).collect();
+    let cases: [(KernelFn, bool, [i16; 3]); 3] = [
+        (add_out, true, [16525, 16576, 0]),
+        (sub_out, true, [-16372, -16616, -16173]),
+        (div_out, false, [16043, 16210, -16512]),
+    ];
+    for (k, alpha, want) in cases {
+        let mut c = TestCall::new();
+        c.tensor(&[3], &x);
+        c.double(3.3);
+        if alpha {
+            c.int(1);
+        }
+        let o = c.out(ScalarType::BFloat16, &[3]);
+        c.ret(o);
+        c.run(k).unwrap();
+        let bits: Vec<i16> = c.output::<bf16>(o).iter().map(|v| v.to_bits() as i16).collect();
+        assert_eq!(bits, want);
+    }
+}
