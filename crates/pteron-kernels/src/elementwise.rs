@@ -158,6 +158,7 @@ fn add_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 
 /// sub.out / sub.Scalar_out: [self, other, alpha, out] → self - alpha * other.
 fn sub_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    sub_check(ctx, 0, 1, 3)?;
     let (common, shape) = prep2(ctx, "sub", 0, 1, 3, Mode::Arith)?;
     if common == ScalarType::Bool {
         return Err(KernelError::dtype(
@@ -175,6 +176,7 @@ fn sub_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 
 /// rsub.Scalar_out / rsub.Tensor_out: [self, other, alpha, out] → other - alpha * self.
 fn rsub_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    sub_check(ctx, 0, 1, 3)?;
     let (common, shape) = prep2(ctx, "rsub", 0, 1, 3, Mode::Arith)?;
     if common == ScalarType::Bool {
         return Err(KernelError::dtype(
@@ -190,19 +192,53 @@ fn rsub_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     })
 }
 
+/// sub / rsub: any bool operand is an error (as PyTorch's `sub_check`).
 fn check_sub<const A: usize, const B: usize, const OUT: usize>(
     v: &ArgView<'_, '_>,
 ) -> Result<(), KernelError> {
-    let a = Opnd::read(v, A)?;
-    let b = Opnd::read(v, B)?;
-    let c = binary_common("sub", &[a, b], out_dtype(v, OUT)?, Mode::Arith)?;
-    if c == ScalarType::Bool {
+    sub_check(v, A, B, OUT)
+}
+
+fn sub_check<'p>(
+    v: &impl ArgAccess<'p>,
+    a: usize,
+    b: usize,
+    out: usize,
+) -> Result<(), KernelError> {
+    let a = Opnd::read(v, a)?;
+    let b = Opnd::read(v, b)?;
+    if a.dtype() == ScalarType::Bool || b.dtype() == ScalarType::Bool {
         return Err(KernelError::dtype(
-            c,
-            "sub: subtraction with two bool tensors is not supported",
+            ScalarType::Bool,
+            "subtraction with a bool tensor is not supported",
         ));
     }
-    Ok(())
+    binary_common("sub", &[a, b], out_dtype(v, out)?, Mode::Arith).map(|_| ())
+}
+
+/// Arithmetic ops PyTorch does not implement for bool (floor_divide, remainder, fmod, pow).
+fn check_nobool<const A: usize, const B: usize, const OUT: usize>(
+    v: &ArgView<'_, '_>,
+) -> Result<(), KernelError> {
+    nobool(v, A, B, OUT).map(|_| ())
+}
+
+fn nobool<'p>(
+    v: &impl ArgAccess<'p>,
+    a: usize,
+    b: usize,
+    out: usize,
+) -> Result<ScalarType, KernelError> {
+    let c = binary_common(
+        "op",
+        &[Opnd::read(v, a)?, Opnd::read(v, b)?],
+        out_dtype(v, out)?,
+        Mode::Arith,
+    )?;
+    if c == ScalarType::Bool {
+        return Err(KernelError::dtype(c, "op is not implemented for bool"));
+    }
+    Ok(c)
 }
 
 /// mul.out / mul.Scalar_out: [self, other, out].
@@ -303,6 +339,7 @@ fn div_mode_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 
 /// floor_divide.out: [self, other, out].
 fn floor_divide_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    nobool(ctx, 0, 1, 2)?;
     let (common, shape) = prep2(ctx, "floor_divide", 0, 1, 2, Mode::Arith)?;
     match comp_kind(common)? {
         CompKind::F32 | CompKind::F64 => with_float!(comp_kind(common)?, C =>
@@ -325,6 +362,7 @@ fn floor_divide_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> 
 
 /// remainder.Tensor_out / remainder.Scalar_out: [self, other, out] (sign of the divisor).
 fn remainder_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    nobool(ctx, 0, 1, 2)?;
     let (common, shape) = prep2(ctx, "remainder", 0, 1, 2, Mode::Arith)?;
     match comp_kind(common)? {
         CompKind::F32 | CompKind::F64 => with_float!(comp_kind(common)?, C =>
@@ -347,6 +385,7 @@ fn remainder_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 
 /// fmod.Tensor_out / fmod.Scalar_out: [self, other, out] (sign of the dividend).
 fn fmod_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    nobool(ctx, 0, 1, 2)?;
     let (common, shape) = prep2(ctx, "fmod", 0, 1, 2, Mode::Arith)?;
     match comp_kind(common)? {
         CompKind::F32 | CompKind::F64 => with_float!(comp_kind(common)?, C =>
@@ -373,6 +412,7 @@ fn fmod_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 
 /// pow.Tensor_Tensor_out, pow.Tensor_Scalar_out, pow.Scalar_out: [self, exponent, out].
 fn pow_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    nobool(ctx, 0, 1, 2)?;
     let (common, shape) = prep2(ctx, "pow", 0, 1, 2, Mode::Arith)?;
     match comp_kind(common)? {
         CompKind::F32 | CompKind::F64 => with_float!(comp_kind(common)?, C =>
@@ -717,39 +757,39 @@ pub fn register(r: &mut KernelRegistry) {
     );
     r.register(
         "aten::floor_divide.out",
-        Kernel::with_check(floor_divide_out, check_sub::<0, 1, 2>),
+        Kernel::with_check(floor_divide_out, check_nobool::<0, 1, 2>),
     );
     r.register(
         "aten::floor_divide.Scalar_out",
-        Kernel::with_check(floor_divide_out, check_sub::<0, 1, 2>),
+        Kernel::with_check(floor_divide_out, check_nobool::<0, 1, 2>),
     );
     r.register(
         "aten::remainder.Tensor_out",
-        Kernel::with_check(remainder_out, check_sub::<0, 1, 2>),
+        Kernel::with_check(remainder_out, check_nobool::<0, 1, 2>),
     );
     r.register(
         "aten::remainder.Scalar_out",
-        Kernel::with_check(remainder_out, check_sub::<0, 1, 2>),
+        Kernel::with_check(remainder_out, check_nobool::<0, 1, 2>),
     );
     r.register(
         "aten::fmod.Tensor_out",
-        Kernel::with_check(fmod_out, check_sub::<0, 1, 2>),
+        Kernel::with_check(fmod_out, check_nobool::<0, 1, 2>),
     );
     r.register(
         "aten::fmod.Scalar_out",
-        Kernel::with_check(fmod_out, check_sub::<0, 1, 2>),
+        Kernel::with_check(fmod_out, check_nobool::<0, 1, 2>),
     );
     r.register(
         "aten::pow.Tensor_Tensor_out",
-        Kernel::with_check(pow_out, check_bin::<0, 1, 2, ARITH>),
+        Kernel::with_check(pow_out, check_nobool::<0, 1, 2>),
     );
     r.register(
         "aten::pow.Tensor_Scalar_out",
-        Kernel::with_check(pow_out, check_bin::<0, 1, 2, ARITH>),
+        Kernel::with_check(pow_out, check_nobool::<0, 1, 2>),
     );
     r.register(
         "aten::pow.Scalar_out",
-        Kernel::with_check(pow_out, check_bin::<0, 1, 2, ARITH>),
+        Kernel::with_check(pow_out, check_nobool::<0, 1, 2>),
     );
     r.register(
         "aten::atan2.out",
@@ -852,3 +892,6 @@ pub(crate) mod tests_util {
         }
     }
 }
+
+#[cfg(test)]
+mod torch_cases;
