@@ -611,3 +611,6 @@ mod tests {
         close(&c.output::<f32>(o), &[-1.0986123, -2.1972246], 1e-6);
     }
 }
+
+#[cfg(test)]
+mod torch_cases;
