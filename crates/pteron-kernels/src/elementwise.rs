@@ -679,7 +679,7 @@ fn hardtanh_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     let common = x.dtype();
     let (lo, hi) = (ctx.scalar(1)?, ctx.scalar(2)?);
     with_num!(comp_kind(common)?, C => {
-        let (lo, hi) = (C::from_scalar(lo), C::from_scalar(hi));
+        let (lo, hi) = (scalar_in::<C>(lo, common)?, scalar_in::<C>(hi, common)?);
         run1::<C, C>(ctx, 0, 3, x.sizes(), Some(common), |a| if a <= lo { lo } else if a >= hi { hi } else { a })
     })
 }
