@@ -562,7 +562,10 @@ fn operands_cast_to_common_dtype_first() {
 
 #[test]
 fn bf16_scalar_ops_match_pytorch_bits() {
-    let x: Vec<bf16> = [1.1f32, 2.7, -3.3].iter().map(|&v| bf16::from_f32(v)).collect();
+    let x: Vec<bf16> = [1.1f32, 2.7, -3.3]
+        .iter()
+        .map(|&v| bf16::from_f32(v))
+        .collect();
     let cases: [(KernelFn, bool, [i16; 3]); 3] = [
         (add_out, true, [16525, 16576, 0]),
         (sub_out, true, [-16372, -16616, -16173]),
@@ -578,7 +581,11 @@ fn bf16_scalar_ops_match_pytorch_bits() {
         let o = c.out(ScalarType::BFloat16, &[3]);
         c.ret(o);
         c.run(k).unwrap();
-        let bits: Vec<i16> = c.output::<bf16>(o).iter().map(|v| v.to_bits() as i16).collect();
+        let bits: Vec<i16> = c
+            .output::<bf16>(o)
+            .iter()
+            .map(|v| v.to_bits() as i16)
+            .collect();
         assert_eq!(bits, want);
     }
 }
