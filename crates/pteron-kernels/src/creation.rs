@@ -449,6 +449,52 @@ mod tests {
         c.ret(o);
         c.run(arange_out).unwrap();
         assert_eq!(c.output::<i64>(o), vec![0, 1, 2, 3]);
+        // float32 values are computed in double (torch's [5] is 5.55e-17 from a fused multiply-add;
+        // we give 0.0: within an ulp of the step)
+        let mut c = TestCall::new();
+        c.int(-1);
+        c.int(1);
+        c.double(0.2);
+        let o = c.out(ScalarType::Float, &[1]);
+        c.ret(o);
+        c.run(arange_start_out).unwrap();
+        let got = c.output::<f32>(o);
+        assert_eq!(got.len(), 10);
+        assert!(got[5].abs() < 1e-16);
+        assert_eq!(got[1], -0.800000011920929f64 as f32);
+        // f16 computes in f32: arange(0, 1, 0.1, dtype=half)
+        let mut c = TestCall::new();
+        c.int(0);
+        c.int(1);
+        c.double(0.1);
+        let o = c.out(ScalarType::Half, &[1]);
+        c.ret(o);
+        c.run(arange_start_out).unwrap();
+        let got: Vec<f64> = c.output::<f16>(o).iter().map(|v| v.to_f64()).collect();
+        assert_eq!(
+            got,
+            vec![
+                0.0,
+                0.0999755859375,
+                0.199951171875,
+                0.300048828125,
+                0.39990234375,
+                0.5,
+                0.60009765625,
+                0.7001953125,
+                0.7998046875,
+                0.89990234375
+            ]
+        );
+        // int32 out: bounds and step truncate to int64 first: arange(1, 2.5, 0.5, dtype=int32) = [1, 1, 1]
+        let mut c = TestCall::new();
+        c.int(1);
+        c.double(2.5);
+        c.double(0.5);
+        let o = c.out(ScalarType::Int, &[1]);
+        c.ret(o);
+        c.run(arange_start_out).unwrap();
+        assert_eq!(c.output::<i32>(o), vec![1, 1, 1]);
         // wrong sign, zero step
         let mut c = TestCall::new();
         c.int(0);

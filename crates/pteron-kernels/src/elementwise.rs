@@ -415,8 +415,25 @@ fn pow_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     nobool(ctx, 0, 1, 2)?;
     let (common, shape) = prep2(ctx, "pow", 0, 1, 2, Mode::Arith)?;
     match comp_kind(common)? {
-        CompKind::F32 | CompKind::F64 => with_float!(comp_kind(common)?, C =>
-            run2::<C, C>(ctx, 0, 1, 2, &shape, Some(common), |x, y| x.powf(y)), _ => unreachable!()),
+        CompKind::F32 | CompKind::F64 => {
+            // pow.Tensor_Scalar: PyTorch special-cases these exponents (x*x, sqrt, ...).
+            let special = match Opnd::read(ctx, 1)? {
+                Opnd::Scalar(e) if matches!(Opnd::read(ctx, 0)?, Opnd::Tensor(_)) => {
+                    Some(e.to_f64())
+                }
+                _ => None,
+            };
+            with_float!(comp_kind(common)?, C =>
+                run2::<C, C>(ctx, 0, 1, 2, &shape, Some(common), |x, y| match special {
+                    Some(e) if e == 2.0 => x * x,
+                    Some(e) if e == 3.0 => x * x * x,
+                    Some(e) if e == 0.5 => x.sqrt(),
+                    Some(e) if e == -0.5 => 1.0 / x.sqrt(),
+                    Some(e) if e == -1.0 => 1.0 / x,
+                    Some(e) if e == -2.0 => 1.0 / (x * x),
+                    _ => x.powf(y),
+                }), _ => unreachable!())
+        }
         CompKind::Bool => run2::<bool, bool>(ctx, 0, 1, 2, &shape, Some(common), |x, y| x || !y),
         CompKind::Int => {
             if let Opnd::Scalar(s) = Opnd::read(ctx, 1)? {

@@ -589,3 +589,51 @@ fn bf16_scalar_ops_match_pytorch_bits() {
         assert_eq!(bits, want);
     }
 }
+
+#[test]
+fn pow_tensor_scalar_special_exponents_match_pytorch() {
+    let x = [
+        2.4098281860351562f32,
+        0.5245001316070557,
+        0.26693427562713623,
+        -1.8411540985107422,
+        0.13854734599590302,
+        -4.1047773361206055,
+    ];
+    // torch: x ** 3 is computed as x*x*x (element 1 differs from a correctly rounded pow)
+    let cube = [
+        13.994527816772461f32,
+        0.14429017901420593,
+        0.019020110368728638,
+        -6.2412333488464355,
+        0.0026594670489430428,
+        -69.16220092773438,
+    ];
+    let rsq = [
+        0.6441795825958252f32,
+        1.3807886838912964,
+        1.9355207681655884,
+        f32::NAN,
+        2.68658709526062,
+        f32::NAN,
+    ];
+    for (e, want) in [(Scalar::Int(3), cube), (Scalar::Double(-0.5), rsq)] {
+        let mut c = TestCall::new();
+        c.tensor(&[6], &x);
+        match e {
+            Scalar::Int(v) => c.int(v),
+            Scalar::Double(v) => c.double(v),
+            Scalar::Bool(v) => c.bool(v),
+        };
+        let o = c.out(ScalarType::Float, &[6]);
+        c.ret(o);
+        c.run(pow_out).unwrap();
+        let got = c.output::<f32>(o);
+        for (g, w) in got.iter().zip(want.iter()) {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "{got:?} vs {want:?}"
+            );
+        }
+    }
+}
