@@ -637,3 +637,16 @@ fn pow_tensor_scalar_special_exponents_match_pytorch() {
         }
     }
 }
+
+#[test]
+fn same_tensor_twice() {
+    // x * x: both operands name the same value
+    let mut c = TestCall::new();
+    c.tensor(&[3], &[1.0f32, -2.0, 3.0]);
+    let first = c.args[0];
+    c.args.push(first);
+    let o = c.out(ScalarType::Float, &[3]);
+    c.ret(o);
+    c.run(mul_out).unwrap();
+    assert_eq!(c.output::<f32>(o), vec![1.0, 4.0, 9.0]);
+}
