@@ -31,12 +31,41 @@ fn check_embedding(a: &ArgView) -> Result<(), KernelError> {
     require_contiguous("embedding", &[w, idx, o])
 }
 
-/// Reads an int64 or int32 index tensor as i64.
-pub fn read_indices(t: &TensorRef) -> Result<Vec<i64>, KernelError> {
-    match t.info.dtype() {
-        ScalarType::Long => Ok(t.as_slice::<i64>()?.to_vec()),
-        ScalarType::Int => Ok(t.as_slice::<i32>()?.iter().map(|&v| v as i64).collect()),
-        dt => Err(KernelError::dtype(dt, "index tensor")),
+/// An int64 or int32 index tensor, read in place (each index widened to i64 on access).
+#[derive(Clone, Copy)]
+pub enum Indices<'a> {
+    Long(&'a [i64]),
+    Int(&'a [i32]),
+}
+
+impl<'a> Indices<'a> {
+    /// The indices of `t`, which must be int64 or int32.
+    pub fn of(t: &TensorRef<'a>) -> Result<Self, KernelError> {
+        match t.info.dtype() {
+            ScalarType::Long => Ok(Indices::Long(t.as_slice::<i64>()?)),
+            ScalarType::Int => Ok(Indices::Int(t.as_slice::<i32>()?)),
+            dt => Err(KernelError::dtype(dt, "index tensor")),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Indices::Long(s) => s.len(),
+            Indices::Int(s) => s.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `k`-th index (panics when `k >= len()`, like slice indexing).
+    #[inline]
+    pub fn get(&self, k: usize) -> i64 {
+        match self {
+            Indices::Long(s) => s[k],
+            Indices::Int(s) => s[k] as i64,
+        }
     }
 }
 
@@ -59,8 +88,9 @@ fn embedding_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         return Err(KernelError::dtype(o.info.dtype(), "embedding output"));
     }
     let row_bytes = dim * w.dtype().elem_size();
-    let ids = read_indices(&ir)?;
-    for (k, &id) in ids.iter().enumerate() {
+    let ids = Indices::of(&ir)?;
+    for k in 0..ids.len() {
+        let id = ids.get(k);
         let r = usize::try_from(id)
             .ok()
             .filter(|&r| r < rows)

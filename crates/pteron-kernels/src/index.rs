@@ -10,7 +10,7 @@ use pteron_core::{
     KernelError, KernelRegistry, Scalar, ScalarType, TensorInfo, TensorRef, MAX_RANK, NONE_INDEX,
 };
 
-use crate::embedding::read_indices;
+use crate::embedding::Indices;
 use crate::shape::{slice_bounds, View};
 use crate::util::{
     broadcast_shapes, broadcast_strides, contiguous_strides, copy_view, for_each_strided,
@@ -223,11 +223,11 @@ fn index_select_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     ctx.resize(3, &osz)?;
     let ([xr, ir], [o]) = ctx.io([0, 2], [3])?;
     same_dtype("index_select", xr.info, o.info)?;
-    let ids = read_indices(&ir)?;
+    let ids = Indices::of(&ir)?;
     let eb = x.dtype().elem_size() * inner;
     let n = ids.len();
-    for (k, &i) in ids.iter().enumerate() {
-        let i = wrap(i, size, "index_select")?;
+    for k in 0..n {
+        let i = wrap(ids.get(k), size, "index_select")?;
         for p in 0..outer {
             let d = (p * n + k) * eb;
             let s = (p * size + i) * eb;
@@ -237,17 +237,26 @@ fn index_select_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     Ok(())
 }
 
-/// For every element of `index` (contiguous, shape `ishape`): (offset into `index`, offset
-/// into a contiguous tensor of shape `tshape` with the `dim` coordinate replaced by the index
-/// value). Checks `index.size(d) <= tshape[d]` for `d != dim`.
+/// For every element of `index` (contiguous, shape `ishape`, values `ids`): calls
+/// `f(k, t, s)` with `k` its offset into `index`, `t` the offset into a contiguous tensor of
+/// shape `tshape` with the `dim` coordinate replaced by the index value, and `s` the offset of
+/// the same position in a contiguous `src` of shape `sshape` (`None`: `src` is laid out like
+/// `index`, so `s == k`). Checks `index.size(d) <= tshape[d]` for `d != dim`.
 fn scatter_offsets(
     op: &'static str,
     ishape: &[usize],
-    ids: &[i64],
-    tshape: &[usize],
-    dim: usize,
-    mut f: impl FnMut(usize, usize) -> Result<(), KernelError>,
+    ids: Indices,
+    (tshape, dim): (&[usize], usize),
+    sshape: Option<&[usize]>,
+    mut f: impl FnMut(usize, usize, usize) -> Result<(), KernelError>,
 ) -> Result<(), KernelError> {
+    if let Some(sshape) = sshape {
+        if ishape.len() != sshape.len() || ishape.iter().zip(sshape).any(|(i, s)| i > s) {
+            return Err(KernelError::shape(format!(
+                "{op}: index {ishape:?} larger than src {sshape:?}"
+            )));
+        }
+    }
     if ishape.len() != tshape.len().max(1) && !(ishape.is_empty() && tshape.is_empty()) {
         return Err(KernelError::shape(format!(
             "{op}: index rank {} differs from input rank {}",
@@ -263,20 +272,22 @@ fn scatter_offsets(
         }
     }
     if tshape.is_empty() {
-        for (k, &i) in ids.iter().enumerate() {
-            wrap(i, 1, op)?;
-            f(k, 0)?;
+        // `index` has at most one dim, read with stride 1 in `src` too.
+        for k in 0..ids.len() {
+            wrap(ids.get(k), 1, op)?;
+            f(k, 0, k)?;
         }
         return Ok(());
     }
     let tst = contiguous_strides(tshape);
     let mut st = tst;
     st.as_mut_slice()[dim] = 0;
+    let sst = contiguous_strides(sshape.unwrap_or(ishape));
     let size = tshape[dim];
     let mut res = Ok(());
-    for_each_strided(ishape, [&st], |k, [off]| {
+    for_each_strided(ishape, [&st, &sst], |k, [off, s]| {
         if res.is_ok() {
-            res = wrap(ids[k], size, op).and_then(|i| f(k, off + i * tst[dim]));
+            res = wrap(ids.get(k), size, op).and_then(|i| f(k, off + i * tst[dim], s));
         }
     });
     res
@@ -289,25 +300,19 @@ fn gather_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     ctx.resize(4, idx.sizes())?;
     let ([xr, ir], [o]) = ctx.io([0, 2], [4])?;
     same_dtype("gather", xr.info, o.info)?;
-    let ids = read_indices(&ir)?;
+    let ids = Indices::of(&ir)?;
     let e = x.dtype().elem_size();
-    scatter_offsets("gather", idx.sizes(), &ids, x.sizes(), dim, |k, s| {
-        o.bytes[k * e..(k + 1) * e].copy_from_slice(&xr.bytes[s * e..(s + 1) * e]);
-        Ok(())
-    })
-}
-
-/// Offsets into `src` (contiguous, shape `sshape`) of the elements at the index positions.
-fn src_offsets(ishape: &[usize], sshape: &[usize]) -> Result<Vec<usize>, KernelError> {
-    if ishape.len() != sshape.len() || ishape.iter().zip(sshape).any(|(i, s)| i > s) {
-        return Err(KernelError::shape(format!(
-            "scatter: index {ishape:?} larger than src {sshape:?}"
-        )));
-    }
-    let st = contiguous_strides(sshape);
-    let mut v = Vec::with_capacity(ishape.iter().product());
-    for_each_strided(ishape, [&st], |_, [o]| v.push(o));
-    Ok(v)
+    scatter_offsets(
+        "gather",
+        idx.sizes(),
+        ids,
+        (x.sizes(), dim),
+        None,
+        |k, s, _| {
+            o.bytes[k * e..(k + 1) * e].copy_from_slice(&xr.bytes[s * e..(s + 1) * e]);
+            Ok(())
+        },
+    )
 }
 
 enum ScatterSrc {
@@ -319,15 +324,12 @@ fn scatter_common(ctx: &mut KernelContext, src: ScatterSrc, add: bool) -> Result
     let (x, idx) = (*ctx.tensor(0)?, *ctx.tensor(2)?);
     require_contiguous("scatter", &[&x, &idx, ctx.tensor(4)?])?;
     let dim = normalize_dim(ctx.int(1)?, x.rank())?;
-    let ids = {
-        let ([ir], []) = ctx.io([2], [])?;
-        read_indices(&ir)?
-    };
-    copy_input_to_out(ctx, 0, 4)?;
+    let target = (x.sizes(), dim);
     let e = x.dtype().elem_size();
     match src {
         ScatterSrc::Value(v) => {
-            let ([], [o]) = ctx.io([], [4])?;
+            copy_input_to_out(ctx, 0, 4)?;
+            let ([ir], [o]) = ctx.io([2], [4])?;
             let dt = x.dtype();
             let mut val = [0u8; 8];
             dispatch_dtype!(dt, T => {
@@ -338,36 +340,44 @@ fn scatter_common(ctx: &mut KernelContext, src: ScatterSrc, add: bool) -> Result
                 };
                 val[..e].copy_from_slice(bytemuck::bytes_of(&t));
             }, _ => return Err(KernelError::dtype(dt, "scatter")));
-            scatter_offsets("scatter", idx.sizes(), &ids, x.sizes(), dim, |_, d| {
-                o.bytes[d * e..(d + 1) * e].copy_from_slice(&val[..e]);
-                Ok(())
-            })
+            scatter_offsets(
+                "scatter",
+                idx.sizes(),
+                Indices::of(&ir)?,
+                target,
+                None,
+                |_, d, _| {
+                    o.bytes[d * e..(d + 1) * e].copy_from_slice(&val[..e]);
+                    Ok(())
+                },
+            )
         }
         ScatterSrc::Tensor => {
             let s = *ctx.tensor(3)?;
             require_contiguous("scatter", &[&s])?;
-            let soff = src_offsets(idx.sizes(), s.sizes())?;
-            let ([sr], [mut o]) = ctx.io([3], [4])?;
+            copy_input_to_out(ctx, 0, 4)?;
+            let ([ir, sr], [mut o]) = ctx.io([2, 3], [4])?;
             same_dtype("scatter", sr.info, o.info)?;
+            let ids = Indices::of(&ir)?;
+            let sshape = Some(s.sizes());
             if add {
                 let dt = x.dtype();
                 fn run<T: Element>(
                     o: &mut [T],
                     s: &[T],
-                    soff: &[usize],
-                    (ishape, ids, tshape, dim): (&[usize], &[i64], &[usize], usize),
+                    (ishape, ids, sshape): (&[usize], Indices, Option<&[usize]>),
+                    target: (&[usize], usize),
                 ) -> Result<(), KernelError> {
-                    scatter_offsets("scatter_add", ishape, ids, tshape, dim, |k, d| {
-                        o[d] = add_elem(o[d], s[soff[k]]);
+                    scatter_offsets("scatter_add", ishape, ids, target, sshape, |_, d, k| {
+                        o[d] = add_elem(o[d], s[k]);
                         Ok(())
                     })
                 }
-                dispatch_dtype!(dt, T => run::<T>(o.as_mut_slice()?, sr.as_slice()?, &soff, (idx.sizes(), &ids, x.sizes(), dim)),
+                dispatch_dtype!(dt, T => run::<T>(o.as_mut_slice()?, sr.as_slice()?, (idx.sizes(), ids, sshape), target),
                     _ => Err(KernelError::dtype(dt, "scatter_add")))
             } else {
-                scatter_offsets("scatter", idx.sizes(), &ids, x.sizes(), dim, |k, d| {
-                    o.bytes[d * e..(d + 1) * e]
-                        .copy_from_slice(&sr.bytes[soff[k] * e..(soff[k] + 1) * e]);
+                scatter_offsets("scatter", idx.sizes(), ids, target, sshape, |_, d, k| {
+                    o.bytes[d * e..(d + 1) * e].copy_from_slice(&sr.bytes[k * e..(k + 1) * e]);
                     Ok(())
                 })
             }
@@ -401,17 +411,111 @@ fn scatter_add_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
 
 // ---- advanced indexing ----
 
-/// The result of resolving a `Tensor?[]` index list against a tensor.
+/// How an entry of a `Tensor?[]` index list indexes the tensor.
+#[derive(Clone, Copy)]
+enum IndexKind {
+    /// Integer indices into one dim.
+    Ints,
+    /// A bool (or uint8) mask over `rank` consecutive dims: the 1-d index of its nonzero
+    /// positions, in row-major order.
+    Mask { rank: usize },
+}
+
+/// One index tensor of an advanced index.
+#[derive(Clone, Copy)]
+struct IndexItem {
+    /// Value index of the index tensor.
+    vi: usize,
+    /// The first dim it indexes.
+    dim: usize,
+    kind: IndexKind,
+    /// Strides that read the item's index positions (its own shape, or `[nonzero count]` for
+    /// a mask) along the broadcast shape.
+    bstrides: Dims,
+}
+
+impl IndexItem {
+    const UNUSED: IndexItem = IndexItem {
+        vi: 0,
+        dim: 0,
+        kind: IndexKind::Ints,
+        bstrides: Dims::new(),
+    };
+}
+
+/// The result of resolving a `Tensor?[]` index list against a tensor. The index values stay
+/// in their tensors: [`AdvIndex::for_each`] reads them through [`AdvIndex::borrow_list`].
 struct AdvIndex {
+    op: &'static str,
+    /// The indexed tensor.
+    x: TensorInfo,
+    items: [IndexItem; MAX_RANK],
+    n_items: usize,
+    /// Nonzero count of each mask item (to recheck against the data when it is read).
+    mask_counts: [usize; MAX_RANK],
     /// Broadcast shape of the index tensors.
     bshape: Dims,
-    /// For each position of `bshape` (row-major): element offset into the indexed tensor.
-    offsets: Vec<usize>,
     /// Sizes and (indexed tensor) strides of the dims not indexed, in order.
     rest: Dims,
     rest_strides: Dims,
     /// How many of the `rest` dims come before the broadcast dims in the result.
     before: usize,
+}
+
+/// An index tensor's data while an [`AdvIndex`] is walked.
+#[derive(Clone, Copy)]
+enum IndexData<'a> {
+    Ints(Indices<'a>),
+    Mask { bytes: &'a [u8], cursor: MaskCursor },
+}
+
+/// Finds the `j`-th nonzero byte of a mask by moving from the one found last, so that walking
+/// the nonzero positions in order costs one pass over the mask.
+#[derive(Clone, Copy, Default)]
+struct MaskCursor {
+    j: usize,
+    p: usize,
+    started: bool,
+}
+
+impl MaskCursor {
+    /// Position of the `j`-th nonzero byte of `mask`, which must have more than `j`.
+    fn seek(&mut self, mask: &[u8], j: usize) -> usize {
+        if !self.started {
+            self.p = mask
+                .iter()
+                .position(|&b| b != 0)
+                .expect("mask has a nonzero");
+            self.j = 0;
+            self.started = true;
+        }
+        while self.j < j {
+            self.p += 1;
+            while mask[self.p] == 0 {
+                self.p += 1;
+            }
+            self.j += 1;
+        }
+        while self.j > j {
+            self.p -= 1;
+            while mask[self.p] == 0 {
+                self.p -= 1;
+            }
+            self.j -= 1;
+        }
+        self.p
+    }
+}
+
+/// Advances the row-major multi-index `idx` within `shape` (wrapping to zeros at the end).
+fn next_index(idx: &mut [usize], shape: &[usize]) {
+    for d in (0..idx.len()).rev() {
+        idx[d] += 1;
+        if idx[d] < shape[d] {
+            return;
+        }
+        idx[d] = 0;
+    }
 }
 
 impl AdvIndex {
@@ -430,30 +534,100 @@ impl AdvIndex {
         Ok(s)
     }
 
-    /// Calls `f(tensor_offset, result_offset)` for every element of the result.
+    /// Value indices to borrow with `ctx.io_values`: the index tensors first (padded with
+    /// `extra`), then `extra` itself at position `MAX_RANK`.
+    fn borrow_list(&self, extra: usize) -> [usize; MAX_RANK + 1] {
+        let mut vis = [extra; MAX_RANK + 1];
+        for (v, item) in vis.iter_mut().zip(&self.items[..self.n_items]) {
+            *v = item.vi;
+        }
+        vis
+    }
+
+    /// Calls `f(tensor_offset, result_offset)` for every element of the result, where
+    /// `result_offset` is read with `res_strides` (strides over the result shape). `tensors`
+    /// are the index tensors, borrowed in [`AdvIndex::borrow_list`] order.
     fn for_each(
         &self,
-        mut f: impl FnMut(usize, usize) -> Result<(), KernelError>,
+        tensors: &[TensorRef<'_>],
+        res_strides: &[usize],
+        mut f: impl FnMut(usize, usize),
     ) -> Result<(), KernelError> {
-        let rs = self.result_shape()?;
-        let rst = contiguous_strides(&rs);
-        let nb = self.bshape.len();
-        // Result strides of the rest dims, and the result stride of one broadcast position.
-        let mut res_st = Dims::new();
-        for k in 0..self.rest.len() {
-            res_st.push(if k < self.before { rst[k] } else { rst[k + nb] })?;
-        }
-        let b_step: usize = self.rest[self.before..].iter().product();
-        let mut res = Ok(());
-        for (b, &off) in self.offsets.iter().enumerate() {
-            for_each_strided(&self.rest, [&self.rest_strides, &res_st], |_, [t, r]| {
-                if res.is_ok() {
-                    res = f(off + t, b * b_step + r);
+        let mut data = [IndexData::Ints(Indices::Long(&[])); MAX_RANK];
+        for (k, item) in self.items[..self.n_items].iter().enumerate() {
+            data[k] = match item.kind {
+                IndexKind::Ints => IndexData::Ints(Indices::of(&tensors[k])?),
+                IndexKind::Mask { .. } => {
+                    let bytes = tensors[k].bytes;
+                    if bytes.iter().filter(|&&b| b != 0).count() != self.mask_counts[k] {
+                        return Err(KernelError::invalid(format!(
+                            "{}: index mask changed while indexing",
+                            self.op
+                        )));
+                    }
+                    IndexData::Mask {
+                        bytes,
+                        cursor: MaskCursor::default(),
+                    }
                 }
-            });
-            res.clone()?;
+            };
         }
-        res
+        let nbr = self.bshape.len();
+        // Result strides of the rest dims and of the broadcast dims.
+        let mut rest_res = Dims::new();
+        for k in 0..self.rest.len() {
+            rest_res.push(if k < self.before {
+                res_strides[k]
+            } else {
+                res_strides[k + nbr]
+            })?;
+        }
+        let b_res = &res_strides[self.before..self.before + nbr];
+        let nb = self
+            .bshape
+            .checked_numel()
+            .ok_or(KernelError::SizeOverflow)?;
+        let mut idx = [0usize; MAX_RANK];
+        let idx = &mut idx[..nbr];
+        for _ in 0..nb {
+            let base = self.offset_at(idx, &mut data[..self.n_items])?;
+            let rbase: usize = idx.iter().zip(b_res).map(|(i, s)| i * s).sum();
+            for_each_strided(&self.rest, [&self.rest_strides, &rest_res], |_, [t, r]| {
+                f(base + t, rbase + r)
+            });
+            next_index(idx, &self.bshape);
+        }
+        Ok(())
+    }
+
+    /// Element offset into the indexed tensor selected by broadcast position `idx`.
+    fn offset_at(&self, idx: &[usize], data: &mut [IndexData<'_>]) -> Result<usize, KernelError> {
+        let (xsizes, xst) = (self.x.sizes(), self.x.strides());
+        let mut off = 0;
+        for (item, d) in self.items.iter().zip(data.iter_mut()) {
+            let k: usize = idx
+                .iter()
+                .zip(item.bstrides.iter())
+                .map(|(i, s)| i * s)
+                .sum();
+            match d {
+                IndexData::Ints(ids) => {
+                    off += wrap(ids.get(k), xsizes[item.dim], self.op)? * xst[item.dim];
+                }
+                IndexData::Mask { bytes, cursor } => {
+                    let IndexKind::Mask { rank } = item.kind else {
+                        unreachable!("mask data belongs to a mask item")
+                    };
+                    // Unravel the mask position over the dims it covers.
+                    let mut p = cursor.seek(bytes, k);
+                    for dim in (item.dim..item.dim + rank).rev() {
+                        off += (p % xsizes[dim]) * xst[dim];
+                        p /= xsizes[dim];
+                    }
+                }
+            }
+        }
+        Ok(off)
     }
 }
 
@@ -465,139 +639,119 @@ fn resolve_indices(
     op: &'static str,
 ) -> Result<AdvIndex, KernelError> {
     let xt = *ctx.tensor(x)?;
-    let items: Vec<u32> = ctx.opt_tensor_list(list)?.to_vec();
-    // Per input dim: the index values (as a tensor of some shape), or None.
-    let mut per_dim: Vec<Option<(Vec<i64>, Dims)>> = Vec::new();
-    for &vi in &items {
+    let mut items = [IndexItem::UNUSED; MAX_RANK];
+    let mut shapes = [Dims::new(); MAX_RANK];
+    let mut mask_counts = [0usize; MAX_RANK];
+    let mut n_items = 0;
+    let mut indexed = [false; MAX_RANK];
+    // The next input dim to index.
+    let mut dim = 0;
+    for k in 0..ctx.opt_tensor_list(list)?.len() {
+        let vi = ctx.opt_tensor_list(list)?[k];
         if vi == NONE_INDEX {
-            per_dim.push(None);
+            dim += 1;
             continue;
         }
         let t = *ctx.tensor_at(vi as usize)?;
-        let ([tr], []) = ctx.io_values([vi as usize], [])?;
-        match t.dtype() {
+        let (kind, covers, shape) = match t.dtype() {
             ScalarType::Bool | ScalarType::Byte => {
-                // A mask over the next `rank` dims: its nonzero coordinates, one list per dim.
-                let start = per_dim.len();
-                if start + t.rank() > xt.rank() {
+                // A mask over the next `rank` dims.
+                if dim + t.rank() > xt.rank() {
                     return Err(KernelError::shape(format!(
                         "{op}: too many indices for a tensor of rank {}",
                         xt.rank()
                     )));
                 }
                 for k in 0..t.rank() {
-                    if t.size(k) != xt.size(start + k) {
+                    if t.size(k) != xt.size(dim + k) {
                         return Err(KernelError::shape(format!(
                             "{op}: mask {:?} does not match the indexed dims",
                             t.sizes()
                         )));
                     }
                 }
-                let coords = nonzero_coords(&tr)?;
-                let n = coords.len() / t.rank().max(1);
-                for k in 0..t.rank() {
-                    let v: Vec<i64> = (0..n).map(|j| coords[j * t.rank() + k]).collect();
-                    per_dim.push(Some((v, Dims::from_slice(&[n])?)));
-                }
                 if t.rank() == 0 {
                     return Err(KernelError::unsupported(format!("{op}: 0-d boolean index")));
                 }
+                let ([tr], []) = ctx.io_values([vi as usize], [])?;
+                let count = tr.bytes.iter().filter(|&&b| b != 0).count();
+                mask_counts[n_items] = count;
+                (
+                    IndexKind::Mask { rank: t.rank() },
+                    t.rank(),
+                    Dims::from_slice(&[count])?,
+                )
             }
-            _ => per_dim.push(Some((read_indices(&tr)?, t.dims()))),
+            ScalarType::Long | ScalarType::Int => (IndexKind::Ints, 1, t.dims()),
+            dt => return Err(KernelError::dtype(dt, "index tensor")),
+        };
+        if dim + covers <= xt.rank() {
+            items[n_items] = IndexItem {
+                vi: vi as usize,
+                dim,
+                kind,
+                bstrides: Dims::new(),
+            };
+            shapes[n_items] = shape;
+            n_items += 1;
+            indexed[dim..dim + covers].fill(true);
         }
+        dim += covers;
     }
-    if per_dim.len() > xt.rank() {
+    if dim > xt.rank() {
         return Err(KernelError::shape(format!(
-            "{op}: {} indices for a tensor of rank {}",
-            per_dim.len(),
+            "{op}: {dim} indices for a tensor of rank {}",
             xt.rank()
         )));
     }
-    while per_dim.len() < xt.rank() {
-        per_dim.push(None);
-    }
-    let indexed: Vec<usize> = (0..xt.rank()).filter(|&d| per_dim[d].is_some()).collect();
-    if indexed.is_empty() {
+    let indexed = &indexed[..xt.rank()];
+    let Some(first) = indexed.iter().position(|&i| i) else {
         return Err(KernelError::unsupported(format!("{op}: no index tensors")));
-    }
+    };
+    let last = indexed.iter().rposition(|&i| i).expect("one is indexed");
+    let adjacent = indexed[first..=last].iter().all(|&i| i);
     let mut bshape = Dims::new();
-    for &d in &indexed {
-        bshape = broadcast_shapes(&bshape, &per_dim[d].as_ref().expect("indexed").1)?;
+    for shape in &shapes[..n_items] {
+        bshape = broadcast_shapes(&bshape, shape)?;
     }
-    let adjacent = indexed.windows(2).all(|w| w[1] == w[0] + 1);
+    for (item, shape) in items.iter_mut().zip(&shapes[..n_items]) {
+        item.bstrides = broadcast_strides(shape, &bshape);
+    }
     let xst = xt.strides();
     let mut rest = Dims::new();
     let mut rest_strides = Dims::new();
     for d in 0..xt.rank() {
-        if per_dim[d].is_none() {
+        if !indexed[d] {
             rest.push(xt.size(d))?;
             rest_strides.push(xst[d])?;
         }
     }
-    let before = if adjacent { indexed[0] } else { 0 };
-    let nb: usize = bshape.iter().product();
-    let mut offsets = vec![0usize; nb];
-    for &d in &indexed {
-        let (vals, shape) = per_dim[d].as_ref().expect("indexed");
-        let st = broadcast_strides(shape, &bshape);
-        let mut res = Ok(());
-        for_each_strided(&bshape, [&st], |b, [k]| {
-            if res.is_ok() {
-                match wrap(vals[k], xt.size(d), op) {
-                    Ok(i) => offsets[b] += i * xst[d],
-                    Err(e) => res = Err(e),
-                }
-            }
-        });
-        res?;
-    }
     Ok(AdvIndex {
+        op,
+        x: xt,
+        items,
+        n_items,
+        mask_counts,
         bshape,
-        offsets,
         rest,
         rest_strides,
-        before,
+        before: if adjacent { first } else { 0 },
     })
-}
-
-/// Row-major coordinates of the nonzero elements of a contiguous tensor (any real/bool dtype).
-fn nonzero_coords(t: &TensorRef) -> Result<Vec<i64>, KernelError> {
-    let dt = t.info.dtype();
-    let mut out = Vec::new();
-    let sizes = t.info.sizes();
-    let mut idx = [0usize; MAX_RANK];
-    fn nz<T: Element>(s: &[T]) -> Vec<bool> {
-        s.iter().map(|v| v.to_bool()).collect()
-    }
-    let flags = dispatch_dtype!(dt, T => nz::<T>(t.as_slice()?), _ => return Err(KernelError::dtype(dt, "nonzero")));
-    for f in flags {
-        if f {
-            out.extend(idx[..sizes.len()].iter().map(|&i| i as i64));
-        }
-        let mut d = sizes.len();
-        while d > 0 {
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < sizes[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
-    Ok(out)
 }
 
 fn index_tensor_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
     require_contiguous("index", &[&x, ctx.tensor(2)?])?;
     let adv = resolve_indices(ctx, 0, 1, "index")?;
-    ctx.resize(2, &adv.result_shape()?)?;
-    let ([xr], [o]) = ctx.io([0], [2])?;
+    let rs = adv.result_shape()?;
+    ctx.resize(2, &rs)?;
+    let (xv, ov) = (ctx.value_index(0)?, ctx.value_index(2)?);
+    let (ins, [o]) = ctx.io_values(adv.borrow_list(xv), [ov])?;
+    let xr = &ins[MAX_RANK];
     same_dtype("index", xr.info, o.info)?;
     let e = x.dtype().elem_size();
-    adv.for_each(|s, d| {
+    adv.for_each(&ins[..MAX_RANK], &contiguous_strides(&rs), |s, d| {
         o.bytes[d * e..(d + 1) * e].copy_from_slice(&xr.bytes[s * e..(s + 1) * e]);
-        Ok(())
     })
 }
 
@@ -614,34 +768,29 @@ fn index_put_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
             rs.as_slice()
         )));
     }
+    // Read along the result shape, these strides give each result position's offset in `values`.
     let vst = broadcast_strides(v.sizes(), &rs);
-    // Map each result position to its offset in `values`.
-    let mut voff = Vec::with_capacity(rs.iter().product());
-    for_each_strided(&rs, [&vst], |_, [o]| voff.push(o));
     copy_input_to_out(ctx, 0, 4)?;
-    let ([vr], [mut o]) = ctx.io([2], [4])?;
+    let (vv, ov) = (ctx.value_index(2)?, ctx.value_index(4)?);
+    let (ins, [mut o]) = ctx.io_values(adv.borrow_list(vv), [ov])?;
+    let (vr, idx) = (&ins[MAX_RANK], &ins[..MAX_RANK]);
     same_dtype("index_put", vr.info, o.info)?;
     if accumulate {
         let dt = x.dtype();
         fn run<T: Element>(
             o: &mut [T],
             v: &[T],
-            voff: &[usize],
-            adv: &AdvIndex,
+            vst: &[usize],
+            (adv, idx): (&AdvIndex, &[TensorRef]),
         ) -> Result<(), KernelError> {
-            adv.for_each(|d, r| {
-                o[d] = add_elem(o[d], v[voff[r]]);
-                Ok(())
-            })
+            adv.for_each(idx, vst, |d, s| o[d] = add_elem(o[d], v[s]))
         }
-        dispatch_dtype!(dt, T => run::<T>(o.as_mut_slice()?, vr.as_slice()?, &voff, &adv),
+        dispatch_dtype!(dt, T => run::<T>(o.as_mut_slice()?, vr.as_slice()?, &vst, (&adv, idx)),
             _ => Err(KernelError::dtype(dt, "index_put")))
     } else {
         let e = x.dtype().elem_size();
-        adv.for_each(|d, r| {
-            let s = voff[r];
+        adv.for_each(idx, &vst, |d, s| {
             o.bytes[d * e..(d + 1) * e].copy_from_slice(&vr.bytes[s * e..(s + 1) * e]);
-            Ok(())
         })
     }
 }
@@ -728,31 +877,44 @@ fn slice_scatter_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     scatter_view(ctx, 1, 6, &v)
 }
 
+/// Number of nonzero elements.
+fn count_nonzero<T: Element>(s: &[T]) -> usize {
+    s.iter().filter(|v| v.to_bool()).count()
+}
+
+/// Writes the row-major coordinates of the nonzero elements of `s` (shape `sizes`) to `out`,
+/// one row of `sizes.len()` coordinates each.
+fn write_nonzero_coords<T: Element>(s: &[T], sizes: &[usize], out: &mut [i64]) {
+    let r = sizes.len();
+    let mut idx = [0usize; MAX_RANK];
+    let mut row = 0;
+    for v in s {
+        if v.to_bool() {
+            for (o, &i) in out[row * r..(row + 1) * r].iter_mut().zip(&idx[..r]) {
+                *o = i as i64;
+            }
+            row += 1;
+        }
+        next_index(&mut idx[..r], sizes);
+    }
+}
+
 fn nonzero_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
     require_contiguous("nonzero", &[&x, ctx.tensor(1)?])?;
-    let coords = {
+    let dt = x.dtype();
+    // Two passes: count (to size the output), then write the coordinates.
+    let n = {
         let ([xr], []) = ctx.io([0], [])?;
-        nonzero_coords(&xr)?
+        dispatch_dtype!(dt, T => count_nonzero::<T>(xr.as_slice()?),
+            _ => return Err(KernelError::dtype(dt, "nonzero")))
     };
     let r = x.rank();
-    let n = if r == 0 {
-        coords.len().min(1)
-    } else {
-        coords.len() / r
-    };
-    let n = if r == 0 {
-        // A 0-d tensor has one coordinate-less "row" when nonzero.
-        let ([xr], []) = ctx.io([0], [])?;
-        let dt = x.dtype();
-        let nz = dispatch_dtype!(dt, T => xr.as_slice::<T>()?[0].to_bool(), _ => return Err(KernelError::dtype(dt, "nonzero")));
-        nz as usize
-    } else {
-        n
-    };
     ctx.resize(1, &[n, r])?;
-    let ([], [mut o]) = ctx.io([], [1])?;
-    o.as_mut_slice::<i64>()?.copy_from_slice(&coords[..n * r]);
+    let ([xr], [mut o]) = ctx.io([0], [1])?;
+    let out = o.as_mut_slice::<i64>()?;
+    dispatch_dtype!(dt, T => write_nonzero_coords::<T>(xr.as_slice()?, x.sizes(), out),
+        _ => return Err(KernelError::dtype(dt, "nonzero")));
     Ok(())
 }
 

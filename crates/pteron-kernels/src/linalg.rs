@@ -70,21 +70,45 @@ pub fn register(r: &mut KernelRegistry) {
     );
 }
 
+/// Output columns accumulated at once when the element type is not its own accumulation type
+/// (a stack buffer, so execution allocates nothing).
+const CHUNK: usize = 256;
+
 /// `out[n×m] = a[n×k] · b[k×m]` with the i-k-j loop order (inner loop over contiguous rows).
 pub fn matmul<T: Acc>(a: &[T], b: &[T], out: &mut [T], n: usize, k: usize, m: usize) {
-    let mut acc = vec![T::A::ZERO; m];
+    if let Some(out) = T::as_acc_mut(out) {
+        // The element type is its own accumulation type: accumulate in the output rows.
+        for i in 0..n {
+            let orow = &mut out[i * m..(i + 1) * m];
+            orow.fill(T::A::ZERO);
+            accumulate_row(&a[i * k..(i + 1) * k], b, m, 0, orow);
+        }
+        return;
+    }
+    let mut buf = [T::A::ZERO; CHUNK];
     for i in 0..n {
-        acc.fill(T::A::ZERO);
         let arow = &a[i * k..(i + 1) * k];
-        for (p, &av) in arow.iter().enumerate() {
-            let av = av.to_acc();
-            let brow = &b[p * m..(p + 1) * m];
-            for (o, &bv) in acc.iter_mut().zip(brow) {
-                *o = o.add(av.mul(bv.to_acc()));
+        for c0 in (0..m).step_by(CHUNK) {
+            let c1 = (c0 + CHUNK).min(m);
+            let acc = &mut buf[..c1 - c0];
+            acc.fill(T::A::ZERO);
+            accumulate_row(arow, b, m, c0, acc);
+            for (o, &v) in out[i * m + c0..i * m + c1].iter_mut().zip(acc.iter()) {
+                *o = T::from_acc(v);
             }
         }
-        for (o, &v) in out[i * m..(i + 1) * m].iter_mut().zip(&acc) {
-            *o = T::from_acc(v);
+    }
+}
+
+/// `acc[j] += Σ_p arow[p] · b[p][c0 + j]` for every `j < acc.len()`; `b` is row-major with
+/// rows of `m` elements.
+#[inline]
+fn accumulate_row<T: Acc>(arow: &[T], b: &[T], m: usize, c0: usize, acc: &mut [T::A]) {
+    for (p, &av) in arow.iter().enumerate() {
+        let av = av.to_acc();
+        let brow = &b[p * m + c0..][..acc.len()];
+        for (o, &bv) in acc.iter_mut().zip(brow) {
+            *o = o.add(av.mul(bv.to_acc()));
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use pteron_core::{
     dispatch_float, ArgAccess, ArgView, Kernel, KernelContext, KernelError, KernelRegistry,
-    TensorInfo,
+    TensorInfo, TensorRef,
 };
 
 use crate::util::{require_contiguous, require_dtype, Acc, AccFloat, AccNum, FLOATS};
@@ -70,26 +70,57 @@ fn check_group_norm(a: &ArgView) -> Result<(), KernelError> {
     check_tensors(a, "group_norm", &[0, 1, 2, 8, 9, 10])
 }
 
-/// A `Tensor?` argument of `len` elements read into the accumulation type (None if absent).
-fn read_param<T: Acc>(
-    ctx: &mut KernelContext,
-    i: usize,
-    len: usize,
-    what: &str,
-) -> Result<Option<Vec<T::A>>, KernelError> {
-    let Some(t) = ctx.opt_tensor(i)? else {
-        return Ok(None);
-    };
-    if t.numel() != len {
-        return Err(KernelError::shape(format!(
-            "{what}: expected {len} elements, got {:?}",
-            t.sizes()
-        )));
+/// An optional parameter tensor (`Tensor?`): the argument to borrow for it, and whether it
+/// is present. An absent one borrows a stand-in argument instead (so `ctx.io` keeps a fixed
+/// arity) whose data is never read.
+#[derive(Clone, Copy)]
+struct Param {
+    arg: usize,
+    present: bool,
+}
+
+impl Param {
+    /// The parameter at argument `i`, checked to have `len` elements; `stand_in` is borrowed
+    /// in its place when it is None.
+    fn at(
+        ctx: &KernelContext,
+        i: usize,
+        len: usize,
+        what: &str,
+        stand_in: usize,
+    ) -> Result<Param, KernelError> {
+        let Some(t) = ctx.opt_tensor(i)? else {
+            return Ok(Param {
+                arg: stand_in,
+                present: false,
+            });
+        };
+        if t.numel() != len {
+            return Err(KernelError::shape(format!(
+                "{what}: expected {len} elements, got {:?}",
+                t.sizes()
+            )));
+        }
+        Ok(Param {
+            arg: i,
+            present: true,
+        })
     }
-    let ([t], []) = ctx.io([i], [])?;
-    Ok(Some(
-        t.as_slice::<T>()?.iter().map(|v| v.to_acc()).collect(),
-    ))
+
+    /// The parameter's elements from its borrowed tensor, or None when absent.
+    fn slice<'a, T: Acc>(&self, t: &TensorRef<'a>) -> Result<Option<&'a [T]>, KernelError> {
+        if self.present {
+            t.as_slice::<T>().map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+/// Element `k` of an optional parameter in the accumulation type, or `default` when absent.
+#[inline]
+fn param_or<T: Acc>(p: Option<&[T]>, k: usize, default: T::A) -> T::A {
+    p.map_or(default, |p| p[k].to_acc())
 }
 
 fn contiguous_all(ctx: &KernelContext, args: &[usize]) -> Result<(), KernelError> {
@@ -122,25 +153,28 @@ where
 
 // ---- batch norm ----
 
-/// `out = x * alpha[c] + beta[c]` over a `[N, C, inner]` tensor.
-fn affine_per_channel<T: Acc>(
-    x: &[T],
-    out: &mut [T],
-    c: usize,
-    inner: usize,
-    alpha: &[T::A],
-    beta: &[T::A],
-) {
-    for (k, (xs, os)) in x
-        .chunks(inner.max(1))
-        .zip(out.chunks_mut(inner.max(1)))
-        .enumerate()
-    {
-        let ch = k % c;
-        let (a, b) = (alpha[ch], beta[ch]);
-        for (o, &v) in os.iter_mut().zip(xs) {
-            *o = T::from_acc(v.to_acc().mul(a).add(b));
-        }
+/// Per-channel affine coefficients `(alpha, beta)` of a batch norm: `out = x * alpha + beta`.
+#[inline]
+fn bn_coeffs<T: Acc>(
+    ch: usize,
+    invstd: T::A,
+    mean: T::A,
+    w: Option<&[T]>,
+    b: Option<&[T]>,
+) -> (T::A, T::A)
+where
+    T::A: AccFloat,
+{
+    let alpha = w.map_or(invstd, |w| invstd.mul(w[ch].to_acc()));
+    let beta = param_or(b, ch, T::A::ZERO).sub(mean.mul(alpha));
+    (alpha, beta)
+}
+
+/// `out = x * alpha + beta` over one contiguous block.
+#[inline]
+fn affine<T: Acc>(x: &[T], out: &mut [T], alpha: T::A, beta: T::A) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = T::from_acc(v.to_acc().mul(alpha).add(beta));
     }
 }
 
@@ -170,39 +204,98 @@ where
     let [xi, wi, bi, mi, vi] = io;
     let x = *ctx.tensor(xi)?;
     let (_, c, inner) = bn_dims(&x)?;
-    let w = read_param::<T>(ctx, wi, c, "batch_norm weight")?;
-    let b = read_param::<T>(ctx, bi, c, "batch_norm bias")?;
-    let mean = read_param::<T>(ctx, mi, c, "batch_norm running_mean")?
-        .ok_or_else(|| KernelError::invalid("missing running_mean"))?;
-    let var = read_param::<T>(ctx, vi, c, "batch_norm running_var")?
-        .ok_or_else(|| KernelError::invalid("missing running_var"))?;
-    let eps = T::A::from_f64(eps);
-    let mut alpha = vec![T::A::ZERO; c];
-    let mut beta = vec![T::A::ZERO; c];
-    for ch in 0..c {
-        let invstd = T::A::ONE / var[ch].add(eps).sqrt();
-        alpha[ch] = w.as_ref().map_or(invstd, |w| invstd.mul(w[ch]));
-        beta[ch] = b
-            .as_ref()
-            .map_or(T::A::ZERO, |b| b[ch])
-            .sub(mean[ch].mul(alpha[ch]));
+    let w = Param::at(ctx, wi, c, "batch_norm weight", xi)?;
+    let b = Param::at(ctx, bi, c, "batch_norm bias", xi)?;
+    let mean = Param::at(ctx, mi, c, "batch_norm running_mean", xi)?;
+    if !mean.present {
+        return Err(KernelError::invalid("missing running_mean"));
     }
+    let var = Param::at(ctx, vi, c, "batch_norm running_var", xi)?;
+    if !var.present {
+        return Err(KernelError::invalid("missing running_var"));
+    }
+    let eps = T::A::from_f64(eps);
     ctx.resize(out, x.sizes())?;
     for s in saves {
         if ctx.tensor(s)?.rank() == 1 {
             ctx.resize(s, &[0])?;
         }
     }
-    let ([xr], [mut o]) = ctx.io([xi], [out])?;
-    affine_per_channel(
-        xr.as_slice::<T>()?,
-        o.as_mut_slice::<T>()?,
-        c,
-        inner,
-        &alpha,
-        &beta,
-    );
+    let ([xr, wr, br, mr, vr], [mut o]) = ctx.io([xi, w.arg, b.arg, mean.arg, var.arg], [out])?;
+    let (w, b) = (w.slice::<T>(&wr)?, b.slice::<T>(&br)?);
+    let (mean, var) = (mr.as_slice::<T>()?, vr.as_slice::<T>()?);
+    let (xs, os) = (xr.as_slice::<T>()?, o.as_mut_slice::<T>()?);
+    // Blocks of `inner` elements cycle through the channels.
+    for (k, (xb, ob)) in xs
+        .chunks(inner.max(1))
+        .zip(os.chunks_mut(inner.max(1)))
+        .enumerate()
+    {
+        let ch = k % c;
+        let invstd = T::A::ONE / var[ch].to_acc().add(eps).sqrt();
+        let (alpha, beta) = bn_coeffs(ch, invstd, mean[ch].to_acc(), w, b);
+        affine(xb, ob, alpha, beta);
+    }
     Ok(())
+}
+
+/// Running statistics updated by a training batch norm.
+struct Running<'a, T: Acc> {
+    mean: &'a mut [T],
+    var: &'a mut [T],
+    momentum: T::A,
+    /// `count / (count - 1)`: turns the biased batch variance into the unbiased one.
+    unbias: T::A,
+}
+
+/// The arithmetic of a training batch norm over `xs` (`[N, C, inner]`): per channel, the batch
+/// statistics, the normalised output, the saved mean and invstd, and the running statistics.
+#[allow(clippy::too_many_arguments)]
+fn bn_train_apply<T: Acc>(
+    xs: &[T],
+    (n, c, inner): (usize, usize, usize),
+    w: Option<&[T]>,
+    b: Option<&[T]>,
+    eps: T::A,
+    os: &mut [T],
+    (save_mean, save_invstd): (&mut [T], &mut [T]),
+    mut running: Option<Running<'_, T>>,
+) where
+    T::A: AccFloat,
+{
+    let cnt = T::A::from_f64((n * inner) as f64);
+    for ch in 0..c {
+        let block = |k: usize| (k * c + ch) * inner..(k * c + ch + 1) * inner;
+        let mut s = T::A::ZERO;
+        for k in 0..n {
+            for &v in &xs[block(k)] {
+                s = s.add(v.to_acc());
+            }
+        }
+        let mean = s / cnt;
+        let mut q = T::A::ZERO;
+        for k in 0..n {
+            for &v in &xs[block(k)] {
+                let d = v.to_acc().sub(mean);
+                q = q.add(d.mul(d));
+            }
+        }
+        let var = q / cnt;
+        let invstd = T::A::ONE / var.add(eps).sqrt();
+        let (alpha, beta) = bn_coeffs(ch, invstd, mean, w, b);
+        for k in 0..n {
+            affine(&xs[block(k)], &mut os[block(k)], alpha, beta);
+        }
+        save_mean[ch] = T::from_acc(mean);
+        save_invstd[ch] = T::from_acc(invstd);
+        if let Some(r) = &mut running {
+            let (m, keep) = (r.momentum, T::A::ONE.sub(r.momentum));
+            let d = &mut r.mean[ch];
+            *d = T::from_acc(keep.mul(d.to_acc()).add(m.mul(mean)));
+            let d = &mut r.var[ch];
+            *d = T::from_acc(keep.mul(d.to_acc()).add(m.mul(var.mul(r.unbias))));
+        }
+    }
 }
 
 /// Training batch norm: batch statistics, optional running-stat update.
@@ -225,90 +318,62 @@ where
             "batch_norm: training needs at least one value per channel",
         ));
     }
-    let w = read_param::<T>(ctx, wi, c, "batch_norm weight")?;
-    let b = read_param::<T>(ctx, bi, c, "batch_norm bias")?;
-    let eps_a = T::A::from_f64(eps);
-    let mut mean = vec![T::A::ZERO; c];
-    let mut var = vec![T::A::ZERO; c];
-    {
-        let ([xr], []) = ctx.io([xi], [])?;
-        let xs = xr.as_slice::<T>()?;
-        let cnt = T::A::from_f64(count as f64);
-        for ch in 0..c {
-            let mut s = T::A::ZERO;
-            for k in 0..n {
-                for &v in &xs[(k * c + ch) * inner..][..inner] {
-                    s = s.add(v.to_acc());
-                }
-            }
-            let m = s / cnt;
-            let mut q = T::A::ZERO;
-            for k in 0..n {
-                for &v in &xs[(k * c + ch) * inner..][..inner] {
-                    let d = v.to_acc().sub(m);
-                    q = q.add(d.mul(d));
-                }
-            }
-            mean[ch] = m;
-            var[ch] = q / cnt;
-        }
-    }
-    let invstd: Vec<T::A> = var
-        .iter()
-        .map(|&v| T::A::ONE / v.add(eps_a).sqrt())
-        .collect();
-    let alpha: Vec<T::A> = (0..c)
-        .map(|ch| w.as_ref().map_or(invstd[ch], |w| invstd[ch].mul(w[ch])))
-        .collect();
-    let beta: Vec<T::A> = (0..c)
-        .map(|ch| {
-            b.as_ref()
-                .map_or(T::A::ZERO, |b| b[ch])
-                .sub(mean[ch].mul(alpha[ch]))
-        })
-        .collect();
-    ctx.resize(out, x.sizes())?;
-    ctx.resize(save_mean, &[c])?;
-    ctx.resize(save_invstd, &[c])?;
-    {
-        let ([xr], [mut o, mut sm, mut si]) = ctx.io([xi], [out, save_mean, save_invstd])?;
-        affine_per_channel(
-            xr.as_slice::<T>()?,
-            o.as_mut_slice::<T>()?,
-            c,
-            inner,
-            &alpha,
-            &beta,
-        );
-        for (d, &v) in sm.as_mut_slice::<T>()?.iter_mut().zip(&mean) {
-            *d = T::from_acc(v);
-        }
-        for (d, &v) in si.as_mut_slice::<T>()?.iter_mut().zip(&invstd) {
-            *d = T::from_acc(v);
-        }
-    }
-    if let Some([rm, rv]) = running {
-        for t in [rm, rv] {
+    let w = Param::at(ctx, wi, c, "batch_norm weight", xi)?;
+    let b = Param::at(ctx, bi, c, "batch_norm bias", xi)?;
+    if let Some(stats) = running {
+        for t in stats {
             if ctx.tensor(t)?.numel() != c {
                 return Err(KernelError::shape(
                     "batch_norm: running stats do not match the channels",
                 ));
             }
         }
-        let m = T::A::from_f64(momentum);
-        let keep = T::A::ONE.sub(m);
-        let unbias = T::A::from_f64(count as f64 / (count.max(2) - 1) as f64);
-        let unbias = if count == 1 {
-            T::A::from_f64(f64::INFINITY)
-        } else {
-            unbias
-        };
-        let ([], [mut rmo, mut rvo]) = ctx.io([], [rm, rv])?;
-        for (ch, d) in rmo.as_mut_slice::<T>()?.iter_mut().enumerate() {
-            *d = T::from_acc(keep.mul(d.to_acc()).add(m.mul(mean[ch])));
+    }
+    let eps = T::A::from_f64(eps);
+    let momentum = T::A::from_f64(momentum);
+    let unbias = if count == 1 {
+        T::A::from_f64(f64::INFINITY)
+    } else {
+        T::A::from_f64(count as f64 / (count - 1) as f64)
+    };
+    ctx.resize(out, x.sizes())?;
+    ctx.resize(save_mean, &[c])?;
+    ctx.resize(save_invstd, &[c])?;
+    let dims = (n, c, inner);
+    match running {
+        Some([rm, rv]) => {
+            let ([xr, wr, br], [mut o, mut sm, mut si, mut rmo, mut rvo]) =
+                ctx.io([xi, w.arg, b.arg], [out, save_mean, save_invstd, rm, rv])?;
+            let running = Running {
+                mean: rmo.as_mut_slice::<T>()?,
+                var: rvo.as_mut_slice::<T>()?,
+                momentum,
+                unbias,
+            };
+            bn_train_apply(
+                xr.as_slice::<T>()?,
+                dims,
+                w.slice::<T>(&wr)?,
+                b.slice::<T>(&br)?,
+                eps,
+                o.as_mut_slice::<T>()?,
+                (sm.as_mut_slice::<T>()?, si.as_mut_slice::<T>()?),
+                Some(running),
+            );
         }
-        for (ch, d) in rvo.as_mut_slice::<T>()?.iter_mut().enumerate() {
-            *d = T::from_acc(keep.mul(d.to_acc()).add(m.mul(var[ch].mul(unbias))));
+        None => {
+            let ([xr, wr, br], [mut o, mut sm, mut si]) =
+                ctx.io([xi, w.arg, b.arg], [out, save_mean, save_invstd])?;
+            bn_train_apply(
+                xr.as_slice::<T>()?,
+                dims,
+                w.slice::<T>(&wr)?,
+                b.slice::<T>(&br)?,
+                eps,
+                o.as_mut_slice::<T>()?,
+                (sm.as_mut_slice::<T>()?, si.as_mut_slice::<T>()?),
+                None,
+            );
         }
     }
     Ok(())
@@ -376,8 +441,8 @@ where
     let inner: usize = x.sizes()[axis..].iter().product();
     let rows: usize = x.sizes()[..axis].iter().product();
     let eps = T::A::from_f64(ctx.double(4)?);
-    let w = read_param::<T>(ctx, 2, inner, "layer_norm weight")?;
-    let b = read_param::<T>(ctx, 3, inner, "layer_norm bias")?;
+    let w = Param::at(ctx, 2, inner, "layer_norm weight", 0)?;
+    let b = Param::at(ctx, 3, inner, "layer_norm bias", 0)?;
     let mut stat = x.dims();
     for s in &mut stat.as_mut_slice()[axis..] {
         *s = 1;
@@ -385,7 +450,8 @@ where
     ctx.resize(5, x.sizes())?;
     ctx.resize(6, &stat)?;
     ctx.resize(7, &stat)?;
-    let ([xr], [mut o, mut mo, mut ro]) = ctx.io([0], [5, 6, 7])?;
+    let ([xr, wr, br], [mut o, mut mo, mut ro]) = ctx.io([0, w.arg, b.arg], [5, 6, 7])?;
+    let (w, b) = (w.slice::<T>(&wr)?, b.slice::<T>(&br)?);
     let (xs, os) = (xr.as_slice::<T>()?, o.as_mut_slice::<T>()?);
     let (ms, rs) = (mo.as_mut_slice::<T>()?, ro.as_mut_slice::<T>()?);
     if inner == 0 {
@@ -403,11 +469,11 @@ where
         let orow = &mut os[r * inner..(r + 1) * inner];
         for j in 0..inner {
             let mut v = row[j].to_acc().sub(mean).mul(rstd);
-            if let Some(w) = &w {
-                v = v.mul(w[j]);
+            if let Some(w) = w {
+                v = v.mul(w[j].to_acc());
             }
-            if let Some(b) = &b {
-                v = v.add(b[j]);
+            if let Some(b) = b {
+                v = v.add(b[j].to_acc());
             }
             orow[j] = T::from_acc(v);
         }
@@ -447,12 +513,13 @@ where
             "group_norm: {c} channels not divisible into {groups} groups"
         )));
     }
-    let w = read_param::<T>(ctx, 1, c, "group_norm weight")?;
-    let b = read_param::<T>(ctx, 2, c, "group_norm bias")?;
+    let w = Param::at(ctx, 1, c, "group_norm weight", 0)?;
+    let b = Param::at(ctx, 2, c, "group_norm bias", 0)?;
     ctx.resize(8, x.sizes())?;
     ctx.resize(9, &[n, groups])?;
     ctx.resize(10, &[n, groups])?;
-    let ([xr], [mut o, mut mo, mut ro]) = ctx.io([0], [8, 9, 10])?;
+    let ([xr, wr, br], [mut o, mut mo, mut ro]) = ctx.io([0, w.arg, b.arg], [8, 9, 10])?;
+    let (w, b) = (w.slice::<T>(&wr)?, b.slice::<T>(&br)?);
     let (xs, os) = (xr.as_slice::<T>()?, o.as_mut_slice::<T>()?);
     let (ms, rs) = (mo.as_mut_slice::<T>()?, ro.as_mut_slice::<T>()?);
     let cg = c / groups;
@@ -470,8 +537,8 @@ where
         let ob = &mut os[i * blk..(i + 1) * blk];
         for cc in 0..cg {
             let ch = (i % groups) * cg + cc;
-            let a = w.as_ref().map_or(rstd, |w| rstd.mul(w[ch]));
-            let bb = b.as_ref().map_or(T::A::ZERO, |b| b[ch]).sub(mean.mul(a));
+            let a = w.map_or(rstd, |w| rstd.mul(w[ch].to_acc()));
+            let bb = param_or(b, ch, T::A::ZERO).sub(mean.mul(a));
             for (o, &v) in ob[cc * hw..(cc + 1) * hw]
                 .iter_mut()
                 .zip(&xb[cc * hw..(cc + 1) * hw])

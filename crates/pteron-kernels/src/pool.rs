@@ -3,7 +3,7 @@
 //! contiguous; floats only (f16/bf16 computed in f32), as PyTorch's CPU kernels.
 
 use pteron_core::{
-    dispatch_float, ArgAccess, ArgView, Kernel, KernelContext, KernelError, KernelRegistry,
+    dispatch_float, ArgAccess, ArgView, Dims, Kernel, KernelContext, KernelError, KernelRegistry,
     ScalarType, TensorInfo,
 };
 
@@ -93,11 +93,11 @@ fn planes(x: &TensorInfo) -> Result<(usize, usize, usize), KernelError> {
 }
 
 /// Output sizes: the input's leading dims and `(oh, ow)`.
-fn out_sizes(x: &TensorInfo, oh: usize, ow: usize) -> Vec<usize> {
-    let mut s = x.sizes().to_vec();
+fn out_sizes(x: &TensorInfo, oh: usize, ow: usize) -> Dims {
+    let mut s = x.dims();
     let r = s.len();
-    s[r - 2] = oh;
-    s[r - 1] = ow;
+    s.as_mut_slice()[r - 2] = oh;
+    s.as_mut_slice()[r - 1] = ow;
     s
 }
 
@@ -451,63 +451,73 @@ fn upsample_nearest2d_vec_out(ctx: &mut KernelContext) -> Result<(), KernelError
     if planes * ih * iw == 0 {
         return Ok(());
     }
-    let hs: Vec<usize> = (0..oh).map(|o| nearest_idx(o, ih, oh, scales[0])).collect();
-    let ws: Vec<usize> = (0..ow).map(|o| nearest_idx(o, iw, ow, scales[1])).collect();
     let ([xr], [mut o]) = ctx.io([0], [3])?;
     fn run<T: Copy>(
         x: &[T],
         o: &mut [T],
         planes: usize,
         (ih, iw): (usize, usize),
-        hs: &[usize],
-        ws: &[usize],
+        (oh, ow): (usize, usize),
+        scales: [Option<f64>; 2],
     ) {
-        let (oh, ow) = (hs.len(), ws.len());
         for p in 0..planes {
-            for (y, &h) in hs.iter().enumerate() {
+            for y in 0..oh {
+                let h = nearest_idx(y, ih, oh, scales[0]);
                 let src = &x[(p * ih + h) * iw..][..iw];
                 let dst = &mut o[(p * oh + y) * ow..][..ow];
-                for (d, &w) in dst.iter_mut().zip(ws) {
-                    *d = src[w];
+                for (xo, d) in dst.iter_mut().enumerate() {
+                    *d = src[nearest_idx(xo, iw, ow, scales[1])];
                 }
             }
         }
     }
     let dt = x.dtype();
-    dispatch_float!(dt, T => run::<T>(xr.as_slice()?, o.as_mut_slice()?, planes, (ih, iw), &hs, &ws),
+    dispatch_float!(dt, T => run::<T>(xr.as_slice()?, o.as_mut_slice()?, planes, (ih, iw), (oh, ow), scales),
         _ => return Err(KernelError::dtype(dt, "upsample_nearest2d")));
     Ok(())
 }
 
-/// Source indices and weights along one axis for linear interpolation.
-fn linear_weights(
+/// Linear interpolation along one axis: maps an output index to its two source indices and
+/// their weights.
+#[derive(Clone, Copy)]
+struct LinearAxis {
     input: usize,
-    output: usize,
     align_corners: bool,
-    scale: Option<f64>,
-) -> Vec<(usize, usize, f32, f32)> {
-    let s: f32 = if align_corners {
-        if output > 1 {
-            (input as f32 - 1.0) / (output as f32 - 1.0)
-        } else {
-            0.0
-        }
-    } else {
-        scales_value(scale, input, output)
-    };
-    (0..output)
-        .map(|o| {
-            let real = if align_corners {
-                s * o as f32
+    scale: f32,
+}
+
+impl LinearAxis {
+    fn new(input: usize, output: usize, align_corners: bool, scale: Option<f64>) -> Self {
+        let scale = if align_corners {
+            if output > 1 {
+                (input as f32 - 1.0) / (output as f32 - 1.0)
             } else {
-                (s * (o as f32 + 0.5) - 0.5).max(0.0)
-            };
-            let i0 = (real as usize).min(input - 1);
-            let i1 = if i0 < input - 1 { i0 + 1 } else { i0 };
-            let l1 = (real - i0 as f32).clamp(0.0, 1.0);
-            (i0, i1, 1.0 - l1, l1)
-        })
-        .collect()
+                0.0
+            }
+        } else {
+            scales_value(scale, input, output)
+        };
+        LinearAxis {
+            input,
+            align_corners,
+            scale,
+        }
+    }
+
+    /// `(i0, i1, w0, w1)` for output index `o`.
+    #[inline]
+    fn weights(&self, o: usize) -> (usize, usize, f32, f32) {
+        let (s, input) = (self.scale, self.input);
+        let real = if self.align_corners {
+            s * o as f32
+        } else {
+            (s * (o as f32 + 0.5) - 0.5).max(0.0)
+        };
+        let i0 = (real as usize).min(input - 1);
+        let i1 = if i0 < input - 1 { i0 + 1 } else { i0 };
+        let l1 = (real - i0 as f32).clamp(0.0, 1.0);
+        (i0, i1, 1.0 - l1, l1)
+    }
 }
 
 fn upsample_bilinear2d_vec_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
@@ -520,22 +530,28 @@ fn upsample_bilinear2d_vec_out(ctx: &mut KernelContext) -> Result<(), KernelErro
     if planes * ih * iw == 0 {
         return Ok(());
     }
-    let hw = linear_weights(ih, oh, align, scales[0]);
-    let ww = linear_weights(iw, ow, align, scales[1]);
+    let hw = LinearAxis::new(ih, oh, align, scales[0]);
+    let ww = LinearAxis::new(iw, ow, align, scales[1]);
     let ([xr], [mut o]) = ctx.io([0], [4])?;
-    type W = [(usize, usize, f32, f32)];
-    fn run<T: Acc>(x: &[T], o: &mut [T], planes: usize, (ih, iw): (usize, usize), hw: &W, ww: &W)
-    where
+    fn run<T: Acc>(
+        x: &[T],
+        o: &mut [T],
+        planes: usize,
+        (ih, iw): (usize, usize),
+        (oh, ow): (usize, usize),
+        (hw, ww): (LinearAxis, LinearAxis),
+    ) where
         T::A: AccFloat,
     {
-        let (oh, ow) = (hw.len(), ww.len());
         let f = |v: f32| T::A::from_f64(v as f64);
         for p in 0..planes {
             let xp = &x[p * ih * iw..][..ih * iw];
-            for (y, &(h0, h1, lh0, lh1)) in hw.iter().enumerate() {
+            for y in 0..oh {
+                let (h0, h1, lh0, lh1) = hw.weights(y);
                 let (r0, r1) = (&xp[h0 * iw..][..iw], &xp[h1 * iw..][..iw]);
                 let dst = &mut o[(p * oh + y) * ow..][..ow];
-                for (d, &(w0, w1, lw0, lw1)) in dst.iter_mut().zip(ww) {
+                for (xo, d) in dst.iter_mut().enumerate() {
+                    let (w0, w1, lw0, lw1) = ww.weights(xo);
                     let top = f(lw0).mul(r0[w0].to_acc()).add(f(lw1).mul(r0[w1].to_acc()));
                     let bot = f(lw0).mul(r1[w0].to_acc()).add(f(lw1).mul(r1[w1].to_acc()));
                     *d = T::from_acc(f(lh0).mul(top).add(f(lh1).mul(bot)));
@@ -544,7 +560,7 @@ fn upsample_bilinear2d_vec_out(ctx: &mut KernelContext) -> Result<(), KernelErro
         }
     }
     let dt = x.dtype();
-    dispatch_float!(dt, T => run::<T>(xr.as_slice()?, o.as_mut_slice()?, planes, (ih, iw), &hw, &ww),
+    dispatch_float!(dt, T => run::<T>(xr.as_slice()?, o.as_mut_slice()?, planes, (ih, iw), (oh, ow), (hw, ww)),
         _ => return Err(KernelError::dtype(dt, "upsample_bilinear2d")));
     Ok(())
 }

@@ -642,7 +642,13 @@ fn roll_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     }
     // Each dim splits into two ranges; copy the 2^rank blocks (only dims with a shift split).
     let dst_st = contiguous_strides(&sizes);
-    let split: Vec<usize> = (0..rank).filter(|&d| shift[d] != 0).collect();
+    let mut split = [0usize; MAX_RANK];
+    let mut n_split = 0;
+    for d in (0..rank).filter(|&d| shift[d] != 0) {
+        split[n_split] = d;
+        n_split += 1;
+    }
+    let split = &split[..n_split];
     for mask in 0..(1usize << split.len()) {
         let mut blk = src_view;
         let mut dst_off = 0isize;
@@ -945,13 +951,17 @@ fn concat(
     out: usize,
     stack: bool,
 ) -> Result<(), KernelError> {
-    let items: Vec<u32> = ctx.tensor_list(0)?.to_vec();
+    let n_items = ctx.tensor_list(0)?.len();
+    // The list item `k` as a value index (re-read each time: the list borrows `ctx`).
+    let item = |ctx: &KernelContext, k: usize| -> Result<usize, KernelError> {
+        Ok(ctx.tensor_list(0)?[k] as usize)
+    };
     let o = *ctx.tensor(out)?;
     require_contiguous(op, &[&o])?;
     // Reference shape: the first non-skipped tensor.
     let mut reference: Option<TensorInfo> = None;
-    for &vi in &items {
-        let t = *ctx.tensor_at(vi as usize)?;
+    for k in 0..n_items {
+        let t = *ctx.tensor_at(item(ctx, k)?)?;
         if t.dtype() != o.dtype() {
             return Err(KernelError::unsupported(format!(
                 "{op}: input dtype {} differs from output dtype {}",
@@ -972,7 +982,7 @@ fn concat(
             ));
         }
         // Every input is an empty 1-d tensor: the result is one too.
-        if items.is_empty() {
+        if n_items == 0 {
             return Err(KernelError::invalid(
                 "cat: expects a non-empty list of tensors",
             ));
@@ -989,8 +999,8 @@ fn concat(
     }
     // Validate shapes and compute the output size along `dim`.
     let mut total = 0usize;
-    for &vi in &items {
-        let t = *ctx.tensor_at(vi as usize)?;
+    for k in 0..n_items {
+        let t = *ctx.tensor_at(item(ctx, k)?)?;
         if !stack && skipped_in_cat(&t) {
             continue;
         }
@@ -1034,8 +1044,9 @@ fn concat(
     }
     let elem = o.dtype().elem_size();
     let mut pos = 0usize;
-    for &vi in &items {
-        let t = *ctx.tensor_at(vi as usize)?;
+    for k in 0..n_items {
+        let vi = item(ctx, k)?;
+        let t = *ctx.tensor_at(vi)?;
         if !stack && skipped_in_cat(&t) {
             continue;
         }
@@ -1053,7 +1064,7 @@ fn concat(
             }
         }
         let n = v.sizes[dim];
-        let ([x], [or]) = ctx.io_values([vi as usize], [out_vi])?;
+        let ([x], [or]) = ctx.io_values([vi], [out_vi])?;
         copy_view(
             x.bytes,
             v.offset,
@@ -1079,44 +1090,82 @@ fn stack_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     concat(ctx, "stack", d, 2, true)
 }
 
-/// Copies consecutive pieces of argument 0 along `dim` (sizes `pieces`) into the list items of
-/// argument `outs`; when `drop_dim` (unbind), each piece has size 1 and the dim is removed.
+/// The sizes of the consecutive pieces a split cuts along its dim.
+#[derive(Clone, Copy)]
+enum Pieces {
+    /// `count` pieces of `size` (the last one possibly smaller) out of `total`.
+    Even {
+        size: usize,
+        count: usize,
+        total: usize,
+    },
+    /// The sizes listed in the `int[]` argument `arg`.
+    Listed { arg: usize },
+    /// `count` pieces of size 1.
+    Ones { count: usize },
+}
+
+impl Pieces {
+    fn count(&self, ctx: &KernelContext) -> Result<usize, KernelError> {
+        match *self {
+            Pieces::Even { count, .. } | Pieces::Ones { count } => Ok(count),
+            Pieces::Listed { arg } => Ok(ctx.int_list(arg)?.len()),
+        }
+    }
+
+    /// The size of piece `k`.
+    fn size(&self, ctx: &KernelContext, k: usize) -> Result<usize, KernelError> {
+        match *self {
+            Pieces::Even { size, total, .. } => Ok(size.min(total - (k * size).min(total))),
+            Pieces::Listed { arg } => usize_of(ctx.int_list(arg)?.get(k)?, "split size"),
+            Pieces::Ones { .. } => Ok(1),
+        }
+    }
+}
+
+/// Copies consecutive pieces of argument 0 along `dim` into the list items of argument
+/// `outs`; when `drop_dim` (unbind), each piece has size 1 and the dim is removed.
 fn split_into(
     ctx: &mut KernelContext,
     dim: usize,
-    pieces: &[usize],
+    pieces: Pieces,
     outs: usize,
     drop_dim: bool,
 ) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
-    let items: Vec<u32> = ctx.tensor_list(outs)?.to_vec();
-    if items.len() != pieces.len() {
+    let n_items = ctx.tensor_list(outs)?.len();
+    let n_pieces = pieces.count(ctx)?;
+    if n_items != n_pieces {
         return Err(KernelError::invalid(format!(
-            "split: {} outputs for {} pieces",
-            items.len(),
-            pieces.len()
+            "split: {n_items} outputs for {n_pieces} pieces"
         )));
     }
-    if pieces.iter().sum::<usize>() != x.size(dim) {
+    let mut sum = 0usize;
+    for k in 0..n_pieces {
+        sum = sum.saturating_add(pieces.size(ctx, k)?);
+    }
+    if sum != x.size(dim) {
         return Err(KernelError::shape(format!(
-            "split: pieces {pieces:?} do not sum to {}",
+            "split: pieces summing to {sum} do not fit size {}",
             x.size(dim)
         )));
     }
     let in_vi = ctx.value_index(0)?;
     let src = View::of(&x);
     let mut start = 0usize;
-    for (k, &vi) in items.iter().enumerate() {
-        let o = *ctx.tensor_at(vi as usize)?;
+    for k in 0..n_items {
+        let vi = ctx.tensor_list(outs)?[k] as usize;
+        let len = pieces.size(ctx, k)?;
+        let o = *ctx.tensor_at(vi)?;
         same_dtype_contig_out("split", &x, &o)?;
         let mut v = src;
         v.offset = start as isize * src.strides[dim];
-        v.sizes.as_mut_slice()[dim] = pieces[k];
+        v.sizes.as_mut_slice()[dim] = len;
         if drop_dim {
             v = remove_dim(&v, dim);
         }
-        ctx.resize_value(vi as usize, &v.sizes)?;
-        let ([xr], [or]) = ctx.io_values([in_vi], [vi as usize])?;
+        ctx.resize_value(vi, &v.sizes)?;
+        let ([xr], [or]) = ctx.io_values([in_vi], [vi])?;
         strided_copy(
             xr.bytes,
             x.dtype().elem_size(),
@@ -1125,7 +1174,7 @@ fn split_into(
             v.strides(),
             or.bytes,
         )?;
-        start += pieces[k];
+        start += len;
     }
     Ok(())
 }
@@ -1156,10 +1205,12 @@ fn split_copy_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
             "split_copy: {nout} outputs, expected {chunks}"
         )));
     }
-    let pieces: Vec<usize> = (0..chunks)
-        .map(|k| size.min(n - (k * size).min(n)))
-        .collect();
-    split_into(ctx, dim, &pieces, 3, false)
+    let pieces = Pieces::Even {
+        size,
+        count: chunks,
+        total: n,
+    };
+    split_into(ctx, dim, pieces, 3, false)
 }
 
 fn split_with_sizes_copy_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
@@ -1169,13 +1220,8 @@ fn split_with_sizes_copy_out(ctx: &mut KernelContext) -> Result<(), KernelError>
             "split_with_sizes_copy: cannot split a 0-d tensor",
         ));
     }
-    let l = ctx.int_list(1)?;
-    let pieces = l
-        .iter()
-        .map(|s| s.and_then(|s| usize_of(s, "split size")))
-        .collect::<Result<Vec<_>, _>>()?;
     let dim = dim_arg(ctx, 2, x.rank())?;
-    split_into(ctx, dim, &pieces, 3, false)
+    split_into(ctx, dim, Pieces::Listed { arg: 1 }, 3, false)
 }
 
 fn unbind_copy_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
@@ -1186,8 +1232,8 @@ fn unbind_copy_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         ));
     }
     let dim = dim_arg(ctx, 1, x.rank())?;
-    let pieces = vec![1usize; x.size(dim)];
-    split_into(ctx, dim, &pieces, 2, true)
+    let pieces = Pieces::Ones { count: x.size(dim) };
+    split_into(ctx, dim, pieces, 2, true)
 }
 
 #[cfg(test)]
