@@ -195,8 +195,14 @@ fn sum_into<X: Element, O: Element>(x: &[X], xi: &TensorInfo, p: &Plan, out: &mu
             }
             out[o] = O::from_f64(acc);
         } else {
+            // Integer sums: each element is first converted to the output dtype (`dtype=`
+            // casts the input before reducing), then summed with wrapping.
             let mut acc = 0i64;
-            each(&mut |i| acc = acc.wrapping_add(x[i].to_i64()));
+            let x_float = X::DTYPE.is_floating();
+            each(&mut |i| {
+                let v = if x_float { O::from_f64(x[i].to_f64()) } else { O::from_i64(x[i].to_i64()) };
+                acc = acc.wrapping_add(v.to_i64())
+            });
             out[o] = O::from_i64(acc);
         }
     });
@@ -561,6 +567,20 @@ mod tests {
         c.ret(o);
         c.run(sum_out).unwrap();
         assert_eq!(c.output::<i64>(o), vec![i64::MIN + 5]);
+    }
+
+    #[test]
+    fn sum_with_integer_dtype_casts_first() {
+        // torch.sum(torch.tensor([1.7, 2.6, -0.5]), dtype=torch.int64) == 3
+        let mut c = TestCall::new();
+        c.tensor(&[3], &[1.7f32, 2.6, -0.5]);
+        c.none();
+        c.bool(false);
+        c.int(ScalarType::Long as i64);
+        let o = c.out(ScalarType::Long, &[]);
+        c.ret(o);
+        c.run(sum_out).unwrap();
+        assert_eq!(c.output::<i64>(o), vec![3]);
     }
 
     #[test]
