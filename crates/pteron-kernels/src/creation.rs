@@ -266,17 +266,20 @@ fn tril_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     }
     let diag = ctx.int(1)?;
     ctx.resize(2, x.sizes())?;
-    let (r, c) = (x.size(x.rank() - 2), x.size(x.rank() - 1));
+    let (rows, c) = (x.size(x.rank() - 2), x.size(x.rank() - 1));
     let ([xt], [mut o]) = ctx.io([0], [2])?;
     with_comp!(comp_kind(x.dtype())?, C => {
-        let mut v = load::<C>(&xt)?;
-        for (k, e) in v.iter_mut().enumerate() {
-            let (i, j) = (((k / c) % r) as i64, (k % c) as i64);
-            if j - i > diag {
-                *e = C::default();
+        let ix = Input::<C>::tensor(&xt, x.sizes(), None)?;
+        stream(&mut o, x.sizes(), &[ix.strides(x.rank())], Some(x.dtype()), |blk, r| {
+            ix.read(blk, 0, r)?;
+            for (k, e) in (blk.start()..).zip(r.iter_mut()) {
+                let (i, j) = (((k / c) % rows) as i64, (k % c) as i64);
+                if j - i > diag {
+                    *e = C::default();
+                }
             }
-        }
-        finish(v, x.dtype(), &mut o)
+            Ok(())
+        })
     })
 }
 

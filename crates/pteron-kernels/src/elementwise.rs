@@ -573,41 +573,53 @@ fn run2m<C: Comp>(
 ) -> Result<(), KernelError> {
     ctx.resize(3, shape)?;
     let ([x, m], [mut o]) = ctx.io([0, 1], [3])?;
-    let xv = load_bcast::<C>(&x, shape)?;
-    let mv = load_bcast::<bool>(&m, shape)?;
-    let v: Vec<C> = xv
-        .into_iter()
-        .zip(mv)
-        .map(|(x, m)| if m { fill } else { x })
-        .collect();
-    finish(v, common, &mut o)
+    let ix = Input::<C>::tensor(&x, shape, None)?;
+    let im = Input::<bool>::tensor(&m, shape, None)?;
+    let strides = [ix.strides(shape.len()), im.strides(shape.len())];
+    let (mut xv, mut mv) = ([C::default(); BLOCK], [false; BLOCK]);
+    stream(&mut o, shape, &strides, Some(common), |blk, r| {
+        let (xv, mv) = (&mut xv[..r.len()], &mut mv[..r.len()]);
+        ix.read(blk, 0, xv)?;
+        im.read(blk, 1, mv)?;
+        for ((r, &x), &m) in r.iter_mut().zip(xv.iter()).zip(mv.iter()) {
+            *r = if m { fill } else { x };
+        }
+        Ok(())
+    })
 }
 
 // ---- clamp / hardtanh / leaky_relu ----
 
 fn clamp_common<'p>(v: &impl ArgAccess<'p>) -> Result<ScalarType, KernelError> {
-    let mut ops = vec![Opnd::read(v, 0)?];
     if let Value::Tensor(_) = v.value(0)? {
     } else {
         return Err(KernelError::invalid("clamp: self must be a tensor"));
     }
-    let mut any = false;
-    for i in [1, 2] {
-        if !v.is_none(i)? {
-            ops.push(Opnd::read(v, i)?);
-            any = true;
-        }
-    }
-    if !any {
+    let (ops, n) = clamp_opnds(v)?;
+    if n == 1 {
         return Err(KernelError::invalid(
             "clamp: at least one of 'min' or 'max' must not be None",
         ));
     }
-    let common = binary_common("clamp", &ops, out_dtype(v, 3)?, Mode::Arith)?;
+    let common = binary_common("clamp", &ops[..n], out_dtype(v, 3)?, Mode::Arith)?;
     if common == ScalarType::Bool {
         return Err(KernelError::dtype(common, "clamp"));
     }
     Ok(common)
+}
+
+/// The operands of a clamp (self, then the bounds that are not None) and how many there are.
+fn clamp_opnds<'p>(v: &impl ArgAccess<'p>) -> Result<([Opnd; 3], usize), KernelError> {
+    let this = Opnd::read(v, 0)?;
+    let mut ops = [this; 3];
+    let mut n = 1;
+    for i in [1, 2] {
+        if !v.is_none(i)? {
+            ops[n] = Opnd::read(v, i)?;
+            n += 1;
+        }
+    }
+    Ok((ops, n))
 }
 
 use pteron_core::Value;
@@ -665,13 +677,8 @@ fn clamp_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 fn clamp_tensor_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     let common = clamp_common(ctx)?;
     let (has_lo, has_hi) = (!ctx.is_none(1)?, !ctx.is_none(2)?);
-    let mut ops = vec![Opnd::read(ctx, 0)?];
-    for (i, has) in [(1, has_lo), (2, has_hi)] {
-        if has {
-            ops.push(Opnd::read(ctx, i)?);
-        }
-    }
-    let shape = broadcast_opnds(&ops)?;
+    let (ops, n) = clamp_opnds(ctx)?;
+    let shape = broadcast_opnds(&ops[..n])?;
     with_num!(comp_kind(common)?, C => match (has_lo, has_hi) {
         (true, true) => run3::<C, C, C>(ctx, [0, 1, 2], 3, &shape, Some(common), |x, l, h| clamp_val(x, Some(l), Some(h))),
         (true, false) => run2::<C, C>(ctx, 0, 1, 3, &shape, Some(common), |x, l| clamp_val(x, Some(l), None)),

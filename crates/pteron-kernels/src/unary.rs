@@ -2,7 +2,7 @@
 //! default dtype); f16/bf16 compute in f32 and round. Any dim order, 0-d and empty tensors.
 
 use pteron_core::{
-    ArgAccess, ArgView, Kernel, KernelContext, KernelError, KernelRegistry, ScalarType,
+    ArgAccess, ArgView, Dims, Kernel, KernelContext, KernelError, KernelRegistry, ScalarType,
 };
 
 use crate::elementwise::engine::*;
@@ -272,22 +272,23 @@ fn glu_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     let mut shape = x.dims();
     shape.as_mut_slice()[dim] = n / 2;
     ctx.resize(2, &shape)?;
-    let (outer, _, inner) = crate::util::outer_dim_inner(x.sizes(), dim);
     let half = n / 2;
     let ([xt], [mut o]) = ctx.io([0], [2])?;
+    // The first half is `x` read over the out's shape; the second the same, `half` further on.
+    let xs = Elems::of(&xt)?;
+    let strides = Dims::from_slice(x.strides())?;
+    let second = xs.skip(half * x.strides()[dim]);
     with_float!(comp_kind(common)?, C => {
-        let v = load::<C>(&xt)?;
-        let mut r: Vec<C> = Vec::with_capacity(outer * half * inner);
-        for a in 0..outer {
-            for k in 0..half {
-                for i in 0..inner {
-                    let p = v[(a * n + k) * inner + i];
-                    let q = v[(a * n + k + half) * inner + i];
-                    r.push(p * (1.0 / (1.0 + (-q).exp())));
-                }
+        let (mut p, mut q) = ([C::default(); BLOCK], [C::default(); BLOCK]);
+        stream(&mut o, &shape, &[strides, strides], Some(common), |blk, r| {
+            let (p, q) = (&mut p[..r.len()], &mut q[..r.len()]);
+            xs.gather(blk.offsets(0), p);
+            second.gather(blk.offsets(1), q);
+            for ((r, &p), &q) in r.iter_mut().zip(p.iter()).zip(q.iter()) {
+                *r = p * (1.0 / (1.0 + (-q).exp()));
             }
-        }
-        finish(r, common, &mut o)
+            Ok(())
+        })
     }, _ => unreachable!())
 }
 

@@ -1,14 +1,15 @@
 //! The machinery behind the elementwise, unary, reduction and copy kernels: PyTorch type
 //! promotion, compute types, and strided (dim-order aware, broadcasting) loads and stores.
 //!
-//! Kernels work in three simple stages: load every input into a `Vec<C>` in *logical* (row-major)
-//! order of the output shape, broadcasting as needed (`load_bcast`); compute elementwise in the
-//! compute type `C` (f32 for f16/bf16/f32, f64, i64 for integers, bool); store into the output
-//! through its strides (`store_logical`), which handles any dim order.
+//! Kernels stream: the output's logical (row-major) index space is walked in blocks of
+//! [`BLOCK`] elements ([`Blocks`]); each input's block is gathered through its broadcast strides
+//! into a stack buffer in the compute type `C` (f32 for f16/bf16/f32, f64, i64 for integers,
+//! bool), computed elementwise, rounded through the op's dtype and scattered into the output
+//! through its strides, which handles any dim order. Running a kernel allocates nothing.
 
 use pteron_core::{
-    dispatch_dtype, Bool, Dims, Element, KernelError, Scalar, ScalarType, TensorInfo, TensorMut,
-    TensorRef,
+    dispatch_dtype, half, Bool, Dims, Element, KernelError, Scalar, ScalarType, TensorInfo,
+    TensorMut, TensorRef,
 };
 
 use crate::util::broadcast_shapes;
@@ -205,6 +206,11 @@ pub fn scalar_dtype(s: Scalar) -> ScalarType {
 
 /// `torch.result_type` over tensors (0-d tensors rank below tensors with dims) and Python scalars.
 pub fn result_type(tensors: &[&TensorInfo], scalars: &[Scalar]) -> Result<ScalarType, KernelError> {
+    let ts = tensors.iter().map(|&&t| Opnd::Tensor(t));
+    result_type_iter(ts.chain(scalars.iter().map(|&s| Opnd::Scalar(s))))
+}
+
+fn result_type_iter(ops: impl Iterator<Item = Opnd>) -> Result<ScalarType, KernelError> {
     let mut dim: Option<ScalarType> = None;
     let mut zero: Option<ScalarType> = None;
     let mut wrapped: Option<ScalarType> = None;
@@ -215,16 +221,18 @@ pub fn result_type(tensors: &[&TensorInfo], scalars: &[Scalar]) -> Result<Scalar
         });
         Ok(())
     }
-    for t in tensors {
-        require_supported("type promotion", t.dtype())?;
-        if t.rank() == 0 {
-            upd(&mut zero, t.dtype())?;
-        } else {
-            upd(&mut dim, t.dtype())?;
+    for o in ops {
+        match o {
+            Opnd::Tensor(t) => {
+                require_supported("type promotion", t.dtype())?;
+                if t.rank() == 0 {
+                    upd(&mut zero, t.dtype())?;
+                } else {
+                    upd(&mut dim, t.dtype())?;
+                }
+            }
+            Opnd::Scalar(s) => upd(&mut wrapped, scalar_dtype(s))?,
         }
-    }
-    for &s in scalars {
-        upd(&mut wrapped, scalar_dtype(s))?;
     }
     let r = combine_categories(dim, zero)?;
     let r = combine_categories(r, wrapped)?;
@@ -334,67 +342,6 @@ pub fn walk<const K: usize>(
     }
 }
 
-fn load_typed<E: Element, C: Comp>(
-    t: &TensorRef<'_>,
-    shape: &[usize],
-) -> Result<Vec<C>, KernelError> {
-    let data = t.as_slice::<E>()?;
-    let st = bcast_strides(t.info, shape)?;
-    let n: usize = shape.iter().product();
-    let mut v = Vec::with_capacity(n);
-    if t.info.is_contiguous() && t.info.sizes() == shape {
-        v.extend(data.iter().map(|&e| C::load(e)));
-        return Ok(v);
-    }
-    walk(shape, [&st], |[o]| v.push(C::load(data[o])));
-    Ok(v)
-}
-
-/// The elements of `t`, converted to `C`, broadcast to `shape`, in logical row-major order.
-pub fn load_bcast<C: Comp>(t: &TensorRef<'_>, shape: &[usize]) -> Result<Vec<C>, KernelError> {
-    dispatch_dtype!(t.info.dtype(), E => load_typed::<E, C>(t, shape),
-        _ => Err(KernelError::dtype(t.info.dtype(), "load")))
-}
-
-/// The elements of `t` converted to `C`, in logical row-major order of its own shape.
-pub fn load<C: Comp>(t: &TensorRef<'_>) -> Result<Vec<C>, KernelError> {
-    let sizes = t.info.dims();
-    load_bcast(t, sizes.as_slice())
-}
-
-fn store_typed<E: Element, R: Comp>(
-    vals: &[R],
-    out: &mut TensorMut<'_>,
-) -> Result<(), KernelError> {
-    let info = *out.info;
-    let data = out.as_mut_slice::<E>()?;
-    if vals.len() != data.len() {
-        return Err(KernelError::invalid(format!(
-            "store: {} values for {} elements",
-            vals.len(),
-            data.len()
-        )));
-    }
-    if info.is_contiguous() {
-        for (d, &v) in data.iter_mut().zip(vals) {
-            *d = v.store();
-        }
-        return Ok(());
-    }
-    let mut k = 0;
-    walk(info.sizes(), [info.strides()], |[o]| {
-        data[o] = vals[k].store();
-        k += 1;
-    });
-    Ok(())
-}
-
-/// Stores `vals` (logical row-major order of `out`'s shape) into `out`, converting to its dtype.
-pub fn store_logical<R: Comp>(vals: &[R], out: &mut TensorMut<'_>) -> Result<(), KernelError> {
-    dispatch_dtype!(out.info.dtype(), E => store_typed::<E, R>(vals, out),
-        _ => Err(KernelError::dtype(out.info.dtype(), "store")))
-}
-
 /// Rounds every value through `dtype` (the op's common dtype) so that results narrower than the
 /// compute type (int8 wrapping, f16 rounding) match PyTorch even when the output is wider.
 pub fn round_through<C: Comp>(vals: &mut [C], dtype: ScalarType) -> Result<(), KernelError> {
@@ -410,16 +357,336 @@ pub fn round_through<C: Comp>(vals: &mut [C], dtype: ScalarType) -> Result<(), K
     }
 }
 
-/// Rounds then stores: the usual tail of an elementwise kernel.
-pub fn finish<C: Comp>(
-    mut vals: Vec<C>,
-    common: ScalarType,
-    out: &mut TensorMut<'_>,
-) -> Result<(), KernelError> {
-    round_through(&mut vals, common)?;
-    store_logical(&vals, out)
+/// One value rounded through `dtype`, as [`round_through`]; a dtype pteron does not compute
+/// with (rejected by the load-time checks) leaves it unchanged.
+#[inline]
+pub fn round1<C: Comp>(v: C, dtype: ScalarType) -> C {
+    let mut a = [v];
+    match round_through(&mut a, dtype) {
+        Ok(()) => a[0],
+        Err(_) => v,
+    }
 }
 
+// ---- Typed element access, without allocating ----
+
+/// The elements of a tensor as a slice of its own element type, matched once per tensor so that
+/// kernels can read any dtype: [`Elems::get`] converts one element, [`Elems::gather`] a block.
+#[derive(Clone, Copy)]
+pub enum Elems<'a> {
+    U8(&'a [u8]),
+    I8(&'a [i8]),
+    I16(&'a [i16]),
+    I32(&'a [i32]),
+    I64(&'a [i64]),
+    F16(&'a [half::f16]),
+    BF16(&'a [half::bf16]),
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+    Bool(&'a [Bool]),
+}
+
+/// The writable counterpart of [`Elems`].
+pub enum ElemsMut<'a> {
+    U8(&'a mut [u8]),
+    I8(&'a mut [i8]),
+    I16(&'a mut [i16]),
+    I32(&'a mut [i32]),
+    I64(&'a mut [i64]),
+    F16(&'a mut [half::f16]),
+    BF16(&'a mut [half::bf16]),
+    F32(&'a mut [f32]),
+    F64(&'a mut [f64]),
+    Bool(&'a mut [Bool]),
+}
+
+/// Evaluates `$body` with `$s` bound to the slice inside an [`Elems`] or [`ElemsMut`].
+macro_rules! match_elems {
+    ($ty:ident, $e:expr, $s:ident => $body:expr) => {
+        match $e {
+            $ty::U8($s) => $body,
+            $ty::I8($s) => $body,
+            $ty::I16($s) => $body,
+            $ty::I32($s) => $body,
+            $ty::I64($s) => $body,
+            $ty::F16($s) => $body,
+            $ty::BF16($s) => $body,
+            $ty::F32($s) => $body,
+            $ty::F64($s) => $body,
+            $ty::Bool($s) => $body,
+        }
+    };
+}
+
+/// Builds an [`Elems`] or [`ElemsMut`] from a tensor with the slice method `$as`.
+macro_rules! elems_of {
+    ($ty:ident, $t:expr, $as:ident, $what:expr) => {
+        match $t.info.dtype() {
+            ScalarType::Byte => Ok($ty::U8($t.$as()?)),
+            ScalarType::Char => Ok($ty::I8($t.$as()?)),
+            ScalarType::Short => Ok($ty::I16($t.$as()?)),
+            ScalarType::Int => Ok($ty::I32($t.$as()?)),
+            ScalarType::Long => Ok($ty::I64($t.$as()?)),
+            ScalarType::Half => Ok($ty::F16($t.$as()?)),
+            ScalarType::BFloat16 => Ok($ty::BF16($t.$as()?)),
+            ScalarType::Float => Ok($ty::F32($t.$as()?)),
+            ScalarType::Double => Ok($ty::F64($t.$as()?)),
+            ScalarType::Bool => Ok($ty::Bool($t.$as()?)),
+            other => Err(KernelError::dtype(other, $what)),
+        }
+    };
+}
+
+/// Rebuilds the same variant of an [`Elems`] around `$body` (a slice made from `$s`).
+macro_rules! map_elems {
+    ($e:expr, $s:ident => $body:expr) => {
+        match $e {
+            Elems::U8($s) => Elems::U8($body),
+            Elems::I8($s) => Elems::I8($body),
+            Elems::I16($s) => Elems::I16($body),
+            Elems::I32($s) => Elems::I32($body),
+            Elems::I64($s) => Elems::I64($body),
+            Elems::F16($s) => Elems::F16($body),
+            Elems::BF16($s) => Elems::BF16($body),
+            Elems::F32($s) => Elems::F32($body),
+            Elems::F64($s) => Elems::F64($body),
+            Elems::Bool($s) => Elems::Bool($body),
+        }
+    };
+}
+
+/// Element offsets of one block of an operand: a run of consecutive elements, or a list.
+#[derive(Clone, Copy, Debug)]
+pub enum Offsets<'a> {
+    Run(usize),
+    List(&'a [usize]),
+}
+
+impl<'a> Elems<'a> {
+    pub fn of(t: &TensorRef<'a>) -> Result<Self, KernelError> {
+        elems_of!(Elems, t, as_slice, "load")
+    }
+
+    /// Element `i`, converted to `C`.
+    #[inline]
+    pub fn get<C: Comp>(&self, i: usize) -> C {
+        match_elems!(Elems, *self, s => C::load(s[i]))
+    }
+
+    /// The elements from `n` on (offsets then count from element `n`).
+    pub fn skip(self, n: usize) -> Self {
+        map_elems!(self, s => &s[n.min(s.len())..])
+    }
+
+    /// Converts the elements at `offs` into `buf`, one per entry of `buf`.
+    pub fn gather<C: Comp>(&self, offs: Offsets<'_>, buf: &mut [C]) {
+        fn go<E: Element, C: Comp>(s: &[E], offs: Offsets<'_>, buf: &mut [C]) {
+            match offs {
+                Offsets::Run(start) => {
+                    let n = buf.len();
+                    for (b, &e) in buf.iter_mut().zip(&s[start..start + n]) {
+                        *b = C::load(e);
+                    }
+                }
+                Offsets::List(l) => {
+                    for (b, &o) in buf.iter_mut().zip(l) {
+                        *b = C::load(s[o]);
+                    }
+                }
+            }
+        }
+        match_elems!(Elems, *self, s => go(s, offs, buf))
+    }
+}
+
+impl<'a> ElemsMut<'a> {
+    pub fn of(t: &'a mut TensorMut<'_>) -> Result<Self, KernelError> {
+        elems_of!(ElemsMut, t, as_mut_slice, "store")
+    }
+
+    /// Element `i`, converted to `C`.
+    #[inline]
+    pub fn get<C: Comp>(&self, i: usize) -> C {
+        match_elems!(ElemsMut, self, s => C::load(s[i]))
+    }
+
+    /// Stores `v` (converted to the element type) at `i`.
+    #[inline]
+    pub fn set<R: Comp>(&mut self, i: usize, v: R) {
+        match_elems!(ElemsMut, self, s => s[i] = v.store())
+    }
+
+    /// Stores `vals` (converted) at `offs`, one per value.
+    pub fn scatter<R: Comp>(&mut self, offs: Offsets<'_>, vals: &[R]) {
+        fn go<E: Element, R: Comp>(s: &mut [E], offs: Offsets<'_>, vals: &[R]) {
+            match offs {
+                Offsets::Run(start) => {
+                    for (d, &v) in s[start..start + vals.len()].iter_mut().zip(vals) {
+                        *d = v.store();
+                    }
+                }
+                Offsets::List(l) => {
+                    for (&o, &v) in l.iter().zip(vals) {
+                        s[o] = v.store();
+                    }
+                }
+            }
+        }
+        match_elems!(ElemsMut, self, s => go(s, offs, vals))
+    }
+}
+
+/// Elements per block of a streamed op (its stack buffers hold this many values).
+pub const BLOCK: usize = 256;
+/// The most tensors (inputs and output) one [`Blocks`] walk tracks.
+pub const MAX_OPERANDS: usize = 4;
+
+/// Whether reading with `strides` visits the elements of `shape` at consecutive offsets.
+fn is_linear(strides: &[usize], shape: &[usize]) -> bool {
+    let mut expected = 1;
+    for (&st, &n) in strides.iter().zip(shape).rev() {
+        if n != 1 && st != expected {
+            return false;
+        }
+        expected *= n;
+    }
+    true
+}
+
+/// Walks the logical (row-major) index space of a shape in blocks of at most [`BLOCK`]
+/// elements, giving for each operand (read or written with its own strides) the element offsets
+/// of the block. An operand whose strides are those of a
+/// contiguous tensor of the shape gets a plain run, so when every operand is contiguous a
+/// block is a zip over slices and no offsets are computed at all.
+pub struct Blocks {
+    n: usize,
+    shape: Dims,
+    strides: [Dims; MAX_OPERANDS],
+    linear: [bool; MAX_OPERANDS],
+    all_linear: bool,
+    /// Multi-index and offsets of the next element to list.
+    idx: [usize; pteron_core::MAX_RANK],
+    off: [usize; MAX_OPERANDS],
+    numel: usize,
+    start: usize,
+    len: usize,
+    offs: [[usize; BLOCK]; MAX_OPERANDS],
+}
+
+impl Blocks {
+    /// A walk over `shape` for operands read with `strides` (one per operand, each of rank
+    /// `shape.len()`).
+    pub fn new(shape: &[usize], strides: &[&[usize]]) -> Result<Self, KernelError> {
+        let n = strides.len();
+        if n > MAX_OPERANDS {
+            return Err(KernelError::invalid("elementwise walk: too many operands"));
+        }
+        let mut b = Blocks {
+            n,
+            shape: Dims::from_slice(shape)?,
+            strides: [Dims::new(); MAX_OPERANDS],
+            linear: [true; MAX_OPERANDS],
+            all_linear: true,
+            idx: [0; pteron_core::MAX_RANK],
+            off: [0; MAX_OPERANDS],
+            numel: shape.iter().product(),
+            start: 0,
+            len: 0,
+            offs: [[0; BLOCK]; MAX_OPERANDS],
+        };
+        for (k, &st) in strides.iter().enumerate() {
+            if st.len() != shape.len() {
+                return Err(KernelError::invalid(format!(
+                    "elementwise walk: strides {st:?} for shape {shape:?}"
+                )));
+            }
+            b.strides[k] = Dims::from_slice(st)?;
+            b.linear[k] = is_linear(st, shape);
+            b.all_linear &= b.linear[k];
+        }
+        Ok(b)
+    }
+
+    /// Moves to the next block; false once every element has been visited.
+    pub fn advance(&mut self) -> bool {
+        self.start += self.len;
+        if self.start >= self.numel {
+            self.len = 0;
+            return false;
+        }
+        self.len = BLOCK.min(self.numel - self.start);
+        if !self.all_linear {
+            self.list_offsets();
+        }
+        true
+    }
+
+    /// Logical index of the block's first element.
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
+    /// Number of elements in the block.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Offsets of the block's elements for operand `k`.
+    pub fn offsets(&self, k: usize) -> Offsets<'_> {
+        if self.linear[k] {
+            Offsets::Run(self.start)
+        } else {
+            Offsets::List(&self.offs[k][..self.len])
+        }
+    }
+
+    /// Fills `offs` for the strided operands, a run of the innermost dim at a time.
+    fn list_offsets(&mut self) {
+        let rank = self.shape.len();
+        let mut t = 0;
+        while t < self.len {
+            let Some(last) = rank.checked_sub(1) else {
+                // 0-d: the one element is at offset 0.
+                for k in 0..self.n {
+                    self.offs[k][0] = self.off[k];
+                }
+                return;
+            };
+            let run = (self.shape[last] - self.idx[last]).min(self.len - t);
+            for k in 0..self.n {
+                if !self.linear[k] {
+                    let (o, s) = (self.off[k], self.strides[k][last]);
+                    for (j, slot) in self.offs[k][t..t + run].iter_mut().enumerate() {
+                        *slot = o + j * s;
+                    }
+                }
+                self.off[k] += run * self.strides[k][last];
+            }
+            t += run;
+            self.idx[last] += run;
+            // Carry into the outer dims.
+            let mut d = last;
+            while self.idx[d] == self.shape[d] {
+                for k in 0..self.n {
+                    self.off[k] -= self.strides[k][d] * self.shape[d];
+                }
+                self.idx[d] = 0;
+                if d == 0 {
+                    break;
+                }
+                d -= 1;
+                self.idx[d] += 1;
+                for k in 0..self.n {
+                    self.off[k] += self.strides[k][d];
+                }
+            }
+        }
+    }
+}
 /// Calls `$body` with `$C` bound to the compute type of `$common` (bool, i64, f32 or f64).
 #[macro_export]
 #[doc(hidden)]
@@ -629,7 +896,7 @@ pub fn copy_cast(src: &TensorRef<'_>, dst: &mut TensorMut<'_>) -> Result<(), Ker
 /// Result of `Bool` used as element.
 pub type BoolElem = Bool;
 
-// ---- Running kernels: resize, borrow, load, map, store ----
+// ---- Running kernels: resize, borrow, then stream block by block ----
 
 use pteron_core::{ArgAccess, ArgView, KernelContext, Value};
 
@@ -664,24 +931,7 @@ impl Opnd {
 
 /// `torch.result_type` over operands.
 pub fn result_type_of(ops: &[Opnd]) -> Result<ScalarType, KernelError> {
-    let mut ts: [Option<&TensorInfo>; 4] = [None; 4];
-    let mut ss: [Option<Scalar>; 4] = [None; 4];
-    let (mut nt, mut ns) = (0, 0);
-    for o in ops {
-        match o {
-            Opnd::Tensor(t) => {
-                ts[nt] = Some(t);
-                nt += 1;
-            }
-            Opnd::Scalar(s) => {
-                ss[ns] = Some(*s);
-                ns += 1;
-            }
-        }
-    }
-    let tv: Vec<&TensorInfo> = ts[..nt].iter().map(|t| t.unwrap()).collect();
-    let sv: Vec<Scalar> = ss[..ns].iter().map(|s| s.unwrap()).collect();
-    result_type(&tv, &sv)
+    result_type_iter(ops.iter().copied())
 }
 
 /// Broadcast shape of the operands (scalars broadcast as 0-d).
@@ -691,35 +941,6 @@ pub fn broadcast_opnds(ops: &[Opnd]) -> Result<Dims, KernelError> {
         out = broadcast_shapes(out.as_slice(), o.sizes())?;
     }
     Ok(out)
-}
-
-fn load_opnd<C: Comp>(
-    o: &Opnd,
-    t: Option<&TensorRef<'_>>,
-    shape: &[usize],
-) -> Result<Vec<C>, KernelError> {
-    match (o, t) {
-        (Opnd::Scalar(s), _) => Ok(vec![C::from_scalar(*s); shape.iter().product()]),
-        (Opnd::Tensor(_), Some(t)) => load_bcast(t, shape),
-        _ => Err(KernelError::invalid("operand has no tensor")),
-    }
-}
-
-/// Loads an operand and, as PyTorch does, casts it to the op's common dtype first (a Python
-/// scalar or a wider 0-d tensor is converted to the common dtype before computing).
-fn load_common<C: Comp>(
-    o: &Opnd,
-    t: Option<&TensorRef<'_>>,
-    shape: &[usize],
-    common: Option<ScalarType>,
-) -> Result<Vec<C>, KernelError> {
-    let mut v = load_opnd::<C>(o, t, shape)?;
-    if let Some(d) = common {
-        if o.dtype() != d || matches!(o, Opnd::Scalar(_)) {
-            round_through(&mut v, d)?;
-        }
-    }
-    Ok(v)
 }
 
 /// A scalar converted to the compute type through the common dtype.
@@ -734,6 +955,121 @@ pub fn out_dtype<'p>(v: &impl ArgAccess<'p>, i: usize) -> Result<ScalarType, Ker
     Ok(v.tensor(i)?.dtype())
 }
 
+/// An input of a streamed op, read in the compute type `C`: a tensor broadcast to the op's
+/// shape, or a constant (a scalar argument).
+pub enum Input<'a, C> {
+    Const(C),
+    Tensor {
+        elems: Elems<'a>,
+        strides: Dims,
+        /// The common dtype to cast through first, when the tensor's dtype differs from it.
+        round: Option<ScalarType>,
+    },
+}
+
+impl<'a, C: Comp> Input<'a, C> {
+    /// Tensor `t` read broadcast to `shape`. As PyTorch does, it is cast to the op's `common`
+    /// dtype (if any) before computing when its own dtype differs.
+    pub fn tensor(
+        t: &TensorRef<'a>,
+        shape: &[usize],
+        common: Option<ScalarType>,
+    ) -> Result<Self, KernelError> {
+        Ok(Input::Tensor {
+            elems: Elems::of(t)?,
+            strides: bcast_strides(t.info, shape)?,
+            round: common.filter(|&d| d != t.info.dtype()),
+        })
+    }
+
+    /// A Python scalar, cast to the op's `common` dtype (if any).
+    pub fn scalar(s: Scalar, common: Option<ScalarType>) -> Result<Self, KernelError> {
+        Ok(Input::Const(match common {
+            Some(d) => scalar_in(s, d)?,
+            None => C::from_scalar(s),
+        }))
+    }
+
+    /// Argument `i`'s operand `o` (a scalar, or the tensor `t`) as an input.
+    fn of(
+        o: &Opnd,
+        t: Option<&TensorRef<'a>>,
+        shape: &[usize],
+        common: Option<ScalarType>,
+    ) -> Result<Self, KernelError> {
+        match (o, t) {
+            (Opnd::Scalar(s), _) => Self::scalar(*s, common),
+            (Opnd::Tensor(_), Some(t)) => Self::tensor(t, shape, common),
+            _ => Err(KernelError::invalid("operand has no tensor")),
+        }
+    }
+
+    /// Strides to walk this input over a shape of rank `rank` (all 0 for a constant).
+    pub fn strides(&self, rank: usize) -> Dims {
+        match self {
+            Input::Const(_) => {
+                Dims::from_slice(&[0; pteron_core::MAX_RANK][..rank]).expect("rank checked")
+            }
+            Input::Tensor { strides, .. } => *strides,
+        }
+    }
+
+    /// Reads the current block of `blocks` for operand `k` into `buf`.
+    pub fn read(&self, blocks: &Blocks, k: usize, buf: &mut [C]) -> Result<(), KernelError> {
+        match self {
+            Input::Const(c) => buf.fill(*c),
+            Input::Tensor { elems, round, .. } => {
+                elems.gather(blocks.offsets(k), buf);
+                if let Some(d) = round {
+                    round_through(buf, *d)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Streams the elements of `out` (already of shape `shape`) block by block: `compute(blocks,
+/// results)` fills one block of results, reading input `k` (walked with `in_strides[k]`) at
+/// `blocks.offsets(k)`; the results are rounded through `round` and stored into `out` in its
+/// dtype and dim order. Nothing is allocated: every buffer lives on the stack.
+pub fn stream<R: Comp>(
+    out: &mut TensorMut<'_>,
+    shape: &[usize],
+    in_strides: &[Dims],
+    round: Option<ScalarType>,
+    mut compute: impl FnMut(&Blocks, &mut [R]) -> Result<(), KernelError>,
+) -> Result<(), KernelError> {
+    let info = out.info;
+    if info.sizes() != shape {
+        return Err(KernelError::invalid(format!(
+            "store: out has shape {:?}, the op computes {shape:?}",
+            info.sizes()
+        )));
+    }
+    let n = in_strides.len();
+    if n + 1 > MAX_OPERANDS {
+        return Err(KernelError::invalid("elementwise op: too many inputs"));
+    }
+    let mut strides: [&[usize]; MAX_OPERANDS] = [&[]; MAX_OPERANDS];
+    for (s, d) in strides.iter_mut().zip(in_strides) {
+        *s = d.as_slice();
+    }
+    strides[n] = info.strides();
+    let mut blocks = Blocks::new(shape, &strides[..n + 1])?;
+    let mut dst = ElemsMut::of(out)?;
+    let mut results = [R::default(); BLOCK];
+    while blocks.advance() {
+        let r = &mut results[..blocks.len()];
+        compute(&blocks, r)?;
+        if let Some(d) = round {
+            round_through(r, d)?;
+        }
+        dst.scatter(blocks.offsets(n), r);
+    }
+    Ok(())
+}
+
 /// Runs a unary map: argument `a` (tensor or scalar) → output `out` resized to `shape`.
 /// `round` is the dtype results are rounded through (None for results of another kind).
 pub fn run1<C: Comp, R: Comp>(
@@ -746,21 +1082,32 @@ pub fn run1<C: Comp, R: Comp>(
 ) -> Result<(), KernelError> {
     let oa = Opnd::read(ctx, a)?;
     ctx.resize(out, shape)?;
-    let (va, mut o) = match oa {
+    let (ta, mut o) = match oa {
         Opnd::Scalar(_) => {
             let ([], [o]) = ctx.io([], [out])?;
-            (load_common::<C>(&oa, None, shape, round)?, o)
+            (None, o)
         }
         Opnd::Tensor(_) => {
             let ([ta], [o]) = ctx.io([a], [out])?;
-            (load_common::<C>(&oa, Some(&ta), shape, round)?, o)
+            (Some(ta), o)
         }
     };
-    let mut v: Vec<R> = va.into_iter().map(&mut f).collect();
-    if let Some(r) = round {
-        round_through(&mut v, r)?;
-    }
-    store_logical(&v, &mut o)
+    let ia = Input::<C>::of(&oa, ta.as_ref(), shape, round)?;
+    let mut xa = [C::default(); BLOCK];
+    stream(
+        &mut o,
+        shape,
+        &[ia.strides(shape.len())],
+        round,
+        |blk, r| {
+            let xa = &mut xa[..r.len()];
+            ia.read(blk, 0, xa)?;
+            for (r, &x) in r.iter_mut().zip(xa.iter()) {
+                *r = f(x);
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Runs a binary map over arguments `a`, `b` (each a tensor or a scalar), broadcast to `shape`.
@@ -792,49 +1139,47 @@ pub fn run2x<C: Comp, R: Comp>(
     let oa = Opnd::read(ctx, a)?;
     let ob = Opnd::read(ctx, b)?;
     ctx.resize(out, shape)?;
-    let (va, vb, mut o) = match (&oa, &ob) {
+    let (ta, tb, mut o) = match (&oa, &ob) {
         (Opnd::Tensor(_), Opnd::Tensor(_)) => {
             let ([ta, tb], [o]) = ctx.io([a, b], [out])?;
-            (
-                load_common::<C>(&oa, Some(&ta), shape, in_common)?,
-                load_common::<C>(&ob, Some(&tb), shape, in_common)?,
-                o,
-            )
+            (Some(ta), Some(tb), o)
         }
         (Opnd::Tensor(_), Opnd::Scalar(_)) => {
             let ([ta], [o]) = ctx.io([a], [out])?;
-            (
-                load_common::<C>(&oa, Some(&ta), shape, in_common)?,
-                load_common::<C>(&ob, None, shape, in_common)?,
-                o,
-            )
+            (Some(ta), None, o)
         }
         (Opnd::Scalar(_), Opnd::Tensor(_)) => {
             let ([tb], [o]) = ctx.io([b], [out])?;
-            (
-                load_common::<C>(&oa, None, shape, in_common)?,
-                load_common::<C>(&ob, Some(&tb), shape, in_common)?,
-                o,
-            )
+            (None, Some(tb), o)
         }
         (Opnd::Scalar(_), Opnd::Scalar(_)) => {
             let ([], [o]) = ctx.io([], [out])?;
-            (
-                load_common::<C>(&oa, None, shape, in_common)?,
-                load_common::<C>(&ob, None, shape, in_common)?,
-                o,
-            )
+            (None, None, o)
         }
     };
-    let mut v: Vec<R> = va.into_iter().zip(vb).map(|(x, y)| f(x, y)).collect();
-    if let Some(r) = round {
-        round_through(&mut v, r)?;
-    }
-    store_logical(&v, &mut o)
+    let ia = Input::<C>::of(&oa, ta.as_ref(), shape, in_common)?;
+    let ib = Input::<C>::of(&ob, tb.as_ref(), shape, in_common)?;
+    let rank = shape.len();
+    let (mut xa, mut xb) = ([C::default(); BLOCK], [C::default(); BLOCK]);
+    stream(
+        &mut o,
+        shape,
+        &[ia.strides(rank), ib.strides(rank)],
+        round,
+        |blk, r| {
+            let (xa, xb) = (&mut xa[..r.len()], &mut xb[..r.len()]);
+            ia.read(blk, 0, xa)?;
+            ib.read(blk, 1, xb)?;
+            for ((r, &x), &y) in r.iter_mut().zip(xa.iter()).zip(xb.iter()) {
+                *r = f(x, y);
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Runs a ternary map over three tensor arguments broadcast to `shape`; `Cc` is the compute type
-/// of the first (e.g. a bool condition).
+/// of the first (e.g. a bool condition), which is read without casting.
 pub fn run3<Cc: Comp, C: Comp, R: Comp>(
     ctx: &mut KernelContext<'_, '_>,
     args: [usize; 3],
@@ -845,19 +1190,24 @@ pub fn run3<Cc: Comp, C: Comp, R: Comp>(
 ) -> Result<(), KernelError> {
     ctx.resize(out, shape)?;
     let ([t0, t1, t2], [mut o]) = ctx.io(args, [out])?;
-    let v0 = load_bcast::<Cc>(&t0, shape)?;
-    let v1 = load_common::<C>(&Opnd::Tensor(*t1.info), Some(&t1), shape, round)?;
-    let v2 = load_common::<C>(&Opnd::Tensor(*t2.info), Some(&t2), shape, round)?;
-    let mut v: Vec<R> = v0
-        .into_iter()
-        .zip(v1)
-        .zip(v2)
-        .map(|((x, y), z)| f(x, y, z))
-        .collect();
-    if let Some(r) = round {
-        round_through(&mut v, r)?;
-    }
-    store_logical(&v, &mut o)
+    let i0 = Input::<Cc>::tensor(&t0, shape, None)?;
+    let i1 = Input::<C>::tensor(&t1, shape, round)?;
+    let i2 = Input::<C>::tensor(&t2, shape, round)?;
+    let rank = shape.len();
+    let strides = [i0.strides(rank), i1.strides(rank), i2.strides(rank)];
+    let mut x0 = [Cc::default(); BLOCK];
+    let (mut x1, mut x2) = ([C::default(); BLOCK], [C::default(); BLOCK]);
+    stream(&mut o, shape, &strides, round, |blk, r| {
+        let n = r.len();
+        let (x0, x1, x2) = (&mut x0[..n], &mut x1[..n], &mut x2[..n]);
+        i0.read(blk, 0, x0)?;
+        i1.read(blk, 1, x1)?;
+        i2.read(blk, 2, x2)?;
+        for (((r, &c), &x), &y) in r.iter_mut().zip(x0.iter()).zip(x1.iter()).zip(x2.iter()) {
+            *r = f(c, x, y);
+        }
+        Ok(())
+    })
 }
 
 /// Load-time check helper: every tensor among `args` has a dtype pteron computes with.

@@ -1,5 +1,6 @@
 //! More reductions: max/min (with indices and full), prod, var_mean, any, cumsum, topk.
-//! Inputs are read in logical order through their strides, so any dim order works.
+//! Inputs are read in logical order through their strides, so any dim order works; each output
+//! element folds its group straight from the input, so running allocates nothing.
 
 use pteron_core::{
     ArgAccess, ArgView, Dims, Kernel, KernelContext, KernelError, KernelRegistry, ScalarType,
@@ -9,17 +10,21 @@ use pteron_core::{
 use crate::elementwise::engine::*;
 use crate::with_num;
 
-/// Which dims a reduction folds, and the shapes involved.
+/// Which dims a reduction folds: output elements walk the kept dims in logical order, and each
+/// folds its group (the reduced dims) in row-major order.
 pub(crate) struct RPlan {
-    /// Input sizes (a 0-d input reduces as one element).
-    in_shape: Dims,
-    /// For each input dim, the stride of the (keepdim-shaped) output; 0 for reduced dims.
-    out_strides: Dims,
     /// The output shape (keepdim or not).
     pub out_shape: Dims,
     pub out_numel: usize,
     /// Elements folded into each output element.
     pub group: usize,
+    /// Kept dims: sizes, input strides, and the output dim each one is.
+    kept: Dims,
+    kept_in: Dims,
+    kept_out_dim: [usize; MAX_RANK],
+    /// Reduced dims: sizes and input strides.
+    red: Dims,
+    red_in: Dims,
 }
 
 pub(crate) fn rplan(
@@ -45,53 +50,61 @@ pub(crate) fn rplan(
         }
         _ => reduced[..rank].iter_mut().for_each(|r| *r = true),
     }
-    let mut out_shape = Dims::new();
-    let mut keep = Dims::new();
+    let mut p = RPlan {
+        out_shape: Dims::new(),
+        out_numel: 1,
+        group: 1,
+        kept: Dims::new(),
+        kept_in: Dims::new(),
+        kept_out_dim: [0; MAX_RANK],
+        red: Dims::new(),
+        red_in: Dims::new(),
+    };
     for d in 0..rank {
-        keep.push(if reduced[d] { 1 } else { x.size(d) })?;
-        if !reduced[d] {
-            out_shape.push(x.size(d))?;
-        } else if keepdim {
-            out_shape.push(1)?;
+        let (size, stride) = (x.size(d), x.strides()[d]);
+        if reduced[d] {
+            p.red.push(size)?;
+            p.red_in.push(stride)?;
+            p.group *= size;
+            if keepdim {
+                p.out_shape.push(1)?;
+            }
+        } else {
+            p.kept_out_dim[p.kept.len()] = p.out_shape.len();
+            p.kept.push(size)?;
+            p.kept_in.push(stride)?;
+            p.out_numel *= size;
+            p.out_shape.push(size)?;
         }
     }
-    let mut out_strides = keep;
-    let mut s = 1;
-    for d in (0..rank).rev() {
-        out_strides.as_mut_slice()[d] = if reduced[d] { 0 } else { s };
-        s *= keep[d];
-    }
-    let out_numel = keep.iter().product::<usize>();
-    let group = (0..rank)
-        .filter(|&d| reduced[d])
-        .map(|d| x.size(d))
-        .product();
-    Ok(RPlan {
-        in_shape: x.dims(),
-        out_strides,
-        out_shape,
-        out_numel,
-        group,
-    })
+    Ok(p)
 }
 
-/// Folds logical-order values `vals` into one accumulator per output element; `f` gets the
-/// accumulator, the value and its position within its group (its index along a single reduced dim).
-pub(crate) fn fold<C: Copy, A: Clone>(
-    vals: &[C],
-    p: &RPlan,
-    init: A,
-    mut f: impl FnMut(&mut A, C, usize),
-) -> Vec<A> {
-    let mut acc = vec![init; p.out_numel];
-    let mut seen = vec![0usize; p.out_numel];
-    let mut k = 0;
-    walk(&p.in_shape, [&p.out_strides], |[o]| {
-        f(&mut acc[o], vals[k], seen[o]);
-        seen[o] += 1;
-        k += 1;
-    });
-    acc
+impl RPlan {
+    /// Calls `f(base, a, b)` for every output element in logical order: `base` is the input
+    /// offset its group starts at, `a` and `b` its offsets in outputs `oa` and `ob` (tensors of
+    /// shape `out_shape`, any dim order; pass one twice for a single output).
+    pub(crate) fn for_each_out(
+        &self,
+        oa: &TensorInfo,
+        ob: &TensorInfo,
+        mut f: impl FnMut(usize, usize, usize),
+    ) {
+        let (mut sa, mut sb) = (self.kept, self.kept);
+        for (i, &d) in self.kept_out_dim[..self.kept.len()].iter().enumerate() {
+            sa.as_mut_slice()[i] = oa.strides()[d];
+            sb.as_mut_slice()[i] = ob.strides()[d];
+        }
+        walk(&self.kept, [&self.kept_in, &sa, &sb], |[i, a, b]| {
+            f(i, a, b)
+        });
+    }
+
+    /// Calls `f(offset)` for every input element of the group starting at `base`, in row-major
+    /// order of the reduced dims.
+    pub(crate) fn for_each_in_group(&self, base: usize, mut f: impl FnMut(usize)) {
+        walk(&self.red, [&self.red_in], |[o]| f(base + o));
+    }
 }
 
 fn nonempty(p: &RPlan, op: &str) -> Result<(), KernelError> {
@@ -152,18 +165,24 @@ fn dim_extreme(ctx: &mut KernelContext<'_, '_>, max: bool) -> Result<(), KernelE
     ctx.resize(3, &p.out_shape)?;
     ctx.resize(4, &p.out_shape)?;
     let ([xt], [mut vo, mut io]) = ctx.io([0], [3, 4])?;
+    let (vi, ii) = (vo.info, io.info);
+    let xs = Elems::of(&xt)?;
+    let (mut vs, mut is) = (ElemsMut::of(&mut vo)?, ElemsMut::of(&mut io)?);
     with_num!(comp_kind(x.dtype())?, C => {
-        let vals = load::<C>(&xt)?;
-        let acc = fold(&vals, &p, (C::ZERO, -1i64), |a, v, pos| {
-            if a.1 < 0 || better(v, a.0, max) {
-                *a = (v, pos as i64);
-            }
+        p.for_each_out(vi, ii, |base, ov, oi| {
+            let (mut best, mut at, mut pos) = (C::ZERO, -1i64, 0);
+            p.for_each_in_group(base, |o| {
+                let v = xs.get::<C>(o);
+                if at < 0 || better(v, best, max) {
+                    (best, at) = (v, pos);
+                }
+                pos += 1;
+            });
+            vs.set(ov, best);
+            is.set(oi, at);
         });
-        let v: Vec<C> = acc.iter().map(|a| a.0).collect();
-        let i: Vec<i64> = acc.iter().map(|a| a.1).collect();
-        finish(v, x.dtype(), &mut vo)?;
-        store_logical(&i, &mut io)
-    })
+    });
+    Ok(())
 }
 
 fn max_dim_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
@@ -190,15 +209,22 @@ fn full_extreme(ctx: &mut KernelContext<'_, '_>, max: bool) -> Result<(), Kernel
     nonempty(&p, "max/min")?;
     ctx.resize(1, &p.out_shape)?;
     let ([xt], [mut o]) = ctx.io([0], [1])?;
+    let oi = o.info;
+    let xs = Elems::of(&xt)?;
+    let mut os = ElemsMut::of(&mut o)?;
     with_num!(comp_kind(x.dtype())?, C => {
-        let vals = load::<C>(&xt)?;
-        let acc = fold(&vals, &p, None::<C>, |a, v, _| {
-            if a.map_or(true, |c| better(v, c, max)) {
-                *a = Some(v);
-            }
+        p.for_each_out(oi, oi, |base, out, _| {
+            let mut best: Option<C> = None;
+            p.for_each_in_group(base, |i| {
+                let v = xs.get::<C>(i);
+                if best.map_or(true, |c| better(v, c, max)) {
+                    best = Some(v);
+                }
+            });
+            os.set(out, best.unwrap_or(C::ZERO));
         });
-        finish(acc.into_iter().map(|a| a.unwrap_or(C::ZERO)).collect(), x.dtype(), &mut o)
-    })
+    });
+    Ok(())
 }
 
 fn max_unary_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
@@ -225,16 +251,14 @@ fn check_prod<const DT: usize, const OUT: usize>(v: &ArgView<'_, '_>) -> Result<
     Ok(())
 }
 
-/// Loads `t` as `C` after casting through `dtype` (the `dtype=` argument), if given.
-fn load_as<C: Comp>(
-    t: &pteron_core::TensorRef<'_>,
-    dtype: Option<ScalarType>,
-) -> Result<Vec<C>, KernelError> {
-    let mut v = load::<C>(t)?;
-    if let Some(d) = dtype {
-        round_through(&mut v, d)?;
+/// Element `i` of `xs` as `C`, cast through `dtype` (the `dtype=` argument) if given.
+#[inline]
+fn load_as<C: Comp>(xs: &Elems<'_>, i: usize, dtype: Option<ScalarType>) -> C {
+    let v = xs.get::<C>(i);
+    match dtype {
+        Some(d) => round1(v, d),
+        None => v,
     }
-    Ok(v)
 }
 
 fn prod_impl(
@@ -250,16 +274,28 @@ fn prod_impl(
     let p = rplan(&x, d.as_ref().map(|d| &d[..]), keepdim)?;
     ctx.resize(out, &p.out_shape)?;
     let ([xt], [mut o]) = ctx.io([0], [out])?;
-    let od = o.info.dtype();
-    if od.is_floating() {
-        let vals = load_as::<f64>(&xt, dtype)?;
-        let acc = fold(&vals, &p, 1.0f64, |a, v, _| *a *= v);
-        store_logical(&acc, &mut o)
-    } else {
-        let vals = load_as::<i64>(&xt, dtype)?;
-        let acc = fold(&vals, &p, 1i64, |a, v, _| *a = a.wrapping_mul(v));
-        store_logical(&acc, &mut o)
+    let oi = o.info;
+    let xs = Elems::of(&xt)?;
+    let mut os = ElemsMut::of(&mut o)?;
+    fn go<C: Num>(
+        p: &RPlan,
+        xs: &Elems<'_>,
+        dtype: Option<ScalarType>,
+        oi: &TensorInfo,
+        os: &mut ElemsMut<'_>,
+    ) {
+        p.for_each_out(oi, oi, |base, out, _| {
+            let mut acc = C::ONE;
+            p.for_each_in_group(base, |i| acc = acc.mul(load_as::<C>(xs, i, dtype)));
+            os.set(out, acc);
+        });
     }
+    if oi.dtype().is_floating() {
+        go::<f64>(&p, &xs, dtype, oi, &mut os);
+    } else {
+        go::<i64>(&p, &xs, dtype, oi, &mut os);
+    }
+    Ok(())
 }
 
 /// prod.out: [self, dtype, out].
@@ -309,21 +345,24 @@ fn var_mean_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     ctx.resize(4, &p.out_shape)?;
     ctx.resize(5, &p.out_shape)?;
     let ([xt], [mut vo, mut mo]) = ctx.io([0], [4, 5])?;
-    let vals = load::<f64>(&xt)?;
+    let (vi, mi) = (vo.info, mo.info);
+    let xs = Elems::of(&xt)?;
+    let (mut vs, mut ms) = (ElemsMut::of(&mut vo)?, ElemsMut::of(&mut mo)?);
     let n = p.group as f64;
-    let sums = fold(&vals, &p, 0.0f64, |a, v, _| *a += v);
-    let means: Vec<f64> = sums.iter().map(|s| s / n).collect();
-    let mut k = 0;
-    let mut m2 = vec![0.0f64; p.out_numel];
-    walk(&p.in_shape, [&p.out_strides], |[o]| {
-        let d = vals[k] - means[o];
-        m2[o] += d * d;
-        k += 1;
-    });
     let div = (n - correction).max(0.0);
-    let var: Vec<f64> = m2.iter().map(|m| m / div).collect();
-    store_logical(&var, &mut vo)?;
-    store_logical(&means, &mut mo)
+    p.for_each_out(vi, mi, |base, ov, om| {
+        let mut sum = 0.0f64;
+        p.for_each_in_group(base, |i| sum += xs.get::<f64>(i));
+        let mean = sum / n;
+        let mut m2 = 0.0f64;
+        p.for_each_in_group(base, |i| {
+            let d = xs.get::<f64>(i) - mean;
+            m2 += d * d;
+        });
+        vs.set(ov, m2 / div);
+        ms.set(om, mean);
+    });
+    Ok(())
 }
 
 // ---- any ----
@@ -347,9 +386,15 @@ fn any_impl(
     let p = rplan(&x, dims, keepdim)?;
     ctx.resize(out, &p.out_shape)?;
     let ([xt], [mut o]) = ctx.io([0], [out])?;
-    let vals = load::<bool>(&xt)?;
-    let acc = fold(&vals, &p, false, |a, v, _| *a |= v);
-    store_logical(&acc, &mut o)
+    let oi = o.info;
+    let xs = Elems::of(&xt)?;
+    let mut os = ElemsMut::of(&mut o)?;
+    p.for_each_out(oi, oi, |base, out, _| {
+        let mut any = false;
+        p.for_each_in_group(base, |i| any |= xs.get::<bool>(i));
+        os.set(out, any);
+    });
+    Ok(())
 }
 
 /// any.all_out: [self, out].
@@ -380,6 +425,27 @@ fn check_cumsum(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     check_prod::<2, 3>(v)
 }
 
+/// The lines of `x` along `dim`: their number of elements, the shape whose walk visits each
+/// line's first element (`dim` set to 1), and the stride along `dim` of `x` and each of `outs`
+/// (all 0 for a 0-d `x`, one line of one element).
+fn lines<const K: usize>(
+    x: &TensorInfo,
+    dim: usize,
+    outs: [&TensorInfo; K],
+) -> (usize, Dims, usize, [usize; K]) {
+    if x.rank() == 0 {
+        return (1, Dims::new(), 0, [0; K]);
+    }
+    let mut starts = x.dims();
+    starts.as_mut_slice()[dim] = 1;
+    (
+        x.size(dim),
+        starts,
+        x.strides()[dim],
+        outs.map(|o| o.strides()[dim]),
+    )
+}
+
 /// cumsum.out: [self, dim, dtype, out].
 fn cumsum_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
@@ -387,41 +453,32 @@ fn cumsum_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     let dtype = ctx.opt_dtype(2)?;
     ctx.resize(3, x.sizes())?;
     let ([xt], [mut o]) = ctx.io([0], [3])?;
-    let od = o.info.dtype();
-    let (outer, n, inner) = if x.rank() == 0 {
-        (1, 1, 1)
-    } else {
-        crate::util::outer_dim_inner(x.sizes(), dim)
-    };
-    fn scan<C: Num>(v: &mut [C], outer: usize, n: usize, inner: usize) {
-        for a in 0..outer {
-            for i in 0..inner {
-                let mut acc = C::ZERO;
-                for k in 0..n {
-                    let idx = (a * n + k) * inner + i;
-                    acc = acc.add(v[idx]);
-                    v[idx] = acc;
-                }
+    let oi = o.info;
+    let xs = Elems::of(&xt)?;
+    let mut os = ElemsMut::of(&mut o)?;
+    fn scan<C: Num>(
+        x: &TensorInfo,
+        dim: usize,
+        xs: &Elems<'_>,
+        dtype: Option<ScalarType>,
+        oi: &TensorInfo,
+        os: &mut ElemsMut<'_>,
+    ) {
+        let (n, starts, xd, [od]) = lines(x, dim, [oi]);
+        walk(&starts, [x.strides(), oi.strides()], |[xb, ob]| {
+            let mut acc = C::ZERO;
+            for k in 0..n {
+                acc = acc.add(load_as::<C>(xs, xb + k * xd, dtype));
+                os.set(ob + k * od, acc);
             }
-        }
+        });
     }
-    match od {
-        ScalarType::Half | ScalarType::BFloat16 => {
-            let mut v = load_as::<f32>(&xt, dtype)?;
-            scan(&mut v, outer, n, inner);
-            store_logical(&v, &mut o)
-        }
-        d if d.is_floating() => {
-            let mut v = load_as::<f64>(&xt, dtype)?;
-            scan(&mut v, outer, n, inner);
-            store_logical(&v, &mut o)
-        }
-        _ => {
-            let mut v = load_as::<i64>(&xt, dtype)?;
-            scan(&mut v, outer, n, inner);
-            store_logical(&v, &mut o)
-        }
+    match oi.dtype() {
+        ScalarType::Half | ScalarType::BFloat16 => scan::<f32>(&x, dim, &xs, dtype, oi, &mut os),
+        d if d.is_floating() => scan::<f64>(&x, dim, &xs, dtype, oi, &mut os),
+        _ => scan::<i64>(&x, dim, &xs, dtype, oi, &mut os),
     }
+    Ok(())
 }
 
 // ---- topk ----
@@ -446,6 +503,9 @@ fn check_topk(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
 
 /// topk.values: [self, k, dim, largest, sorted, values, indices]. Results are always sorted;
 /// NaN counts as larger than every number; ties keep the lower index first.
+///
+/// Each line's indices are kept sorted in the indices output itself (binary-search insertion,
+/// dropping what falls past `k`), then the values are read through them.
 fn topk_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
     let k = ctx.int(1)?;
@@ -464,41 +524,58 @@ fn topk_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     }
     ctx.resize(5, &shape)?;
     ctx.resize(6, &shape)?;
-    let (outer, _, inner) = if x.rank() == 0 {
-        (1, 1, 1)
-    } else {
-        crate::util::outer_dim_inner(x.sizes(), dim)
-    };
     let ([xt], [mut vo, mut io]) = ctx.io([0], [5, 6])?;
+    let (vi, ii) = (vo.info, io.info);
+    let xs = Elems::of(&xt)?;
+    let mut vs = ElemsMut::of(&mut vo)?;
+    let ids = io.as_mut_slice::<i64>()?;
+    let (n, starts, xd, [vd, id]) = lines(&x, dim, [vi, ii]);
+    if k == 0 {
+        return Ok(());
+    }
     with_num!(comp_kind(x.dtype())?, C => {
-        let vals = load::<C>(&xt)?;
-        let mut rv: Vec<C> = vec![C::ZERO; outer * k * inner];
-        let mut ri: Vec<i64> = vec![0; outer * k * inner];
-        let mut idx: Vec<usize> = Vec::with_capacity(n);
-        for a in 0..outer {
-            for i in 0..inner {
-                let at = |j: usize| vals[(a * n + j) * inner + i];
-                idx.clear();
-                idx.extend(0..n);
-                idx.sort_by(|&p, &q| {
-                    let (u, w) = (at(p), at(q));
-                    let ord = match (u.is_nan(), w.is_nan()) {
-                        (true, true) => core::cmp::Ordering::Equal,
-                        (true, false) => core::cmp::Ordering::Greater,
-                        (false, true) => core::cmp::Ordering::Less,
-                        _ => u.partial_cmp(&w).unwrap_or(core::cmp::Ordering::Equal),
-                    };
-                    if largest { ord.reverse() } else { ord }
-                });
-                for (j, &src) in idx[..k].iter().enumerate() {
-                    rv[(a * k + j) * inner + i] = at(src);
-                    ri[(a * k + j) * inner + i] = src as i64;
+        // Whether `u` sorts strictly before `w`.
+        let before = |u: C, w: C| {
+            let ord = match (u.is_nan(), w.is_nan()) {
+                (true, true) => core::cmp::Ordering::Equal,
+                (true, false) => core::cmp::Ordering::Greater,
+                (false, true) => core::cmp::Ordering::Less,
+                _ => u.partial_cmp(&w).unwrap_or(core::cmp::Ordering::Equal),
+            };
+            let ord = if largest { ord.reverse() } else { ord };
+            ord == core::cmp::Ordering::Less
+        };
+        walk(&starts, [x.strides(), vi.strides(), ii.strides()], |[xb, vb, ib]| {
+            let at = |j: usize| xs.get::<C>(xb + j * xd);
+            let slot = |p: usize| ib + p * id;
+            let mut len = 0;
+            for j in 0..n {
+                let v = at(j);
+                // After every kept element that v does not sort before: stable, like a sort.
+                let (mut lo, mut hi) = (0, len);
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    if before(v, at(ids[slot(mid)] as usize)) {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
                 }
+                if lo >= k {
+                    continue;
+                }
+                for p in (lo..len.min(k - 1)).rev() {
+                    ids[slot(p + 1)] = ids[slot(p)];
+                }
+                ids[slot(lo)] = j as i64;
+                len = (len + 1).min(k);
             }
-        }
-        finish(rv, x.dtype(), &mut vo)?;
-        store_logical(&ri, &mut io)
-    })
+            for p in 0..k {
+                vs.set(vb + p * vd, at(ids[slot(p)] as usize));
+            }
+        });
+    });
+    Ok(())
 }
 
 pub fn register(r: &mut KernelRegistry) {
