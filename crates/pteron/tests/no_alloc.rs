@@ -40,7 +40,6 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 #[test]
-#[ignore = "elementwise kernels still materialise operands; being made streaming"]
 fn execute_allocates_nothing() {
     let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models");
     let kernels = pteron::default_kernels();
