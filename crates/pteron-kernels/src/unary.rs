@@ -611,6 +611,28 @@ mod tests {
         c.run(logit_out).unwrap();
         close(&c.output::<f32>(o), &[-1.0986123, -2.1972246], 1e-6);
     }
+
+    #[test]
+    fn glu_along_a_middle_dim_over_several_blocks() {
+        // [3, 4, 50] halved along dim 1: 300 outputs, both halves strided.
+        let x: Vec<f32> = (0..600).map(|i| ((i as f32) * 0.013).cos() * 3.0).collect();
+        let mut c = TestCall::new();
+        c.tensor(&[3, 4, 50], &x);
+        c.int(1);
+        let o = c.out(ScalarType::Float, &[3, 2, 50]);
+        c.ret(o);
+        c.run(glu_out).unwrap();
+        let mut want = vec![];
+        for a in 0..3 {
+            for k in 0..2 {
+                for i in 0..50 {
+                    let (p, q) = (x[(a * 4 + k) * 50 + i], x[(a * 4 + k + 2) * 50 + i]);
+                    want.push(p * (1.0 / (1.0 + (-q).exp())));
+                }
+            }
+        }
+        assert_eq!(c.output::<f32>(o), want);
+    }
 }
 
 #[cfg(test)]

@@ -650,3 +650,110 @@ fn same_tensor_twice() {
     c.run(mul_out).unwrap();
     assert_eq!(c.output::<f32>(o), vec![1.0, 4.0, 9.0]);
 }
+
+/// Every logical index of `shape` with its offset under each of `strides`, as `walk` lists them.
+fn walk_offsets(shape: &[usize], strides: &[&[usize]]) -> Vec<Vec<usize>> {
+    let mut want = vec![vec![]; strides.len()];
+    for (k, st) in strides.iter().enumerate() {
+        walk(shape, [*st], |[o]| want[k].push(o));
+    }
+    want
+}
+
+#[test]
+fn blocks_list_the_offsets_walk_does() {
+    let cases: [(&[usize], &[&[usize]]); 7] = [
+        (&[], &[&[], &[]]),
+        (&[0, 3], &[&[3, 1], &[0, 1]]),
+        (&[7], &[&[1], &[0], &[3]]),
+        // > BLOCK elements: broadcast, permuted, contiguous, and a size-1 dim with any stride.
+        (
+            &[3, 1, 5, 40],
+            &[&[0, 0, 0, 1], &[200, 9, 1, 5], &[200, 7, 40, 1]],
+        ),
+        (&[600], &[&[2], &[1], &[0]]),
+        (&[2, 300], &[&[1, 2], &[300, 1], &[0, 1]]),
+        (&[17, 19, 3], &[&[57, 3, 1], &[1, 17, 323], &[0, 3, 0]]),
+    ];
+    for (shape, strides) in cases {
+        let want = walk_offsets(shape, strides);
+        let mut got = vec![vec![]; strides.len()];
+        let mut blocks = Blocks::new(shape, strides).unwrap();
+        let mut next = 0;
+        while blocks.advance() {
+            assert_eq!(blocks.start(), next);
+            assert!(blocks.len() <= BLOCK);
+            next += blocks.len();
+            for (k, g) in got.iter_mut().enumerate() {
+                match blocks.offsets(k) {
+                    Offsets::Run(s) => g.extend(s..s + blocks.len()),
+                    Offsets::List(l) => g.extend_from_slice(l),
+                }
+            }
+        }
+        assert_eq!(got, want, "shape {shape:?} strides {strides:?}");
+    }
+}
+
+/// `logical` (row-major values of `sizes`) laid out in memory for `dim_order`.
+fn in_memory_order(sizes: &[usize], dim_order: &[u8], logical: &[f32]) -> Vec<f32> {
+    let info = TensorInfo::with_dim_order(ScalarType::Float, sizes, dim_order).unwrap();
+    let mut mem = vec![0.0; logical.len()];
+    let mut k = 0;
+    walk(sizes, [info.strides()], |[o]| {
+        mem[o] = logical[k];
+        k += 1;
+    });
+    mem
+}
+
+#[test]
+fn large_strided_broadcast_ops_stream_across_blocks() {
+    // a: [3, 5, 40] in dim order (0, 2, 1); b: [5, 1] broadcast; 600 outputs.
+    let (sa, sb) = ([3usize, 5, 40], [5usize, 1]);
+    let a: Vec<f32> = (0..600).map(|i| (i as f32 * 0.37).sin() * 10.0).collect();
+    let bv: Vec<f32> = (0..5).map(|i| i as f32 - 2.5).collect();
+    let mut c = TestCall::new();
+    c.tensor_with_dim_order(&sa, &[0, 2, 1], &in_memory_order(&sa, &[0, 2, 1], &a));
+    c.tensor(&sb, &bv);
+    c.double(2.0);
+    let o = c.out(ScalarType::Float, &sa);
+    c.ret(o);
+    c.run(add_out).unwrap();
+    let want: Vec<f32> = (0..600).map(|i| a[i] + 2.0 * bv[(i / 40) % 5]).collect();
+    assert_eq!(c.output::<f32>(o), want);
+
+    // where over 3 broadcast operands, into a half out (rounded through f16).
+    let cond: Vec<Bool> = (0..40).map(|i| Bool((i % 3 == 0) as u8)).collect();
+    let mut c = TestCall::new();
+    c.tensor(&[40], &cond);
+    c.tensor_with_dim_order(&sa, &[0, 2, 1], &in_memory_order(&sa, &[0, 2, 1], &a));
+    c.tensor(&sb, &bv);
+    let o = c.out(ScalarType::Float, &sa);
+    c.ret(o);
+    c.run(where_out).unwrap();
+    let want: Vec<f32> = (0..600)
+        .map(|i| {
+            if i % 40 % 3 == 0 {
+                a[i]
+            } else {
+                bv[(i / 40) % 5]
+            }
+        })
+        .collect();
+    assert_eq!(c.output::<f32>(o), want);
+
+    // int32 tensor * f16 tensor: the int is cast to f16 first; 600 elements.
+    let ia: Vec<i32> = (0..600).map(|i| i * 7 - 2000).collect();
+    let hb: Vec<f16> = (0..600).map(|i| f16::from_f32(0.1 * i as f32)).collect();
+    let mut c = TestCall::new();
+    c.tensor(&[600], &ia);
+    c.tensor(&[600], &hb);
+    let o = c.out(ScalarType::Half, &[600]);
+    c.ret(o);
+    c.run(mul_out).unwrap();
+    let want: Vec<f16> = (0..600)
+        .map(|i| f16::from_f32(f16::from_f32(ia[i] as f32).to_f32() * hb[i].to_f32()))
+        .collect();
+    assert_eq!(c.output::<f16>(o), want);
+}

@@ -217,7 +217,11 @@ fn full_extreme(ctx: &mut KernelContext<'_, '_>, max: bool) -> Result<(), Kernel
             let mut best: Option<C> = None;
             p.for_each_in_group(base, |i| {
                 let v = xs.get::<C>(i);
-                if best.map_or(true, |c| better(v, c, max)) {
+                let take = match best {
+                    None => true,
+                    Some(c) => better(v, c, max),
+                };
+                if take {
                     best = Some(v);
                 }
             });
@@ -806,5 +810,90 @@ mod tests {
         c.run(max_dim_out).unwrap();
         assert_eq!(c.output::<f32>(v), vec![3.0, 4.0]);
         assert_eq!(c.output::<i64>(i), vec![1, 1]);
+    }
+
+    #[test]
+    fn topk_matches_a_stable_sort() {
+        // [50, 7] with ties and NaNs, top-k along dim 0 (strided lines).
+        let (n, m) = (50usize, 7usize);
+        let x: Vec<f32> = (0..n * m)
+            .map(|i| {
+                if i % 11 == 0 {
+                    f32::NAN
+                } else {
+                    ((i * 37) % 13) as f32
+                }
+            })
+            .collect();
+        for largest in [true, false] {
+            for k in [0usize, 1, 5, 50] {
+                let mut c = TestCall::new();
+                c.tensor(&[n, m], &x);
+                c.int(k as i64);
+                c.int(0);
+                c.bool(largest);
+                c.bool(true);
+                let v = c.out(ScalarType::Float, &[k, m]);
+                let i = c.out(ScalarType::Long, &[k, m]);
+                c.run(topk_out).unwrap();
+                let (gv, gi) = (c.output::<f32>(v), c.output::<i64>(i));
+                for col in 0..m {
+                    let at = |j: usize| x[j * m + col];
+                    let mut idx: Vec<usize> = (0..n).collect();
+                    idx.sort_by(|&p, &q| {
+                        let (u, w) = (at(p), at(q));
+                        let ord = match (u.is_nan(), w.is_nan()) {
+                            (true, true) => core::cmp::Ordering::Equal,
+                            (true, false) => core::cmp::Ordering::Greater,
+                            (false, true) => core::cmp::Ordering::Less,
+                            _ => u.partial_cmp(&w).unwrap(),
+                        };
+                        if largest {
+                            ord.reverse()
+                        } else {
+                            ord
+                        }
+                    });
+                    for j in 0..k {
+                        assert_eq!(gi[j * m + col], idx[j] as i64, "k {k} largest {largest}");
+                        let (g, w) = (gv[j * m + col], at(idx[j]));
+                        assert!(g == w || (g.is_nan() && w.is_nan()));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cumsum_prod_any_read_any_dim_order() {
+        // logical [2, 3] = [[1, 2, 3], [4, 5, 6]] stored column-major (dim order 1, 0).
+        let mem = [1.0f32, 4.0, 2.0, 5.0, 3.0, 6.0];
+        let mut c = TestCall::new();
+        c.tensor_with_dim_order(&[2, 3], &[1, 0], &mem);
+        c.int(1);
+        c.none();
+        let o = c.out(ScalarType::Float, &[2, 3]);
+        c.ret(o);
+        c.run(cumsum_out).unwrap();
+        assert_eq!(c.output::<f32>(o), vec![1.0, 3.0, 6.0, 4.0, 9.0, 15.0]);
+
+        let mut c = TestCall::new();
+        c.tensor_with_dim_order(&[2, 3], &[1, 0], &mem);
+        c.int(0);
+        c.bool(true);
+        c.none();
+        let o = c.out(ScalarType::Float, &[1, 3]);
+        c.ret(o);
+        c.run(prod_int_out).unwrap();
+        assert_eq!(c.output::<f32>(o), vec![4.0, 10.0, 18.0]);
+
+        let mut c = TestCall::new();
+        c.tensor_with_dim_order(&[2, 3], &[1, 0], &[0i32, 0, 0, 1, 0, 0]);
+        c.int(0);
+        c.bool(false);
+        let o = c.out(ScalarType::Bool, &[3]);
+        c.ret(o);
+        c.run(any_dim_out).unwrap();
+        assert_eq!(c.output::<Bool>(o), b(&[false, true, false]));
     }
 }
