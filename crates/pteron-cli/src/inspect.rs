@@ -13,13 +13,23 @@ fn value_desc(v: &schema::EValue<'_>) -> Json {
             let dtype = t
                 .and_then(|t| pteron::ScalarType::from_i8(t.scalar_type().0))
                 .map_or("unknown".to_string(), |d| d.name().to_string());
-            let sizes: Vec<i32> = t.and_then(|t| t.sizes()).map(|s| s.iter().collect()).unwrap_or_default();
-            let dynamic = t.is_some_and(|t| t.shape_dynamism() != schema::TensorShapeDynamism::STATIC);
+            let sizes: Vec<i32> = t
+                .and_then(|t| t.sizes())
+                .map(|s| s.iter().collect())
+                .unwrap_or_default();
+            let dynamic =
+                t.is_some_and(|t| t.shape_dynamism() != schema::TensorShapeDynamism::STATIC);
             json!({"kind": "tensor", "dtype": dtype, "shape": sizes, "dynamic": dynamic})
         }
-        schema::KernelTypes::Int => json!({"kind": "int", "value": v.val_as_int().map(|i| i.int_val())}),
-        schema::KernelTypes::Double => json!({"kind": "double", "value": v.val_as_double().map(|d| d.double_val())}),
-        schema::KernelTypes::Bool => json!({"kind": "bool", "value": v.val_as_bool().map(|b| b.bool_val())}),
+        schema::KernelTypes::Int => {
+            json!({"kind": "int", "value": v.val_as_int().map(|i| i.int_val())})
+        }
+        schema::KernelTypes::Double => {
+            json!({"kind": "double", "value": v.val_as_double().map(|d| d.double_val())})
+        }
+        schema::KernelTypes::Bool => {
+            json!({"kind": "bool", "value": v.val_as_bool().map(|b| b.bool_val())})
+        }
         schema::KernelTypes::Null => json!({"kind": "none"}),
         other => json!({"kind": format!("{:?}", other)}),
     }
@@ -41,15 +51,22 @@ fn describe(path: &Path) -> pteron::Result<Json> {
         };
         let inputs: Vec<Json> = plan.inputs().into_iter().flatten().map(value_at).collect();
         let outputs: Vec<Json> = plan.outputs().into_iter().flatten().map(value_at).collect();
-        let op_names: Vec<String> =
-            plan.operators().into_iter().flatten().map(|o| pteron::core::method::operator_name(&o)).collect();
+        let op_names: Vec<String> = plan
+            .operators()
+            .into_iter()
+            .flatten()
+            .map(|o| pteron::core::method::operator_name(&o))
+            .collect();
         let mut uses: BTreeMap<String, usize> = BTreeMap::new();
         let mut instructions = 0usize;
         for chain in plan.chains().into_iter().flatten() {
             for ins in chain.instructions().into_iter().flatten() {
                 instructions += 1;
                 if let Some(k) = ins.instr_args_as_kernel_call() {
-                    let name = op_names.get(k.op_index() as usize).cloned().unwrap_or_else(|| "<invalid>".into());
+                    let name = op_names
+                        .get(k.op_index() as usize)
+                        .cloned()
+                        .unwrap_or_else(|| "<invalid>".into());
                     *uses.entry(name).or_default() += 1;
                 }
             }
@@ -59,11 +76,17 @@ fn describe(path: &Path) -> pteron::Result<Json> {
             .into_iter()
             .flatten()
             .map(|d| {
-                let size = d.processed().and_then(|r| p.delegate_data(r).ok()).map(|b| b.len());
+                let size = d
+                    .processed()
+                    .and_then(|r| p.delegate_data(r).ok())
+                    .map(|b| b.len());
                 json!({"backend": d.id(), "blob_bytes": size})
             })
             .collect();
-        let planned: Vec<i64> = plan.non_const_buffer_sizes().map(|s| s.iter().skip(1).collect()).unwrap_or_default();
+        let planned: Vec<i64> = plan
+            .non_const_buffer_sizes()
+            .map(|s| s.iter().skip(1).collect())
+            .unwrap_or_default();
         methods.push(json!({
             "name": plan.name(),
             "inputs": inputs,
@@ -81,7 +104,11 @@ fn describe(path: &Path) -> pteron::Result<Json> {
         .map(|s| json!({"offset": s.offset(), "size": s.size_()}))
         .collect();
     let constant_bytes = if p.constant_segment_bytes().is_empty() {
-        fb.constant_buffer().into_iter().flatten().map(|b| b.storage().map_or(0, |s| s.len())).sum()
+        fb.constant_buffer()
+            .into_iter()
+            .flatten()
+            .map(|b| b.storage().map_or(0, |s| s.len()))
+            .sum()
     } else {
         p.constant_segment_bytes().len()
     };
@@ -98,8 +125,22 @@ fn describe(path: &Path) -> pteron::Result<Json> {
 fn shape(v: &Json) -> String {
     match v["kind"].as_str() {
         Some("tensor") => {
-            let dims: Vec<String> = v["shape"].as_array().into_iter().flatten().map(|d| d.to_string()).collect();
-            format!("{}[{}]{}", v["dtype"].as_str().unwrap_or("?"), dims.join(", "), if v["dynamic"] == true { " (dynamic, upper bound)" } else { "" })
+            let dims: Vec<String> = v["shape"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|d| d.to_string())
+                .collect();
+            format!(
+                "{}[{}]{}",
+                v["dtype"].as_str().unwrap_or("?"),
+                dims.join(", "),
+                if v["dynamic"] == true {
+                    " (dynamic, upper bound)"
+                } else {
+                    ""
+                }
+            )
         }
         Some(k) => match v.get("value") {
             Some(val) => format!("{k} = {val}"),
@@ -115,9 +156,18 @@ pub fn inspect(path: &Path, as_json: bool) -> pteron::Result<()> {
         println!("{}", serde_json::to_string_pretty(&d).unwrap_or_default());
         return Ok(());
     }
-    println!("{} ({} bytes, {} constant bytes)", d["file"].as_str().unwrap_or(""), d["file_bytes"], d["constant_bytes"]);
+    println!(
+        "{} ({} bytes, {} constant bytes)",
+        d["file"].as_str().unwrap_or(""),
+        d["file_bytes"],
+        d["constant_bytes"]
+    );
     for m in d["methods"].as_array().into_iter().flatten() {
-        println!("\nmethod {} ({} instructions)", m["name"].as_str().unwrap_or("?"), m["instructions"]);
+        println!(
+            "\nmethod {} ({} instructions)",
+            m["name"].as_str().unwrap_or("?"),
+            m["instructions"]
+        );
         for (k, v) in m["inputs"].as_array().into_iter().flatten().enumerate() {
             println!("  input {k}: {}", shape(v));
         }
@@ -137,7 +187,11 @@ pub fn inspect(path: &Path, as_json: bool) -> pteron::Result<()> {
             }
         }
         for del in m["delegates"].as_array().into_iter().flatten() {
-            println!("  delegate {} ({} bytes)", del["backend"].as_str().unwrap_or("?"), del["blob_bytes"]);
+            println!(
+                "  delegate {} ({} bytes)",
+                del["backend"].as_str().unwrap_or("?"),
+                del["blob_bytes"]
+            );
         }
     }
     let segs = d["segments"].as_array().cloned().unwrap_or_default();

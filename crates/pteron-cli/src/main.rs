@@ -9,7 +9,11 @@ mod inspect;
 mod run;
 
 #[derive(Parser)]
-#[command(name = "pteron", version, about = "Run PyTorch programs exported with ExecuTorch (.pte), in pure Rust")]
+#[command(
+    name = "pteron",
+    version,
+    about = "Run PyTorch programs exported with ExecuTorch (.pte), in pure Rust"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

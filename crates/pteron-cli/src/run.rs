@@ -41,13 +41,25 @@ fn synthetic_input(index: usize, dtype: ScalarType, sizes: &[usize]) -> pteron::
         state
     };
     let data: Vec<u8> = match dtype {
-        ScalarType::Float => (0..n).flat_map(|_| (((next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0).to_le_bytes()).collect(),
-        ScalarType::Double => (0..n).flat_map(|_| (((next() >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0).to_le_bytes()).collect(),
-        ScalarType::Long => (0..n).flat_map(|_| ((next() % 10) as i64).to_le_bytes()).collect(),
-        ScalarType::Int => (0..n).flat_map(|_| ((next() % 10) as i32).to_le_bytes()).collect(),
+        ScalarType::Float => (0..n)
+            .flat_map(|_| (((next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0).to_le_bytes())
+            .collect(),
+        ScalarType::Double => (0..n)
+            .flat_map(|_| (((next() >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0).to_le_bytes())
+            .collect(),
+        ScalarType::Long => (0..n)
+            .flat_map(|_| ((next() % 10) as i64).to_le_bytes())
+            .collect(),
+        ScalarType::Int => (0..n)
+            .flat_map(|_| ((next() % 10) as i32).to_le_bytes())
+            .collect(),
         ScalarType::Bool => (0..n).map(|_| (next() & 1) as u8).collect(),
         ScalarType::Byte | ScalarType::Char => (0..n).map(|_| (next() % 10) as u8).collect(),
-        other => return Err(pteron::Error::Npy(format!("input {index}: no synthetic data for {other}; pass --input"))),
+        other => {
+            return Err(pteron::Error::Npy(format!(
+                "input {index}: no synthetic data for {other}; pass --input"
+            )))
+        }
     };
     Tensor::new(dtype, sizes, data)
 }
@@ -67,7 +79,10 @@ fn inputs_for(method: &Method<'_>, args: &RunArgs) -> pteron::Result<Vec<Tensor>
     (0..method.num_inputs())
         .map(|i| match method.input_spec(i) {
             Some(CoreValue::Tensor(t)) => synthetic_input(i, t.info.dtype(), t.info.sizes()),
-            Some(v) => Err(pteron::Error::Npy(format!("input {i} is a {}: pass it explicitly", v.kind()))),
+            Some(v) => Err(pteron::Error::Npy(format!(
+                "input {i} is a {}: pass it explicitly",
+                v.kind()
+            ))),
             None => unreachable!("index within num_inputs"),
         })
         .collect()
@@ -91,7 +106,11 @@ fn preview(t: &Tensor) -> String {
 pub fn run(args: &RunArgs) -> pteron::Result<()> {
     let t0 = Instant::now();
     let file = pteron::ProgramFile::open(&args.model)?;
-    let data_file = args.data.as_ref().map(pteron::ProgramFile::open).transpose()?;
+    let data_file = args
+        .data
+        .as_ref()
+        .map(pteron::ProgramFile::open)
+        .transpose()?;
     let mut program = file.program()?;
     if let Some(d) = &data_file {
         program = program.with_external_data(d.data_file()?);
@@ -112,7 +131,10 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
     let median = times[times.len() / 2];
 
     if let Some(dir) = &args.output_dir {
-        std::fs::create_dir_all(dir).map_err(|source| pteron::Error::Io { path: dir.display().to_string(), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| pteron::Error::Io {
+            path: dir.display().to_string(),
+            source,
+        })?;
     }
     for (k, out) in outputs.iter().enumerate() {
         match out {
@@ -127,7 +149,9 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
                 if let Some(dir) = &args.output_dir {
                     let t = match other {
                         Value::Int(v) => Tensor::from_i64(&[], &[*v]),
-                        Value::Double(v) => Tensor::new(ScalarType::Double, &[], v.to_le_bytes().to_vec())?,
+                        Value::Double(v) => {
+                            Tensor::new(ScalarType::Double, &[], v.to_le_bytes().to_vec())?
+                        }
                         Value::Bool(v) => Tensor::new(ScalarType::Bool, &[], vec![*v as u8])?,
                         _ => continue,
                     };
@@ -140,16 +164,35 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
         let want = npy::read(path)?;
         let got = match outputs.get(k) {
             Some(Value::Tensor(t)) => t,
-            _ => return Err(pteron::Error::Npy(format!("output {k} is not a tensor to compare"))),
+            _ => {
+                return Err(pteron::Error::Npy(format!(
+                    "output {k} is not a tensor to compare"
+                )))
+            }
         };
         if got.dtype != want.dtype || got.sizes != want.sizes {
-            println!("output {k}: MISMATCH: got {}{:?}, expected {}{:?}", got.dtype, got.sizes, want.dtype, want.sizes);
+            println!(
+                "output {k}: MISMATCH: got {}{:?}, expected {}{:?}",
+                got.dtype, got.sizes, want.dtype, want.sizes
+            );
             continue;
         }
-        let (g, w) = (got.to_f64_vec().unwrap_or_default(), want.to_f64_vec().unwrap_or_default());
-        let err = g.iter().zip(&w).fold(0.0f64, |m, (a, b)| if (a - b).is_nan() { f64::INFINITY } else { m.max((a - b).abs()) });
+        let (g, w) = (
+            got.to_f64_vec().unwrap_or_default(),
+            want.to_f64_vec().unwrap_or_default(),
+        );
+        let err = g.iter().zip(&w).fold(0.0f64, |m, (a, b)| {
+            if (a - b).is_nan() {
+                f64::INFINITY
+            } else {
+                m.max((a - b).abs())
+            }
+        });
         let scale = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        println!("output {k}: max abs error {err:.3e} vs {} (max |expected| {scale:.3e})", path.display());
+        println!(
+            "output {k}: max abs error {err:.3e} vs {} (max |expected| {scale:.3e})",
+            path.display()
+        );
     }
     println!(
         "load {}, execute {} (median of {}), planned memory {} bytes",

@@ -134,7 +134,10 @@ impl ScalarType {
     }
 
     pub fn is_floating(self) -> bool {
-        matches!(self, ScalarType::Half | ScalarType::Float | ScalarType::Double | ScalarType::BFloat16)
+        matches!(
+            self,
+            ScalarType::Half | ScalarType::Float | ScalarType::Double | ScalarType::BFloat16
+        )
     }
 
     pub fn is_integral(self, include_bool: bool) -> bool {
@@ -169,7 +172,19 @@ impl fmt::Display for ScalarType {
 
 /// PyTorch's bool storage: one byte, 0 or 1. A newtype so that generic kernels can tell it
 /// from `u8` (uint8) and so that conversions into it produce only 0 or 1.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    bytemuck::Pod,
+    bytemuck::Zeroable,
+)]
 #[repr(transparent)]
 pub struct Bool(pub u8);
 
@@ -189,7 +204,9 @@ impl From<bool> for Bool {
 ///
 /// Conversions follow C++ `static_cast` as PyTorch does for `.to(dtype)`: float → int truncates
 /// toward zero (out-of-range values saturate here instead of being undefined), int → bool is `!= 0`.
-pub trait Element: bytemuck::Pod + Default + PartialOrd + Send + Sync + fmt::Debug + 'static {
+pub trait Element:
+    bytemuck::Pod + Default + PartialOrd + Send + Sync + fmt::Debug + 'static
+{
     const DTYPE: ScalarType;
     fn to_f64(self) -> f64;
     fn from_f64(v: f64) -> Self;
@@ -348,16 +365,46 @@ macro_rules! dispatch_dtype {
     ($dtype:expr, $T:ident => $body:expr, _ => $fallback:expr) => {{
         use $crate::dtype::ScalarType as __St;
         match $dtype {
-            __St::Byte => { type $T = u8; $body }
-            __St::Char => { type $T = i8; $body }
-            __St::Short => { type $T = i16; $body }
-            __St::Int => { type $T = i32; $body }
-            __St::Long => { type $T = i64; $body }
-            __St::Half => { type $T = $crate::half::f16; $body }
-            __St::Float => { type $T = f32; $body }
-            __St::Double => { type $T = f64; $body }
-            __St::BFloat16 => { type $T = $crate::half::bf16; $body }
-            __St::Bool => { type $T = $crate::dtype::Bool; $body }
+            __St::Byte => {
+                type $T = u8;
+                $body
+            }
+            __St::Char => {
+                type $T = i8;
+                $body
+            }
+            __St::Short => {
+                type $T = i16;
+                $body
+            }
+            __St::Int => {
+                type $T = i32;
+                $body
+            }
+            __St::Long => {
+                type $T = i64;
+                $body
+            }
+            __St::Half => {
+                type $T = $crate::half::f16;
+                $body
+            }
+            __St::Float => {
+                type $T = f32;
+                $body
+            }
+            __St::Double => {
+                type $T = f64;
+                $body
+            }
+            __St::BFloat16 => {
+                type $T = $crate::half::bf16;
+                $body
+            }
+            __St::Bool => {
+                type $T = $crate::dtype::Bool;
+                $body
+            }
             _ => $fallback,
         }
     }};
@@ -369,10 +416,22 @@ macro_rules! dispatch_float {
     ($dtype:expr, $T:ident => $body:expr, _ => $fallback:expr) => {{
         use $crate::dtype::ScalarType as __St;
         match $dtype {
-            __St::Half => { type $T = $crate::half::f16; $body }
-            __St::Float => { type $T = f32; $body }
-            __St::Double => { type $T = f64; $body }
-            __St::BFloat16 => { type $T = $crate::half::bf16; $body }
+            __St::Half => {
+                type $T = $crate::half::f16;
+                $body
+            }
+            __St::Float => {
+                type $T = f32;
+                $body
+            }
+            __St::Double => {
+                type $T = f64;
+                $body
+            }
+            __St::BFloat16 => {
+                type $T = $crate::half::bf16;
+                $body
+            }
             _ => $fallback,
         }
     }};

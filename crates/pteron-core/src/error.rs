@@ -8,11 +8,18 @@ use alloc::string::String;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum KernelError {
     #[error("argument {arg}: expected {expected}, found {found}")]
-    ArgType { arg: usize, expected: &'static str, found: &'static str },
+    ArgType {
+        arg: usize,
+        expected: &'static str,
+        found: &'static str,
+    },
     #[error("expected {expected} arguments, got {got}")]
     ArgCount { expected: usize, got: usize },
     #[error("dtype {dtype} is not supported by this kernel ({what})")]
-    UnsupportedDType { dtype: ScalarType, what: &'static str },
+    UnsupportedDType {
+        dtype: ScalarType,
+        what: &'static str,
+    },
     #[error("unsupported: {0}")]
     Unsupported(String),
     #[error("invalid argument: {0}")]
@@ -64,15 +71,27 @@ pub enum Error {
     #[error("delegate backend {backend:?} is not available (pteron runs portable programs only for now)")]
     BackendMissing { backend: String },
     #[error("{op} (instruction {instruction}): {source}")]
-    Kernel { op: String, instruction: usize, source: KernelError },
+    Kernel {
+        op: String,
+        instruction: usize,
+        source: KernelError,
+    },
     #[error("input {index}: {message}")]
     Input { index: usize, message: String },
     #[error("input {index}: expected shape {expected:?}, got {given:?}")]
-    InputShape { index: usize, expected: alloc::vec::Vec<usize>, given: alloc::vec::Vec<usize> },
+    InputShape {
+        index: usize,
+        expected: alloc::vec::Vec<usize>,
+        given: alloc::vec::Vec<usize>,
+    },
     #[error("execution exceeded the instruction budget of {0}")]
     InstructionBudget(u64),
     #[error("the program needs {requested} {what}, over the limit of {limit}")]
-    ResourceLimit { what: &'static str, requested: u64, limit: u64 },
+    ResourceLimit {
+        what: &'static str,
+        requested: u64,
+        limit: u64,
+    },
 }
 
 pub type Result<T, E = Error> = core::result::Result<T, E>;

@@ -31,7 +31,10 @@ pub trait ArgAccess<'p> {
         let (_, _, args) = self.parts();
         args.get(i)
             .map(|&v| v as usize)
-            .ok_or(KernelError::ArgCount { expected: i + 1, got: args.len() })
+            .ok_or(KernelError::ArgCount {
+                expected: i + 1,
+                got: args.len(),
+            })
     }
 
     fn value(&self, i: usize) -> Result<&Value<'p>, KernelError> {
@@ -122,7 +125,11 @@ pub trait ArgAccess<'p> {
     fn int_list(&self, i: usize) -> Result<IntList<'_, 'p>, KernelError> {
         let (values, pool, _) = self.parts();
         match self.value(i)? {
-            Value::IntList(r) => Ok(IntList { values, items: pool.indices.get(r.range()).unwrap_or(&[]), arg: i }),
+            Value::IntList(r) => Ok(IntList {
+                values,
+                items: pool.indices.get(r.range()).unwrap_or(&[]),
+                arg: i,
+            }),
             v => Err(type_error(i, "IntList", v)),
         }
     }
@@ -187,7 +194,10 @@ pub trait ArgAccess<'p> {
     {
         match self.parts().0.get(vi) {
             Some(Value::Tensor(t)) => Ok(&t.info),
-            Some(v) => Err(KernelError::invalid(format!("list item {vi} is a {}, not a Tensor", v.kind()))),
+            Some(v) => Err(KernelError::invalid(format!(
+                "list item {vi} is a {}, not a Tensor",
+                v.kind()
+            ))),
             None => Err(KernelError::invalid(format!("list item {vi} out of range"))),
         }
     }
@@ -218,7 +228,11 @@ pub trait ArgAccess<'p> {
 }
 
 fn type_error(arg: usize, expected: &'static str, found: &Value<'_>) -> KernelError {
-    KernelError::ArgType { arg, expected, found: found.kind() }
+    KernelError::ArgType {
+        arg,
+        expected,
+        found: found.kind(),
+    }
 }
 
 /// An `int[]` argument: items are read through the Int values they name.
@@ -237,10 +251,17 @@ impl IntList<'_, '_> {
         self.items.is_empty()
     }
     pub fn get(&self, k: usize) -> Result<i64, KernelError> {
-        let vi = *self.items.get(k).ok_or_else(|| KernelError::invalid(format!("list index {k} out of range")))?;
+        let vi = *self
+            .items
+            .get(k)
+            .ok_or_else(|| KernelError::invalid(format!("list index {k} out of range")))?;
         match self.values.get(vi as usize) {
             Some(Value::Int(v)) => Ok(*v),
-            Some(v) => Err(KernelError::ArgType { arg: self.arg, expected: "IntList of Int", found: v.kind() }),
+            Some(v) => Err(KernelError::ArgType {
+                arg: self.arg,
+                expected: "IntList of Int",
+                found: v.kind(),
+            }),
             None => Err(KernelError::invalid(format!("list item {vi} out of range"))),
         }
     }
@@ -250,7 +271,10 @@ impl IntList<'_, '_> {
     /// Copies the items into `buf` (which must be long enough) and returns the filled part.
     pub fn read_into<'b>(&self, buf: &'b mut [i64]) -> Result<&'b [i64], KernelError> {
         if buf.len() < self.len() {
-            return Err(KernelError::unsupported(format!("int list of {} items is too long", self.len())));
+            return Err(KernelError::unsupported(format!(
+                "int list of {} items is too long",
+                self.len()
+            )));
         }
         for k in 0..self.len() {
             buf[k] = self.get(k)?;
@@ -288,14 +312,27 @@ impl<'p> ArgAccess<'p> for KernelContext<'_, 'p> {
 
 impl<'a, 'p> KernelContext<'a, 'p> {
     /// Builds a context over explicit values and memory (used by the executor and by tests).
-    pub fn new(values: &'a mut [Value<'p>], pool: &'a ListPool, arenas: &'a mut [Arena], args: &'a [u32]) -> Self {
-        KernelContext { values, pool, arenas, args }
+    pub fn new(
+        values: &'a mut [Value<'p>],
+        pool: &'a ListPool,
+        arenas: &'a mut [Arena],
+        args: &'a [u32],
+    ) -> Self {
+        KernelContext {
+            values,
+            pool,
+            arenas,
+            args,
+        }
     }
 
     fn tensor_mut_at(&mut self, vi: usize) -> Result<&mut crate::value::Tensor<'p>, KernelError> {
         match self.values.get_mut(vi) {
             Some(Value::Tensor(t)) => Ok(t),
-            Some(v) => Err(KernelError::invalid(format!("value {vi} is a {}, not a Tensor", v.kind()))),
+            Some(v) => Err(KernelError::invalid(format!(
+                "value {vi} is a {}, not a Tensor",
+                v.kind()
+            ))),
             None => Err(KernelError::invalid(format!("value {vi} out of range"))),
         }
     }
@@ -315,7 +352,10 @@ impl<'a, 'p> KernelContext<'a, 'p> {
         let mut info = t.info;
         info.set_sizes(sizes)?;
         if info.nbytes() > t.capacity {
-            return Err(KernelError::OutputCapacity { requested: info.nbytes(), capacity: t.capacity });
+            return Err(KernelError::OutputCapacity {
+                requested: info.nbytes(),
+                capacity: t.capacity,
+            });
         }
         if matches!(t.storage, Storage::Constant(_)) {
             return Err(KernelError::ReadOnly { value: vi });
@@ -328,11 +368,20 @@ impl<'a, 'p> KernelContext<'a, 'p> {
     /// into the return slot this way).
     pub fn set_value(&mut self, i: usize, v: Value<'p>) -> Result<(), KernelError> {
         let vi = self.value_index(i)?;
-        let slot = self.values.get_mut(vi).ok_or_else(|| KernelError::invalid(format!("value {vi} out of range")))?;
-        if !matches!(slot, Value::Int(_) | Value::Double(_) | Value::Bool(_) | Value::None)
-            || !matches!(v, Value::Int(_) | Value::Double(_) | Value::Bool(_))
+        let slot = self
+            .values
+            .get_mut(vi)
+            .ok_or_else(|| KernelError::invalid(format!("value {vi} out of range")))?;
+        if !matches!(
+            slot,
+            Value::Int(_) | Value::Double(_) | Value::Bool(_) | Value::None
+        ) || !matches!(v, Value::Int(_) | Value::Double(_) | Value::Bool(_))
         {
-            return Err(KernelError::invalid(format!("cannot store a {} into a {} value", v.kind(), slot.kind())));
+            return Err(KernelError::invalid(format!(
+                "cannot store a {} into a {} value",
+                v.kind(),
+                slot.kind()
+            )));
         }
         *slot = v;
         Ok(())
@@ -345,8 +394,14 @@ impl<'a, 'p> KernelContext<'a, 'p> {
         let s = *tensor_of(self.values, vs)?;
         let t = self.tensor_mut_at(vo)?;
         let mut info = TensorInfo::contiguous(t.info.dtype(), sizes)?;
-        if info.dtype() != s.info.dtype() || info.numel() != s.info.numel() || !s.info.is_contiguous() {
-            return Err(KernelError::shape(format!("cannot view {:?} as {:?}", s.info, info)));
+        if info.dtype() != s.info.dtype()
+            || info.numel() != s.info.numel()
+            || !s.info.is_contiguous()
+        {
+            return Err(KernelError::shape(format!(
+                "cannot view {:?} as {:?}",
+                s.info, info
+            )));
         }
         if info.rank() != t.info.rank() {
             info = TensorInfo::contiguous(t.info.dtype(), sizes)?;
@@ -404,7 +459,11 @@ impl<'a, 'p> KernelContext<'a, 'p> {
         let (ins_b, mut outs_b) = {
             let mut real = [(0usize, 0usize, 0usize); M];
             for k in 0..M {
-                real[k] = if out_ranges[k].0 == usize::MAX { (0, 0, 0) } else { out_ranges[k] };
+                real[k] = if out_ranges[k].0 == usize::MAX {
+                    (0, 0, 0)
+                } else {
+                    out_ranges[k]
+                };
             }
             borrow_disjoint(self.arenas, in_regions, real).map_err(|k| {
                 let value = if k < N { ins[k] } else { outs[k - N] };
@@ -423,10 +482,16 @@ impl<'a, 'p> KernelContext<'a, 'p> {
     }
 }
 
-fn tensor_of<'v, 'p>(values: &'v [Value<'p>], vi: usize) -> Result<&'v crate::value::Tensor<'p>, KernelError> {
+fn tensor_of<'v, 'p>(
+    values: &'v [Value<'p>],
+    vi: usize,
+) -> Result<&'v crate::value::Tensor<'p>, KernelError> {
     match values.get(vi) {
         Some(Value::Tensor(t)) => Ok(t),
-        Some(v) => Err(KernelError::invalid(format!("value {vi} is a {}, not a Tensor", v.kind()))),
+        Some(v) => Err(KernelError::invalid(format!(
+            "value {vi} is a {}, not a Tensor",
+            v.kind()
+        ))),
         None => Err(KernelError::invalid(format!("value {vi} out of range"))),
     }
 }
@@ -434,14 +499,24 @@ fn tensor_of<'v, 'p>(values: &'v [Value<'p>], vi: usize) -> Result<&'v crate::va
 fn region_of<'v>(vi: usize, t: &crate::value::Tensor<'v>) -> Result<Region<'v>, KernelError> {
     let n = t.info.nbytes();
     if n > t.capacity {
-        return Err(KernelError::OutputCapacity { requested: n, capacity: t.capacity });
+        return Err(KernelError::OutputCapacity {
+            requested: n,
+            capacity: t.capacity,
+        });
     }
     match t.storage {
         Storage::Planned { arena, offset } => {
             let end = offset.checked_add(n).ok_or(KernelError::SizeOverflow)?;
-            Ok(Region::Arena { arena: arena as usize, start: offset, end })
+            Ok(Region::Arena {
+                arena: arena as usize,
+                start: offset,
+                end,
+            })
         }
-        Storage::Constant(b) => b.get(..n).map(Region::Bytes).ok_or(KernelError::NoData { value: vi }),
+        Storage::Constant(b) => b
+            .get(..n)
+            .map(Region::Bytes)
+            .ok_or(KernelError::NoData { value: vi }),
         Storage::Empty if n == 0 => Ok(Region::Bytes(&[])),
         Storage::Empty => Err(KernelError::NoData { value: vi }),
     }
@@ -464,7 +539,8 @@ impl<'a> TensorRef<'a> {
                 T::DTYPE
             )));
         }
-        bytemuck::try_cast_slice(self.bytes).map_err(|_| KernelError::Misaligned { dtype: T::DTYPE })
+        bytemuck::try_cast_slice(self.bytes)
+            .map_err(|_| KernelError::Misaligned { dtype: T::DTYPE })
     }
 }
 
@@ -483,10 +559,14 @@ impl TensorMut<'_> {
                 T::DTYPE
             )));
         }
-        bytemuck::try_cast_slice_mut(self.bytes).map_err(|_| KernelError::Misaligned { dtype: T::DTYPE })
+        bytemuck::try_cast_slice_mut(self.bytes)
+            .map_err(|_| KernelError::Misaligned { dtype: T::DTYPE })
     }
     pub fn as_ref(&self) -> TensorRef<'_> {
-        TensorRef { info: self.info, bytes: self.bytes }
+        TensorRef {
+            info: self.info,
+            bytes: self.bytes,
+        }
     }
 }
 
@@ -506,7 +586,10 @@ impl Kernel {
         Kernel { run, check: None }
     }
     pub const fn with_check(run: KernelFn, check: CheckFn) -> Self {
-        Kernel { run, check: Some(check) }
+        Kernel {
+            run,
+            check: Some(check),
+        }
     }
 }
 

@@ -7,15 +7,18 @@ pub mod dtype;
 pub mod error;
 pub mod kernel;
 pub mod memory;
-pub mod tensor;
-pub mod value;
 pub mod method;
+pub mod tensor;
 pub mod testing;
+pub mod value;
 
-pub use half;
 pub use dtype::{Bool, Element, ScalarType};
 pub use error::{Error, KernelError, Result};
-pub use kernel::{ArgAccess, ArgView, IntList, Kernel, KernelContext, KernelFn, KernelRegistry, TensorMut, TensorRef};
+pub use half;
+pub use kernel::{
+    ArgAccess, ArgView, IntList, Kernel, KernelContext, KernelFn, KernelRegistry, TensorMut,
+    TensorRef,
+};
+pub use method::{DataSources, Method, MethodConfig, Output};
 pub use tensor::{normalize_dim, Dims, TensorInfo, MAX_RANK};
 pub use value::{Dynamism, ListPool, ListRef, Scalar, Storage, Tensor, Value, NONE_INDEX};
-pub use method::{Method, MethodConfig, Output, DataSources};

@@ -42,7 +42,11 @@ impl Arena {
 /// Where one argument's bytes are.
 #[derive(Clone, Copy, Debug)]
 pub enum Region<'p> {
-    Arena { arena: usize, start: usize, end: usize },
+    Arena {
+        arena: usize,
+        start: usize,
+        end: usize,
+    },
     Bytes(&'p [u8]),
 }
 
@@ -67,7 +71,9 @@ pub fn borrow_disjoint<'a, const N: usize, const M: usize>(
     }
     for (id, arena) in arenas.iter_mut().enumerate() {
         let touched = outs.iter().any(|o| o.0 == id)
-            || ins.iter().any(|r| matches!(r, Region::Arena { arena, .. } if *arena == id));
+            || ins
+                .iter()
+                .any(|r| matches!(r, Region::Arena { arena, .. } if *arena == id));
         if !touched {
             continue;
         }
@@ -102,7 +108,9 @@ pub fn borrow_disjoint<'a, const N: usize, const M: usize>(
                 if arena != id {
                     continue;
                 }
-                let hit = gaps[..=n].iter().find(|(gb, g)| start >= *gb && end >= start && end - *gb <= g.len());
+                let hit = gaps[..=n]
+                    .iter()
+                    .find(|(gb, g)| start >= *gb && end >= start && end - *gb <= g.len());
                 match hit {
                     Some((gb, g)) => in_slices[j] = Some(&g[start - gb..end - gb]),
                     None => return Err(j),
@@ -116,10 +124,12 @@ pub fn borrow_disjoint<'a, const N: usize, const M: usize>(
         ins_out[j] = in_slices[j].ok_or(j)?;
     }
     let mut k = 0;
-    let outs_out: [&'a mut [u8]; M] = core::array::from_fn(|i| out_slices[i].take().unwrap_or_else(|| {
-        k = k.max(i + 1);
-        &mut []
-    }));
+    let outs_out: [&'a mut [u8]; M] = core::array::from_fn(|i| {
+        out_slices[i].take().unwrap_or_else(|| {
+            k = k.max(i + 1);
+            &mut []
+        })
+    });
     if k > 0 {
         return Err(N + k - 1);
     }
@@ -141,7 +151,18 @@ mod tests {
     #[test]
     fn splits_disjoint_ranges() {
         let mut a = arenas();
-        let ins = [Region::Arena { arena: 0, start: 0, end: 8 }, Region::Arena { arena: 0, start: 40, end: 48 }];
+        let ins = [
+            Region::Arena {
+                arena: 0,
+                start: 0,
+                end: 8,
+            },
+            Region::Arena {
+                arena: 0,
+                start: 40,
+                end: 48,
+            },
+        ];
         let (i, o) = borrow_disjoint(&mut a, ins, [(0, 16, 32), (1, 0, 16)]).unwrap();
         assert_eq!(i[0], &[0, 1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(i[1][0], 40);
@@ -154,19 +175,34 @@ mod tests {
     #[test]
     fn rejects_overlap_and_out_of_range() {
         let mut a = arenas();
-        let ins = [Region::Arena { arena: 0, start: 8, end: 20 }];
+        let ins = [Region::Arena {
+            arena: 0,
+            start: 8,
+            end: 20,
+        }];
         assert_eq!(borrow_disjoint(&mut a, ins, [(0, 16, 32)]).unwrap_err(), 0);
-        assert_eq!(borrow_disjoint::<0, 2>(&mut a, [], [(0, 0, 8), (0, 4, 12)]).unwrap_err(), 1);
+        assert_eq!(
+            borrow_disjoint::<0, 2>(&mut a, [], [(0, 0, 8), (0, 4, 12)]).unwrap_err(),
+            1
+        );
         assert!(borrow_disjoint::<0, 1>(&mut a, [], [(0, 60, 70)]).is_err());
         assert!(borrow_disjoint::<0, 1>(&mut a, [], [(5, 0, 1)]).is_err());
-        let ins = [Region::Arena { arena: 9, start: 0, end: 1 }];
+        let ins = [Region::Arena {
+            arena: 9,
+            start: 0,
+            end: 1,
+        }];
         assert!(borrow_disjoint::<1, 0>(&mut a, ins, []).is_err());
     }
 
     #[test]
     fn inputs_may_overlap_each_other() {
         let mut a = arenas();
-        let r = Region::Arena { arena: 0, start: 0, end: 8 };
+        let r = Region::Arena {
+            arena: 0,
+            start: 0,
+            end: 8,
+        };
         let c: &[u8] = &[1, 2];
         let (i, _) = borrow_disjoint::<3, 0>(&mut a, [r, r, Region::Bytes(c)], []).unwrap();
         assert_eq!(i[0], i[1]);

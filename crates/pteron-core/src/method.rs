@@ -31,7 +31,11 @@ pub struct MethodConfig {
 
 impl Default for MethodConfig {
     fn default() -> Self {
-        MethodConfig { instruction_budget: 10_000_000, max_planned_bytes: 16 << 30, max_values: 10_000_000 }
+        MethodConfig {
+            instruction_budget: 10_000_000,
+            max_planned_bytes: 16 << 30,
+            max_values: 10_000_000,
+        }
     }
 }
 
@@ -91,11 +95,17 @@ pub fn operator_name(op: &schema::Operator<'_>) -> String {
 /// permutation, byte size without overflow).
 pub fn parse_tensor_info(t: &schema::Tensor<'_>) -> Result<(TensorInfo, Dynamism)> {
     let st = t.scalar_type().0;
-    let dtype = ScalarType::from_i8(st).ok_or_else(|| invalid(format!("unknown scalar type {st}")))?;
+    let dtype =
+        ScalarType::from_i8(st).ok_or_else(|| invalid(format!("unknown scalar type {st}")))?;
     let sizes = t.sizes().ok_or_else(|| invalid("tensor without sizes"))?;
-    let dim_order = t.dim_order().ok_or_else(|| invalid("tensor without dim_order"))?;
+    let dim_order = t
+        .dim_order()
+        .ok_or_else(|| invalid("tensor without dim_order"))?;
     if sizes.len() > MAX_RANK {
-        return Err(invalid(format!("tensor rank {} exceeds {MAX_RANK}", sizes.len())));
+        return Err(invalid(format!(
+            "tensor rank {} exceeds {MAX_RANK}",
+            sizes.len()
+        )));
     }
     let mut s = [0usize; MAX_RANK];
     for (i, v) in sizes.iter().enumerate() {
@@ -105,13 +115,17 @@ pub fn parse_tensor_info(t: &schema::Tensor<'_>) -> Result<(TensorInfo, Dynamism
         s[i] = v as usize;
     }
     if t.storage_offset() != 0 {
-        return Err(invalid(format!("tensor storage_offset {} is not supported", t.storage_offset())));
+        return Err(invalid(format!(
+            "tensor storage_offset {} is not supported",
+            t.storage_offset()
+        )));
     }
     let info = TensorInfo::with_dim_order(dtype, &s[..sizes.len()], dim_order.bytes())
         .map_err(|e| invalid(format!("tensor: {e}")))?;
     let dynamism = match t.shape_dynamism() {
         schema::TensorShapeDynamism::STATIC => Dynamism::Static,
-        schema::TensorShapeDynamism::DYNAMIC_BOUND | schema::TensorShapeDynamism::DYNAMIC_UNBOUND => Dynamism::Bounded,
+        schema::TensorShapeDynamism::DYNAMIC_BOUND
+        | schema::TensorShapeDynamism::DYNAMIC_UNBOUND => Dynamism::Bounded,
         other => return Err(invalid(format!("unknown shape dynamism {}", other.0))),
     };
     Ok((info, dynamism))
@@ -126,21 +140,47 @@ pub struct DataSources<'p> {
 
 impl<'p> Method<'p> {
     /// Loads the plan named `name` of `program`, resolving its operators in `registry`.
-    pub fn load(program: &Program<'p>, name: &str, registry: &KernelRegistry, config: MethodConfig) -> Result<Self> {
-        Self::load_with_data(DataSources { program: *program, external: None }, name, registry, config)
+    pub fn load(
+        program: &Program<'p>,
+        name: &str,
+        registry: &KernelRegistry,
+        config: MethodConfig,
+    ) -> Result<Self> {
+        Self::load_with_data(
+            DataSources {
+                program: *program,
+                external: None,
+            },
+            name,
+            registry,
+            config,
+        )
     }
 
-    pub fn load_with_data(src: DataSources<'p>, name: &str, registry: &KernelRegistry, config: MethodConfig) -> Result<Self> {
+    pub fn load_with_data(
+        src: DataSources<'p>,
+        name: &str,
+        registry: &KernelRegistry,
+        config: MethodConfig,
+    ) -> Result<Self> {
         let program = &src.program;
-        let plan = program.plan(name).ok_or_else(|| Error::MethodNotFound(name.to_string()))?;
+        let plan = program
+            .plan(name)
+            .ok_or_else(|| Error::MethodNotFound(name.to_string()))?;
         let fb_values = plan.values().ok_or_else(|| invalid("plan has no values"))?;
         let n = fb_values.len();
         if n > config.max_values {
-            return Err(Error::ResourceLimit { what: "values", requested: n as u64, limit: config.max_values as u64 });
+            return Err(Error::ResourceLimit {
+                what: "values",
+                requested: n as u64,
+                limit: config.max_values as u64,
+            });
         }
 
         // Planned arenas: non_const_buffer_sizes[0] is reserved; buffer i serves memory_id i.
-        let sizes = plan.non_const_buffer_sizes().ok_or_else(|| invalid("plan has no non_const_buffer_sizes"))?;
+        let sizes = plan
+            .non_const_buffer_sizes()
+            .ok_or_else(|| invalid("plan has no non_const_buffer_sizes"))?;
         let mut arena_sizes: Vec<usize> = Vec::new();
         let mut total: u64 = 0;
         for (i, s) in sizes.iter().enumerate().skip(1) {
@@ -149,7 +189,11 @@ impl<'p> Method<'p> {
             }
             total = total.saturating_add(s as u64);
             if total > config.max_planned_bytes {
-                return Err(Error::ResourceLimit { what: "bytes of planned memory", requested: total, limit: config.max_planned_bytes });
+                return Err(Error::ResourceLimit {
+                    what: "bytes of planned memory",
+                    requested: total,
+                    limit: config.max_planned_bytes,
+                });
             }
             arena_sizes.push(s as usize);
         }
@@ -159,41 +203,74 @@ impl<'p> Method<'p> {
         let mut initial: Vec<(u32, usize, &'p [u8])> = Vec::new();
 
         let mut values: Vec<Value<'p>> = Vec::new();
-        values.try_reserve_exact(n).map_err(|_| invalid("too many values"))?;
+        values
+            .try_reserve_exact(n)
+            .map_err(|_| invalid("too many values"))?;
         let mut pool = ListPool::default();
         for (vi, ev) in fb_values.iter().enumerate() {
             let v = match ev.val_type() {
                 schema::KernelTypes::Null => Value::None,
-                schema::KernelTypes::Int => Value::Int(ev.val_as_int().ok_or_else(|| invalid("bad Int"))?.int_val()),
-                schema::KernelTypes::Bool => Value::Bool(ev.val_as_bool().ok_or_else(|| invalid("bad Bool"))?.bool_val()),
-                schema::KernelTypes::Double => {
-                    Value::Double(ev.val_as_double().ok_or_else(|| invalid("bad Double"))?.double_val())
+                schema::KernelTypes::Int => {
+                    Value::Int(ev.val_as_int().ok_or_else(|| invalid("bad Int"))?.int_val())
                 }
-                schema::KernelTypes::String => {
-                    Value::String(ev.val_as_string().and_then(|s| s.string_val()).unwrap_or(""))
-                }
+                schema::KernelTypes::Bool => Value::Bool(
+                    ev.val_as_bool()
+                        .ok_or_else(|| invalid("bad Bool"))?
+                        .bool_val(),
+                ),
+                schema::KernelTypes::Double => Value::Double(
+                    ev.val_as_double()
+                        .ok_or_else(|| invalid("bad Double"))?
+                        .double_val(),
+                ),
+                schema::KernelTypes::String => Value::String(
+                    ev.val_as_string()
+                        .and_then(|s| s.string_val())
+                        .unwrap_or(""),
+                ),
                 schema::KernelTypes::IntList => {
-                    let items = ev.val_as_int_list().and_then(|l| l.items()).ok_or_else(|| invalid("IntList without items"))?;
+                    let items = ev
+                        .val_as_int_list()
+                        .and_then(|l| l.items())
+                        .ok_or_else(|| invalid("IntList without items"))?;
                     let start = pool.indices.len() as u32;
                     for it in items.iter() {
                         pool.indices.push(index("IntList item", it, n)?);
                     }
-                    Value::IntList(ListRef { start, len: items.len() as u32 })
+                    Value::IntList(ListRef {
+                        start,
+                        len: items.len() as u32,
+                    })
                 }
                 schema::KernelTypes::DoubleList => {
-                    let items = ev.val_as_double_list().and_then(|l| l.items()).ok_or_else(|| invalid("DoubleList without items"))?;
+                    let items = ev
+                        .val_as_double_list()
+                        .and_then(|l| l.items())
+                        .ok_or_else(|| invalid("DoubleList without items"))?;
                     let start = pool.doubles.len() as u32;
                     pool.doubles.extend(items.iter());
-                    Value::DoubleList(ListRef { start, len: items.len() as u32 })
+                    Value::DoubleList(ListRef {
+                        start,
+                        len: items.len() as u32,
+                    })
                 }
                 schema::KernelTypes::BoolList => {
-                    let items = ev.val_as_bool_list().and_then(|l| l.items()).ok_or_else(|| invalid("BoolList without items"))?;
+                    let items = ev
+                        .val_as_bool_list()
+                        .and_then(|l| l.items())
+                        .ok_or_else(|| invalid("BoolList without items"))?;
                     let start = pool.bools.len() as u32;
                     pool.bools.extend(items.iter());
-                    Value::BoolList(ListRef { start, len: items.len() as u32 })
+                    Value::BoolList(ListRef {
+                        start,
+                        len: items.len() as u32,
+                    })
                 }
                 schema::KernelTypes::TensorList => {
-                    let items = ev.val_as_tensor_list().and_then(|l| l.items()).ok_or_else(|| invalid("TensorList without items"))?;
+                    let items = ev
+                        .val_as_tensor_list()
+                        .and_then(|l| l.items())
+                        .ok_or_else(|| invalid("TensorList without items"))?;
                     let start = pool.indices.len() as u32;
                     for it in items.iter() {
                         // Items must name tensors defined earlier (no forward references).
@@ -203,7 +280,10 @@ impl<'p> Method<'p> {
                         }
                         pool.indices.push(i);
                     }
-                    Value::TensorList(ListRef { start, len: items.len() as u32 })
+                    Value::TensorList(ListRef {
+                        start,
+                        len: items.len() as u32,
+                    })
                 }
                 schema::KernelTypes::OptionalTensorList => {
                     let items = ev
@@ -220,10 +300,17 @@ impl<'p> Method<'p> {
                         match values[i as usize] {
                             Value::Tensor(_) => pool.indices.push(i),
                             Value::None => pool.indices.push(NONE_INDEX),
-                            _ => return Err(invalid(format!("OptionalTensorList item {i} is not a tensor"))),
+                            _ => {
+                                return Err(invalid(format!(
+                                    "OptionalTensorList item {i} is not a tensor"
+                                )))
+                            }
                         }
                     }
-                    Value::OptionalTensorList(ListRef { start, len: items.len() as u32 })
+                    Value::OptionalTensorList(ListRef {
+                        start,
+                        len: items.len() as u32,
+                    })
                 }
                 schema::KernelTypes::Tensor => {
                     let t = ev.val_as_tensor().ok_or_else(|| invalid("bad Tensor"))?;
@@ -233,24 +320,35 @@ impl<'p> Method<'p> {
                     })?;
                     let nbytes = info.nbytes();
                     let extra = t.extra_tensor_info();
-                    let external = extra.is_some_and(|e| e.location() == schema::TensorDataLocation::EXTERNAL);
+                    let external =
+                        extra.is_some_and(|e| e.location() == schema::TensorDataLocation::EXTERNAL);
                     let storage = if external {
-                        let key = extra.and_then(|e| e.fully_qualified_name()).ok_or_else(|| invalid("external tensor without a name"))?;
+                        let key = extra
+                            .and_then(|e| e.fully_qualified_name())
+                            .ok_or_else(|| invalid("external tensor without a name"))?;
                         let file = src.external.ok_or_else(|| {
-                            invalid(format!("tensor {key:?} lives in an external .ptd file, and none was given"))
+                            invalid(format!(
+                                "tensor {key:?} lives in an external .ptd file, and none was given"
+                            ))
                         })?;
                         let bytes = file.get(key)?;
                         if let Some(l) = file.layout(key)? {
                             let same = l.scalar_type == info.dtype() as i8
                                 && l.sizes.len() == info.rank()
-                                && l.sizes.iter().zip(info.sizes()).all(|(&a, &b)| a >= 0 && a as usize == b)
+                                && l.sizes
+                                    .iter()
+                                    .zip(info.sizes())
+                                    .all(|(&a, &b)| a >= 0 && a as usize == b)
                                 && l.dim_order == info.dim_order();
                             if !same {
                                 return Err(invalid(format!("external tensor {key:?}: layout in the .ptd does not match the program")));
                             }
                         }
                         let bytes = bytes.get(..nbytes).ok_or_else(|| {
-                            invalid(format!("external tensor {key:?} has {} bytes, needs {nbytes}", bytes.len()))
+                            invalid(format!(
+                                "external tensor {key:?} has {} bytes, needs {nbytes}",
+                                bytes.len()
+                            ))
                         })?;
                         match t.allocation_info() {
                             None => Storage::Constant(bytes),
@@ -265,24 +363,46 @@ impl<'p> Method<'p> {
                             (0, None) => {
                                 // Supplied at run time: give it a home in the I/O arena.
                                 let offset = io_size;
-                                let padded = nbytes.checked_add(ARENA_ALIGN - 1).ok_or_else(|| invalid("tensor too large"))? / ARENA_ALIGN * ARENA_ALIGN;
-                                io_size = io_size.checked_add(padded).ok_or_else(|| invalid("tensor too large"))?;
+                                let padded = nbytes
+                                    .checked_add(ARENA_ALIGN - 1)
+                                    .ok_or_else(|| invalid("tensor too large"))?
+                                    / ARENA_ALIGN
+                                    * ARENA_ALIGN;
+                                io_size = io_size
+                                    .checked_add(padded)
+                                    .ok_or_else(|| invalid("tensor too large"))?;
                                 if total.saturating_add(io_size as u64) > config.max_planned_bytes {
-                                    return Err(Error::ResourceLimit { what: "bytes of planned memory", requested: total.saturating_add(io_size as u64), limit: config.max_planned_bytes });
+                                    return Err(Error::ResourceLimit {
+                                        what: "bytes of planned memory",
+                                        requested: total.saturating_add(io_size as u64),
+                                        limit: config.max_planned_bytes,
+                                    });
                                 }
-                                Storage::Planned { arena: io_arena, offset }
+                                Storage::Planned {
+                                    arena: io_arena,
+                                    offset,
+                                }
                             }
                             (idx, None) => Storage::Constant(program.constant(idx, nbytes)?),
                             (idx, Some(a)) => {
                                 let (arena, offset) = planned(&a, nbytes, &arena_sizes)?;
                                 if idx > 0 {
-                                    initial.push((arena, offset, program.mutable_data(idx, nbytes)?));
+                                    initial.push((
+                                        arena,
+                                        offset,
+                                        program.mutable_data(idx, nbytes)?,
+                                    ));
                                 }
                                 Storage::Planned { arena, offset }
                             }
                         }
                     };
-                    Value::Tensor(Tensor { info, storage, capacity: nbytes, dynamism })
+                    Value::Tensor(Tensor {
+                        info,
+                        storage,
+                        capacity: nbytes,
+                        dynamism,
+                    })
                 }
                 other => return Err(invalid(format!("value {vi} has unknown type {}", other.0))),
             };
@@ -319,38 +439,61 @@ impl<'p> Method<'p> {
                 }
                 None => {
                     missing.push(name.clone());
-                    ops.push(Op { name, run: |_| Err(KernelError::unsupported("missing kernel")) });
-                    kernels.push(Kernel::new(|_| Err(KernelError::unsupported("missing kernel"))));
+                    ops.push(Op {
+                        name,
+                        run: |_| Err(KernelError::unsupported("missing kernel")),
+                    });
+                    kernels.push(Kernel::new(|_| {
+                        Err(KernelError::unsupported("missing kernel"))
+                    }));
                 }
             }
         }
         if !missing.is_empty() {
-            return Err(Error::OperatorMissing { op: missing.join(", "), reason: "no kernel registered".into() });
+            return Err(Error::OperatorMissing {
+                op: missing.join(", "),
+                reason: "no kernel registered".into(),
+            });
         }
         if let Some(d) = plan.delegates().into_iter().flatten().next() {
-            return Err(Error::BackendMissing { backend: d.id().unwrap_or("").to_string() });
+            return Err(Error::BackendMissing {
+                backend: d.id().unwrap_or("").to_string(),
+            });
         }
 
         // Chains → instructions.
         let mut args: Vec<u32> = Vec::new();
         let mut chains = Vec::new();
         for chain in plan.chains().into_iter().flatten() {
-            let instrs = chain.instructions().ok_or_else(|| invalid("chain without instructions"))?;
+            let instrs = chain
+                .instructions()
+                .ok_or_else(|| invalid("chain without instructions"))?;
             let len = instrs.len();
             let mut out = Vec::with_capacity(len);
             for (pc, ins) in instrs.iter().enumerate() {
                 let it = match ins.instr_args_type() {
                     schema::InstructionArguments::KernelCall => {
-                        let kc = ins.instr_args_as_kernel_call().ok_or_else(|| invalid("bad KernelCall"))?;
+                        let kc = ins
+                            .instr_args_as_kernel_call()
+                            .ok_or_else(|| invalid("bad KernelCall"))?;
                         let op = index("operator", kc.op_index() as i64, ops.len())?;
-                        let a = kc.args().ok_or_else(|| invalid("KernelCall without args"))?;
+                        let a = kc
+                            .args()
+                            .ok_or_else(|| invalid("KernelCall without args"))?;
                         let start = args.len() as u32;
                         for x in a.iter() {
                             args.push(index("kernel argument", x as i64, n)?);
                         }
-                        let r = ListRef { start, len: a.len() as u32 };
+                        let r = ListRef {
+                            start,
+                            len: a.len() as u32,
+                        };
                         if let Some(check) = kernels[op as usize].check {
-                            let view = ArgView { values: &values, pool: &pool, args: &args[r.range()] };
+                            let view = ArgView {
+                                values: &values,
+                                pool: &pool,
+                                args: &args[r.range()],
+                            };
                             check(&view).map_err(|e| Error::OperatorMissing {
                                 op: ops[op as usize].name.clone(),
                                 reason: format!("instruction {pc}: {e}"),
@@ -362,23 +505,39 @@ impl<'p> Method<'p> {
                         return Err(invalid("DelegateCall without a registered backend"));
                     }
                     schema::InstructionArguments::MoveCall => {
-                        let m = ins.instr_args_as_move_call().ok_or_else(|| invalid("bad MoveCall"))?;
-                        Instr::Move { from: index("move source", m.move_from() as i64, n)?, to: index("move target", m.move_to() as i64, n)? }
+                        let m = ins
+                            .instr_args_as_move_call()
+                            .ok_or_else(|| invalid("bad MoveCall"))?;
+                        Instr::Move {
+                            from: index("move source", m.move_from() as i64, n)?,
+                            to: index("move target", m.move_to() as i64, n)?,
+                        }
                     }
                     schema::InstructionArguments::JumpFalseCall => {
-                        let j = ins.instr_args_as_jump_false_call().ok_or_else(|| invalid("bad JumpFalseCall"))?;
+                        let j = ins
+                            .instr_args_as_jump_false_call()
+                            .ok_or_else(|| invalid("bad JumpFalseCall"))?;
                         let cond = index("jump condition", j.cond_value_index() as i64, n)?;
                         let dest = j.destination_instruction();
                         if dest < 0 || dest as usize > len {
-                            return Err(invalid(format!("jump destination {dest} outside the chain of {len} instructions")));
+                            return Err(invalid(format!(
+                                "jump destination {dest} outside the chain of {len} instructions"
+                            )));
                         }
-                        Instr::JumpFalse { cond, dest: dest as u32 }
+                        Instr::JumpFalse {
+                            cond,
+                            dest: dest as u32,
+                        }
                     }
                     schema::InstructionArguments::FreeCall => {
-                        let f = ins.instr_args_as_free_call().ok_or_else(|| invalid("bad FreeCall"))?;
+                        let f = ins
+                            .instr_args_as_free_call()
+                            .ok_or_else(|| invalid("bad FreeCall"))?;
                         let v = index("free", f.value_index() as i64, n)?;
                         if !matches!(values[v as usize], Value::Tensor(_)) {
-                            return Err(invalid(format!("FreeCall on value {v}, which is not a tensor")));
+                            return Err(invalid(format!(
+                                "FreeCall on value {v}, which is not a tensor"
+                            )));
                         }
                         Instr::Free { value: v }
                     }
@@ -449,15 +608,34 @@ impl<'p> Method<'p> {
     }
 
     /// Sets tensor input `i` from `bytes` in row-major (or the declared dim order's) memory order.
-    pub fn set_input_tensor(&mut self, i: usize, dtype: ScalarType, sizes: &[usize], bytes: &[u8]) -> Result<()> {
-        let vi = *self.inputs.get(i).ok_or_else(|| Error::Input { index: i, message: format!("the method has {} inputs", self.inputs.len()) })? as usize;
+    pub fn set_input_tensor(
+        &mut self,
+        i: usize,
+        dtype: ScalarType,
+        sizes: &[usize],
+        bytes: &[u8],
+    ) -> Result<()> {
+        let vi = *self.inputs.get(i).ok_or_else(|| Error::Input {
+            index: i,
+            message: format!("the method has {} inputs", self.inputs.len()),
+        })? as usize;
         let Some(Value::Tensor(spec)) = self.input_specs.get(i).copied() else {
-            return Err(Error::Input { index: i, message: "this input is not a tensor".into() });
+            return Err(Error::Input {
+                index: i,
+                message: "this input is not a tensor".into(),
+            });
         };
         if dtype != spec.info.dtype() {
-            return Err(Error::Input { index: i, message: format!("expected dtype {}, got {dtype}", spec.info.dtype()) });
+            return Err(Error::Input {
+                index: i,
+                message: format!("expected dtype {}, got {dtype}", spec.info.dtype()),
+            });
         }
-        let shape_err = || Error::InputShape { index: i, expected: spec.info.sizes().to_vec(), given: sizes.to_vec() };
+        let shape_err = || Error::InputShape {
+            index: i,
+            expected: spec.info.sizes().to_vec(),
+            given: sizes.to_vec(),
+        };
         if sizes.len() != spec.info.rank() {
             return Err(shape_err());
         }
@@ -469,25 +647,51 @@ impl<'p> Method<'p> {
             return Err(shape_err());
         }
         let Value::Tensor(t) = &mut self.values[vi] else {
-            return Err(Error::Input { index: i, message: "input value is no longer a tensor".into() });
+            return Err(Error::Input {
+                index: i,
+                message: "input value is no longer a tensor".into(),
+            });
         };
         let mut info = spec.info;
-        info.set_sizes(sizes).map_err(|e| Error::Input { index: i, message: e.to_string() })?;
+        info.set_sizes(sizes).map_err(|e| Error::Input {
+            index: i,
+            message: e.to_string(),
+        })?;
         if bytes.len() != info.nbytes() {
-            return Err(Error::Input { index: i, message: format!("expected {} bytes of data, got {}", info.nbytes(), bytes.len()) });
+            return Err(Error::Input {
+                index: i,
+                message: format!(
+                    "expected {} bytes of data, got {}",
+                    info.nbytes(),
+                    bytes.len()
+                ),
+            });
         }
         let Storage::Planned { arena, offset } = t.storage else {
-            return Err(Error::Input { index: i, message: "input tensor is a constant".into() });
+            return Err(Error::Input {
+                index: i,
+                message: "input tensor is a constant".into(),
+            });
         };
         // The input slot may hold another tensor now (a MoveCall of an earlier run).
         if bytes.len() > t.capacity {
-            return Err(Error::Input { index: i, message: format!("{} bytes do not fit the input's {} bytes", bytes.len(), t.capacity) });
+            return Err(Error::Input {
+                index: i,
+                message: format!(
+                    "{} bytes do not fit the input's {} bytes",
+                    bytes.len(),
+                    t.capacity
+                ),
+            });
         }
         t.info = info;
         let dst = self.arenas[arena as usize]
             .bytes_mut()
             .get_mut(offset..offset + bytes.len())
-            .ok_or_else(|| Error::Input { index: i, message: "input does not fit its planned buffer".into() })?;
+            .ok_or_else(|| Error::Input {
+                index: i,
+                message: "input does not fit its planned buffer".into(),
+            })?;
         dst.copy_from_slice(bytes);
         Ok(())
     }
@@ -495,7 +699,10 @@ impl<'p> Method<'p> {
     /// Sets a scalar input. As in ExecuTorch, the value must equal the one the program was
     /// exported with (the graph is specialised on it).
     pub fn set_input_value(&mut self, i: usize, v: Value<'p>) -> Result<()> {
-        let spec = *self.input_specs.get(i).ok_or_else(|| Error::Input { index: i, message: format!("the method has {} inputs", self.inputs.len()) })?;
+        let spec = *self.input_specs.get(i).ok_or_else(|| Error::Input {
+            index: i,
+            message: format!("the method has {} inputs", self.inputs.len()),
+        })?;
         let ok = match (spec, v) {
             (Value::Int(a), Value::Int(b)) => a == b,
             (Value::Bool(a), Value::Bool(b)) => a == b,
@@ -504,7 +711,10 @@ impl<'p> Method<'p> {
             _ => false,
         };
         if !ok {
-            return Err(Error::Input { index: i, message: format!("expected {:?}, got {:?}", spec, v) });
+            return Err(Error::Input {
+                index: i,
+                message: format!("expected {:?}, got {:?}", spec, v),
+            });
         }
         Ok(())
     }
@@ -567,14 +777,22 @@ impl<'p> Method<'p> {
         match &self.values[vi] {
             Value::Bool(b) => Ok(*b),
             Value::Tensor(t) if t.info.dtype() == ScalarType::Bool => {
-                let r = self.tensor_ref(vi, t).map_err(|source| Error::Kernel { op: "jump_false".into(), instruction: pc, source })?;
+                let r = self.tensor_ref(vi, t).map_err(|source| Error::Kernel {
+                    op: "jump_false".into(),
+                    instruction: pc,
+                    source,
+                })?;
                 Ok(r.bytes.iter().all(|&b| b != 0))
             }
             v => Err(invalid(format!("jump condition is a {}", v.kind()))),
         }
     }
 
-    fn tensor_ref<'s>(&'s self, vi: usize, t: &'s Tensor<'p>) -> core::result::Result<TensorRef<'s>, KernelError> {
+    fn tensor_ref<'s>(
+        &'s self,
+        vi: usize,
+        t: &'s Tensor<'p>,
+    ) -> core::result::Result<TensorRef<'s>, KernelError> {
         let n = t.info.nbytes();
         let bytes = match t.storage {
             Storage::Planned { arena, offset } => self
@@ -587,14 +805,26 @@ impl<'p> Method<'p> {
             Storage::Empty if n == 0 => &[],
             Storage::Empty => return Err(KernelError::NoData { value: vi }),
         };
-        Ok(TensorRef { info: &t.info, bytes })
+        Ok(TensorRef {
+            info: &t.info,
+            bytes,
+        })
     }
 
     /// Output `i` after `execute`: a tensor (metadata and bytes) or a scalar.
     pub fn output(&self, i: usize) -> Result<Output<'_>> {
-        let vi = *self.outputs.get(i).ok_or_else(|| invalid(format!("no output {i}")))? as usize;
+        let vi = *self
+            .outputs
+            .get(i)
+            .ok_or_else(|| invalid(format!("no output {i}")))? as usize;
         Ok(match &self.values[vi] {
-            Value::Tensor(t) => Output::Tensor(self.tensor_ref(vi, t).map_err(|source| Error::Kernel { op: "output".into(), instruction: 0, source })?),
+            Value::Tensor(t) => {
+                Output::Tensor(self.tensor_ref(vi, t).map_err(|source| Error::Kernel {
+                    op: "output".into(),
+                    instruction: 0,
+                    source,
+                })?)
+            }
             Value::Int(v) => Output::Int(*v),
             Value::Double(v) => Output::Double(*v),
             Value::Bool(v) => Output::Bool(*v),
@@ -605,12 +835,21 @@ impl<'p> Method<'p> {
 }
 
 /// Planned tensor location from `allocation_info`, checked against the arena sizes.
-fn planned(a: &schema::AllocationDetails<'_>, nbytes: usize, arenas: &[usize]) -> Result<(u32, usize)> {
+fn planned(
+    a: &schema::AllocationDetails<'_>,
+    nbytes: usize,
+    arenas: &[usize],
+) -> Result<(u32, usize)> {
     let id = a.memory_id();
-    let arena = id.checked_sub(1).ok_or_else(|| invalid("memory_id 0 is reserved"))?;
-    let size = *arenas
-        .get(arena as usize)
-        .ok_or_else(|| invalid(format!("memory_id {id} but the plan has {} buffers", arenas.len())))?;
+    let arena = id
+        .checked_sub(1)
+        .ok_or_else(|| invalid("memory_id 0 is reserved"))?;
+    let size = *arenas.get(arena as usize).ok_or_else(|| {
+        invalid(format!(
+            "memory_id {id} but the plan has {} buffers",
+            arenas.len()
+        ))
+    })?;
     let offset = (a.memory_offset_low() as u64) | ((a.memory_offset_high() as u64) << 32);
     match offset.checked_add(nbytes as u64) {
         Some(end) if end <= size as u64 => Ok((arena, offset as usize)),

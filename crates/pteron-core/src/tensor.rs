@@ -16,7 +16,10 @@ pub struct Dims {
 
 impl Dims {
     pub const fn new() -> Self {
-        Dims { len: 0, d: [0; MAX_RANK] }
+        Dims {
+            len: 0,
+            d: [0; MAX_RANK],
+        }
     }
 
     /// Dims from a slice; errors when it has more than [`MAX_RANK`] entries.
@@ -57,7 +60,9 @@ impl Dims {
 
     /// Product of the dims, `None` on overflow.
     pub fn checked_numel(&self) -> Option<usize> {
-        self.as_slice().iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        self.as_slice()
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
     }
 }
 
@@ -98,7 +103,11 @@ impl TensorInfo {
     }
 
     /// A tensor with an explicit dim order, which must be a permutation of `0..rank`.
-    pub fn with_dim_order(dtype: ScalarType, sizes: &[usize], dim_order: &[u8]) -> Result<Self, KernelError> {
+    pub fn with_dim_order(
+        dtype: ScalarType,
+        sizes: &[usize],
+        dim_order: &[u8],
+    ) -> Result<Self, KernelError> {
         let sizes = Dims::from_slice(sizes)?;
         if dim_order.len() != sizes.len() {
             return Err(KernelError::invalid(format!(
@@ -111,13 +120,21 @@ impl TensorInfo {
         for &d in dim_order {
             let d = d as usize;
             if d >= sizes.len() || seen[d] {
-                return Err(KernelError::invalid(format!("dim order {dim_order:?} is not a permutation")));
+                return Err(KernelError::invalid(format!(
+                    "dim order {dim_order:?} is not a permutation"
+                )));
             }
             seen[d] = true;
         }
         let mut order = [0u8; MAX_RANK];
         order[..dim_order.len()].copy_from_slice(dim_order);
-        let mut t = TensorInfo { dtype, sizes, dim_order: order, strides: sizes, numel: 0 };
+        let mut t = TensorInfo {
+            dtype,
+            sizes,
+            dim_order: order,
+            strides: sizes,
+            numel: 0,
+        };
         t.update_strides()?;
         Ok(t)
     }
@@ -133,7 +150,10 @@ impl TensorInfo {
             let s = self.sizes.d[dim].max(1);
             stride = stride.checked_mul(s).ok_or(KernelError::SizeOverflow)?;
         }
-        self.numel = self.sizes.checked_numel().ok_or(KernelError::SizeOverflow)?;
+        self.numel = self
+            .sizes
+            .checked_numel()
+            .ok_or(KernelError::SizeOverflow)?;
         self.numel
             .checked_mul(self.dtype.elem_size())
             .ok_or(KernelError::SizeOverflow)?;
@@ -190,7 +210,10 @@ impl TensorInfo {
     }
     /// True when the dim order is 0, 1, …, rank−1 (row-major, what most kernels expect).
     pub fn is_contiguous(&self) -> bool {
-        self.dim_order().iter().enumerate().all(|(i, &d)| d as usize == i)
+        self.dim_order()
+            .iter()
+            .enumerate()
+            .all(|(i, &d)| d as usize == i)
     }
     /// True when the dim order is channels-last (0, 2, 3, 1) for a 4-d tensor.
     pub fn is_channels_last(&self) -> bool {
@@ -208,7 +231,9 @@ pub fn normalize_dim(dim: i64, rank: usize) -> Result<usize, KernelError> {
     let r = rank.max(1) as i64;
     let d = if dim < 0 { dim + r } else { dim };
     if d < 0 || d >= r {
-        return Err(KernelError::invalid(format!("dim {dim} out of range for rank {rank}")));
+        return Err(KernelError::invalid(format!(
+            "dim {dim} out of range for rank {rank}"
+        )));
     }
     Ok(d as usize)
 }
@@ -237,7 +262,8 @@ mod tests {
 
     #[test]
     fn channels_last_strides() {
-        let t = TensorInfo::with_dim_order(ScalarType::Float, &[1, 3, 4, 5], &[0, 2, 3, 1]).unwrap();
+        let t =
+            TensorInfo::with_dim_order(ScalarType::Float, &[1, 3, 4, 5], &[0, 2, 3, 1]).unwrap();
         assert_eq!(t.strides(), &[60, 1, 15, 3]);
         assert!(t.is_channels_last());
     }

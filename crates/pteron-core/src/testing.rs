@@ -39,13 +39,21 @@ impl TestCall {
         self.args.len() - 1
     }
 
-    fn new_tensor_value(&mut self, info: TensorInfo, bytes: &[u8], capacity: usize) -> Value<'static> {
+    fn new_tensor_value(
+        &mut self,
+        info: TensorInfo,
+        bytes: &[u8],
+        capacity: usize,
+    ) -> Value<'static> {
         let mut arena = Arena::new(capacity.max(bytes.len())).expect("test arena");
         arena.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
         self.arenas.push(arena);
         Value::Tensor(Tensor {
             info,
-            storage: Storage::Planned { arena: (self.arenas.len() - 1) as u32, offset: 0 },
+            storage: Storage::Planned {
+                arena: (self.arenas.len() - 1) as u32,
+                offset: 0,
+            },
             capacity: capacity.max(bytes.len()),
             dynamism: Dynamism::Bounded,
         })
@@ -76,7 +84,12 @@ impl TestCall {
     }
 
     /// An input tensor with an explicit dim order; `data` is in memory order.
-    pub fn tensor_with_dim_order<T: Element>(&mut self, sizes: &[usize], dim_order: &[u8], data: &[T]) -> usize {
+    pub fn tensor_with_dim_order<T: Element>(
+        &mut self,
+        sizes: &[usize],
+        dim_order: &[u8],
+        data: &[T],
+    ) -> usize {
         let info = TensorInfo::with_dim_order(T::DTYPE, sizes, dim_order).expect("test tensor");
         let v = self.new_tensor_value(info, bytemuck::cast_slice(data), 0);
         self.push_arg(v)
@@ -112,33 +125,50 @@ impl TestCall {
             self.values.push(Value::Int(v));
             self.pool.indices.push((self.values.len() - 1) as u32);
         }
-        self.push_arg(Value::IntList(ListRef { start, len: items.len() as u32 }))
+        self.push_arg(Value::IntList(ListRef {
+            start,
+            len: items.len() as u32,
+        }))
     }
 
     pub fn double_list(&mut self, items: &[f64]) -> usize {
         let start = self.pool.doubles.len() as u32;
         self.pool.doubles.extend_from_slice(items);
-        self.push_arg(Value::DoubleList(ListRef { start, len: items.len() as u32 }))
+        self.push_arg(Value::DoubleList(ListRef {
+            start,
+            len: items.len() as u32,
+        }))
     }
 
     pub fn bool_list(&mut self, items: &[bool]) -> usize {
         let start = self.pool.bools.len() as u32;
         self.pool.bools.extend_from_slice(items);
-        self.push_arg(Value::BoolList(ListRef { start, len: items.len() as u32 }))
+        self.push_arg(Value::BoolList(ListRef {
+            start,
+            len: items.len() as u32,
+        }))
     }
 
     /// A tensor list of value indices made with [`TestCall::tensor_value`] / [`TestCall::out_value`].
     pub fn tensor_list(&mut self, items: &[u32]) -> usize {
         let start = self.pool.indices.len() as u32;
         self.pool.indices.extend_from_slice(items);
-        self.push_arg(Value::TensorList(ListRef { start, len: items.len() as u32 }))
+        self.push_arg(Value::TensorList(ListRef {
+            start,
+            len: items.len() as u32,
+        }))
     }
 
     /// An optional tensor list; `None` entries become [`NONE_INDEX`].
     pub fn opt_tensor_list(&mut self, items: &[Option<u32>]) -> usize {
         let start = self.pool.indices.len() as u32;
-        self.pool.indices.extend(items.iter().map(|i| i.unwrap_or(NONE_INDEX)));
-        self.push_arg(Value::OptionalTensorList(ListRef { start, len: items.len() as u32 }))
+        self.pool
+            .indices
+            .extend(items.iter().map(|i| i.unwrap_or(NONE_INDEX)));
+        self.push_arg(Value::OptionalTensorList(ListRef {
+            start,
+            len: items.len() as u32,
+        }))
     }
 
     /// Appends the return slot, pointing at the same value as argument `pos`.
@@ -153,13 +183,18 @@ impl TestCall {
     }
 
     pub fn run(&mut self, kernel: KernelFn) -> Result<(), KernelError> {
-        let mut ctx = KernelContext::new(&mut self.values, &self.pool, &mut self.arenas, &self.args);
+        let mut ctx =
+            KernelContext::new(&mut self.values, &self.pool, &mut self.arenas, &self.args);
         kernel(&mut ctx)
     }
 
     /// Runs the load-time check of a kernel over this call.
     pub fn check(&self, check: crate::kernel::CheckFn) -> Result<(), KernelError> {
-        check(&crate::kernel::ArgView { values: &self.values, pool: &self.pool, args: &self.args })
+        check(&crate::kernel::ArgView {
+            values: &self.values,
+            pool: &self.pool,
+            args: &self.args,
+        })
     }
 
     /// The current metadata of the tensor at argument `pos`.
@@ -183,7 +218,9 @@ impl TestCall {
         match &self.values[vi as usize] {
             Value::Tensor(t) => {
                 assert_eq!(t.info.dtype(), T::DTYPE, "output dtype");
-                let Storage::Planned { arena, offset } = t.storage else { panic!("not planned") };
+                let Storage::Planned { arena, offset } = t.storage else {
+                    panic!("not planned")
+                };
                 let bytes = &self.arenas[arena as usize].bytes()[offset..offset + t.info.nbytes()];
                 bytemuck::cast_slice(bytes).to_vec()
             }

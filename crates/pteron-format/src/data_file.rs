@@ -37,17 +37,28 @@ pub struct DataFile<'a> {
 impl<'a> DataFile<'a> {
     pub fn parse(data: &'a [u8]) -> Result<Self, FormatError> {
         if data.len() < 48 {
-            return Err(FormatError::TooShort { kind: ".ptd", len: data.len() });
+            return Err(FormatError::TooShort {
+                kind: ".ptd",
+                len: data.len(),
+            });
         }
         if &data[4..8] != b"FT01" {
-            return Err(FormatError::NotADataFile { found: String::from_utf8_lossy(&data[4..8]).into_owned() });
+            return Err(FormatError::NotADataFile {
+                found: String::from_utf8_lossy(&data[4..8]).into_owned(),
+            });
         }
         if &data[8..12] != b"FH01" {
-            return Err(FormatError::BadHeader { header: "FH01", reason: "magic missing".into() });
+            return Err(FormatError::BadHeader {
+                header: "FH01",
+                reason: "magic missing".into(),
+            });
         }
         let header_len = u32::from_le_bytes([data[12], data[13], data[14], data[15]]);
         if header_len < 40 {
-            return Err(FormatError::BadHeader { header: "FH01", reason: format!("length {header_len} < 40") });
+            return Err(FormatError::BadHeader {
+                header: "FH01",
+                reason: format!("length {header_len} < 40"),
+            });
         }
         let h = Header {
             flatbuffer_offset: u64_at(data, 16),
@@ -55,16 +66,35 @@ impl<'a> DataFile<'a> {
             segment_base_offset: u64_at(data, 32),
             segment_data_size: u64_at(data, 40),
         };
-        let fb_end = checked_range("flatbuffer", h.flatbuffer_offset, h.flatbuffer_size, data.len())?.end;
-        let seg = checked_range("segment data", h.segment_base_offset, h.segment_data_size, data.len())?;
+        let fb_end = checked_range(
+            "flatbuffer",
+            h.flatbuffer_offset,
+            h.flatbuffer_size,
+            data.len(),
+        )?
+        .end;
+        let seg = checked_range(
+            "segment data",
+            h.segment_base_offset,
+            h.segment_data_size,
+            data.len(),
+        )?;
         // The flatbuffer's offsets count from byte 0 with the header spliced in after the
         // identifier, so it is verified over `0..flatbuffer_offset + flatbuffer_size`.
-        let apparent = crate::program::apparent_limit(fb_end, crate::Limits::default().max_expansion);
-        let opts = flatbuffers::VerifierOptions { max_apparent_size: apparent, ..Default::default() };
+        let apparent =
+            crate::program::apparent_limit(fb_end, crate::Limits::default().max_expansion);
+        let opts = flatbuffers::VerifierOptions {
+            max_apparent_size: apparent,
+            ..Default::default()
+        };
         crate::program::check_root_offset(data)?;
         let fb = fb::root_as_flat_tensor_with_opts(&opts, &data[..fb_end])
             .map_err(|e| crate::program::verify_error(e, fb_end, apparent))?;
-        Ok(DataFile { data, fb, segments: (seg.start, seg.end) })
+        Ok(DataFile {
+            data,
+            fb,
+            segments: (seg.start, seg.end),
+        })
     }
 
     pub fn flatbuffer(&self) -> fb::FlatTensor<'a> {
@@ -72,7 +102,11 @@ impl<'a> DataFile<'a> {
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &'a str> + 'a {
-        self.fb.named_data().into_iter().flatten().filter_map(|n| n.key())
+        self.fb
+            .named_data()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.key())
     }
 
     fn entry(&self, key: &str) -> Result<fb::NamedData<'a>, FormatError> {
@@ -90,7 +124,11 @@ impl<'a> DataFile<'a> {
         let segs = self.fb.segments().ok_or(FormatError::Missing("segments"))?;
         let idx = e.segment_index() as usize;
         if idx >= segs.len() {
-            return Err(FormatError::IndexOutOfRange { what: "segment", index: idx as u64, len: segs.len() });
+            return Err(FormatError::IndexOutOfRange {
+                what: "segment",
+                index: idx as u64,
+                len: segs.len(),
+            });
         }
         let s = segs.get(idx);
         let (base, end) = self.segments;
@@ -104,7 +142,10 @@ impl<'a> DataFile<'a> {
         Ok(e.tensor_layout().map(|l| TensorLayout {
             scalar_type: l.scalar_type().0,
             sizes: l.sizes().map(|s| s.iter().collect()).unwrap_or_default(),
-            dim_order: l.dim_order().map(|d| d.bytes().to_vec()).unwrap_or_default(),
+            dim_order: l
+                .dim_order()
+                .map(|d| d.bytes().to_vec())
+                .unwrap_or_default(),
         }))
     }
 }

@@ -11,14 +11,28 @@ pub enum FormatError {
     IncompatibleVersion { found: String },
     #[error("not a .ptd data file: identifier is {found:?}, expected \"FT01\"")]
     NotADataFile { found: String },
-    #[error("file is truncated: its header says the program takes {expected} bytes, the file has {len}")]
+    #[error(
+        "file is truncated: its header says the program takes {expected} bytes, the file has {len}"
+    )]
     Truncated { expected: u64, len: usize },
     #[error("bad {header} header: {reason}")]
-    BadHeader { header: &'static str, reason: String },
+    BadHeader {
+        header: &'static str,
+        reason: String,
+    },
     #[error("{what} at offset {offset} with size {size} lies outside its {limit}-byte region")]
-    OutOfBounds { what: &'static str, offset: u64, size: u64, limit: u64 },
+    OutOfBounds {
+        what: &'static str,
+        offset: u64,
+        size: u64,
+        limit: u64,
+    },
     #[error("{what} index {index} is out of range (there are {len})")]
-    IndexOutOfRange { what: &'static str, index: u64, len: usize },
+    IndexOutOfRange {
+        what: &'static str,
+        index: u64,
+        len: usize,
+    },
     #[error("invalid flatbuffer: {0}")]
     Flatbuffer(#[from] flatbuffers::InvalidFlatbuffer),
     #[error("required field {0} is missing")]
@@ -39,6 +53,11 @@ pub(crate) fn checked_range(
     let end = offset.checked_add(size);
     match end {
         Some(end) if end <= limit as u64 => Ok(offset as usize..end as usize),
-        _ => Err(FormatError::OutOfBounds { what, offset, size, limit: limit as u64 }),
+        _ => Err(FormatError::OutOfBounds {
+            what,
+            offset,
+            size,
+            limit: limit as u64,
+        }),
     }
 }

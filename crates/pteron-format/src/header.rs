@@ -35,16 +35,30 @@ impl ExtendedHeader {
         }
         let header_len = u32_at(data, 12);
         if header_len < MIN_LEN {
-            return Err(FormatError::BadHeader { header: "eh00", reason: format!("length {header_len} < {MIN_LEN}") });
+            return Err(FormatError::BadHeader {
+                header: "eh00",
+                reason: format!("length {header_len} < {MIN_LEN}"),
+            });
         }
         let need = 8 + header_len.min(32) as usize;
         if data.len() < need {
-            return Err(FormatError::TooShort { kind: "eh00 header", len: data.len() });
+            return Err(FormatError::TooShort {
+                kind: "eh00 header",
+                len: data.len(),
+            });
         }
         let program_size = u64_at(data, 16);
         let segment_base_offset = u64_at(data, 24);
-        let segment_data_size = if header_len >= 32 { u64_at(data, 32) } else { 0 };
-        Ok(Some(ExtendedHeader { program_size, segment_base_offset, segment_data_size }))
+        let segment_data_size = if header_len >= 32 {
+            u64_at(data, 32)
+        } else {
+            0
+        };
+        Ok(Some(ExtendedHeader {
+            program_size,
+            segment_base_offset,
+            segment_data_size,
+        }))
     }
 }
 
@@ -64,13 +78,24 @@ mod tests {
 
     #[test]
     fn parses_fields() {
-        let h = ExtendedHeader::parse(&header(32, 100, 128, 64)).unwrap().unwrap();
-        assert_eq!(h, ExtendedHeader { program_size: 100, segment_base_offset: 128, segment_data_size: 64 });
+        let h = ExtendedHeader::parse(&header(32, 100, 128, 64))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            h,
+            ExtendedHeader {
+                program_size: 100,
+                segment_base_offset: 128,
+                segment_data_size: 64
+            }
+        );
     }
 
     #[test]
     fn old_header_has_no_segment_size() {
-        let h = ExtendedHeader::parse(&header(24, 100, 128, 64)).unwrap().unwrap();
+        let h = ExtendedHeader::parse(&header(24, 100, 128, 64))
+            .unwrap()
+            .unwrap();
         assert_eq!(h.segment_data_size, 0);
     }
 

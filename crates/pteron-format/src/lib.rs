@@ -22,10 +22,10 @@ mod generated {
     }
 }
 
-/// The verified flatbuffer tables of a `.pte` program (namespace `executorch_flatbuffer`).
-pub use generated::program::executorch_flatbuffer as schema;
 /// The verified flatbuffer tables of a `.ptd` file (namespace `flat_tensor_flatbuffer`).
 pub use generated::flat_tensor::flat_tensor_flatbuffer as ptd_schema;
+/// The verified flatbuffer tables of a `.pte` program (namespace `executorch_flatbuffer`).
+pub use generated::program::executorch_flatbuffer as schema;
 
 pub use data_file::{DataFile, TensorLayout};
 pub use error::FormatError;

@@ -21,7 +21,11 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_tables: 10_000_000, max_depth: 64, max_expansion: 4 }
+        Limits {
+            max_tables: 10_000_000,
+            max_depth: 64,
+            max_expansion: 4,
+        }
     }
 }
 
@@ -31,7 +35,11 @@ pub(crate) fn apparent_limit(size: usize, expansion: usize) -> usize {
 }
 
 /// Names the expansion limit when the verifier hits it.
-pub(crate) fn verify_error(e: flatbuffers::InvalidFlatbuffer, size: usize, limit: usize) -> FormatError {
+pub(crate) fn verify_error(
+    e: flatbuffers::InvalidFlatbuffer,
+    size: usize,
+    limit: usize,
+) -> FormatError {
     match e {
         flatbuffers::InvalidFlatbuffer::ApparentSizeTooLarge => FormatError::Invalid(format!(
             "flatbuffer of {size} bytes expands to more than {limit} bytes when shared tables are counted at each use"
@@ -54,7 +62,10 @@ pub struct Program<'a> {
 
 impl core::fmt::Debug for Program<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Program").field("len", &self.data.len()).field("header", &self.header).finish()
+        f.debug_struct("Program")
+            .field("len", &self.data.len())
+            .field("header", &self.header)
+            .finish()
     }
 }
 
@@ -84,7 +95,10 @@ impl<'a> Program<'a> {
 
     pub fn parse_with_limits(data: &'a [u8], limits: Limits) -> Result<Self, FormatError> {
         if data.len() < 8 {
-            return Err(FormatError::TooShort { kind: ".pte", len: data.len() });
+            return Err(FormatError::TooShort {
+                kind: ".pte",
+                len: data.len(),
+            });
         }
         let id = &data[4..8];
         if id != b"ET12" {
@@ -100,7 +114,10 @@ impl<'a> Program<'a> {
             None => (data.len(), (data.len(), data.len())),
             Some(h) => {
                 if h.program_size > data.len() as u64 {
-                    return Err(FormatError::Truncated { expected: h.program_size, len: data.len() });
+                    return Err(FormatError::Truncated {
+                        expected: h.program_size,
+                        len: data.len(),
+                    });
                 }
                 let prog = checked_range("program", 0, h.program_size, data.len())?;
                 if prog.end < 8 {
@@ -110,17 +127,26 @@ impl<'a> Program<'a> {
                     });
                 }
                 let seg = if h.segment_data_size > 0 {
-                    checked_range("segment data", h.segment_base_offset, h.segment_data_size, data.len())?
+                    checked_range(
+                        "segment data",
+                        h.segment_base_offset,
+                        h.segment_data_size,
+                        data.len(),
+                    )?
                 } else if h.segment_base_offset > 0 {
                     // Pre-1.0 headers carry no segment size: segments run to the end of the file.
-                    checked_range("segment base", h.segment_base_offset, 0, data.len())?.start..data.len()
+                    checked_range("segment base", h.segment_base_offset, 0, data.len())?.start
+                        ..data.len()
                 } else {
                     data.len()..data.len()
                 };
                 if seg.start < prog.end && seg.start != seg.end {
                     return Err(FormatError::BadHeader {
                         header: "eh00",
-                        reason: format!("segments start at {} inside the program ({} bytes)", seg.start, prog.end),
+                        reason: format!(
+                            "segments start at {} inside the program ({} bytes)",
+                            seg.start, prog.end
+                        ),
                     });
                 }
                 (prog.end, (seg.start, seg.end))
@@ -136,15 +162,28 @@ impl<'a> Program<'a> {
         check_root_offset(data)?;
         let fb = schema::root_as_program_with_opts(&opts, &data[..program_size])
             .map_err(|e| verify_error(e, program_size, apparent))?;
-        let mut p = Program { data, fb, header, segments, constant_segment: None };
+        let mut p = Program {
+            data,
+            fb,
+            header,
+            segments,
+            constant_segment: None,
+        };
 
-        let has_segment_constants = fb.constant_segment().and_then(|c| c.offsets()).is_some_and(|o| o.len() > 1);
+        let has_segment_constants = fb
+            .constant_segment()
+            .and_then(|c| c.offsets())
+            .is_some_and(|o| o.len() > 1);
         let has_buffer_constants = fb.constant_buffer().is_some_and(|b| b.len() > 1);
         if has_segment_constants && has_buffer_constants {
-            return Err(FormatError::Invalid("program has both constant_segment and constant_buffer".into()));
+            return Err(FormatError::Invalid(
+                "program has both constant_segment and constant_buffer".into(),
+            ));
         }
         if has_segment_constants {
-            let cs = fb.constant_segment().ok_or(FormatError::Missing("constant_segment"))?;
+            let cs = fb
+                .constant_segment()
+                .ok_or(FormatError::Missing("constant_segment"))?;
             p.constant_segment = Some(p.segment(cs.segment_index() as usize)?);
         }
         Ok(p)
@@ -180,9 +219,17 @@ impl<'a> Program<'a> {
 
     /// Bytes of segment `index`.
     pub fn segment(&self, index: usize) -> Result<&'a [u8], FormatError> {
-        let segs = self.fb.segments().ok_or(FormatError::IndexOutOfRange { what: "segment", index: index as u64, len: 0 })?;
+        let segs = self.fb.segments().ok_or(FormatError::IndexOutOfRange {
+            what: "segment",
+            index: index as u64,
+            len: 0,
+        })?;
         if index >= segs.len() {
-            return Err(FormatError::IndexOutOfRange { what: "segment", index: index as u64, len: segs.len() });
+            return Err(FormatError::IndexOutOfRange {
+                what: "segment",
+                index: index as u64,
+                len: segs.len(),
+            });
         }
         let s = segs.get(index);
         let (base, end) = self.segments;
@@ -199,16 +246,40 @@ impl<'a> Program<'a> {
     pub fn constant(&self, data_buffer_idx: u32, nbytes: usize) -> Result<&'a [u8], FormatError> {
         let idx = data_buffer_idx as usize;
         if let Some(seg) = self.constant_segment {
-            let offsets = self.fb.constant_segment().and_then(|c| c.offsets()).ok_or(FormatError::Missing("constant_segment.offsets"))?;
+            let offsets = self
+                .fb
+                .constant_segment()
+                .and_then(|c| c.offsets())
+                .ok_or(FormatError::Missing("constant_segment.offsets"))?;
             if idx >= offsets.len() {
-                return Err(FormatError::IndexOutOfRange { what: "constant", index: idx as u64, len: offsets.len() });
+                return Err(FormatError::IndexOutOfRange {
+                    what: "constant",
+                    index: idx as u64,
+                    len: offsets.len(),
+                });
             }
-            let r = checked_range("constant tensor", offsets.get(idx), nbytes as u64, seg.len())?;
+            let r = checked_range(
+                "constant tensor",
+                offsets.get(idx),
+                nbytes as u64,
+                seg.len(),
+            )?;
             return Ok(&seg[r]);
         }
-        let bufs = self.fb.constant_buffer().ok_or(FormatError::IndexOutOfRange { what: "constant", index: idx as u64, len: 0 })?;
+        let bufs = self
+            .fb
+            .constant_buffer()
+            .ok_or(FormatError::IndexOutOfRange {
+                what: "constant",
+                index: idx as u64,
+                len: 0,
+            })?;
         if idx >= bufs.len() {
-            return Err(FormatError::IndexOutOfRange { what: "constant", index: idx as u64, len: bufs.len() });
+            return Err(FormatError::IndexOutOfRange {
+                what: "constant",
+                index: idx as u64,
+                len: bufs.len(),
+            });
         }
         let storage = bufs.get(idx).storage().map(|s| s.bytes()).unwrap_or(&[]);
         let r = checked_range("constant tensor", 0, nbytes as u64, storage.len())?;
@@ -216,41 +287,76 @@ impl<'a> Program<'a> {
     }
 
     /// Initial bytes of a mutable (planned) tensor, from `mutable_data_segments[0]`.
-    pub fn mutable_data(&self, data_buffer_idx: u32, nbytes: usize) -> Result<&'a [u8], FormatError> {
+    pub fn mutable_data(
+        &self,
+        data_buffer_idx: u32,
+        nbytes: usize,
+    ) -> Result<&'a [u8], FormatError> {
         let idx = data_buffer_idx as usize;
-        let subs = self.fb.mutable_data_segments().ok_or(FormatError::Missing("mutable_data_segments"))?;
+        let subs = self
+            .fb
+            .mutable_data_segments()
+            .ok_or(FormatError::Missing("mutable_data_segments"))?;
         if subs.is_empty() {
             return Err(FormatError::Missing("mutable_data_segments[0]"));
         }
         let sub = subs.get(0);
-        let offsets = sub.offsets().ok_or(FormatError::Missing("mutable_data_segments[0].offsets"))?;
+        let offsets = sub
+            .offsets()
+            .ok_or(FormatError::Missing("mutable_data_segments[0].offsets"))?;
         if idx >= offsets.len() {
-            return Err(FormatError::IndexOutOfRange { what: "mutable data", index: idx as u64, len: offsets.len() });
+            return Err(FormatError::IndexOutOfRange {
+                what: "mutable data",
+                index: idx as u64,
+                len: offsets.len(),
+            });
         }
         let seg = self.segment(sub.segment_index() as usize)?;
-        let r = checked_range("mutable tensor data", offsets.get(idx), nbytes as u64, seg.len())?;
+        let r = checked_range(
+            "mutable tensor data",
+            offsets.get(idx),
+            nbytes as u64,
+            seg.len(),
+        )?;
         Ok(&seg[r])
     }
 
     /// The processed payload of a backend delegate (inline in the flatbuffer or in a segment).
-    pub fn delegate_data(&self, reference: schema::BackendDelegateDataReference<'a>) -> Result<&'a [u8], FormatError> {
+    pub fn delegate_data(
+        &self,
+        reference: schema::BackendDelegateDataReference<'a>,
+    ) -> Result<&'a [u8], FormatError> {
         let index = reference.index() as usize;
         match reference.location() {
             schema::DataLocation::INLINE => {
-                let data = self.fb.backend_delegate_data().ok_or(FormatError::Missing("backend_delegate_data"))?;
+                let data = self
+                    .fb
+                    .backend_delegate_data()
+                    .ok_or(FormatError::Missing("backend_delegate_data"))?;
                 if index >= data.len() {
-                    return Err(FormatError::IndexOutOfRange { what: "inline delegate data", index: index as u64, len: data.len() });
+                    return Err(FormatError::IndexOutOfRange {
+                        what: "inline delegate data",
+                        index: index as u64,
+                        len: data.len(),
+                    });
                 }
                 Ok(data.get(index).data().map(|d| d.bytes()).unwrap_or(&[]))
             }
             schema::DataLocation::SEGMENT => self.segment(index),
-            other => Err(FormatError::Invalid(format!("unknown delegate data location {}", other.0))),
+            other => Err(FormatError::Invalid(format!(
+                "unknown delegate data location {}",
+                other.0
+            ))),
         }
     }
 
     /// Keys of the program's named data (e.g. delegate weights).
     pub fn named_data_keys(&self) -> impl Iterator<Item = &'a str> + 'a {
-        self.fb.named_data().into_iter().flatten().filter_map(|n| n.key())
+        self.fb
+            .named_data()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.key())
     }
 
     /// The bytes stored under `key` in the program's named data.

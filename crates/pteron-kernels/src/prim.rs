@@ -9,27 +9,90 @@ pub fn register(r: &mut KernelRegistry) {
     r.register("aten::sym_stride.int", Kernel::new(sym_stride));
     r.register("aten::_local_scalar_dense", Kernel::new(local_scalar_dense));
     r.register("executorch_prim::et_view.default", Kernel::new(et_view));
-    r.register("executorch_prim::add.Scalar", Kernel::new(|c| binary(c, add)));
-    r.register("executorch_prim::sub.Scalar", Kernel::new(|c| binary(c, sub)));
-    r.register("executorch_prim::mul.Scalar", Kernel::new(|c| binary(c, mul)));
-    r.register("executorch_prim::truediv.Scalar", Kernel::new(|c| binary(c, truediv)));
-    r.register("executorch_prim::floordiv.Scalar", Kernel::new(|c| binary(c, floordiv)));
-    r.register("executorch_prim::floordiv.int", Kernel::new(|c| binary(c, floordiv)));
-    r.register("executorch_prim::mod.Scalar", Kernel::new(|c| binary(c, modulo)));
-    r.register("executorch_prim::mod.int", Kernel::new(|c| binary(c, modulo)));
-    r.register("executorch_prim::sym_max.Scalar", Kernel::new(|c| binary(c, max)));
-    r.register("executorch_prim::sym_min.Scalar", Kernel::new(|c| binary(c, min)));
-    r.register("executorch_prim::eq.Scalar", Kernel::new(|c| compare(c, |o| o == core::cmp::Ordering::Equal)));
-    r.register("executorch_prim::gt.Scalar", Kernel::new(|c| compare(c, |o| o == core::cmp::Ordering::Greater)));
-    r.register("executorch_prim::lt.Scalar", Kernel::new(|c| compare(c, |o| o == core::cmp::Ordering::Less)));
-    r.register("executorch_prim::ge.Scalar", Kernel::new(|c| compare(c, |o| o != core::cmp::Ordering::Less)));
-    r.register("executorch_prim::le.Scalar", Kernel::new(|c| compare(c, |o| o != core::cmp::Ordering::Greater)));
-    r.register("executorch_prim::neg.Scalar", Kernel::new(|c| unary(c, neg)));
-    r.register("executorch_prim::ceil.Scalar", Kernel::new(|c| unary(c, |s| round_with(s, f64::ceil))));
-    r.register("executorch_prim::round.Scalar", Kernel::new(|c| unary(c, |s| round_with(s, round_half_even))));
-    r.register("executorch_prim::trunc.Scalar", Kernel::new(|c| unary(c, |s| round_with(s, f64::trunc))));
-    r.register("executorch_prim::sym_float.Scalar", Kernel::new(|c| unary(c, |s| Ok(Scalar::Double(s.to_f64())))));
-    r.register("executorch_prim::sym_int.Scalar", Kernel::new(|c| unary(c, |s| Ok(Scalar::Int(s.to_i64())))));
+    r.register(
+        "executorch_prim::add.Scalar",
+        Kernel::new(|c| binary(c, add)),
+    );
+    r.register(
+        "executorch_prim::sub.Scalar",
+        Kernel::new(|c| binary(c, sub)),
+    );
+    r.register(
+        "executorch_prim::mul.Scalar",
+        Kernel::new(|c| binary(c, mul)),
+    );
+    r.register(
+        "executorch_prim::truediv.Scalar",
+        Kernel::new(|c| binary(c, truediv)),
+    );
+    r.register(
+        "executorch_prim::floordiv.Scalar",
+        Kernel::new(|c| binary(c, floordiv)),
+    );
+    r.register(
+        "executorch_prim::floordiv.int",
+        Kernel::new(|c| binary(c, floordiv)),
+    );
+    r.register(
+        "executorch_prim::mod.Scalar",
+        Kernel::new(|c| binary(c, modulo)),
+    );
+    r.register(
+        "executorch_prim::mod.int",
+        Kernel::new(|c| binary(c, modulo)),
+    );
+    r.register(
+        "executorch_prim::sym_max.Scalar",
+        Kernel::new(|c| binary(c, max)),
+    );
+    r.register(
+        "executorch_prim::sym_min.Scalar",
+        Kernel::new(|c| binary(c, min)),
+    );
+    r.register(
+        "executorch_prim::eq.Scalar",
+        Kernel::new(|c| compare(c, |o| o == core::cmp::Ordering::Equal)),
+    );
+    r.register(
+        "executorch_prim::gt.Scalar",
+        Kernel::new(|c| compare(c, |o| o == core::cmp::Ordering::Greater)),
+    );
+    r.register(
+        "executorch_prim::lt.Scalar",
+        Kernel::new(|c| compare(c, |o| o == core::cmp::Ordering::Less)),
+    );
+    r.register(
+        "executorch_prim::ge.Scalar",
+        Kernel::new(|c| compare(c, |o| o != core::cmp::Ordering::Less)),
+    );
+    r.register(
+        "executorch_prim::le.Scalar",
+        Kernel::new(|c| compare(c, |o| o != core::cmp::Ordering::Greater)),
+    );
+    r.register(
+        "executorch_prim::neg.Scalar",
+        Kernel::new(|c| unary(c, neg)),
+    );
+    r.register(
+        "executorch_prim::ceil.Scalar",
+        Kernel::new(|c| unary(c, |s| round_with(s, f64::ceil))),
+    );
+    r.register(
+        "executorch_prim::round.Scalar",
+        Kernel::new(|c| unary(c, |s| round_with(s, round_half_even))),
+    );
+    r.register(
+        "executorch_prim::trunc.Scalar",
+        Kernel::new(|c| unary(c, |s| round_with(s, f64::trunc))),
+    );
+    r.register(
+        "executorch_prim::sym_float.Scalar",
+        Kernel::new(|c| unary(c, |s| Ok(Scalar::Double(s.to_f64())))),
+    );
+    r.register(
+        "executorch_prim::sym_int.Scalar",
+        Kernel::new(|c| unary(c, |s| Ok(Scalar::Int(s.to_i64())))),
+    );
     r.register("executorch_prim::sym_not.Scalar", Kernel::new(sym_not));
     r.register("executorch_prim::sym_ite.Scalar", Kernel::new(sym_ite));
 }
@@ -43,7 +106,10 @@ fn to_value(s: Scalar) -> Value<'static> {
 }
 
 fn last(c: &KernelContext) -> Result<usize, KernelError> {
-    c.num_args().checked_sub(1).ok_or(KernelError::ArgCount { expected: 1, got: 0 })
+    c.num_args().checked_sub(1).ok_or(KernelError::ArgCount {
+        expected: 1,
+        got: 0,
+    })
 }
 
 fn sym_size(c: &mut KernelContext) -> Result<(), KernelError> {
@@ -71,7 +137,10 @@ fn sym_numel(c: &mut KernelContext) -> Result<(), KernelError> {
 fn local_scalar_dense(c: &mut KernelContext) -> Result<(), KernelError> {
     let t = *c.tensor(0)?;
     if t.numel() != 1 {
-        return Err(KernelError::shape(format!("_local_scalar_dense needs one element, got {:?}", t)));
+        return Err(KernelError::shape(format!(
+            "_local_scalar_dense needs one element, got {:?}",
+            t
+        )));
     }
     let ([x], []) = c.io([0], [])?;
     let v = pteron_core::dispatch_dtype!(t.dtype(), T => {
@@ -104,12 +173,16 @@ fn et_view(c: &mut KernelContext) -> Result<(), KernelError> {
             return Err(KernelError::invalid(format!("et_view: invalid size {s}")));
         } else {
             dims[k] = s as usize;
-            known = known.checked_mul(s as usize).ok_or(KernelError::SizeOverflow)?;
+            known = known
+                .checked_mul(s as usize)
+                .ok_or(KernelError::SizeOverflow)?;
         }
     }
     if let Some(k) = infer {
         if known == 0 || numel % known != 0 {
-            return Err(KernelError::shape(format!("et_view: cannot infer size for {numel} elements from {sizes:?}")));
+            return Err(KernelError::shape(format!(
+                "et_view: cannot infer size for {numel} elements from {sizes:?}"
+            )));
         }
         dims[k] = numel / known;
     }
@@ -121,13 +194,19 @@ fn scalar_arg(c: &KernelContext, i: usize) -> Result<Scalar, KernelError> {
     c.scalar(i)
 }
 
-fn binary(c: &mut KernelContext, f: fn(Scalar, Scalar) -> Result<Scalar, KernelError>) -> Result<(), KernelError> {
+fn binary(
+    c: &mut KernelContext,
+    f: fn(Scalar, Scalar) -> Result<Scalar, KernelError>,
+) -> Result<(), KernelError> {
     let r = f(scalar_arg(c, 0)?, scalar_arg(c, 1)?)?;
     let o = last(c)?;
     c.set_value(o, to_value(r))
 }
 
-fn unary(c: &mut KernelContext, f: fn(Scalar) -> Result<Scalar, KernelError>) -> Result<(), KernelError> {
+fn unary(
+    c: &mut KernelContext,
+    f: fn(Scalar) -> Result<Scalar, KernelError>,
+) -> Result<(), KernelError> {
     let r = f(scalar_arg(c, 0)?)?;
     let o = last(c)?;
     c.set_value(o, to_value(r))
@@ -184,7 +263,11 @@ fn floordiv(a: Scalar, b: Scalar) -> Result<Scalar, KernelError> {
         Some((_, 0)) => return Err(KernelError::invalid("integer division by zero")),
         Some((x, y)) => {
             let q = x.checked_div(y).ok_or_else(overflow)?;
-            Scalar::Int(if (x % y != 0) && ((x < 0) != (y < 0)) { q - 1 } else { q })
+            Scalar::Int(if (x % y != 0) && ((x < 0) != (y < 0)) {
+                q - 1
+            } else {
+                q
+            })
         }
         None => Scalar::Double((a.to_f64() / b.to_f64()).floor()),
     })
@@ -195,12 +278,20 @@ fn modulo(a: Scalar, b: Scalar) -> Result<Scalar, KernelError> {
         Some((_, 0)) => return Err(KernelError::invalid("integer modulo by zero")),
         Some((x, y)) => {
             let r = x.checked_rem(y).ok_or_else(overflow)?;
-            Scalar::Int(if r != 0 && ((r < 0) != (y < 0)) { r + y } else { r })
+            Scalar::Int(if r != 0 && ((r < 0) != (y < 0)) {
+                r + y
+            } else {
+                r
+            })
         }
         None => {
             let (x, y) = (a.to_f64(), b.to_f64());
             let r = x % y;
-            Scalar::Double(if r != 0.0 && ((r < 0.0) != (y < 0.0)) { r + y } else { r })
+            Scalar::Double(if r != 0.0 && ((r < 0.0) != (y < 0.0)) {
+                r + y
+            } else {
+                r
+            })
         }
     })
 }
@@ -234,7 +325,9 @@ fn round_half_even(v: f64) -> f64 {
 fn round_with(a: Scalar, f: fn(f64) -> f64) -> Result<Scalar, KernelError> {
     Ok(match a {
         Scalar::Double(v) if v.is_finite() => Scalar::Int(f(v) as i64),
-        Scalar::Double(v) => return Err(KernelError::invalid(format!("cannot round {v} to an int"))),
+        Scalar::Double(v) => {
+            return Err(KernelError::invalid(format!("cannot round {v} to an int")))
+        }
         other => Scalar::Int(other.to_i64()),
     })
 }
@@ -256,7 +349,11 @@ mod tests {
     use pteron_core::testing::TestCall;
     use pteron_core::ScalarType;
 
-    fn run_binary(name: fn(&mut KernelContext) -> Result<(), KernelError>, a: Value<'static>, b: Value<'static>) -> Value<'static> {
+    fn run_binary(
+        name: fn(&mut KernelContext) -> Result<(), KernelError>,
+        a: Value<'static>,
+        b: Value<'static>,
+    ) -> Value<'static> {
         let mut c = TestCall::new();
         let push = |c: &mut TestCall, v: Value<'static>| match v {
             Value::Int(x) => c.int(x),
@@ -279,11 +376,25 @@ mod tests {
 
     #[test]
     fn python_floor_division_and_modulo() {
-        let cases = [(7, 2, 3, 1), (-7, 2, -4, 1), (7, -2, -4, -1), (-7, -2, 3, -1), (6, 3, 2, 0)];
+        let cases = [
+            (7, 2, 3, 1),
+            (-7, 2, -4, 1),
+            (7, -2, -4, -1),
+            (-7, -2, 3, -1),
+            (6, 3, 2, 0),
+        ];
         for (a, b, q, r) in cases {
-            let got = run_binary(kernel("executorch_prim::floordiv.int"), Value::Int(a), Value::Int(b));
+            let got = run_binary(
+                kernel("executorch_prim::floordiv.int"),
+                Value::Int(a),
+                Value::Int(b),
+            );
             assert!(matches!(got, Value::Int(v) if v == q), "{a}//{b} = {got:?}");
-            let got = run_binary(kernel("executorch_prim::mod.int"), Value::Int(a), Value::Int(b));
+            let got = run_binary(
+                kernel("executorch_prim::mod.int"),
+                Value::Int(a),
+                Value::Int(b),
+            );
             assert!(matches!(got, Value::Int(v) if v == r), "{a}%{b} = {got:?}");
         }
         let mut c = TestCall::new();
@@ -295,13 +406,29 @@ mod tests {
 
     #[test]
     fn arithmetic_promotes_to_double() {
-        let got = run_binary(kernel("executorch_prim::add.Scalar"), Value::Int(2), Value::Double(0.5));
+        let got = run_binary(
+            kernel("executorch_prim::add.Scalar"),
+            Value::Int(2),
+            Value::Double(0.5),
+        );
         assert!(matches!(got, Value::Double(v) if v == 2.5));
-        let got = run_binary(kernel("executorch_prim::truediv.Scalar"), Value::Int(7), Value::Int(2));
+        let got = run_binary(
+            kernel("executorch_prim::truediv.Scalar"),
+            Value::Int(7),
+            Value::Int(2),
+        );
         assert!(matches!(got, Value::Double(v) if v == 3.5));
-        let got = run_binary(kernel("executorch_prim::mul.Scalar"), Value::Int(6), Value::Int(7));
+        let got = run_binary(
+            kernel("executorch_prim::mul.Scalar"),
+            Value::Int(6),
+            Value::Int(7),
+        );
         assert!(matches!(got, Value::Int(42)));
-        let got = run_binary(kernel("executorch_prim::ge.Scalar"), Value::Int(2), Value::Double(2.0));
+        let got = run_binary(
+            kernel("executorch_prim::ge.Scalar"),
+            Value::Int(2),
+            Value::Double(2.0),
+        );
         assert!(matches!(got, Value::Bool(true)));
     }
 

@@ -200,7 +200,11 @@ fn sum_into<X: Element, O: Element>(x: &[X], xi: &TensorInfo, p: &Plan, out: &mu
             let mut acc = 0i64;
             let x_float = X::DTYPE.is_floating();
             each(&mut |i| {
-                let v = if x_float { O::from_f64(x[i].to_f64()) } else { O::from_i64(x[i].to_i64()) };
+                let v = if x_float {
+                    O::from_f64(x[i].to_f64())
+                } else {
+                    O::from_i64(x[i].to_i64())
+                };
                 acc = acc.wrapping_add(v.to_i64())
             });
             out[o] = O::from_i64(acc);

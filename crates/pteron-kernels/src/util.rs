@@ -11,8 +11,16 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Dims, KernelError> {
         return Err(KernelError::RankTooLarge { rank });
     }
     for i in 0..rank {
-        let da = if i < rank - a.len() { 1 } else { a[i - (rank - a.len())] };
-        let db = if i < rank - b.len() { 1 } else { b[i - (rank - b.len())] };
+        let da = if i < rank - a.len() {
+            1
+        } else {
+            a[i - (rank - a.len())]
+        };
+        let db = if i < rank - b.len() {
+            1
+        } else {
+            b[i - (rank - b.len())]
+        };
         out[i] = if da == db {
             da
         } else if da == 1 {
@@ -20,7 +28,9 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Dims, KernelError> {
         } else if db == 1 {
             da
         } else {
-            return Err(KernelError::shape(format!("cannot broadcast {a:?} with {b:?}")));
+            return Err(KernelError::shape(format!(
+                "cannot broadcast {a:?} with {b:?}"
+            )));
         };
     }
     Dims::from_slice(&out[..rank])
@@ -58,7 +68,11 @@ pub fn require_contiguous(op: &'static str, tensors: &[&TensorInfo]) -> Result<(
 }
 
 /// Errors unless `dtype` is one of `allowed`.
-pub fn require_dtype(op: &'static str, dtype: ScalarType, allowed: &[ScalarType]) -> Result<(), KernelError> {
+pub fn require_dtype(
+    op: &'static str,
+    dtype: ScalarType,
+    allowed: &[ScalarType],
+) -> Result<(), KernelError> {
     if allowed.contains(&dtype) {
         Ok(())
     } else {
@@ -67,15 +81,26 @@ pub fn require_dtype(op: &'static str, dtype: ScalarType, allowed: &[ScalarType]
 }
 
 /// Errors unless `a` and `b` have the same dtype.
-pub fn require_same_dtype(op: &'static str, a: ScalarType, b: ScalarType) -> Result<(), KernelError> {
+pub fn require_same_dtype(
+    op: &'static str,
+    a: ScalarType,
+    b: ScalarType,
+) -> Result<(), KernelError> {
     if a == b {
         Ok(())
     } else {
-        Err(KernelError::invalid(format!("{op}: dtypes differ ({a} vs {b})")))
+        Err(KernelError::invalid(format!(
+            "{op}: dtypes differ ({a} vs {b})"
+        )))
     }
 }
 
-pub const FLOATS: [ScalarType; 4] = [ScalarType::Float, ScalarType::Double, ScalarType::Half, ScalarType::BFloat16];
+pub const FLOATS: [ScalarType; 4] = [
+    ScalarType::Float,
+    ScalarType::Double,
+    ScalarType::Half,
+    ScalarType::BFloat16,
+];
 pub const REALS: [ScalarType; 9] = [
     ScalarType::Byte,
     ScalarType::Char,
@@ -98,7 +123,11 @@ pub fn outer_dim_inner(sizes: &[usize], dim: usize) -> (usize, usize, usize) {
 
 /// Calls `f(out_linear_index, offsets)` for every element of a contiguous output of shape `out`,
 /// where `offsets[k]` is the element offset into input `k` read with `strides[k]`.
-pub fn for_each_strided<const K: usize>(out: &[usize], strides: [&[usize]; K], mut f: impl FnMut(usize, [usize; K])) {
+pub fn for_each_strided<const K: usize>(
+    out: &[usize],
+    strides: [&[usize]; K],
+    mut f: impl FnMut(usize, [usize; K]),
+) {
     let rank = out.len();
     let numel: usize = out.iter().product();
     if numel == 0 {
@@ -133,10 +162,16 @@ mod tests {
 
     #[test]
     fn broadcasting() {
-        assert_eq!(broadcast_shapes(&[2, 1, 3], &[4, 1]).unwrap().as_slice(), &[2, 4, 3]);
+        assert_eq!(
+            broadcast_shapes(&[2, 1, 3], &[4, 1]).unwrap().as_slice(),
+            &[2, 4, 3]
+        );
         assert_eq!(broadcast_shapes(&[], &[3]).unwrap().as_slice(), &[3]);
         assert!(broadcast_shapes(&[2], &[3]).is_err());
-        assert_eq!(broadcast_strides(&[4, 1], &[2, 4, 3]).as_slice(), &[0, 1, 0]);
+        assert_eq!(
+            broadcast_strides(&[4, 1], &[2, 4, 3]).as_slice(),
+            &[0, 1, 0]
+        );
     }
 
     #[test]
@@ -146,7 +181,17 @@ mod tests {
         let sb = broadcast_strides(&[2, 1], &out);
         let mut seen = vec![];
         for_each_strided(&out, [&sa, &sb], |lin, [a, b]| seen.push((lin, a, b)));
-        assert_eq!(seen, vec![(0, 0, 0), (1, 1, 0), (2, 2, 0), (3, 0, 1), (4, 1, 1), (5, 2, 1)]);
+        assert_eq!(
+            seen,
+            vec![
+                (0, 0, 0),
+                (1, 1, 0),
+                (2, 2, 0),
+                (3, 0, 1),
+                (4, 1, 1),
+                (5, 2, 1)
+            ]
+        );
     }
 }
 
@@ -378,9 +423,13 @@ pub fn copy_view(
 ) -> Result<(), KernelError> {
     let rank = sizes.len();
     if src_st.len() != rank || dst_st.len() != rank {
-        return Err(KernelError::invalid("copy_view: stride ranks differ from the shape"));
+        return Err(KernelError::invalid(
+            "copy_view: stride ranks differ from the shape",
+        ));
     }
-    let Some((slo, shi)) = view_span(src_off, sizes, src_st) else { return Ok(()) };
+    let Some((slo, shi)) = view_span(src_off, sizes, src_st) else {
+        return Ok(());
+    };
     let (dlo, dhi) = view_span(dst_off, sizes, dst_st).expect("same sizes");
     if slo < 0 || (shi + 1) * elem as i128 > src.len() as i128 {
         return Err(KernelError::invalid(format!(
@@ -388,10 +437,16 @@ pub fn copy_view(
         )));
     }
     if dlo < 0 || (dhi + 1) * elem as i128 > dst.len() as i128 {
-        return Err(KernelError::invalid("strided copy: destination view out of range"));
+        return Err(KernelError::invalid(
+            "strided copy: destination view out of range",
+        ));
     }
     // Inner run: the last dim, copied as one block when both strides are 1.
-    let (inner, s_in, d_in) = if rank == 0 { (1, 1, 1) } else { (sizes[rank - 1], src_st[rank - 1], dst_st[rank - 1]) };
+    let (inner, s_in, d_in) = if rank == 0 {
+        (1, 1, 1)
+    } else {
+        (sizes[rank - 1], src_st[rank - 1], dst_st[rank - 1])
+    };
     let outer_rank = rank.saturating_sub(1);
     let mut idx = [0usize; pteron_core::MAX_RANK];
     let (mut sb, mut db) = (src_off, dst_off);

@@ -27,7 +27,10 @@ impl ProgramFile {
     /// Memory-maps `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let io = |source| Error::Io { path: path.display().to_string(), source };
+        let io = |source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        };
         let f = std::fs::File::open(path).map_err(io)?;
         let len = f.metadata().map_err(io)?.len();
         if len == 0 {
@@ -38,13 +41,18 @@ impl ProgramFile {
         // or rewrites the file while it is mapped, reads may fault or see new bytes; every read
         // of file data is bounds-checked, so changed contents are at worst rejected as invalid.
         let map = unsafe { memmap2::Mmap::map(&f) }.map_err(io)?;
-        Ok(ProgramFile { bytes: Bytes::Mapped(map) })
+        Ok(ProgramFile {
+            bytes: Bytes::Mapped(map),
+        })
     }
 
     /// Reads `path` into memory (no map).
     pub fn read(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let data = std::fs::read(path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+        let data = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
         Ok(Self::from_bytes(&data))
     }
 
@@ -52,7 +60,9 @@ impl ProgramFile {
     pub fn from_bytes(data: &[u8]) -> Self {
         let mut blocks = vec![Block([0; 64]); data.len().div_ceil(64)];
         bytemuck::cast_slice_mut::<Block, u8>(&mut blocks)[..data.len()].copy_from_slice(data);
-        ProgramFile { bytes: Bytes::Owned(blocks, data.len()) }
+        ProgramFile {
+            bytes: Bytes::Owned(blocks, data.len()),
+        }
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -64,12 +74,18 @@ impl ProgramFile {
 
     /// Verifies the bytes as a `.pte` program.
     pub fn program(&self) -> Result<Program<'_>> {
-        Ok(Program { inner: pteron_format::Program::parse(self.bytes())?, external: None })
+        Ok(Program {
+            inner: pteron_format::Program::parse(self.bytes())?,
+            external: None,
+        })
     }
 
     /// Verifies the bytes as a `.pte` program with explicit verifier limits.
     pub fn program_with_limits(&self, limits: Limits) -> Result<Program<'_>> {
-        Ok(Program { inner: pteron_format::Program::parse_with_limits(self.bytes(), limits)?, external: None })
+        Ok(Program {
+            inner: pteron_format::Program::parse_with_limits(self.bytes(), limits)?,
+            external: None,
+        })
     }
 
     /// Verifies the bytes as a `.ptd` external data file.
@@ -105,8 +121,16 @@ impl<'a> Program<'a> {
         self.load_method_with(name, kernels, MethodConfig::default())
     }
 
-    pub fn load_method_with(&self, name: &str, kernels: &KernelRegistry, config: MethodConfig) -> Result<Method<'a>> {
-        let src = pteron_core::DataSources { program: self.inner, external: self.external };
+    pub fn load_method_with(
+        &self,
+        name: &str,
+        kernels: &KernelRegistry,
+        config: MethodConfig,
+    ) -> Result<Method<'a>> {
+        let src = pteron_core::DataSources {
+            program: self.inner,
+            external: self.external,
+        };
         Ok(Method::load_with_data(src, name, kernels, config)?)
     }
 }

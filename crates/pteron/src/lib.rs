@@ -29,7 +29,10 @@ pub use tensor::{RunMethod, Tensor, Value};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Format(#[from] pteron_format::FormatError),
     #[error(transparent)]

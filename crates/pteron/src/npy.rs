@@ -55,7 +55,11 @@ fn field<'h>(header: &'h str, key: &str) -> Option<&'h str> {
     let pat = format!("'{key}':");
     let start = header.find(&pat)? + pat.len();
     let rest = header[start..].trim_start();
-    let end = if rest.starts_with('(') { rest.find(')')? + 1 } else { rest.find([',', '}'])? };
+    let end = if rest.starts_with('(') {
+        rest.find(')')? + 1
+    } else {
+        rest.find([',', '}'])?
+    };
     Some(rest[..end].trim())
 }
 
@@ -66,12 +70,21 @@ pub fn parse(bytes: &[u8]) -> Result<Tensor> {
     }
     let (hlen, start): (usize, usize) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
         v => return Err(err(format!("unsupported .npy version {v}"))),
     };
-    let end = start.checked_add(hlen).filter(|&e| e <= bytes.len()).ok_or_else(|| err(".npy header truncated"))?;
-    let header = std::str::from_utf8(&bytes[start..end]).map_err(|_| err(".npy header is not text"))?;
-    let d = field(header, "descr").ok_or_else(|| err("no descr in .npy header"))?.trim_matches(['\'', '"']);
+    let end = start
+        .checked_add(hlen)
+        .filter(|&e| e <= bytes.len())
+        .ok_or_else(|| err(".npy header truncated"))?;
+    let header =
+        std::str::from_utf8(&bytes[start..end]).map_err(|_| err(".npy header is not text"))?;
+    let d = field(header, "descr")
+        .ok_or_else(|| err("no descr in .npy header"))?
+        .trim_matches(['\'', '"']);
     let dtype = from_descr(d).ok_or_else(|| err(format!("unsupported .npy dtype {d}")))?;
     if field(header, "fortran_order") != Some("False") {
         return Err(err("Fortran-order .npy files are not supported"));
@@ -81,22 +94,34 @@ pub fn parse(bytes: &[u8]) -> Result<Tensor> {
     for part in shape_s.trim_matches(['(', ')']).split(',') {
         let p = part.trim();
         if !p.is_empty() {
-            sizes.push(p.parse::<usize>().map_err(|_| err(format!("bad .npy shape {shape_s}")))?);
+            sizes.push(
+                p.parse::<usize>()
+                    .map_err(|_| err(format!("bad .npy shape {shape_s}")))?,
+            );
         }
     }
     let nbytes = sizes
         .iter()
         .try_fold(dtype.elem_size(), |a, &s| a.checked_mul(s))
         .ok_or_else(|| err("npy size overflows"))?;
-    let data = bytes.get(end..).filter(|d| d.len() == nbytes).ok_or_else(|| {
-        err(format!("npy data has {} bytes, shape {sizes:?} of {dtype} needs {nbytes}", bytes.len() - end))
-    })?;
+    let data = bytes
+        .get(end..)
+        .filter(|d| d.len() == nbytes)
+        .ok_or_else(|| {
+            err(format!(
+                "npy data has {} bytes, shape {sizes:?} of {dtype} needs {nbytes}",
+                bytes.len() - end
+            ))
+        })?;
     Tensor::new(dtype, &sizes, data.to_vec())
 }
 
 pub fn read(path: impl AsRef<std::path::Path>) -> Result<Tensor> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
     parse(&bytes).map_err(|e| err(format!("{}: {e}", path.display())))
 }
 
@@ -106,7 +131,14 @@ pub fn to_bytes(t: &Tensor) -> Result<Vec<u8>> {
     let shape = match t.sizes.len() {
         0 => "()".to_string(),
         1 => format!("({},)", t.sizes[0]),
-        _ => format!("({})", t.sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")),
+        _ => format!(
+            "({})",
+            t.sizes
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
     let mut header = format!("{{'descr': '{d}', 'fortran_order': False, 'shape': {shape}, }}");
     // Pad so that data starts at a multiple of 64, ending the header with a newline.
@@ -124,7 +156,10 @@ pub fn to_bytes(t: &Tensor) -> Result<Vec<u8>> {
 
 pub fn write(path: impl AsRef<std::path::Path>, t: &Tensor) -> Result<()> {
     let path = path.as_ref();
-    std::fs::write(path, to_bytes(t)?).map_err(|source| Error::Io { path: path.display().to_string(), source })
+    std::fs::write(path, to_bytes(t)?).map_err(|source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 #[cfg(test)]

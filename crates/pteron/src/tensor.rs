@@ -14,19 +14,36 @@ pub struct Tensor {
 
 impl Tensor {
     pub fn new(dtype: ScalarType, sizes: &[usize], data: Vec<u8>) -> Result<Self> {
-        let nbytes = sizes.iter().try_fold(dtype.elem_size(), |a, &s| a.checked_mul(s));
+        let nbytes = sizes
+            .iter()
+            .try_fold(dtype.elem_size(), |a, &s| a.checked_mul(s));
         if nbytes != Some(data.len()) {
-            return Err(Error::Npy(format!("{} bytes do not make a {dtype} tensor of shape {sizes:?}", data.len())));
+            return Err(Error::Npy(format!(
+                "{} bytes do not make a {dtype} tensor of shape {sizes:?}",
+                data.len()
+            )));
         }
-        Ok(Tensor { dtype, sizes: sizes.to_vec(), data })
+        Ok(Tensor {
+            dtype,
+            sizes: sizes.to_vec(),
+            data,
+        })
     }
 
     pub fn from_f32(sizes: &[usize], v: &[f32]) -> Self {
-        Tensor { dtype: ScalarType::Float, sizes: sizes.to_vec(), data: bytemuck::cast_slice(v).to_vec() }
+        Tensor {
+            dtype: ScalarType::Float,
+            sizes: sizes.to_vec(),
+            data: bytemuck::cast_slice(v).to_vec(),
+        }
     }
 
     pub fn from_i64(sizes: &[usize], v: &[i64]) -> Self {
-        Tensor { dtype: ScalarType::Long, sizes: sizes.to_vec(), data: bytemuck::cast_slice(v).to_vec() }
+        Tensor {
+            dtype: ScalarType::Long,
+            sizes: sizes.to_vec(),
+            data: bytemuck::cast_slice(v).to_vec(),
+        }
     }
 
     pub fn numel(&self) -> usize {
@@ -38,7 +55,9 @@ impl Tensor {
     pub fn to_f64_vec(&self) -> Option<Vec<f64>> {
         use pteron_core::Element;
         fn conv<T: Element>(b: &[u8]) -> Vec<f64> {
-            b.chunks_exact(core::mem::size_of::<T>()).map(|c| bytemuck::pod_read_unaligned::<T>(c).to_f64()).collect()
+            b.chunks_exact(core::mem::size_of::<T>())
+                .map(|c| bytemuck::pod_read_unaligned::<T>(c).to_f64())
+                .collect()
         }
         Some(pteron_core::dispatch_dtype!(self.dtype, T => conv::<T>(&self.data), _ => return None))
     }
@@ -67,7 +86,11 @@ impl RunMethod for Method<'_> {
         if inputs.len() != self.num_inputs() {
             return Err(pteron_core::Error::Input {
                 index: inputs.len(),
-                message: format!("the method takes {} inputs, {} given", self.num_inputs(), inputs.len()),
+                message: format!(
+                    "the method takes {} inputs, {} given",
+                    self.num_inputs(),
+                    inputs.len()
+                ),
             }
             .into());
         }
@@ -91,7 +114,11 @@ impl RunMethod for Method<'_> {
                     Output::Double(v) => Value::Double(v),
                     Output::Bool(v) => Value::Bool(v),
                     Output::None => Value::None,
-                    Output::Other(kind) => return Err(Error::Npy(format!("output {i} is a {kind}, which pteron does not return"))),
+                    Output::Other(kind) => {
+                        return Err(Error::Npy(format!(
+                            "output {i} is a {kind}, which pteron does not return"
+                        )))
+                    }
                 })
             })
             .collect()

@@ -53,16 +53,23 @@ fn run_fixture(name: &str) {
     let n_in = meta["inputs"].as_array().map_or(0, |a| a.len());
 
     let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
-    let data = meta["external_data"].as_str().map(|f| pteron::ProgramFile::open(dir.join(f)).unwrap());
+    let data = meta["external_data"]
+        .as_str()
+        .map(|f| pteron::ProgramFile::open(dir.join(f)).unwrap());
     let mut program = file.program().unwrap();
     if let Some(d) = &data {
         program = program.with_external_data(d.data_file().unwrap());
     }
     let kernels = pteron::default_kernels();
-    let mut method = program.load_method("forward", &kernels).unwrap_or_else(|e| panic!("{name}: load: {e}"));
+    let mut method = program
+        .load_method("forward", &kernels)
+        .unwrap_or_else(|e| panic!("{name}: load: {e}"));
 
     let cases: Vec<String> = match meta["cases"].as_array() {
-        Some(c) => c.iter().map(|c| c["dir"].as_str().unwrap_or("").to_string()).collect(),
+        Some(c) => c
+            .iter()
+            .map(|c| c["dir"].as_str().unwrap_or("").to_string())
+            .collect(),
         None => vec![String::new()],
     };
     for case in &cases {
@@ -70,17 +77,26 @@ fn run_fixture(name: &str) {
         let inputs: Vec<Tensor> = (0..n_in)
             .map(|i| {
                 let p = cdir.join(format!("input{i}.npy"));
-                npy::read(if p.exists() { p } else { dir.join(format!("input{i}.npy")) }).unwrap()
+                npy::read(if p.exists() {
+                    p
+                } else {
+                    dir.join(format!("input{i}.npy"))
+                })
+                .unwrap()
             })
             .collect();
-        let outputs = method.run(&inputs).unwrap_or_else(|e| panic!("{name} {case}: run: {e}"));
+        let outputs = method
+            .run(&inputs)
+            .unwrap_or_else(|e| panic!("{name} {case}: run: {e}"));
         let mut k = 0;
         while cdir.join(format!("expected{k}.npy")).exists() {
             let want = npy::read(cdir.join(format!("expected{k}.npy"))).unwrap();
             match outputs.get(k) {
                 Some(Value::Tensor(got)) => compare(name, case, k, got, &want, atol, rtol),
                 // A scalar output is stored as a 0-d array.
-                Some(Value::Int(v)) => assert_eq!(Tensor::from_i64(&[], &[*v]).to_f64_vec(), want.to_f64_vec()),
+                Some(Value::Int(v)) => {
+                    assert_eq!(Tensor::from_i64(&[], &[*v]).to_f64_vec(), want.to_f64_vec())
+                }
                 other => panic!("{name} {case} output {k}: unexpected {other:?}"),
             }
             k += 1;
@@ -116,7 +132,10 @@ fn every_fixture_is_listed() {
         let entry = entry.unwrap();
         if entry.path().join("model.pte").exists() {
             let name = entry.file_name().into_string().unwrap();
-            assert!(LISTED.contains(&name.as_str()), "fixture {name} has no golden test");
+            assert!(
+                LISTED.contains(&name.as_str()),
+                "fixture {name} has no golden test"
+            );
         }
     }
 }
@@ -125,12 +144,21 @@ fn every_fixture_is_listed() {
 fn wrong_input_shape_names_expected_and_given() {
     let file = pteron::ProgramFile::open(models_dir().join("mlp/model.pte")).unwrap();
     let program = file.program().unwrap();
-    let mut method = program.load_method("forward", &pteron::default_kernels()).unwrap();
+    let mut method = program
+        .load_method("forward", &pteron::default_kernels())
+        .unwrap();
     let bad = Tensor::from_f32(&[1, 3], &[0.0; 3]);
     let err = method.run(&[bad]).unwrap_err().to_string();
-    assert!(err.contains("expected shape") && err.contains("[1, 3]"), "{err}");
+    assert!(
+        err.contains("expected shape") && err.contains("[1, 3]"),
+        "{err}"
+    );
     let wrong_dtype = Tensor::from_i64(&[1], &[0]);
-    assert!(method.run(&[wrong_dtype]).unwrap_err().to_string().contains("dtype"));
+    assert!(method
+        .run(&[wrong_dtype])
+        .unwrap_err()
+        .to_string()
+        .contains("dtype"));
     let _ = ScalarType::Float;
 }
 
@@ -138,7 +166,9 @@ fn wrong_input_shape_names_expected_and_given() {
 fn dynamic_input_above_bound_is_rejected() {
     let file = pteron::ProgramFile::open(models_dir().join("dynamic_mlp/model.pte")).unwrap();
     let program = file.program().unwrap();
-    let mut method = program.load_method("forward", &pteron::default_kernels()).unwrap();
+    let mut method = program
+        .load_method("forward", &pteron::default_kernels())
+        .unwrap();
     let x = Tensor::from_f32(&[9, 16], &[0.0; 9 * 16]);
     let y = Tensor::from_f32(&[1, 8], &[0.0; 8]);
     let err = method.run(&[x, y]).unwrap_err().to_string();

@@ -44,7 +44,10 @@ fn execute_allocates_nothing() {
     let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models");
     let kernels = pteron::default_kernels();
     let mut checked = 0;
-    let mut names: Vec<_> = std::fs::read_dir(&models).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut names: Vec<_> = std::fs::read_dir(&models)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     names.sort();
     for dir in names {
         if !dir.join("model.pte").exists() {
@@ -52,7 +55,9 @@ fn execute_allocates_nothing() {
         }
         let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
         let data = dir.join("model.ptd");
-        let data = data.exists().then(|| pteron::ProgramFile::open(&data).unwrap());
+        let data = data
+            .exists()
+            .then(|| pteron::ProgramFile::open(&data).unwrap());
         let mut program = file.program().unwrap();
         if let Some(d) = &data {
             program = program.with_external_data(d.data_file().unwrap());
@@ -60,7 +65,9 @@ fn execute_allocates_nothing() {
         let mut method = program.load_method("forward", &kernels).unwrap();
         for i in 0..method.num_inputs() {
             let t = pteron::npy::read(dir.join(format!("input{i}.npy"))).unwrap();
-            method.set_input_tensor(i, t.dtype, &t.sizes, &t.data).unwrap();
+            method
+                .set_input_tensor(i, t.dtype, &t.sizes, &t.data)
+                .unwrap();
         }
         let before = ALLOCATIONS.load(Ordering::Relaxed);
         WATCHING.with(|w| w.set(true));
