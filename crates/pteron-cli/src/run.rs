@@ -25,6 +25,12 @@ pub struct RunArgs {
     /// External data file (.ptd) for programs that keep weights outside the .pte.
     #[arg(long)]
     data: Option<PathBuf>,
+    /// Print the time spent per operator, most expensive first.
+    #[arg(long)]
+    profile: bool,
+    /// Write a Chrome trace (JSON) of every kernel call of the last run to this file.
+    #[arg(long)]
+    trace: Option<PathBuf>,
     /// Expected outputs as .npy files, in output order: prints the max abs error of each.
     #[arg(long = "expect")]
     expected: Vec<PathBuf>,
@@ -122,10 +128,25 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
     let inputs = inputs_for(&method, args)?;
     let mut times = Vec::new();
     let mut outputs = Vec::new();
-    for _ in 0..args.repeat.max(1) {
+    let mut profiler =
+        (args.profile || args.trace.is_some()).then(|| pteron::Profiler::new(&method));
+    let runs = args.repeat.max(1);
+    for k in 0..runs {
+        for (i, t) in inputs.iter().enumerate() {
+            method.set_input_tensor(i, t.dtype, &t.sizes, &t.data)?;
+        }
+        if k + 1 == runs && args.trace.is_some() {
+            profiler = profiler.map(|p| p.with_trace());
+        }
         let t = Instant::now();
-        outputs = method.run(&inputs)?;
+        match &mut profiler {
+            Some(p) => method.execute_observed(p)?,
+            None => method.execute()?,
+        }
         times.push(t.elapsed());
+        if k + 1 == runs {
+            outputs = method.outputs()?;
+        }
     }
     times.sort();
     let median = times[times.len() / 2];
@@ -194,6 +215,18 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
             path.display()
         );
     }
+    if let Some(p) = &profiler {
+        if args.profile {
+            print_profile(p, runs);
+        }
+        if let Some(path) = &args.trace {
+            std::fs::write(path, p.chrome_trace()).map_err(|source| pteron::Error::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+            println!("trace written to {}", path.display());
+        }
+    }
     println!(
         "load {}, execute {} (median of {}), planned memory {} bytes",
         ms(load),
@@ -202,4 +235,35 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
         method.planned_bytes()
     );
     Ok(())
+}
+
+/// The per-operator table: time per run (averaged over `runs`), calls per run, share of the total.
+fn print_profile(p: &pteron::Profiler, runs: usize) {
+    let rows = p.summary();
+    let total: f64 = rows.iter().map(|r| r.total.as_secs_f64()).sum();
+    println!(
+        "{:<48} {:>7} {:>12} {:>7}",
+        "operator", "calls", "ms/run", "share"
+    );
+    for r in &rows {
+        let ms = r.total.as_secs_f64() * 1e3 / runs as f64;
+        let share = if total > 0.0 {
+            r.total.as_secs_f64() / total * 100.0
+        } else {
+            0.0
+        };
+        println!(
+            "{:<48} {:>7} {:>12.3} {:>6.1}%",
+            r.op,
+            r.calls / runs as u64,
+            ms,
+            share
+        );
+    }
+    println!(
+        "{:<48} {:>7} {:>12.3}",
+        "total (kernels)",
+        "",
+        total * 1e3 / runs as f64
+    );
 }

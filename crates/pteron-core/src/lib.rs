@@ -19,6 +19,6 @@ pub use kernel::{
     ArgAccess, ArgView, IntList, Kernel, KernelContext, KernelFn, KernelRegistry, TensorMut,
     TensorRef,
 };
-pub use method::{DataSources, Method, MethodConfig, Output};
+pub use method::{DataSources, ExecutionObserver, KernelEvent, Method, MethodConfig, Output};
 pub use tensor::{normalize_dim, Dims, TensorInfo, MAX_RANK};
 pub use value::{Dynamism, ListPool, ListRef, Scalar, Storage, Tensor, Value, NONE_INDEX};

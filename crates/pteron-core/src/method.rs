@@ -721,6 +721,11 @@ impl<'p> Method<'p> {
 
     /// Runs every chain once.
     pub fn execute(&mut self) -> Result<()> {
+        self.execute_observed(&mut NoObserver)
+    }
+
+    /// Runs every chain once, telling `observer` about each kernel call (for profiling).
+    pub fn execute_observed(&mut self, observer: &mut dyn ExecutionObserver) -> Result<()> {
         let budget = self.config.instruction_budget;
         let mut count: u64 = 0;
         for c in 0..self.chains.len() {
@@ -734,13 +739,22 @@ impl<'p> Method<'p> {
                 match self.chains[c][pc] {
                     Instr::Kernel { op, args } => {
                         let run = self.ops[op as usize].run;
+                        let event = KernelEvent {
+                            chain: c,
+                            instruction: pc,
+                            op_index: op as usize,
+                            op: &self.ops[op as usize].name,
+                        };
+                        observer.kernel_begin(&event);
                         let mut ctx = KernelContext {
                             values: &mut self.values,
                             pool: &self.pool,
                             arenas: &mut self.arenas,
                             args: &self.args[args.range()],
                         };
-                        run(&mut ctx).map_err(|source| Error::Kernel {
+                        let result = run(&mut ctx);
+                        observer.kernel_end(&event);
+                        result.map_err(|source| Error::Kernel {
                             op: self.ops[op as usize].name.clone(),
                             instruction: pc,
                             source,
@@ -855,6 +869,31 @@ fn planned(
         Some(end) if end <= size as u64 => Ok((arena, offset as usize)),
         _ => Err(invalid(format!("tensor at offset {offset} with {nbytes} bytes overruns planned buffer {id} of {size} bytes"))),
     }
+}
+
+/// One kernel call, as an [`ExecutionObserver`] sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelEvent<'a> {
+    pub chain: usize,
+    /// Instruction index within the chain.
+    pub instruction: usize,
+    /// Index into the method's operator table (see [`Method::operator_names`]).
+    pub op_index: usize,
+    pub op: &'a str,
+}
+
+/// Hooks around every kernel call of [`Method::execute_observed`]: profilers and tracers
+/// implement it (the core has no clock of its own).
+pub trait ExecutionObserver {
+    fn kernel_begin(&mut self, event: &KernelEvent<'_>);
+    fn kernel_end(&mut self, event: &KernelEvent<'_>);
+}
+
+struct NoObserver;
+
+impl ExecutionObserver for NoObserver {
+    fn kernel_begin(&mut self, _: &KernelEvent<'_>) {}
+    fn kernel_end(&mut self, _: &KernelEvent<'_>) {}
 }
 
 /// One output of a method.

@@ -17,9 +17,11 @@
 
 mod file;
 pub mod npy;
+mod profile;
 mod tensor;
 
 pub use file::{Program, ProgramFile};
+pub use profile::{OpTime, Profiler};
 pub use pteron_core as core;
 pub use pteron_core::{MethodConfig, ScalarType};
 pub use pteron_format as format;
