@@ -154,6 +154,11 @@ def loose(atol, rtol, dts=(f16, bf16)):
     return {d: {"atol": atol, "rtol": rtol} for d in dts}
 
 
+# ExecuTorch's portable kernels accumulate some float64 reductions (sum over a dim,
+# layer_norm, group_norm) in float32: its goldens differ from eager f64 by ~1e-7.
+F64_ET = loose(1e-6, 1e-6, [f64])
+
+
 def build_table():
     # ---- binary arithmetic
     case("add", "add", lambda a, b: a + b, [T(2, 3), T(2, 3)], ALL)
@@ -224,7 +229,7 @@ def build_table():
     case("sin", "sin", torch.sin, [T(3, 4)], [f32, f16])
     case("cos", "cos", torch.cos, [T(3, 4)], [f32])
     # ---- reductions
-    case("sum", "sum_dim", lambda a: a.sum(1), [T(3, 4, 2)], REALS + [b8], tol=loose(2e-2, 2e-2))
+    case("sum", "sum_dim", lambda a: a.sum(1), [T(3, 4, 2)], REALS + [b8], tol={**loose(2e-2, 2e-2), **F64_ET})
     case("sum", "sum_keepdim", lambda a: a.sum((0, 2), keepdim=True), [T(3, 4, 2)], [f32, i64])
     case("sum", "sum_all", lambda a: a.sum(), [T(3, 5)], [f32, f64, i32])
     case("sum", "sum_dtype", lambda a: a.sum(-1, dtype=torch.float32), [T(2, 6)], [f16, i64])
@@ -283,9 +288,9 @@ def build_table():
 
     case("batch_norm", "batch_norm2d_eval", bn, [T(2, 3, 4, 4)], [f32, f64, f16], module=True, tol=ctol)
     case("batch_norm", "batch_norm1d_eval", lambda dt: nn.BatchNorm1d(4).eval().to(dt), [T(3, 4)], [f32], module=True)
-    case("layer_norm", "layer_norm", lambda dt: nn.LayerNorm(6).to(dt), [T(2, 3, 6)], [f32, f64, f16, bf16], module=True, tol=ctol)
+    case("layer_norm", "layer_norm", lambda dt: nn.LayerNorm(6).to(dt), [T(2, 3, 6)], [f32, f64, f16, bf16], module=True, tol={**ctol, **F64_ET})
     case("layer_norm", "layer_norm_2d_noaffine", lambda dt: nn.LayerNorm((3, 4), elementwise_affine=False).to(dt), [T(2, 3, 4)], [f32], module=True)
-    case("group_norm", "group_norm", lambda dt: nn.GroupNorm(2, 4).to(dt), [T(2, 4, 3, 3)], [f32, f64], module=True)
+    case("group_norm", "group_norm", lambda dt: nn.GroupNorm(2, 4).to(dt), [T(2, 4, 3, 3)], [f32, f64], module=True, tol=F64_ET)
     case("max_pool2d", "max_pool2d", lambda a: F.max_pool2d(a, 2), [T(1, 2, 6, 6)], [f32, f64, f16, bf16, i64])
     case("max_pool2d", "max_pool2d_stride_pad", lambda a: F.max_pool2d(a, 3, stride=2, padding=1), [T(2, 2, 7, 7)], [f32])
     case("max_pool2d", "max_pool2d_ceil_dil", lambda a: F.max_pool2d(a, 2, stride=2, dilation=2, ceil_mode=True), [T(1, 1, 7, 7)], [f32])
@@ -408,8 +413,11 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     if a.numel() == 0:
         return 0.0
     d = (a.to(torch.float64) - b.to(torch.float64)).abs()
-    d = torch.where(torch.isnan(a.to(torch.float64)) & torch.isnan(b.to(torch.float64)), torch.zeros_like(d), d)
-    return float(d.max())
+    a64, b64 = a.to(torch.float64), b.to(torch.float64)
+    same = (a64 == b64) | (torch.isnan(a64) & torch.isnan(b64))
+    d = torch.where(same, torch.zeros_like(d), d)
+    m = float(d.max())
+    return m if m == m else float("inf")
 
 
 def short_reason(e: BaseException) -> str:
@@ -463,7 +471,7 @@ def run_case(c: Case, dt: torch.dtype, outdir: Path, blob: bytearray) -> Dict[st
         "operators": ops,
         "inputs": [put(x) for x in inputs],
         "outputs": [put(o) for o in outs],
-        "eager_max_abs_diff": diff,
+        "eager_max_abs_diff": diff if diff is None or diff < float("inf") else "inf",
     }
     if dt in c.tol:
         rec["tolerance"] = c.tol[dt]

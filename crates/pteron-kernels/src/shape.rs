@@ -21,7 +21,10 @@ pub fn register(r: &mut KernelRegistry) {
         Kernel::with_check(alias_copy_out, check_alias),
     );
     r.register("aten::permute_copy.out", v(permute_copy_out));
-    r.register("aten::transpose_copy.int_out", v(transpose_copy_out));
+    r.register(
+        "aten::transpose_copy.int_out",
+        Kernel::with_check(transpose_copy_out, check_copy_out3),
+    );
     r.register(
         "aten::t_copy.out",
         Kernel::with_check(t_copy_out, check_alias),
@@ -30,7 +33,10 @@ pub fn register(r: &mut KernelRegistry) {
         "aten::slice_copy.Tensor_out",
         Kernel::with_check(slice_copy_out, check_slice),
     );
-    r.register("aten::select_copy.int_out", v(select_copy_out));
+    r.register(
+        "aten::select_copy.int_out",
+        Kernel::with_check(select_copy_out, check_copy_out3),
+    );
     r.register("aten::unsqueeze_copy.out", v(unsqueeze_copy_out));
     r.register("aten::squeeze_copy.dim_out", v(squeeze_dim_out));
     r.register("aten::squeeze_copy.dims_out", v(squeeze_dims_out));
@@ -99,6 +105,10 @@ fn same_dtype_contig_out(
 /// `(self, <one more arg>, out)`.
 fn check_unary_copy(a: &ArgView) -> Result<(), KernelError> {
     same_dtype_contig_out("shape op", a.tensor(0)?, a.tensor(2)?)
+}
+/// `(self, a, b, out)`: select_copy.int_out, transpose_copy.int_out.
+fn check_copy_out3(a: &ArgView) -> Result<(), KernelError> {
+    same_dtype_contig_out("shape op", a.tensor(0)?, a.tensor(3)?)
 }
 /// `(self, out)`.
 fn check_alias(a: &ArgView) -> Result<(), KernelError> {
@@ -1394,6 +1404,14 @@ mod tests {
             &[3],
             &[3., 7., 11.],
         );
+        // The load-time check reads the out tensor at argument 3.
+        let mut c = TestCall::new();
+        c.tensor(&[3, 4], &arange(12));
+        c.int(1);
+        c.int(-1);
+        let o = c.out(St::Float, &[3]);
+        c.ret(o);
+        c.check(check_copy_out3).unwrap();
         let mut c = TestCall::new();
         c.tensor(&[3], &arange(3));
         c.int(0);
