@@ -62,7 +62,7 @@ fn synthetic_input(index: usize, dtype: ScalarType, sizes: &[usize]) -> pteron::
         ScalarType::Bool => (0..n).map(|_| (next() & 1) as u8).collect(),
         ScalarType::Byte | ScalarType::Char => (0..n).map(|_| (next() % 10) as u8).collect(),
         other => {
-            return Err(pteron::Error::Npy(format!(
+            return Err(pteron::Error::Invalid(format!(
                 "input {index}: no synthetic data for {other}; pass --input"
             )))
         }
@@ -73,7 +73,7 @@ fn synthetic_input(index: usize, dtype: ScalarType, sizes: &[usize]) -> pteron::
 fn inputs_for(method: &Method<'_>, args: &RunArgs) -> pteron::Result<Vec<Tensor>> {
     if !args.inputs.is_empty() {
         if args.inputs.len() != method.num_inputs() {
-            return Err(pteron::Error::Npy(format!(
+            return Err(pteron::Error::Invalid(format!(
                 "method {} takes {} inputs, {} given",
                 method.name(),
                 method.num_inputs(),
@@ -85,7 +85,7 @@ fn inputs_for(method: &Method<'_>, args: &RunArgs) -> pteron::Result<Vec<Tensor>
     (0..method.num_inputs())
         .map(|i| match method.input_spec(i) {
             Some(CoreValue::Tensor(t)) => synthetic_input(i, t.info.dtype(), t.info.sizes()),
-            Some(v) => Err(pteron::Error::Npy(format!(
+            Some(v) => Err(pteron::Error::Invalid(format!(
                 "input {i} is a {}: pass it explicitly",
                 v.kind()
             ))),
@@ -186,7 +186,7 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
         let got = match outputs.get(k) {
             Some(Value::Tensor(t)) => t,
             _ => {
-                return Err(pteron::Error::Npy(format!(
+                return Err(pteron::Error::Invalid(format!(
                     "output {k} is not a tensor to compare"
                 )))
             }

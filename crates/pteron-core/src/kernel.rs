@@ -393,7 +393,7 @@ impl<'a, 'p> KernelContext<'a, 'p> {
         let (vo, vs) = (self.value_index(out)?, self.value_index(src)?);
         let s = *tensor_of(self.values, vs)?;
         let t = self.tensor_mut_at(vo)?;
-        let mut info = TensorInfo::contiguous(t.info.dtype(), sizes)?;
+        let info = TensorInfo::contiguous(t.info.dtype(), sizes)?;
         if info.dtype() != s.info.dtype()
             || info.numel() != s.info.numel()
             || !s.info.is_contiguous()
@@ -402,9 +402,6 @@ impl<'a, 'p> KernelContext<'a, 'p> {
                 "cannot view {:?} as {:?}",
                 s.info, info
             )));
-        }
-        if info.rank() != t.info.rank() {
-            info = TensorInfo::contiguous(t.info.dtype(), sizes)?;
         }
         t.info = info;
         t.storage = s.storage;
@@ -451,25 +448,16 @@ impl<'a, 'p> KernelContext<'a, 'p> {
             out_infos[k] = Some(&t.info);
             match region_of(outs[k], t)? {
                 Region::Arena { arena, start, end } => out_ranges[k] = (arena, start, end),
-                Region::Bytes(b) if b.is_empty() => out_ranges[k] = (usize::MAX, 0, 0),
+                // An output with no bytes borrows an empty range.
+                Region::Bytes(b) if b.is_empty() => out_ranges[k] = (0, 0, 0),
                 Region::Bytes(_) => return Err(KernelError::ReadOnly { value: outs[k] }),
             }
         }
-        // Empty outputs (no storage) borrow nothing.
-        let (ins_b, mut outs_b) = {
-            let mut real = [(0usize, 0usize, 0usize); M];
-            for k in 0..M {
-                real[k] = if out_ranges[k].0 == usize::MAX {
-                    (0, 0, 0)
-                } else {
-                    out_ranges[k]
-                };
-            }
-            borrow_disjoint(self.arenas, in_regions, real).map_err(|k| {
+        let (ins_b, mut outs_b) =
+            borrow_disjoint(self.arenas, in_regions, out_ranges).map_err(|k| {
                 let value = if k < N { ins[k] } else { outs[k - N] };
                 KernelError::Aliasing { value }
-            })?
-        };
+            })?;
         let ins_out: [TensorRef<'_>; N] = core::array::from_fn(|k| TensorRef {
             info: in_infos[k].expect("set for every input above"),
             bytes: ins_b[k],

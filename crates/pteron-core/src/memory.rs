@@ -119,20 +119,14 @@ pub fn borrow_disjoint<'a, const N: usize, const M: usize>(
         }
     }
     // Any region whose arena id was out of range was never filled.
-    let mut ins_out: [&'a [u8]; N] = [&[]; N];
-    for j in 0..N {
-        ins_out[j] = in_slices[j].ok_or(j)?;
+    if let Some(j) = in_slices.iter().position(Option::is_none) {
+        return Err(j);
     }
-    let mut k = 0;
-    let outs_out: [&'a mut [u8]; M] = core::array::from_fn(|i| {
-        out_slices[i].take().unwrap_or_else(|| {
-            k = k.max(i + 1);
-            &mut []
-        })
-    });
-    if k > 0 {
-        return Err(N + k - 1);
+    if let Some(k) = out_slices.iter().position(Option::is_none) {
+        return Err(N + k);
     }
+    let ins_out = in_slices.map(Option::unwrap_or_default);
+    let outs_out = out_slices.map(Option::unwrap_or_default);
     Ok((ins_out, outs_out))
 }
 

@@ -13,7 +13,7 @@ use pteron_format::{schema, DataFile, Program};
 
 use crate::dtype::ScalarType;
 use crate::error::{Error, KernelError, Result};
-use crate::kernel::{ArgView, Kernel, KernelContext, KernelFn, KernelRegistry, TensorRef};
+use crate::kernel::{ArgView, Kernel, KernelContext, KernelRegistry, TensorRef};
 use crate::memory::{Arena, ARENA_ALIGN};
 use crate::tensor::{TensorInfo, MAX_RANK};
 use crate::value::{Dynamism, ListPool, ListRef, Storage, Tensor, Value, NONE_INDEX};
@@ -50,7 +50,7 @@ enum Instr {
 #[derive(Clone)]
 struct Op {
     name: String,
-    run: KernelFn,
+    kernel: Kernel,
 }
 
 /// A loaded method, ready to run. Borrows constants from the program's bytes.
@@ -428,25 +428,12 @@ impl<'p> Method<'p> {
 
         // Operators → kernels; report every missing one at once.
         let mut ops = Vec::new();
-        let mut kernels: Vec<Kernel> = Vec::new();
         let mut missing = Vec::new();
         for op in plan.operators().into_iter().flatten() {
             let name = operator_name(&op);
             match registry.get(&name) {
-                Some(k) => {
-                    kernels.push(*k);
-                    ops.push(Op { name, run: k.run });
-                }
-                None => {
-                    missing.push(name.clone());
-                    ops.push(Op {
-                        name,
-                        run: |_| Err(KernelError::unsupported("missing kernel")),
-                    });
-                    kernels.push(Kernel::new(|_| {
-                        Err(KernelError::unsupported("missing kernel"))
-                    }));
-                }
+                Some(&kernel) => ops.push(Op { name, kernel }),
+                None => missing.push(name),
             }
         }
         if !missing.is_empty() {
@@ -488,7 +475,7 @@ impl<'p> Method<'p> {
                             start,
                             len: a.len() as u32,
                         };
-                        if let Some(check) = kernels[op as usize].check {
+                        if let Some(check) = ops[op as usize].kernel.check {
                             let view = ArgView {
                                 values: &values,
                                 pool: &pool,
@@ -738,7 +725,7 @@ impl<'p> Method<'p> {
                 }
                 match self.chains[c][pc] {
                     Instr::Kernel { op, args } => {
-                        let run = self.ops[op as usize].run;
+                        let run = self.ops[op as usize].kernel.run;
                         let event = KernelEvent {
                             chain: c,
                             instruction: pc,

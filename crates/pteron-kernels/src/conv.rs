@@ -451,15 +451,13 @@ fn convolution_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
             conv_forward(g, x, w, b, o)
         }
     }
-    if bias.is_some() {
-        let ([xr, wr, br], [mut o]) = ctx.io([INPUT, WEIGHT, BIAS], [OUT])?;
-        dispatch_float!(dt, T => run::<T>(&g, xr.as_slice()?, wr.as_slice()?, Some(br.as_slice()?), o.as_mut_slice()?),
-            _ => return Err(KernelError::dtype(dt, "convolution")));
-    } else {
-        let ([xr, wr], [mut o]) = ctx.io([INPUT, WEIGHT], [OUT])?;
-        dispatch_float!(dt, T => run::<T>(&g, xr.as_slice()?, wr.as_slice()?, None, o.as_mut_slice()?),
-            _ => return Err(KernelError::dtype(dt, "convolution")));
-    }
+    // Without a bias the input is borrowed in its place and never read as one.
+    let b_arg = if bias.is_some() { BIAS } else { INPUT };
+    let ([xr, wr, br], [mut o]) = ctx.io([INPUT, WEIGHT, b_arg], [OUT])?;
+    dispatch_float!(dt, T => {
+        let b = if bias.is_some() { Some(br.as_slice::<T>()?) } else { None };
+        run::<T>(&g, xr.as_slice()?, wr.as_slice()?, b, o.as_mut_slice()?)
+    }, _ => return Err(KernelError::dtype(dt, "convolution")));
     Ok(())
 }
 

@@ -479,31 +479,22 @@ struct MaskCursor {
 }
 
 impl MaskCursor {
-    /// Position of the `j`-th nonzero byte of `mask`, which must have more than `j`.
-    fn seek(&mut self, mask: &[u8], j: usize) -> usize {
+    /// Position of the `j`-th nonzero byte of `mask`; `None` if it has no more than `j`.
+    fn seek(&mut self, mask: &[u8], j: usize) -> Option<usize> {
         if !self.started {
-            self.p = mask
-                .iter()
-                .position(|&b| b != 0)
-                .expect("mask has a nonzero");
+            self.p = mask.iter().position(|&b| b != 0)?;
             self.j = 0;
             self.started = true;
         }
         while self.j < j {
-            self.p += 1;
-            while mask[self.p] == 0 {
-                self.p += 1;
-            }
+            self.p += 1 + mask.get(self.p + 1..)?.iter().position(|&b| b != 0)?;
             self.j += 1;
         }
         while self.j > j {
-            self.p -= 1;
-            while mask[self.p] == 0 {
-                self.p -= 1;
-            }
+            self.p = mask.get(..self.p)?.iter().rposition(|&b| b != 0)?;
             self.j -= 1;
         }
-        self.p
+        Some(self.p)
     }
 }
 
@@ -616,10 +607,18 @@ impl AdvIndex {
                 }
                 IndexData::Mask { bytes, cursor } => {
                     let IndexKind::Mask { rank } = item.kind else {
-                        unreachable!("mask data belongs to a mask item")
+                        return Err(KernelError::invalid(format!(
+                            "{}: mask data for a non-mask index",
+                            self.op
+                        )));
                     };
                     // Unravel the mask position over the dims it covers.
-                    let mut p = cursor.seek(bytes, k);
+                    let mut p = cursor.seek(bytes, k).ok_or_else(|| {
+                        KernelError::invalid(format!(
+                            "{}: mask has fewer true entries than indexed",
+                            self.op
+                        ))
+                    })?;
                     for dim in (item.dim..item.dim + rank).rev() {
                         off += (p % xsizes[dim]) * xst[dim];
                         p /= xsizes[dim];
@@ -708,7 +707,7 @@ fn resolve_indices(
     let Some(first) = indexed.iter().position(|&i| i) else {
         return Err(KernelError::unsupported(format!("{op}: no index tensors")));
     };
-    let last = indexed.iter().rposition(|&i| i).expect("one is indexed");
+    let last = indexed.iter().rposition(|&i| i).unwrap_or(first);
     let adjacent = indexed[first..=last].iter().all(|&i| i);
     let mut bshape = Dims::new();
     for shape in &shapes[..n_items] {

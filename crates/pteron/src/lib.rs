@@ -39,8 +39,12 @@ pub enum Error {
     Format(#[from] pteron_format::FormatError),
     #[error(transparent)]
     Runtime(#[from] pteron_core::Error),
+    /// A `.npy` file that cannot be read or written.
     #[error("{0}")]
     Npy(String),
+    /// Tensors or arguments that do not fit what was asked of them.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

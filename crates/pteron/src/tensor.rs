@@ -18,7 +18,7 @@ impl Tensor {
             .iter()
             .try_fold(dtype.elem_size(), |a, &s| a.checked_mul(s));
         if nbytes != Some(data.len()) {
-            return Err(Error::Npy(format!(
+            return Err(Error::Invalid(format!(
                 "{} bytes do not make a {dtype} tensor of shape {sizes:?}",
                 data.len()
             )));
@@ -115,7 +115,7 @@ impl RunMethod for Method<'_> {
                     Output::Bool(v) => Value::Bool(v),
                     Output::None => Value::None,
                     Output::Other(kind) => {
-                        return Err(Error::Npy(format!(
+                        return Err(Error::Invalid(format!(
                             "output {i} is a {kind}, which pteron does not return"
                         )))
                     }

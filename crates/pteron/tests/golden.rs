@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use pteron::{npy, RunMethod, ScalarType, Tensor, Value};
+use pteron::{npy, RunMethod, Tensor, Value};
 
 fn models_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models")
@@ -159,7 +159,6 @@ fn wrong_input_shape_names_expected_and_given() {
         .unwrap_err()
         .to_string()
         .contains("dtype"));
-    let _ = ScalarType::Float;
 }
 
 #[test]
