@@ -164,6 +164,69 @@ impl ScalarType {
     ];
 }
 
+/// A set of scalar types, as a bitmask over the schema numbers (all are < 32). Kernels declare
+/// the dtypes they compute in with one (`pteron ops` lists them).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct DtypeSet(u32);
+
+impl DtypeSet {
+    pub const EMPTY: DtypeSet = DtypeSet(0);
+    /// float32, float64, float16, bfloat16.
+    pub const FLOAT: DtypeSet = DtypeSet::of(&[
+        ScalarType::Float,
+        ScalarType::Double,
+        ScalarType::Half,
+        ScalarType::BFloat16,
+    ]);
+    /// uint8, int8, int16, int32, int64.
+    pub const INT: DtypeSet = DtypeSet::of(&[
+        ScalarType::Byte,
+        ScalarType::Char,
+        ScalarType::Short,
+        ScalarType::Int,
+        ScalarType::Long,
+    ]);
+    pub const BOOL: DtypeSet = DtypeSet::of(&[ScalarType::Bool]);
+    /// Every float and integer type, no bool.
+    pub const REAL: DtypeSet = DtypeSet::FLOAT.union(DtypeSet::INT);
+    /// Every dtype pteron's kernels compute with.
+    pub const ALL: DtypeSet = DtypeSet::REAL.union(DtypeSet::BOOL);
+    /// Integers and bool (bitwise ops).
+    pub const INT_AND_BOOL: DtypeSet = DtypeSet::INT.union(DtypeSet::BOOL);
+
+    pub const fn of(types: &[ScalarType]) -> DtypeSet {
+        let mut bits = 0u32;
+        let mut i = 0;
+        while i < types.len() {
+            bits |= 1 << (types[i] as i8 as u32);
+            i += 1;
+        }
+        DtypeSet(bits)
+    }
+    pub const fn union(self, other: DtypeSet) -> DtypeSet {
+        DtypeSet(self.0 | other.0)
+    }
+    pub const fn contains(self, t: ScalarType) -> bool {
+        let n = t as i8 as u32;
+        n < 32 && self.0 & (1 << n) != 0
+    }
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    /// The members, in schema order.
+    pub fn iter(self) -> impl Iterator<Item = ScalarType> {
+        (0..32i64)
+            .filter_map(ScalarType::from_i64)
+            .filter(move |t| self.contains(*t))
+    }
+}
+
+impl fmt::Debug for DtypeSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.iter().map(|t| t.name())).finish()
+    }
+}
+
 impl fmt::Display for ScalarType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

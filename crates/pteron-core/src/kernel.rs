@@ -9,7 +9,7 @@ use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 
-use crate::dtype::{Element, ScalarType};
+use crate::dtype::{DtypeSet, Element, ScalarType};
 use crate::error::KernelError;
 use crate::memory::{borrow_disjoint, Arena, Region};
 use crate::tensor::TensorInfo;
@@ -561,23 +561,35 @@ impl TensorMut<'_> {
 pub type KernelFn = for<'a, 'p> fn(&mut KernelContext<'a, 'p>) -> Result<(), KernelError>;
 pub type CheckFn = for<'a, 'p> fn(&ArgView<'a, 'p>) -> Result<(), KernelError>;
 
-/// One registered kernel: the function that runs it, and an optional load-time check (dtypes,
-/// argument kinds) so that unsupported calls fail at method load rather than mid-run.
+/// One registered kernel: the function that runs it, an optional load-time check (dtypes,
+/// argument kinds) so that unsupported calls fail at method load rather than mid-run, and the
+/// dtypes it declares it computes in (the check is what enforces them; this is for listings).
 #[derive(Clone, Copy)]
 pub struct Kernel {
     pub run: KernelFn,
     pub check: Option<CheckFn>,
+    pub dtypes: DtypeSet,
 }
 
 impl Kernel {
     pub const fn new(run: KernelFn) -> Self {
-        Kernel { run, check: None }
+        Kernel {
+            run,
+            check: None,
+            dtypes: DtypeSet::EMPTY,
+        }
     }
     pub const fn with_check(run: KernelFn, check: CheckFn) -> Self {
         Kernel {
             run,
             check: Some(check),
+            dtypes: DtypeSet::EMPTY,
         }
+    }
+    /// Declares the dtypes this kernel computes in (the dtype of its main tensor argument).
+    pub const fn dtypes(mut self, dtypes: DtypeSet) -> Self {
+        self.dtypes = dtypes;
+        self
     }
 }
 
@@ -600,6 +612,10 @@ impl KernelRegistry {
     }
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.kernels.keys().map(|s| s.as_str())
+    }
+    /// Every kernel with its name, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Kernel)> {
+        self.kernels.iter().map(|(n, k)| (n.as_str(), k))
     }
     pub fn len(&self) -> usize {
         self.kernels.len()

@@ -12,7 +12,7 @@ pub mod tensor;
 pub mod testing;
 pub mod value;
 
-pub use dtype::{Bool, Element, ScalarType};
+pub use dtype::{Bool, DtypeSet, Element, ScalarType};
 pub use error::{Error, KernelError, Result};
 pub use half;
 pub use kernel::{
