@@ -139,15 +139,23 @@ class Case:
     inputs: List[In]
     dtypes: List[torch.dtype]
     tol: Dict[torch.dtype, Dict[str, float]] = field(default_factory=dict)
+    # ops kept whole instead of decomposed by to_edge (to reach e.g. `aten::roll.out`)
+    preserve: List[Any] = field(default_factory=list)
+    # "values" (default): outputs compared elementwise; "stats": random ops, compared by
+    # shape, dtype and summary statistics (see docs/adding-an-op.md)
+    check: str = "values"
 
 
 CASES: List[Case] = []
 
 
-def case(op, name, f, inputs, dtypes=(f32,), module=False, tol=None):
-    """`f` is a function of the inputs, or (module=True) a factory dtype -> nn.Module."""
+def case(op, name, f, inputs, dtypes=(f32,), module=False, tol=None, preserve=(), check="values"):
+    """`f` is a function of the inputs, or (module=True) a factory dtype -> nn.Module.
+
+    `preserve`: op overloads (`torch.ops.aten.roll.default`) that to_edge must not decompose.
+    `check`: "values", or "stats" for random ops."""
     make = f if module else (lambda dt, f=f: Fn(f))
-    CASES.append(Case(op, name, make, list(inputs), list(dtypes), tol or {}))
+    CASES.append(Case(op, name, make, list(inputs), list(dtypes), tol or {}, list(preserve), check))
 
 
 def loose(atol, rtol, dts=(f16, bf16)):
@@ -382,6 +390,17 @@ def build_table():
     case("topk", "topk_smallest_dim0", lambda a: tuple(torch.topk(a, 3, dim=0, largest=False)), [T(4, 3)], [f32])
 
 
+def build_more_tables():
+    """Case tables kept in their own modules (tools/export/ops_cases_*.py), each with a
+    `build(ns)` taking this module's namespace (case, T, P, Idx, Mask, the dtype names...)."""
+    import importlib
+
+    sys.path.insert(0, str(HERE))
+    ns = globals()
+    for path in sorted(HERE.glob("ops_cases_*.py")):
+        importlib.import_module(path.stem).build(ns)
+
+
 # --------------------------------------------------------------------------
 # export and run
 # --------------------------------------------------------------------------
@@ -439,7 +458,8 @@ def run_case(c: Case, dt: torch.dtype, outdir: Path, blob: bytearray) -> Dict[st
         with torch.no_grad():
             eager = flatten(module(*[x.clone() for x in inputs]))
         ep = torch.export.export(module, inputs, strict=False)
-        et = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=True)).to_executorch()
+        config = EdgeCompileConfig(_check_ir_validity=not c.preserve, preserve_ops=list(c.preserve))
+        et = to_edge(ep, compile_config=config).to_executorch()
     except Exception as e:
         return {"name": name, "skipped": True, "stage": "export", "reason": short_reason(e)}
     plan = et.executorch_program.execution_plan[0]
@@ -475,6 +495,8 @@ def run_case(c: Case, dt: torch.dtype, outdir: Path, blob: bytearray) -> Dict[st
     }
     if dt in c.tol:
         rec["tolerance"] = c.tol[dt]
+    if c.check != "values":
+        rec["check"] = c.check
     return rec
 
 
@@ -526,6 +548,7 @@ def main() -> int:
     ap.add_argument("--reverse", action="store_true", help="go through the ops in reverse order")
     args = ap.parse_args()
     build_table()
+    build_more_tables()
     by_op: Dict[str, List[Case]] = {}
     for c in CASES:
         by_op.setdefault(c.op, []).append(c)
