@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod inspect;
+mod ops;
 mod run;
 
 #[derive(Parser)]
@@ -30,6 +31,15 @@ enum Command {
     },
     /// Run a method on inputs from .npy files (or deterministic inputs) and save the outputs.
     Run(run::RunArgs),
+    /// List the registered kernels (operator names) and the dtypes each computes in.
+    Ops {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Only kernels whose name contains this text.
+        #[arg(long)]
+        filter: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -37,6 +47,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect { model, json } => inspect::inspect(&model, json),
         Command::Run(args) => run::run(&args),
+        Command::Ops { json, filter } => ops::ops(json, filter.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
