@@ -15,7 +15,10 @@ pub fn ops(json: bool, filter: Option<&str>) -> Result<()> {
             .map(|(name, dtypes)| serde_json::json!({ "name": name, "dtypes": dtypes }))
             .collect();
         let doc = serde_json::json!({ "count": rows.len(), "kernels": list });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON of strings"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("JSON of strings")
+        );
         return Ok(());
     }
     let width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
