@@ -650,6 +650,288 @@ def build_external_weights() -> Fixture:
         external_constants=True,
     )
 
+# --------------------------------------------------------------------------
+# Architectures the kernels were not written against (issue 3): ResNet, ViT, a
+# Conformer-style audio encoder, an LSTM, a U-Net. Small committed versions; the
+# full-size torchvision ResNet-18 and ViT-B/16 are --full exports.
+# --------------------------------------------------------------------------
+
+
+class MiniResNet(nn.Module):
+    """ResNet-18's layout (stem conv7x7/2 + maxpool, 4 stages of 2 torchvision BasicBlocks,
+    global pool, fc) at small widths."""
+
+    def __init__(self, widths=(8, 16, 24, 32), num_classes=10):
+        super().__init__()
+        from torchvision.models.resnet import BasicBlock
+
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, widths[0], 7, stride=2, padding=3, bias=False),
+            nn.BatchNorm2d(widths[0]),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, stride=2, padding=1),
+        )
+        blocks: List[nn.Module] = []
+        cin = widths[0]
+        for i, w in enumerate(widths):
+            stride = 1 if i == 0 else 2
+            down = None
+            if stride != 1 or cin != w:
+                down = nn.Sequential(nn.Conv2d(cin, w, 1, stride=stride, bias=False), nn.BatchNorm2d(w))
+            blocks.append(BasicBlock(cin, w, stride=stride, downsample=down))
+            blocks.append(BasicBlock(w, w))
+            cin = w
+        self.blocks = nn.Sequential(*blocks)
+        self.pool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+def build_resnet_mini() -> Fixture:
+    seed_all(20)
+    m = MiniResNet()
+    randomize_bn(m, 21)
+    m.eval()
+    x = f32(rng(120).standard_normal((1, 3, 64, 64)))
+    return Fixture(
+        name="resnet_mini",
+        description=(
+            "ResNet-18 layout (torchvision BasicBlock x2 per stage, widths 8/16/24/32), random init, "
+            "randomized BN stats; eval; input 1x3x64x64"
+        ),
+        module=m,
+        inputs=(x,),
+        atol=2e-5,
+        rtol=1e-4,
+        input_names=["image"],
+        output_names=["logits"],
+    )
+
+
+def build_resnet18_full() -> Fixture:
+    import torchvision
+
+    seed_all(22)
+    m = torchvision.models.resnet18(weights=None)
+    randomize_bn(m, 23)
+    m.eval()
+    x = f32(rng(122).standard_normal((1, 3, 224, 224)))
+    return Fixture(
+        name="resnet18",
+        description="torchvision resnet18 (full size, 1000 classes), random init, randomized BN stats; input 1x3x224x224",
+        module=m,
+        inputs=(x,),
+        atol=5e-5,
+        rtol=1e-4,
+        input_names=["image"],
+        output_names=["logits"],
+        committed=False,
+    )
+
+
+def build_vit_tiny() -> Fixture:
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    seed_all(24)
+    m = VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=32, mlp_dim=64, num_classes=10
+    ).eval()
+    with torch.no_grad():  # torchvision zero-initialises the head; make it count
+        m.heads.head.weight.normal_(0, 0.2)
+        m.heads.head.bias.normal_(0, 0.1)
+    x = f32(rng(124).standard_normal((1, 3, 32, 32)))
+    return Fixture(
+        name="vit_tiny",
+        description=(
+            "torchvision VisionTransformer(image 32, patch 8, 2 layers, 4 heads, hidden 32, mlp 64, "
+            "10 classes), random init; input 1x3x32x32"
+        ),
+        module=m,
+        inputs=(x,),
+        atol=2e-5,
+        rtol=1e-4,
+        input_names=["image"],
+        output_names=["logits"],
+    )
+
+
+def build_vit_b16_full() -> Fixture:
+    import torchvision
+
+    seed_all(25)
+    m = torchvision.models.vit_b_16(weights=None).eval()
+    with torch.no_grad():
+        m.heads.head.weight.normal_(0, 0.02)
+    x = f32(rng(125).standard_normal((1, 3, 224, 224)))
+    return Fixture(
+        name="vit_b_16",
+        description="torchvision vit_b_16 (full size), random init; input 1x3x224x224",
+        module=m,
+        inputs=(x,),
+        atol=1e-4,
+        rtol=1e-4,
+        input_names=["image"],
+        output_names=["logits"],
+        committed=False,
+    )
+
+
+class ConformerBlock(nn.Module):
+    """Conformer block (Gulati et al. 2020): half-step FFN, MHSA, conv module (pointwise conv,
+    GLU, depthwise conv, BatchNorm, SiLU, pointwise conv), half-step FFN, LayerNorm."""
+
+    def __init__(self, d=32, heads=4, ff=64, kernel=7):
+        super().__init__()
+        self.ff1 = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, ff), nn.SiLU(), nn.Linear(ff, d))
+        self.attn_norm = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.conv_norm = nn.LayerNorm(d)
+        self.pw1 = nn.Conv1d(d, 2 * d, 1)
+        self.dw = nn.Conv1d(d, d, kernel, padding=kernel // 2, groups=d)
+        self.bn = nn.BatchNorm1d(d)
+        self.pw2 = nn.Conv1d(d, d, 1)
+        self.ff2 = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, ff), nn.SiLU(), nn.Linear(ff, d))
+        self.out_norm = nn.LayerNorm(d)
+
+    def forward(self, x):  # x: (B, T, D)
+        x = x + 0.5 * self.ff1(x)
+        h = self.attn_norm(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        h = self.conv_norm(x).transpose(1, 2)
+        h = F.glu(self.pw1(h), dim=1)
+        h = self.pw2(F.silu(self.bn(self.dw(h))))
+        x = x + h.transpose(1, 2)
+        x = x + 0.5 * self.ff2(x)
+        return self.out_norm(x)
+
+
+class ConformerEncoder(nn.Module):
+    """Log-mel frames (B, T, 40) -> conv2d subsampling x4 -> 2 Conformer blocks -> per-frame logits."""
+
+    def __init__(self, n_mels=40, d=32, blocks=2, vocab=16):
+        super().__init__()
+        self.sub = nn.Sequential(nn.Conv2d(1, 8, 3, stride=2), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2), nn.ReLU())
+        f = ((n_mels - 1) // 2 - 1) // 2
+        self.proj = nn.Linear(8 * f, d)
+        self.blocks = nn.Sequential(*[ConformerBlock(d) for _ in range(blocks)])
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, mel):
+        x = self.sub(mel.unsqueeze(1))  # (B, C, T', F')
+        b, c, t, f = x.shape
+        x = self.proj(x.permute(0, 2, 1, 3).reshape(b, t, c * f))
+        return self.head(self.blocks(x)).log_softmax(-1)
+
+
+def build_conformer_tiny() -> Fixture:
+    seed_all(26)
+    m = ConformerEncoder()
+    randomize_bn(m, 27)
+    m.eval()
+    x = f32(rng(126).standard_normal((1, 64, 40)))
+    return Fixture(
+        name="conformer_tiny",
+        description=(
+            "Conformer-style audio encoder: conv2d subsampling x4, 2 Conformer blocks (d 32, 4 heads, "
+            "GLU + depthwise conv1d k7 + BatchNorm + SiLU), per-frame log-softmax over 16; input 1x64x40"
+        ),
+        module=m,
+        inputs=(x,),
+        atol=2e-5,
+        rtol=1e-4,
+        input_names=["mel"],
+        output_names=["log_probs"],
+    )
+
+
+class LstmTagger(nn.Module):
+    """Embedding -> 2-layer bidirectional LSTM -> GRU -> linear: recurrent layers as exported."""
+
+    def __init__(self, vocab=50, emb=16, hidden=24, tags=5):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, emb)
+        self.lstm = nn.LSTM(emb, hidden, num_layers=2, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(2 * hidden, hidden, batch_first=True)
+        self.out = nn.Linear(hidden, tags)
+
+    def forward(self, tokens):
+        x, _ = self.lstm(self.emb(tokens))
+        x, h = self.gru(x)
+        return self.out(x), h
+
+
+def build_lstm() -> Fixture:
+    seed_all(28)
+    m = LstmTagger().eval()
+    tokens = i64(rng(128).integers(0, 50, (2, 12)))
+    return Fixture(
+        name="lstm",
+        description="Embedding(50,16) -> 2-layer bidirectional LSTM(24) -> GRU(24) -> Linear(5); tokens 2x12",
+        module=m,
+        inputs=(tokens,),
+        atol=1e-5,
+        rtol=1e-4,
+        input_names=["tokens"],
+        output_names=["tag_logits", "gru_state"],
+    )
+
+
+class UNet(nn.Module):
+    """A 3-level U-Net: conv-BN-ReLU pairs, max-pool down, transposed-conv and bilinear/nearest
+    upsampling, skip concatenation, 1x1 output conv."""
+
+    def __init__(self, cin=3, base=8, classes=4):
+        super().__init__()
+
+        def pair(a, b):
+            return nn.Sequential(
+                nn.Conv2d(a, b, 3, padding=1, bias=False), nn.BatchNorm2d(b), nn.ReLU(inplace=True),
+                nn.Conv2d(b, b, 3, padding=1, bias=False), nn.BatchNorm2d(b), nn.ReLU(inplace=True),
+            )
+
+        self.e1, self.e2, self.e3 = pair(cin, base), pair(base, 2 * base), pair(2 * base, 4 * base)
+        self.pool = nn.MaxPool2d(2)
+        self.up2 = nn.ConvTranspose2d(4 * base, 2 * base, 2, stride=2)
+        self.d2 = pair(4 * base, 2 * base)
+        self.up1 = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.red1 = nn.Conv2d(2 * base, base, 1)
+        self.d1 = pair(2 * base, base)
+        self.out = nn.Conv2d(base, classes, 1)
+        self.aux = nn.Upsample(scale_factor=4, mode="nearest")
+        self.aux_conv = nn.Conv2d(4 * base, classes, 1)
+
+    def forward(self, x):
+        s1 = self.e1(x)
+        s2 = self.e2(self.pool(s1))
+        b = self.e3(self.pool(s2))
+        y = self.d2(torch.cat([self.up2(b), s2], dim=1))
+        y = self.d1(torch.cat([self.red1(self.up1(y)), s1], dim=1))
+        return self.out(y) + self.aux(self.aux_conv(b))
+
+
+def build_unet() -> Fixture:
+    seed_all(30)
+    m = UNet()
+    randomize_bn(m, 31)
+    m.eval()
+    x = f32(rng(130).standard_normal((1, 3, 32, 32)))
+    return Fixture(
+        name="unet",
+        description=(
+            "3-level U-Net (base 8): conv-BN-ReLU pairs, maxpool, ConvTranspose2d and bilinear x2 "
+            "upsampling, skip cat, nearest x4 auxiliary head; input 1x3x32x32"
+        ),
+        module=m,
+        inputs=(x,),
+        atol=2e-5,
+        rtol=1e-4,
+        input_names=["image"],
+        output_names=["masks"],
+    )
+
 
 COMMITTED: Dict[str, Callable[[], Fixture]] = {
     "mlp": build_mlp,
@@ -662,9 +944,16 @@ COMMITTED: Dict[str, Callable[[], Fixture]] = {
     "multi_output": build_multi_output,
     "mutable_buffer": build_mutable_buffer,
     "external_weights": build_external_weights,
+    "resnet_mini": build_resnet_mini,
+    "vit_tiny": build_vit_tiny,
+    "conformer_tiny": build_conformer_tiny,
+    "lstm": build_lstm,
+    "unet": build_unet,
 }
 
 FULL: Dict[str, Callable[[], Fixture]] = {
     "mobilenet_v2": build_mobilenet_v2_full,
     "all_minilm_l6_v2": build_minilm_full,
+    "resnet18": build_resnet18_full,
+    "vit_b_16": build_vit_b16_full,
 }

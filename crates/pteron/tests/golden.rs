@@ -124,6 +124,11 @@ fixtures!(
     multi_output,
     mutable_buffer,
     external_weights,
+    resnet_mini,
+    vit_tiny,
+    conformer_tiny,
+    lstm,
+    unet,
 );
 
 #[test]
