@@ -36,6 +36,14 @@ pub mod shape;
 
 pub mod prim;
 
+pub mod complex;
+pub mod distance;
+pub mod masked;
+pub mod pad;
+pub mod random;
+pub mod sample;
+pub mod shift;
+
 use pteron_core::KernelRegistry;
 
 /// Registers every portable kernel.
@@ -53,6 +61,13 @@ pub fn register_all(r: &mut KernelRegistry) {
     pool::register(r);
     shape::register(r);
     prim::register(r);
+    complex::register(r);
+    distance::register(r);
+    masked::register(r);
+    pad::register(r);
+    random::register(r);
+    sample::register(r);
+    shift::register(r);
 }
 
 /// A registry holding every portable kernel.
