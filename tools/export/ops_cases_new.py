@@ -77,6 +77,20 @@ class Bounded(nn.Module):
         return out
 
 
+class EagerFallback(nn.Module):
+    """Runs `f` when exported and `eager` in eager mode (the informational reference only), for
+    dtypes PyTorch's eager kernels lack."""
+
+    def __init__(self, f, eager):
+        super().__init__()
+        self.f, self.eager = f, eager
+
+    def forward(self, *xs):
+        if torch.compiler.is_exporting():
+            return self.f(*xs)
+        return self.eager(*xs)
+
+
 class EagerAsFloat(nn.Module):
     """Runs `f` as is when exported; in eager mode (the informational reference only) on float
     copies of integer inputs, cast back, for ops PyTorch's eager kernels lack for integers."""
@@ -134,6 +148,9 @@ def build(ns):
     case("bitwise_shift", "left_shift_mixed_i32_i64", lt, [T(2, 5), Idx((5,), 32, dtype=i64)], [i32], preserve=[lt])
     case("bitwise_shift", "right_shift_mixed_u8_i16", rt, [T(2, 5), Idx((2, 5), 8, dtype=i16)], [u8], preserve=[rt])
     case("bitwise_shift", "left_shift_large", lambda a: ls(a, 60), [T(4)], [i64], preserve=[ls])
+    # bool: C++ shifts of 0/1 (`a << b` is a, `a >> b` is a and not b); eager PyTorch has none
+    case("bitwise_shift", "left_shift_bool", lambda dt: EagerFallback(lt, lambda a, b: a.clone()), [T(3, 4), T(3, 4)], [b8], preserve=[lt], module=True)
+    case("bitwise_shift", "right_shift_bool", lambda dt: EagerFallback(rt, lambda a, b: a & ~b), [T(3, 4), T(3, 4)], [b8], preserve=[rt], module=True)
 
     # ---- masked_select (data-dependent output size), masked_scatter
     ms = aten.masked_select.default
@@ -185,7 +202,7 @@ def build(ns):
             f = lambda x, g, i=interp, p=pad: gs(x, g, i, p, True)
             # integer grids: coordinates in {-1, 0, 1} and a few out of range
             case("grid_sampler_2d", f"grid_int_{iname}_{pname}", lambda dt, f=f: EagerAsFloat(f),
-                 [T(1, 2, 3, 4), Idx((1, 3, 3, 2), 3, lo=-2, dtype=None)], [i64, i32, i8, u8] if interp == 0 else [i32], module=True)
+                 [T(1, 2, 3, 4), Idx((1, 3, 3, 2), 3, lo=-2, dtype=None)], [i64, i32, i16, i8, u8] if interp == 0 else [i32], module=True)
 
     # ---- _upsample_bilinear2d_aa (antialiased bilinear)
     def aa(size=None, scale=None, align=False):
@@ -195,12 +212,12 @@ def build(ns):
     case("upsample_bilinear2d_aa", "aa_up", aa(size=(6, 9)), [T(1, 1, 3, 4)], FLOATS, tol=atol)
     case("upsample_bilinear2d_aa", "aa_mixed_align", aa(size=(2, 7), align=True), [T(2, 1, 5, 4)], [f32, f64])
     case("upsample_bilinear2d_aa", "aa_scale", aa(scale=0.6), [T(1, 2, 6, 7)], [f32])
-    case("upsample_bilinear2d_aa", "aa_int", lambda dt: EagerAsFloat(aa(size=(3, 2))), [T(1, 2, 5, 5)], [i64, i32, u8], module=True)
+    case("upsample_bilinear2d_aa", "aa_int", lambda dt: EagerAsFloat(aa(size=(3, 2))), [T(1, 2, 5, 5)], [i64, i32, i16, i8, u8], module=True)
 
     # ---- random ops: compared by shape, dtype and statistics (check="stats")
     case("rand", "rand", lambda x: torch.rand(32, 64, dtype=x.dtype), [T(1)], FLOATS, check="stats")
     case("randn", "randn", lambda x: torch.randn(32, 64, dtype=x.dtype), [T(1)], FLOATS, check="stats")
     nd = aten.native_dropout.default
     case("native_dropout", "dropout_train", lambda x: nd(x, 0.3, True), [T(32, 64)], FLOATS, preserve=[nd], check="stats")
-    case("native_dropout", "dropout_eval", lambda x: nd(x, 0.3, False), [T(3, 4)], FLOATS, preserve=[nd])
+    case("native_dropout", "dropout_eval", lambda x: nd(x, 0.3, False), [T(3, 4)], EVERY, preserve=[nd])
     case("native_dropout", "dropout_p0", lambda x: nd(x, 0.0, True), [T(3, 4)], [f32], preserve=[nd])
