@@ -21,6 +21,8 @@ Notes:
   below turns the pass on for programs with such an input and changes nothing for any other.
 """
 
+import dataclasses
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -42,8 +44,8 @@ def _install_reinplace_hook():
             for ep in self._edge_programs.values()
             for n in ep.graph.nodes
         )
-        if marked and config is None:
-            config = ExecutorchBackendConfig(run_reinplace_pass=True)
+        if marked:
+            config = dataclasses.replace(config or ExecutorchBackendConfig(), run_reinplace_pass=True)
         return orig(self, config)
 
     to_executorch._pteron_reinplace = True
