@@ -1,24 +1,29 @@
-//! A `.pte` file: parse, walk the checked accessors, load every method, run it.
+//! A `.pte` file: parse (container checks, flatbuffers verifier), walk every checked accessor of
+//! the format layer, load every method, run it twice on zero inputs. Byte-level mutations
+//! only (libFuzzer's own); see `load_method_execute` for structure-aware ones.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-mod common;
+#[allow(
+    clippy::all,
+    unused_imports,
+    dead_code,
+    non_camel_case_types,
+    non_snake_case,
+    deprecated,
+    mismatched_lifetime_syntaxes,
+    unsafe_op_in_unsafe_fn,
+    unused_mut
+)]
+#[rustfmt::skip]
+#[path = "../../crates/pteron/tests/support/program_object_api.rs"]
+mod objapi;
+#[path = "../../crates/pteron/tests/support/harness.rs"]
+mod harness;
+#[path = "../../crates/pteron/tests/support/mutate.rs"]
+mod mutate;
 
 fuzz_target!(|data: &[u8]| {
-    let file = pteron::ProgramFile::from_bytes(data);
-    let Ok(program) = file.program() else { return };
-    let p = program.format();
-    let _ = p.constant_segment_bytes();
-    for i in 0..p.num_segments() {
-        let _ = p.segment(i);
-    }
-    for k in p.named_data_keys() {
-        let _ = p.named_data(k);
-    }
-    for name in program.method_names() {
-        if let Ok(mut m) = program.load_method_with(name, common::kernels(), common::config()) {
-            common::run(&mut m);
-        }
-    }
+    harness::load_program(data);
 });

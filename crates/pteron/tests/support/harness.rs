@@ -1,0 +1,534 @@
+//! The bodies of the cargo-fuzz targets (`fuzz/fuzz_targets/*.rs` include this file by path)
+//! and of their custom mutators, so that `tests/regressions.rs` replays a crashing input
+//! through exactly the code the fuzzer ran, on stable and without libFuzzer.
+//!
+//! Users declare `mod objapi` (`program_object_api.rs`) and `mod mutate` (`mutate.rs`) at their
+//! crate root, as this file refers to them as `crate::objapi` and `crate::mutate`.
+//!
+//! Input formats (the first bytes of each fuzz input say which parts are which):
+//!
+//! | target | input |
+//! |---|---|
+//! | `load_program` | a `.pte` file |
+//! | `load_ptd` | a `.ptd` file, served as the external data of `models/external_weights` |
+//! | `load_method_execute` | `[n: u16 LE][n bytes that choose input shapes and values][.pte file]` |
+//! | `execute_inputs` | `[n: u8][n bytes: a fixture's path under testdata/][bytes that choose input shapes and values]` |
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::mutate::{self, Rng};
+use pteron::core::{
+    ArgAccess, Dynamism, Element, Kernel, KernelContext, KernelError, KernelRegistry, Method,
+    Output, Value,
+};
+use pteron::{MethodConfig, ScalarType};
+
+// ------------------------------------------------------------------------------------------
+// Fixtures, kernels and limits
+
+/// The repository's `testdata/` directory.
+pub fn testdata() -> PathBuf {
+    let mut dir = Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf();
+    loop {
+        let t = dir.join("testdata");
+        if t.join("models").is_dir() {
+            return t;
+        }
+        if !dir.pop() {
+            panic!("no testdata/ above {}", env!("CARGO_MANIFEST_DIR"));
+        }
+    }
+}
+
+/// Every fixture program: `models/<name>/model.pte` and `ops/<op>/<case>.pte`, by path under
+/// testdata/.
+pub fn fixtures() -> &'static BTreeMap<String, Vec<u8>> {
+    static F: OnceLock<BTreeMap<String, Vec<u8>>> = OnceLock::new();
+    F.get_or_init(|| {
+        let root = testdata();
+        let mut out = BTreeMap::new();
+        for sub in ["models", "ops"] {
+            let Ok(dirs) = std::fs::read_dir(root.join(sub)) else {
+                continue;
+            };
+            for d in dirs.flatten() {
+                let Ok(files) = std::fs::read_dir(d.path()) else {
+                    continue;
+                };
+                for f in files.flatten() {
+                    let p = f.path();
+                    if p.extension().is_some_and(|e| e == "pte") {
+                        if let Ok(bytes) = std::fs::read(&p) {
+                            let rel = p.strip_prefix(&root).unwrap().to_string_lossy();
+                            out.insert(rel.replace('\\', "/"), bytes);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    })
+}
+
+/// A kernel for operators that have no real kernel: reads every argument through the kernel
+/// interface (as a real kernel would), then zero-fills the returned tensor.
+pub fn stub_kernel(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    let n = ctx.num_args();
+    for i in 0..n {
+        let v = *ctx.value(i)?;
+        match v {
+            Value::Tensor(_) => {
+                let vi = ctx.value_index(i)?;
+                let ([t], []) = ctx.io_values([vi], [])?;
+                let _ = t.bytes.iter().fold(0u8, |a, &b| a ^ b);
+            }
+            Value::IntList(_) => {
+                for x in ctx.int_list(i)?.iter() {
+                    x?;
+                }
+            }
+            Value::TensorList(_) => {
+                let items = ctx.tensor_list(i)?.to_vec();
+                for vi in items {
+                    ctx.tensor_at(vi as usize)?;
+                    let _ = ctx.io_values([vi as usize], [])?;
+                }
+            }
+            Value::OptionalTensorList(_) => {
+                let items = ctx.opt_tensor_list(i)?.to_vec();
+                for vi in items.into_iter().filter(|&v| v != pteron::core::NONE_INDEX) {
+                    ctx.tensor_at(vi as usize)?;
+                }
+            }
+            Value::DoubleList(_) => {
+                ctx.double_list(i)?;
+            }
+            Value::BoolList(_) => {
+                ctx.bool_list(i)?;
+            }
+            _ => {}
+        }
+    }
+    if n > 0 && matches!(ctx.value(n - 1)?, Value::Tensor(_)) {
+        if n > 1
+            && matches!(ctx.value(0)?, Value::Tensor(_))
+            && ctx.value_index(0)? != ctx.value_index(n - 1)?
+        {
+            let (_, [o]) = ctx.io([0], [n - 1])?;
+            o.bytes.fill(0);
+        } else {
+            let ([], [o]) = ctx.io([], [n - 1])?;
+            o.bytes.fill(0);
+        }
+    }
+    Ok(())
+}
+
+/// `pteron::default_kernels()`, plus [`stub_kernel`] for every operator a fixture uses that
+/// has no kernel.
+pub fn kernels() -> &'static KernelRegistry {
+    static K: OnceLock<KernelRegistry> = OnceLock::new();
+    K.get_or_init(|| {
+        let mut reg = pteron::default_kernels();
+        for bytes in fixtures().values() {
+            let Ok(p) = pteron::format::Program::parse(bytes) else {
+                continue;
+            };
+            for plan in p.plans() {
+                for op in plan.operators().into_iter().flatten() {
+                    let full = pteron::core::method::operator_name(&op);
+                    if reg.get(&full).is_none() {
+                        reg.register(&full, Kernel::new(stub_kernel));
+                    }
+                }
+            }
+        }
+        reg
+    })
+}
+
+/// Names of all registered kernels (operator renames in structure-aware mutants pick these).
+pub fn op_names() -> &'static [String] {
+    static N: OnceLock<Vec<String>> = OnceLock::new();
+    N.get_or_init(|| {
+        let mut v: Vec<String> = kernels().names().map(str::to_string).collect();
+        v.sort();
+        v
+    })
+}
+
+/// Small limits, so that every input finishes quickly.
+pub fn config() -> MethodConfig {
+    MethodConfig {
+        instruction_budget: 10_000,
+        max_planned_bytes: 64 << 20,
+        max_values: 100_000,
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Targets
+
+/// How far an input got (for the smoke test's statistics; the fuzzers ignore it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    /// The file was rejected.
+    Rejected,
+    /// The file parsed, but no method loaded.
+    Parsed,
+    /// A method loaded, but no execution succeeded.
+    Loaded,
+    /// An execution succeeded.
+    Ran,
+}
+
+fn run_all(program: &pteron::Program<'_>, choices: &[u8]) -> Outcome {
+    let mut best = Outcome::Parsed;
+    for name in program.method_names() {
+        if let Ok(mut m) = program.load_method_with(name, kernels(), config()) {
+            best = best.max(run(&mut m, choices));
+        }
+    }
+    best
+}
+
+/// `load_program`: parse, walk the checked accessors, load every method, run it on zeros.
+pub fn load_program(data: &[u8]) -> Outcome {
+    let file = pteron::ProgramFile::from_bytes(data);
+    let Ok(program) = file.program() else {
+        return Outcome::Rejected;
+    };
+    walk_format(program.format());
+    run_all(&program, &[])
+}
+
+/// `load_ptd`: parse a `.ptd`, read every key, serve it as external_weights' external data.
+pub fn load_ptd(data: &[u8]) -> Outcome {
+    static PROGRAM: OnceLock<Vec<u8>> = OnceLock::new();
+    let file = pteron::ProgramFile::from_bytes(data);
+    let Ok(ptd) = file.data_file() else {
+        return Outcome::Rejected;
+    };
+    for k in ptd.keys() {
+        let _ = ptd.get(k);
+        let _ = ptd.layout(k);
+    }
+    let _ = ptd.get("no such key");
+    let pte_bytes = PROGRAM.get_or_init(|| {
+        std::fs::read(testdata().join("models/external_weights/model.pte"))
+            .expect("external_weights fixture")
+    });
+    let pte = pteron::ProgramFile::from_bytes(pte_bytes);
+    let program = pte
+        .program()
+        .expect("fixture parses")
+        .with_external_data(ptd);
+    run_all(&program, &[])
+}
+
+/// `load_method_execute`: a program and input bytes ([`split_lme`]); loads every method and
+/// runs it twice on inputs those bytes choose.
+pub fn load_method_execute(data: &[u8]) -> Outcome {
+    let (inputs, pte) = split_lme(data);
+    let file = pteron::ProgramFile::from_bytes(pte);
+    let Ok(program) = file.program() else {
+        return Outcome::Rejected;
+    };
+    run_all(&program, inputs)
+}
+
+/// `execute_inputs`: a fixture named by path ([`split_ei`]), run on inputs the rest chooses.
+pub fn execute_inputs(data: &[u8]) -> Outcome {
+    let Some((name, inputs)) = split_ei(data) else {
+        return Outcome::Rejected;
+    };
+    let Some(pte) = fixtures().get(name) else {
+        return Outcome::Rejected;
+    };
+    let file = pteron::ProgramFile::from_bytes(pte);
+    let program = file.program().expect("fixture parses");
+    run_all(&program, inputs)
+}
+
+/// Touches every checked accessor of a verified program.
+pub fn walk_format(p: &pteron::format::Program<'_>) {
+    let _ = p.constant_segment_bytes();
+    for i in 0..p.num_segments() + 2 {
+        let _ = p.segment(i);
+    }
+    for k in p.named_data_keys() {
+        let _ = p.named_data(k);
+    }
+    for idx in [0u32, 1, 2, 1000, u32::MAX] {
+        for n in [0usize, 1, 64, usize::MAX] {
+            let _ = p.constant(idx, n);
+            let _ = p.mutable_data(idx, n);
+        }
+    }
+    for plan in p.plans() {
+        for d in plan.delegates().into_iter().flatten() {
+            if let Some(r) = d.processed() {
+                let _ = p.delegate_data(r);
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Input formats
+
+/// `load_method_execute`'s input: (input bytes, program).
+pub fn split_lme(data: &[u8]) -> (&[u8], &[u8]) {
+    if data.len() < 2 {
+        return (&[], data);
+    }
+    let n = (u16::from_le_bytes([data[0], data[1]]) as usize).min(data.len() - 2);
+    (&data[2..2 + n], &data[2 + n..])
+}
+
+pub fn join_lme(inputs: &[u8], pte: &[u8]) -> Vec<u8> {
+    let n = inputs.len().min(u16::MAX as usize);
+    let mut v = Vec::with_capacity(2 + n + pte.len());
+    v.extend_from_slice(&(n as u16).to_le_bytes());
+    v.extend_from_slice(&inputs[..n]);
+    v.extend_from_slice(pte);
+    v
+}
+
+/// `execute_inputs`' input: (fixture path, input bytes).
+pub fn split_ei(data: &[u8]) -> Option<(&str, &[u8])> {
+    let n = *data.first()? as usize;
+    let name = std::str::from_utf8(data.get(1..1 + n)?).ok()?;
+    Some((name, &data[1 + n..]))
+}
+
+pub fn join_ei(name: &str, inputs: &[u8]) -> Vec<u8> {
+    assert!(name.len() < 256, "fixture path too long: {name}");
+    let mut v = vec![name.len() as u8];
+    v.extend_from_slice(name.as_bytes());
+    v.extend_from_slice(inputs);
+    v
+}
+
+// ------------------------------------------------------------------------------------------
+// Running a method on chosen inputs
+
+/// Reads bytes that choose inputs: in order, then cycling; zeros if there are none.
+struct Choices<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl Choices<'_> {
+    fn byte(&mut self) -> u8 {
+        if self.b.is_empty() {
+            return 0;
+        }
+        let v = self.b[self.i % self.b.len()];
+        self.i = self.i.wrapping_add(1);
+        v
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.byte(), self.byte()])
+    }
+}
+
+/// One element value: mostly ordinary numbers, with the boundary cases kernels must survive
+/// (indices out of range and negative, NaN, infinities, extremes, subnormals).
+fn element(c: &mut Choices<'_>, mode: u8) -> (Option<i64>, f64) {
+    let b = c.byte();
+    match mode {
+        // Small integers around zero: valid and invalid indices, dims, counts.
+        0 => (Some(b as i8 as i64 / 4), (b as i8) as f64 / 8.0),
+        // Ordinary floats and ints.
+        1 => {
+            let v = c.u16() as i16;
+            (Some(v as i64), v as f64 / 256.0)
+        }
+        // Extremes.
+        _ => match b % 16 {
+            0 => (Some(0), 0.0),
+            1 => (Some(-1), -0.0),
+            2 => (Some(i64::MAX), f64::NAN),
+            3 => (Some(i64::MIN), f64::INFINITY),
+            4 => (Some(i32::MAX as i64), f64::NEG_INFINITY),
+            5 => (Some(i32::MIN as i64), f64::MAX),
+            6 => (Some(1 << 31), f64::MIN),
+            7 => (Some(-(1 << 31) - 1), f64::MIN_POSITIVE / 2.0),
+            8 => (Some(255), 1e-45),
+            9 => (Some(65_536), 65_504.0),
+            10 => (Some(1 << 40), 1e39),
+            11 => (Some(-(1 << 40)), -1e39),
+            12 => (Some(1000), 1.0),
+            13 => (Some(-1000), -1.0),
+            14 => (Some(2), 0.5),
+            _ => (Some(1), 3.0e38),
+        },
+    }
+}
+
+fn encode<T: Element>(c: &mut Choices<'_>, mode: u8, numel: usize, out: &mut Vec<u8>) {
+    for _ in 0..numel {
+        let (i, f) = element(c, mode);
+        let is_float = matches!(
+            T::DTYPE,
+            ScalarType::Half | ScalarType::Float | ScalarType::Double | ScalarType::BFloat16
+        );
+        let v = match i {
+            Some(i) if !is_float || c.byte() & 1 == 0 => T::from_i64(i),
+            _ => T::from_f64(f),
+        };
+        out.extend_from_slice(bytemuck::bytes_of(&v));
+    }
+}
+
+/// Input `i`'s tensor bytes and sizes, chosen by `c`.
+fn tensor_input(c: &mut Choices<'_>, spec: &pteron::core::Tensor<'_>) -> (Vec<usize>, Vec<u8>) {
+    let h = c.byte();
+    let bound = spec.info.sizes();
+    let mut sizes: Vec<usize> = bound.to_vec();
+    if spec.dynamism == Dynamism::Bounded {
+        for s in sizes.iter_mut() {
+            let d = c.byte();
+            if d >= 128 {
+                *s = d as usize % (*s + 1);
+            }
+        }
+    }
+    if h >= 0xF8 && !sizes.is_empty() {
+        // A shape the method must refuse.
+        let k = h as usize % sizes.len();
+        sizes[k] += 1;
+    }
+    let dtype = spec.info.dtype();
+    let numel = sizes
+        .iter()
+        .try_fold(1usize, |a, &s| a.checked_mul(s))
+        .unwrap_or(0);
+    let nbytes = numel.saturating_mul(dtype.elem_size());
+    if nbytes > 64 << 20 {
+        return (sizes, Vec::new());
+    }
+    let mut data = Vec::with_capacity(nbytes);
+    match h % 4 {
+        // Raw bytes: any bit pattern (bool bytes other than 0/1, NaN payloads).
+        3 => data.extend((0..nbytes).map(|_| c.byte())),
+        mode => {
+            pteron::core::dispatch_dtype!(dtype, T => encode::<T>(c, mode, numel, &mut data),
+                _ => data.extend((0..nbytes).map(|_| c.byte())))
+        }
+    }
+    (sizes, data)
+}
+
+/// Sets every input from `choices`, executes twice, and reads every output. Errors are
+/// expected; a panic is what the fuzzer looks for.
+pub fn run(m: &mut Method<'_>, choices: &[u8]) -> Outcome {
+    let mut c = Choices { b: choices, i: 0 };
+    let mut outcome = Outcome::Loaded;
+    for _ in 0..2 {
+        for i in 0..m.num_inputs() {
+            match m.input_spec(i).copied() {
+                Some(Value::Tensor(t)) => {
+                    let (sizes, data) = tensor_input(&mut c, &t);
+                    let _ = m.set_input_tensor(i, t.info.dtype(), &sizes, &data);
+                }
+                Some(v) => {
+                    let v = match (v, c.byte() % 4) {
+                        (v, 0) => v,
+                        (Value::Int(_), k) => {
+                            Value::Int(element(&mut c, k - 1).0.unwrap_or_default())
+                        }
+                        (Value::Double(_), k) => Value::Double(element(&mut c, k - 1).1),
+                        (Value::Bool(b), _) => Value::Bool(!b),
+                        (v, _) => v,
+                    };
+                    let _ = m.set_input_value(i, v);
+                }
+                None => {}
+            }
+        }
+        if m.execute().is_err() {
+            return outcome;
+        }
+        outcome = Outcome::Ran;
+        for i in 0..m.num_outputs() {
+            if let Ok(Output::Tensor(t)) = m.output(i) {
+                assert_eq!(
+                    t.bytes.len(),
+                    t.info.nbytes(),
+                    "output {i}'s bytes must match its sizes"
+                );
+            }
+        }
+    }
+    outcome
+}
+
+// ------------------------------------------------------------------------------------------
+// Structure-aware mutators
+
+/// A mutant of a `load_method_execute` input: the input bytes or the program changed. The
+/// program is changed field by field when it unpacks (most of the time), byte by byte
+/// otherwise; `None` when nothing useful was done (the caller then falls back to libFuzzer's
+/// own byte mutations).
+pub fn mutate_lme(data: &[u8], seed: u64, max_size: usize) -> Option<Vec<u8>> {
+    let mut rng = Rng::new(seed);
+    let (inputs, pte) = split_lme(data);
+    let out = match rng.below(8) {
+        0 => {
+            let mut inputs = inputs.to_vec();
+            match rng.below(3) {
+                0 if inputs.len() < 4096 => inputs.push(rng.next() as u8),
+                1 if !inputs.is_empty() => {
+                    let k = rng.below(inputs.len());
+                    inputs[k] = rng.next() as u8;
+                }
+                _ => inputs = mutate::mutate(&inputs, inputs.len(), &mut rng),
+            }
+            join_lme(&inputs, pte)
+        }
+        1 => {
+            let hot = mutate::checked_program_size(pte).unwrap_or(pte.len());
+            join_lme(inputs, &mutate::mutate(pte, hot, &mut rng))
+        }
+        _ => {
+            let (mut p, segments) = mutate::try_unpack(pte)?;
+            mutate::semantic_mutate_with(&mut p, &mut rng, op_names());
+            join_lme(inputs, &mutate::pack(&p, segments))
+        }
+    };
+    (out.len() <= max_size).then_some(out)
+}
+
+/// A mutant of an `execute_inputs` input: another fixture, or changed input bytes.
+pub fn mutate_ei(data: &[u8], seed: u64, max_size: usize) -> Option<Vec<u8>> {
+    let mut rng = Rng::new(seed);
+    let names: Vec<&String> = fixtures().keys().collect();
+    let (name, inputs) = match split_ei(data) {
+        Some((n, i)) if fixtures().contains_key(n) => (n.to_string(), i.to_vec()),
+        _ => (names[rng.below(names.len())].clone(), Vec::new()),
+    };
+    let (name, mut inputs) = if rng.below(16) == 0 {
+        (names[rng.below(names.len())].clone(), inputs)
+    } else {
+        (name, inputs)
+    };
+    match rng.below(4) {
+        0 if inputs.len() < 4096 => {
+            let k = rng.below(inputs.len() + 1);
+            inputs.insert(k, rng.next() as u8);
+        }
+        1 if !inputs.is_empty() => {
+            let k = rng.below(inputs.len());
+            inputs[k] = rng.next() as u8;
+        }
+        _ => inputs = mutate::mutate(&inputs, inputs.len(), &mut rng),
+    }
+    let out = join_ei(&name, &inputs);
+    (out.len() <= max_size).then_some(out)
+}
