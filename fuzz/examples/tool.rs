@@ -1,4 +1,4 @@
-//! Helpers around the fuzz targets (runs on stable: `cargo run --release --bin tool -- ...` in
+//! Helpers around the fuzz targets (runs on stable: `cargo run --release --example tool -- ...` in
 //! fuzz/):
 //!
 //! * `seeds <corpus-dir> [max-bytes]`: seed corpora for every target from testdata/
