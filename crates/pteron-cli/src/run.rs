@@ -34,6 +34,12 @@ pub struct RunArgs {
     /// Expected outputs as .npy files, in output order: prints the max abs error of each.
     #[arg(long = "expect")]
     expected: Vec<PathBuf>,
+    /// Threads for kernels (default: the number of physical cores; 1 starts no thread).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Use only the portable reference kernels (no SIMD kernels, no packing, no fusion).
+    #[arg(long)]
+    portable: bool,
 }
 
 /// A deterministic input for a declared tensor: floats in [-1, 1), small non-negative ints.
@@ -121,8 +127,13 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
     if let Some(d) = &data_file {
         program = program.with_external_data(d.data_file()?);
     }
-    let kernels = pteron::default_kernels();
-    let mut method = program.load_method(&args.method, &kernels)?;
+    let kernels = if args.portable {
+        pteron::portable_kernels()
+    } else {
+        pteron::default_kernels()
+    };
+    let options = pteron::MethodOptions::new().threads(args.threads.unwrap_or(0));
+    let mut method = program.load_method_with(&args.method, &kernels, options)?;
     let load = t0.elapsed();
 
     let inputs = inputs_for(&method, args)?;
@@ -227,14 +238,34 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
             println!("trace written to {}", path.display());
         }
     }
+    let plan = method.plan_stats();
     println!(
-        "load {}, execute {} (median of {}), planned memory {} bytes",
+        "load {}, execute {} (median of {}), {} thread(s)",
         ms(load),
         ms(median),
         times.len(),
-        method.planned_bytes()
+        method.num_threads()
     );
+    println!(
+        "planned memory {} bytes, packed weights {} bytes ({} prepared calls, {} fused, {} absorbed), scratch {} bytes",
+        method.planned_bytes(),
+        plan.prepared_bytes,
+        plan.prepared_calls,
+        plan.fused_calls,
+        plan.absorbed_calls,
+        plan.scratch_bytes
+    );
+    if let Some(kib) = peak_rss_kib() {
+        println!("peak memory (VmHWM) {:.1} MiB", kib as f64 / 1024.0);
+    }
     Ok(())
+}
+
+/// The process's resident-set high-water mark, from /proc/self/status (Linux).
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The per-operator table: time per run (averaged over `runs`), calls per run, share of the total.

@@ -12,8 +12,10 @@ use alloc::string::{String, ToString};
 use crate::dtype::{DtypeSet, Element, ScalarType};
 use crate::error::KernelError;
 use crate::memory::{borrow_disjoint, Arena, Region};
+use crate::prepare::{Parallel, PrepareFn, INLINE};
 use crate::tensor::TensorInfo;
 use crate::value::{ListPool, Scalar, Storage, Value};
+use core::any::Any;
 
 /// Read access to a kernel call's arguments; shared by [`KernelContext`] (at run time) and
 /// [`ArgView`] (at load time, for checks).
@@ -296,12 +298,16 @@ impl<'p> ArgAccess<'p> for ArgView<'_, 'p> {
     }
 }
 
-/// Run-time access to one kernel call: arguments, output resizing and tensor bytes.
+/// Run-time access to one kernel call: arguments, output resizing, tensor bytes, and what the
+/// method prepared for this call (state, scratch memory, threads).
 pub struct KernelContext<'a, 'p> {
     pub(crate) values: &'a mut [Value<'p>],
     pub(crate) pool: &'a ListPool,
     pub(crate) arenas: &'a mut [Arena],
     pub(crate) args: &'a [u32],
+    pub(crate) prepared: Option<&'a (dyn Any + Send + Sync)>,
+    pub(crate) scratch: &'a mut [u8],
+    pub(crate) parallel: &'a dyn Parallel,
 }
 
 impl<'p> ArgAccess<'p> for KernelContext<'_, 'p> {
@@ -323,7 +329,44 @@ impl<'a, 'p> KernelContext<'a, 'p> {
             pool,
             arenas,
             args,
+            prepared: None,
+            scratch: &mut [],
+            parallel: &INLINE,
         }
+    }
+
+    /// Gives the call the state its kernel's `prepare` made (see [`crate::prepare`]).
+    pub fn with_prepared(mut self, state: Option<&'a (dyn Any + Send + Sync)>) -> Self {
+        self.prepared = state;
+        self
+    }
+
+    /// Gives the call scratch memory.
+    pub fn with_scratch(mut self, scratch: &'a mut [u8]) -> Self {
+        self.scratch = scratch;
+        self
+    }
+
+    /// Lets the call split its work with `parallel` (the default runs everything inline).
+    pub fn with_parallel(mut self, parallel: &'a dyn Parallel) -> Self {
+        self.parallel = parallel;
+        self
+    }
+
+    /// The state this call's kernel prepared at load, if it made one of type `T`.
+    pub fn prepared<T: Any>(&self) -> Option<&'a T> {
+        self.prepared.and_then(|s| s.downcast_ref::<T>())
+    }
+
+    /// The scratch memory for this call (64-byte aligned; at least what the prepared state
+    /// asked for, or empty). Taking it leaves the context without scratch.
+    pub fn take_scratch(&mut self) -> &'a mut [u8] {
+        core::mem::take(&mut self.scratch)
+    }
+
+    /// How to split this call's work across threads.
+    pub fn parallel(&self) -> &'a dyn Parallel {
+        self.parallel
     }
 
     fn tensor_mut_at(&mut self, vi: usize) -> Result<&mut crate::value::Tensor<'p>, KernelError> {
@@ -562,12 +605,15 @@ pub type KernelFn = for<'a, 'p> fn(&mut KernelContext<'a, 'p>) -> Result<(), Ker
 pub type CheckFn = for<'a, 'p> fn(&ArgView<'a, 'p>) -> Result<(), KernelError>;
 
 /// One registered kernel: the function that runs it, an optional load-time check (dtypes,
-/// argument kinds) so that unsupported calls fail at method load rather than mid-run, and the
-/// dtypes it declares it computes in (the check is what enforces them; this is for listings).
+/// argument kinds) so that unsupported calls fail at method load rather than mid-run, an
+/// optional load-time `prepare` (per-call-site state such as packed weights; see
+/// [`crate::prepare`]), and the dtypes it declares it computes in (the check is what enforces
+/// them; this is for listings).
 #[derive(Clone, Copy)]
 pub struct Kernel {
     pub run: KernelFn,
     pub check: Option<CheckFn>,
+    pub prepare: Option<PrepareFn>,
     pub dtypes: DtypeSet,
 }
 
@@ -576,6 +622,7 @@ impl Kernel {
         Kernel {
             run,
             check: None,
+            prepare: None,
             dtypes: DtypeSet::EMPTY,
         }
     }
@@ -583,8 +630,14 @@ impl Kernel {
         Kernel {
             run,
             check: Some(check),
+            prepare: None,
             dtypes: DtypeSet::EMPTY,
         }
+    }
+    /// Adds a load-time `prepare` step, run once per call site after the check.
+    pub const fn with_prepare(mut self, prepare: PrepareFn) -> Self {
+        self.prepare = Some(prepare);
+        self
     }
     /// Declares the dtypes this kernel computes in (the dtype of its main tensor argument).
     pub const fn dtypes(mut self, dtypes: DtypeSet) -> Self {

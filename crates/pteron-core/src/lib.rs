@@ -8,6 +8,7 @@ pub mod error;
 pub mod kernel;
 pub mod memory;
 pub mod method;
+pub mod prepare;
 pub mod tensor;
 pub mod testing;
 pub mod value;
@@ -19,6 +20,10 @@ pub use kernel::{
     ArgAccess, ArgView, IntList, Kernel, KernelContext, KernelFn, KernelRegistry, TensorMut,
     TensorRef,
 };
-pub use method::{DataSources, ExecutionObserver, KernelEvent, Method, MethodConfig, Output};
+pub use method::{
+    DataSources, ExecutionObserver, KernelEvent, LoadOptions, Method, MethodConfig, Output,
+    PlanStats,
+};
+pub use prepare::{Inline, Parallel, PrepareContext, PrepareFn, Prepared, INLINE};
 pub use tensor::{normalize_dim, Dims, TensorInfo, MAX_RANK};
 pub use value::{Dynamism, ListPool, ListRef, Scalar, Storage, Tensor, Value, NONE_INDEX};

@@ -7,6 +7,8 @@
 
 use alloc::format;
 use alloc::string::{String, ToString};
+use alloc::sync::Arc;
+use alloc::vec;
 use alloc::vec::Vec;
 
 use pteron_format::{schema, DataFile, Program};
@@ -15,6 +17,7 @@ use crate::dtype::ScalarType;
 use crate::error::{Error, KernelError, Result};
 use crate::kernel::{ArgView, Kernel, KernelContext, KernelRegistry, TensorRef};
 use crate::memory::{Arena, ARENA_ALIGN};
+use crate::prepare::{self, Call, Graph, Parallel, PrepareContext, Prepared, Uses, INLINE};
 use crate::tensor::{TensorInfo, MAX_RANK};
 use crate::value::{Dynamism, ListPool, ListRef, Storage, Tensor, Value, NONE_INDEX};
 
@@ -39,12 +42,77 @@ impl Default for MethodConfig {
     }
 }
 
+/// How a method is loaded: limits, threads, and whether kernels prepare call sites.
+#[derive(Clone)]
+pub struct LoadOptions {
+    pub config: MethodConfig,
+    /// Threads kernels may split work across; `None` runs everything on the calling thread.
+    pub parallel: Option<Arc<dyn Parallel + Send + Sync>>,
+    /// Run kernels' `prepare` steps (packed weights, fusion). Off: every call runs without
+    /// prepared state, as the kernels' plain run paths.
+    pub prepare: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            config: MethodConfig::default(),
+            parallel: None,
+            prepare: true,
+        }
+    }
+}
+
+impl From<MethodConfig> for LoadOptions {
+    fn from(config: MethodConfig) -> Self {
+        LoadOptions {
+            config,
+            ..Default::default()
+        }
+    }
+}
+
+/// What load-time planning did to a method (see [`crate::prepare`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlanStats {
+    /// Calls that have prepared state.
+    pub prepared_calls: usize,
+    /// Bytes held by prepared states (packed weights and the like).
+    pub prepared_bytes: usize,
+    /// Bytes of the scratch buffer shared by all calls.
+    pub scratch_bytes: usize,
+    /// Calls removed because their consumers absorbed them (constant producers).
+    pub absorbed_calls: usize,
+    /// Calls removed because their producer fused them.
+    pub fused_calls: usize,
+    /// Bytes of memory given to fused outputs whose planned memory overlapped their new
+    /// producer's inputs.
+    pub rehomed_bytes: usize,
+}
+
+/// No prepared state for this instruction.
+const NO_STATE: u32 = u32::MAX;
+
 #[derive(Clone, Copy, Debug)]
 enum Instr {
-    Kernel { op: u32, args: ListRef },
-    Move { from: u32, to: u32 },
-    JumpFalse { cond: u32, dest: u32 },
-    Free { value: u32 },
+    Kernel {
+        op: u32,
+        args: ListRef,
+        state: u32,
+    },
+    /// A call removed by load-time planning.
+    Nop,
+    Move {
+        from: u32,
+        to: u32,
+    },
+    JumpFalse {
+        cond: u32,
+        dest: u32,
+    },
+    Free {
+        value: u32,
+    },
 }
 
 #[derive(Clone)]
@@ -69,6 +137,10 @@ pub struct Method<'p> {
     input_specs: Vec<Value<'p>>,
     config: MethodConfig,
     instructions_run: u64,
+    states: Vec<Prepared>,
+    scratch: Arena,
+    parallel: Option<Arc<dyn Parallel + Send + Sync>>,
+    plan_stats: PlanStats,
 }
 
 fn invalid(msg: impl Into<String>) -> Error {
@@ -163,6 +235,17 @@ impl<'p> Method<'p> {
         registry: &KernelRegistry,
         config: MethodConfig,
     ) -> Result<Self> {
+        Self::load_with_options(src, name, registry, config.into())
+    }
+
+    /// Loads a method with explicit options (threads, preparation).
+    pub fn load_with_options(
+        src: DataSources<'p>,
+        name: &str,
+        registry: &KernelRegistry,
+        options: LoadOptions,
+    ) -> Result<Self> {
+        let config = options.config;
         let program = &src.program;
         let plan = program
             .plan(name)
@@ -201,6 +284,8 @@ impl<'p> Method<'p> {
         let io_arena = arena_sizes.len() as u32;
         let mut io_size: usize = 0;
         let mut initial: Vec<(u32, usize, &'p [u8])> = Vec::new();
+        // Values with initial contents that persist across runs (mutable buffers).
+        let mut stateful: Vec<usize> = Vec::new();
 
         let mut values: Vec<Value<'p>> = Vec::new();
         values
@@ -355,6 +440,7 @@ impl<'p> Method<'p> {
                             Some(a) => {
                                 let (arena, offset) = planned(&a, nbytes, &arena_sizes)?;
                                 initial.push((arena, offset, bytes));
+                                stateful.push(vi);
                                 Storage::Planned { arena, offset }
                             }
                         }
@@ -387,6 +473,7 @@ impl<'p> Method<'p> {
                             (idx, Some(a)) => {
                                 let (arena, offset) = planned(&a, nbytes, &arena_sizes)?;
                                 if idx > 0 {
+                                    stateful.push(vi);
                                     initial.push((
                                         arena,
                                         offset,
@@ -450,7 +537,7 @@ impl<'p> Method<'p> {
 
         // Chains → instructions.
         let mut args: Vec<u32> = Vec::new();
-        let mut chains = Vec::new();
+        let mut chains: Vec<Vec<Instr>> = Vec::new();
         for chain in plan.chains().into_iter().flatten() {
             let instrs = chain
                 .instructions()
@@ -486,7 +573,11 @@ impl<'p> Method<'p> {
                                 reason: format!("instruction {pc}: {e}"),
                             })?;
                         }
-                        Instr::Kernel { op, args: r }
+                        Instr::Kernel {
+                            op,
+                            args: r,
+                            state: NO_STATE,
+                        }
                     }
                     schema::InstructionArguments::DelegateCall => {
                         return Err(invalid("DelegateCall without a registered backend"));
@@ -552,6 +643,57 @@ impl<'p> Method<'p> {
             .collect::<Result<Vec<_>>>()?;
         let input_specs = inputs.iter().map(|&i| values[i as usize]).collect();
 
+        let num_threads = options
+            .parallel
+            .as_ref()
+            .map_or(1, |p| p.num_threads().max(1));
+        let planned_calls = if options.prepare {
+            plan_calls(
+                &values,
+                &pool,
+                &mut args,
+                &mut chains,
+                &ops,
+                &inputs,
+                &outputs,
+                &stateful,
+                num_threads,
+            )?
+        } else {
+            Planned::default()
+        };
+        let Planned {
+            states,
+            stats: plan_stats,
+            homes,
+            arena_bytes,
+        } = planned_calls;
+        if !homes.is_empty() {
+            let id = arenas.len() as u32;
+            arenas.push(Arena::new(arena_bytes).ok_or(Error::ResourceLimit {
+                what: "bytes of planned memory (allocation failed)",
+                requested: arena_bytes as u64,
+                limit: config.max_planned_bytes,
+            })?);
+            for (v, offset) in homes {
+                if let Value::Tensor(t) = &mut values[v] {
+                    t.storage = Storage::Planned { arena: id, offset };
+                }
+            }
+        }
+        if plan_stats.scratch_bytes as u64 > config.max_planned_bytes {
+            return Err(Error::ResourceLimit {
+                what: "bytes of scratch memory",
+                requested: plan_stats.scratch_bytes as u64,
+                limit: config.max_planned_bytes,
+            });
+        }
+        let scratch = Arena::new(plan_stats.scratch_bytes).ok_or(Error::ResourceLimit {
+            what: "bytes of scratch memory (allocation failed)",
+            requested: plan_stats.scratch_bytes as u64,
+            limit: config.max_planned_bytes,
+        })?;
+
         Ok(Method {
             name: name.to_string(),
             values,
@@ -565,6 +707,10 @@ impl<'p> Method<'p> {
             input_specs,
             config,
             instructions_run: 0,
+            states,
+            scratch,
+            parallel: options.parallel,
+            plan_stats,
         })
     }
 
@@ -588,6 +734,18 @@ impl<'p> Method<'p> {
     /// Bytes of planned memory this method holds (all arenas).
     pub fn planned_bytes(&self) -> usize {
         self.arenas.iter().map(|a| a.len()).sum()
+    }
+    /// What load-time planning did: prepared states, their bytes, removed calls.
+    pub fn plan_stats(&self) -> PlanStats {
+        self.plan_stats
+    }
+    /// Bytes held by the kernels' prepared states (packed weights).
+    pub fn prepared_bytes(&self) -> usize {
+        self.plan_stats.prepared_bytes
+    }
+    /// Threads the method's kernels may use.
+    pub fn num_threads(&self) -> usize {
+        self.parallel.as_ref().map_or(1, |p| p.num_threads().max(1))
     }
     /// Instructions run by the last `execute`.
     pub fn instructions_run(&self) -> u64 {
@@ -724,7 +882,8 @@ impl<'p> Method<'p> {
                     return Err(Error::InstructionBudget(budget));
                 }
                 match self.chains[c][pc] {
-                    Instr::Kernel { op, args } => {
+                    Instr::Nop => pc += 1,
+                    Instr::Kernel { op, args, state } => {
                         let run = self.ops[op as usize].kernel.run;
                         let event = KernelEvent {
                             chain: c,
@@ -733,11 +892,18 @@ impl<'p> Method<'p> {
                             op: &self.ops[op as usize].name,
                         };
                         observer.kernel_begin(&event);
+                        let parallel: &dyn Parallel = match &self.parallel {
+                            Some(p) => &**p,
+                            None => &INLINE,
+                        };
                         let mut ctx = KernelContext {
                             values: &mut self.values,
                             pool: &self.pool,
                             arenas: &mut self.arenas,
                             args: &self.args[args.range()],
+                            prepared: self.states.get(state as usize).map(|s| &*s.state),
+                            scratch: self.scratch.bytes_mut(),
+                            parallel,
                         };
                         let result = run(&mut ctx);
                         observer.kernel_end(&event);
@@ -833,6 +999,390 @@ impl<'p> Method<'p> {
             v => Output::Other(v.kind()),
         })
     }
+}
+
+/// Load-time planning: runs every kernel's `prepare` over its call site, removes constant
+/// producers that their readers absorbed and consumers that their producer fused, and rewrites
+/// the fused calls to write their last consumer's output. Returns the states (indexed by the
+/// `state` of each kernel instruction) and what was done.
+#[allow(clippy::too_many_arguments)]
+fn plan_calls(
+    values: &[Value<'_>],
+    pool: &ListPool,
+    args: &mut [u32],
+    chains: &mut [Vec<Instr>],
+    ops: &[Op],
+    inputs: &[u32],
+    outputs: &[u32],
+    stateful: &[usize],
+    num_threads: usize,
+) -> Result<Planned> {
+    if !ops.iter().any(|o| o.kernel.prepare.is_some()) {
+        return Ok(Planned::default());
+    }
+    let n = values.len();
+    // Every kernel call, in chain order, and where it sits.
+    let mut calls: Vec<Call> = Vec::new();
+    let mut chain_jumps = vec![false; chains.len()];
+    for (c, chain) in chains.iter().enumerate() {
+        for (pc, ins) in chain.iter().enumerate() {
+            match *ins {
+                Instr::Kernel { op, args: a, .. } => calls.push(Call {
+                    chain: c as u32,
+                    pc: pc as u32,
+                    op,
+                    args: a,
+                }),
+                Instr::JumpFalse { .. } => chain_jumps[c] = true,
+                _ => {}
+            }
+        }
+    }
+    // How each value is referenced.
+    let mut uses = vec![Uses::default(); n];
+    let mut seen = vec![u32::MAX; n];
+    for (k, call) in calls.iter().enumerate() {
+        let a = &args[call.args.range()];
+        for &v in a {
+            if seen[v as usize] != k as u32 {
+                seen[v as usize] = k as u32;
+                uses[v as usize].calls += 1;
+            }
+        }
+        if let Some(&last) = a.last() {
+            uses[last as usize].returned_by += 1;
+            uses[last as usize].producer = k as u32;
+        }
+    }
+    for &v in inputs.iter().chain(outputs) {
+        uses[v as usize].pinned = true;
+    }
+    for &v in stateful {
+        uses[v].pinned = true;
+    }
+    for chain in chains.iter() {
+        for ins in chain {
+            match *ins {
+                Instr::Move { from, to } => {
+                    uses[from as usize].pinned = true;
+                    uses[to as usize].pinned = true;
+                    uses[to as usize].written = true;
+                }
+                Instr::JumpFalse { cond, .. } => uses[cond as usize].pinned = true,
+                _ => {}
+            }
+        }
+    }
+    // Tuple returns: a tensor list that is only the return slot of one call makes its items
+    // returned (and referenced) by that call. Items of any other list are pinned.
+    let mut return_list = vec![false; n];
+    for (k, call) in calls.iter().enumerate() {
+        let a = &args[call.args.range()];
+        let Some(&l) = a.last() else { continue };
+        let (l, u) = (l as usize, uses[l as usize]);
+        let Value::TensorList(r) = values[l] else {
+            continue;
+        };
+        if u.calls != 1 || u.returned_by != 1 || u.pinned {
+            continue;
+        }
+        return_list[l] = true;
+        for &i in pool.indices.get(r.range()).unwrap_or(&[]) {
+            let i = i as usize;
+            if i >= n {
+                continue;
+            }
+            if !a.contains(&(i as u32)) {
+                uses[i].calls += 1;
+            }
+            uses[i].returned_by += 1;
+            uses[i].producer = k as u32;
+        }
+    }
+    for (l, v) in values.iter().enumerate() {
+        if let Value::TensorList(r) | Value::OptionalTensorList(r) = v {
+            if return_list[l] {
+                continue;
+            }
+            for &i in pool.indices.get(r.range()).unwrap_or(&[]) {
+                if let Some(u) = uses.get_mut(i as usize) {
+                    u.pinned = true;
+                }
+            }
+        }
+    }
+    let op_names: Vec<&str> = ops.iter().map(|o| o.name.as_str()).collect();
+
+    // Prepare every call; repeat with constant producers hidden where not every reader
+    // absorbed them (hiding only grows, so this ends).
+    let mut hidden = vec![false; n];
+    let (states, fused_into, absorbed) = loop {
+        let graph = Graph {
+            values,
+            pool,
+            args,
+            calls: &calls,
+            op_names: &op_names,
+            uses: &uses,
+            chain_jumps: &chain_jumps,
+            hidden: &hidden,
+            num_threads,
+        };
+        let mut states: Vec<Option<Prepared>> = (0..calls.len()).map(|_| None).collect();
+        // For each call fused into an earlier one: that call.
+        let mut fused_into: Vec<Option<usize>> = vec![None; calls.len()];
+        for k in 0..calls.len() {
+            if fused_into[k].is_some() {
+                continue;
+            }
+            let op = &ops[calls[k].op as usize];
+            let Some(prep) = op.kernel.prepare else {
+                continue;
+            };
+            let ctx = PrepareContext {
+                graph: &graph,
+                call: k,
+                root: k,
+            };
+            let state = prep(&ctx).map_err(|e| Error::OperatorMissing {
+                op: op.name.clone(),
+                reason: format!("instruction {}: prepare: {e}", calls[k].pc),
+            })?;
+            let Some(state) = state else { continue };
+            let mut cur = k;
+            for _ in 0..state.fuses {
+                cur = graph
+                    .sole_consumer(cur, k)
+                    .ok_or_else(|| Error::OperatorMissing {
+                        op: op.name.clone(),
+                        reason: format!(
+                            "instruction {}: prepare fused a consumer that cannot be fused",
+                            calls[k].pc
+                        ),
+                    })?;
+                fused_into[cur] = Some(k);
+            }
+            states[k] = Some(state);
+        }
+        // Constant producers whose every reader absorbed them are removed.
+        let mut absorbed = vec![false; calls.len()];
+        let mut newly_hidden = Vec::new();
+        for p in 0..calls.len() {
+            if fused_into[p].is_some()
+                || states[p].as_ref().is_some_and(|s| s.fuses > 0)
+                || !graph.is_constant_call(p)
+            {
+                continue;
+            }
+            let Some(v) = graph.last_value(p) else {
+                continue;
+            };
+            if hidden[v] {
+                continue;
+            }
+            let mut all = true;
+            let mut any = false;
+            for (k, call) in calls.iter().enumerate() {
+                if k == p {
+                    continue;
+                }
+                let a = &args[call.args.range()];
+                if !a.contains(&(v as u32)) {
+                    continue;
+                }
+                let ok = fused_into[k].is_none()
+                    && states[k].as_ref().is_some_and(|s| {
+                        a.iter()
+                            .enumerate()
+                            .filter(|(_, &x)| x as usize == v)
+                            .all(|(i, _)| s.absorbs_arg(i))
+                    });
+                if ok {
+                    any = true;
+                } else {
+                    all = false;
+                }
+            }
+            if all {
+                absorbed[p] = true;
+            } else if any {
+                newly_hidden.push(v);
+            }
+        }
+        if newly_hidden.is_empty() {
+            break (states, fused_into, absorbed);
+        }
+        for v in newly_hidden {
+            hidden[v] = true;
+        }
+    };
+
+    // Fused calls write their last consumer's output; an output planned over memory the call
+    // reads gets memory of its own.
+    let mut stats = PlanStats::default();
+    let mut rehome: Vec<usize> = Vec::new();
+    for k in 0..calls.len() {
+        let Some(s) = &states[k] else { continue };
+        if s.fuses == 0 {
+            continue;
+        }
+        let range = calls[k].args.range();
+        let Some(old) = final_graph_primary(values, pool, args, &calls, &uses, k) else {
+            continue;
+        };
+        let last = (k + 1..calls.len())
+            .rev()
+            .find(|&j| fused_into[j] == Some(k))
+            .unwrap_or(k);
+        let Some(new) = final_graph_primary(values, pool, args, &calls, &uses, last) else {
+            continue;
+        };
+        let graph = Graph {
+            values,
+            pool,
+            args,
+            calls: &calls,
+            op_names: &[],
+            uses: &uses,
+            chain_jumps: &[],
+            hidden: &[],
+            num_threads: 1,
+        };
+        if graph.overlaps_args(new, k, old) {
+            rehome.push(new);
+        }
+        for a in &mut args[range] {
+            if *a as usize == old {
+                *a = new as u32;
+            }
+        }
+    }
+    let mut kept = Vec::new();
+    for (k, (call, state)) in calls.iter().zip(states).enumerate() {
+        let ins = &mut chains[call.chain as usize][call.pc as usize];
+        if fused_into[k].is_some() {
+            *ins = Instr::Nop;
+            stats.fused_calls += 1;
+        } else if absorbed[k] {
+            *ins = Instr::Nop;
+            stats.absorbed_calls += 1;
+        } else if let (Some(state), Instr::Kernel { state: slot, .. }) = (state, ins) {
+            *slot = kept.len() as u32;
+            kept.push(state);
+        }
+    }
+    stats.prepared_calls = kept.len();
+    stats.prepared_bytes = prepare::total_bytes(&kept);
+    stats.scratch_bytes = prepare::max_scratch(&kept);
+    let (homes, arena_bytes) = rehome_values(values, args, &calls, &uses, chains, &rehome);
+    stats.rehomed_bytes = arena_bytes;
+    Ok(Planned {
+        states: kept,
+        stats,
+        homes,
+        arena_bytes,
+    })
+}
+
+/// The result of [`plan_calls`].
+#[derive(Default)]
+struct Planned {
+    states: Vec<Prepared>,
+    stats: PlanStats,
+    /// (value, offset in the extra arena) for values given memory of their own.
+    homes: Vec<(usize, usize)>,
+    arena_bytes: usize,
+}
+
+/// Places the `rehome` values in one extra arena, sharing bytes between values whose
+/// lifetimes (first to last instruction naming them, in execution order) do not overlap.
+fn rehome_values(
+    values: &[Value<'_>],
+    args: &[u32],
+    calls: &[Call],
+    uses: &[Uses],
+    chains: &[Vec<Instr>],
+    rehome: &[usize],
+) -> (Vec<(usize, usize)>, usize) {
+    if rehome.is_empty() {
+        return (Vec::new(), 0);
+    }
+    // Global position of each call.
+    let mut base = Vec::with_capacity(chains.len());
+    let mut total = 0usize;
+    for c in chains {
+        base.push(total);
+        total += c.len();
+    }
+    let pos = |c: &Call| base[c.chain as usize] + c.pc as usize;
+    let mut items: Vec<(usize, usize, usize, usize)> = Vec::new(); // (start, end, value, size)
+    for &v in rehome {
+        let Value::Tensor(t) = &values[v] else {
+            continue;
+        };
+        let mut start = usize::MAX;
+        let mut end = 0;
+        for c in calls {
+            if args[c.args.range()].contains(&(v as u32)) {
+                start = start.min(pos(c));
+                end = end.max(pos(c));
+            }
+        }
+        if uses[v].pinned || start == usize::MAX {
+            // Observable outside the calls (or never named): live throughout.
+            start = 0;
+            end = usize::MAX;
+        }
+        let size = t.capacity.div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
+        items.push((start, end, v, size));
+    }
+    items.sort();
+    let mut placed: Vec<(usize, usize, usize, usize)> = Vec::new(); // (offset, size, start, end)
+    let mut homes = Vec::new();
+    let mut arena = 0usize;
+    for &(start, end, v, size) in &items {
+        // Lowest offset not overlapping a placed value whose lifetime overlaps this one.
+        let mut live: Vec<(usize, usize)> = placed
+            .iter()
+            .filter(|p| p.2 <= end && start <= p.3)
+            .map(|p| (p.0, p.1))
+            .collect();
+        live.sort();
+        let mut off = 0;
+        for (o, s) in live {
+            if off + size <= o {
+                break;
+            }
+            off = off.max(o + s);
+        }
+        placed.push((off, size, start, end));
+        homes.push((v, off));
+        arena = arena.max(off + size);
+    }
+    (homes, arena)
+}
+
+/// [`Graph::primary_output`] outside a planning pass.
+fn final_graph_primary(
+    values: &[Value<'_>],
+    pool: &ListPool,
+    args: &[u32],
+    calls: &[Call],
+    uses: &[Uses],
+    c: usize,
+) -> Option<usize> {
+    let graph = Graph {
+        values,
+        pool,
+        args,
+        calls,
+        op_names: &[],
+        uses,
+        chain_jumps: &[],
+        hidden: &[],
+        num_threads: 1,
+    };
+    graph.primary_output(c)
 }
 
 /// Planned tensor location from `allocation_info`, checked against the arena sizes.

@@ -13,8 +13,9 @@ use alloc::vec::Vec;
 
 use crate::dtype::{Element, ScalarType};
 use crate::error::KernelError;
-use crate::kernel::{KernelContext, KernelFn};
+use crate::kernel::{Kernel, KernelContext, KernelFn};
 use crate::memory::Arena;
+use crate::prepare::{Call, Graph, Parallel, PrepareContext, Uses};
 use crate::tensor::TensorInfo;
 use crate::value::{Dynamism, ListPool, ListRef, Storage, Tensor, Value, NONE_INDEX};
 
@@ -180,6 +181,90 @@ impl TestCall {
     /// Appends a fresh return slot holding `v` (for scalar-returning ops).
     pub fn ret_value(&mut self, v: Value<'static>) -> usize {
         self.push_arg(v)
+    }
+
+    /// A constant input tensor (stored like a file constant, so `prepare` can read it). The
+    /// bytes are leaked: tests only.
+    pub fn constant<T: Element>(&mut self, sizes: &[usize], data: &[T]) -> usize {
+        let info = TensorInfo::contiguous(T::DTYPE, sizes).expect("test tensor");
+        assert_eq!(info.numel(), data.len(), "data length does not match sizes");
+        let bytes: &'static [u8] = alloc::boxed::Box::leak(
+            bytemuck::cast_slice::<T, u8>(data)
+                .to_vec()
+                .into_boxed_slice(),
+        );
+        // Constants are read in place, so their bytes must be aligned like file constants.
+        let aligned: &'static [u8] = if (bytes.as_ptr() as usize) & 63 == 0 {
+            bytes
+        } else {
+            let arena = alloc::boxed::Box::leak(alloc::boxed::Box::new(
+                Arena::new(bytes.len()).expect("test arena"),
+            ));
+            arena.bytes_mut().copy_from_slice(bytes);
+            arena.bytes()
+        };
+        self.push_arg(Value::Tensor(Tensor {
+            info,
+            storage: Storage::Constant(aligned),
+            capacity: aligned.len(),
+            dynamism: Dynamism::Static,
+        }))
+    }
+
+    /// Runs a registered kernel (registered as `op`) the way a method does: its check, its `prepare` (this call
+    /// alone: no producers or consumers), then its run with the state, scratch memory and
+    /// `parallel`. Returns the prepared state's declared bytes (0 without a state).
+    pub fn run_kernel(
+        &mut self,
+        op: &str,
+        kernel: &Kernel,
+        parallel: &dyn Parallel,
+    ) -> Result<usize, KernelError> {
+        if let Some(check) = kernel.check {
+            self.check(check)?;
+        }
+        let state = match kernel.prepare {
+            Some(prepare) => {
+                let n = self.values.len();
+                let uses = alloc::vec![Uses::default(); n];
+                let hidden = alloc::vec![false; n];
+                let calls = [Call {
+                    chain: 0,
+                    pc: 0,
+                    op: 0,
+                    args: ListRef {
+                        start: 0,
+                        len: self.args.len() as u32,
+                    },
+                }];
+                let graph = Graph {
+                    values: &self.values,
+                    pool: &self.pool,
+                    args: &self.args,
+                    calls: &calls,
+                    op_names: &[op],
+                    uses: &uses,
+                    chain_jumps: &[false],
+                    hidden: &hidden,
+                    num_threads: parallel.num_threads(),
+                };
+                prepare(&PrepareContext {
+                    graph: &graph,
+                    call: 0,
+                    root: 0,
+                })?
+            }
+            None => None,
+        };
+        let bytes = state.as_ref().map_or(0, |s| s.bytes());
+        let mut scratch = Arena::new(state.as_ref().map_or(0, |s| s.scratch())).expect("scratch");
+        let ctx = KernelContext::new(&mut self.values, &self.pool, &mut self.arenas, &self.args)
+            .with_prepared(state.as_ref().map(|s| &*s.state))
+            .with_scratch(scratch.bytes_mut())
+            .with_parallel(parallel);
+        let mut ctx = ctx;
+        (kernel.run)(&mut ctx)?;
+        Ok(bytes)
     }
 
     pub fn run(&mut self, kernel: KernelFn) -> Result<(), KernelError> {

@@ -4,6 +4,8 @@
 use std::path::Path;
 
 use pteron_core::{KernelRegistry, Method, MethodConfig};
+
+use crate::MethodOptions;
 use pteron_format::{DataFile, Limits};
 
 use crate::{Error, Result};
@@ -117,20 +119,29 @@ impl<'a> Program<'a> {
         self.inner.plans().filter_map(|p| p.name()).collect()
     }
 
+    /// Loads a method with default options (limits, threads = physical cores).
     pub fn load_method(&self, name: &str, kernels: &KernelRegistry) -> Result<Method<'a>> {
         self.load_method_with(name, kernels, MethodConfig::default())
     }
 
+    /// Loads a method with explicit options: limits ([`MethodConfig`]), threads, preparation
+    /// (a plain `MethodConfig` converts into options with default threads).
     pub fn load_method_with(
         &self,
         name: &str,
         kernels: &KernelRegistry,
-        config: MethodConfig,
+        options: impl Into<MethodOptions>,
     ) -> Result<Method<'a>> {
         let src = pteron_core::DataSources {
             program: self.inner,
             external: self.external,
         };
-        Ok(Method::load_with_data(src, name, kernels, config)?)
+        let options: MethodOptions = options.into();
+        Ok(Method::load_with_options(
+            src,
+            name,
+            kernels,
+            options.load_options()?,
+        )?)
     }
 }

@@ -17,15 +17,19 @@
 
 mod file;
 pub mod npy;
+mod options;
 mod profile;
 mod tensor;
+mod threads;
 
 pub use file::{Program, ProgramFile};
+pub use options::MethodOptions;
 pub use profile::{OpTime, Profiler};
 pub use pteron_core as core;
 pub use pteron_core::{MethodConfig, ScalarType};
 pub use pteron_format as format;
 pub use tensor::{RunMethod, Tensor, Value};
+pub use threads::{default_threads, ThreadPool};
 
 /// Everything that can go wrong when loading or running a program.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +53,14 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A kernel registry holding every kernel pteron ships.
+/// A kernel registry holding every kernel pteron ships: the portable kernels, with the fast
+/// CPU kernels (`pteron-kernels-cpu`: SIMD, packed weights, threads) registered over them.
 pub fn default_kernels() -> pteron_core::KernelRegistry {
+    pteron_kernels_cpu::registry()
+}
+
+/// Only the portable reference kernels (simple loops; the oracle the fast kernels are checked
+/// against).
+pub fn portable_kernels() -> pteron_core::KernelRegistry {
     pteron_kernels::registry()
 }

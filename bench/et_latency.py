@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""ExecuTorch's own latency on the full models, next to pteron's, measured on this machine.
+
+For each model (the `--full` fixtures of tools/export/export_fixtures.py) this script
+
+  1. exports an XNNPACK-lowered program to tools/export/out/<name>_xnnpack.pte if it is missing
+     (`to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])`, fp32);
+  2. times, with `executorch.runtime`, the portable program (tools/export/out/<name>/model.pte)
+     and the XNNPACK program, at each thread count (XNNPACK's threadpool is resized with
+     `_unsafe_reset_threadpool`; the portable kernels are single-threaded);
+  3. optionally (`--pteron target/release/pteron`) times `pteron run` on the portable program
+     at the same thread counts, interleaved with the ExecuTorch runs.
+
+It prints median latencies (ms) per engine and thread count and the ratio pteron / XNNPACK.
+
+Usage (from the repository root):
+
+    /opt/etvenv/bin/python bench/et_latency.py --pteron $CARGO_TARGET_DIR/release/pteron
+    /opt/etvenv/bin/python bench/et_latency.py --models mobilenet_v2 --threads 1 2 --repeat 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "tools" / "export" / "out"
+sys.path.insert(0, str(REPO / "tools" / "export"))
+
+MODELS = ["mobilenet_v2", "all_minilm_l6_v2"]
+
+
+def export_xnnpack(name: str, path: Path) -> None:
+    import models
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    fx = models.FULL[name]()
+    ep = torch.export.export(fx.module, fx.inputs, strict=False)
+    et = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
+    path.write_bytes(et.buffer)
+    print(f"exported {path} ({path.stat().st_size} bytes)", flush=True)
+
+
+def inputs_of(name: str):
+    d = OUT / name
+    n = len(list(d.glob("input*.npy")))
+    return [torch.from_numpy(np.load(d / f"input{i}.npy")) for i in range(n)]
+
+
+def time_et(pte: Path, inputs, repeat: int, warmup: int) -> float:
+    from executorch.runtime import Runtime
+
+    method = Runtime.get().load_program(pte).load_method("forward")
+    for _ in range(warmup):
+        method.execute(inputs)
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        method.execute(inputs)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def time_pteron(binary: str, name: str, threads: int, repeat: int) -> float:
+    d = OUT / name
+    args = [binary, "run", str(d / "model.pte"), "--threads", str(threads), "--repeat", str(repeat)]
+    for i in range(len(list(d.glob("input*.npy")))):
+        args += ["-i", str(d / f"input{i}.npy")]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    m = re.search(r"execute ([0-9.]+) ms", out)
+    if not m:
+        raise RuntimeError(f"no execute time in pteron's output:\n{out}")
+    return float(m.group(1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
+    ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    ap.add_argument("--repeat", type=int, default=20, help="timed runs per engine and setting")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median over rounds is reported")
+    ap.add_argument("--portable-repeat", type=int, default=3, help="timed runs of ExecuTorch's portable kernels (slow)")
+    ap.add_argument("--no-portable", action="store_true", help="skip ExecuTorch's portable program")
+    ap.add_argument("--pteron", help="path of the pteron binary to time alongside")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+
+    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+
+    results = {}
+    for name in args.models:
+        xnn = OUT / f"{name}_xnnpack.pte"
+        if not xnn.exists():
+            export_xnnpack(name, xnn)
+        inputs = inputs_of(name)
+        rows = {}
+        if not args.no_portable:
+            _unsafe_reset_threadpool(1)
+            rows["executorch-portable/1"] = [time_et(OUT / name / "model.pte", inputs, args.portable_repeat, 1)]
+        for _ in range(args.rounds):
+            for n in args.threads:
+                _unsafe_reset_threadpool(n)
+                rows.setdefault(f"executorch-xnnpack/{n}", []).append(time_et(xnn, inputs, args.repeat, 3))
+                if args.pteron:
+                    rows.setdefault(f"pteron/{n}", []).append(time_pteron(args.pteron, name, n, args.repeat))
+        med = {k: statistics.median(v) for k, v in rows.items()}
+        results[name] = med
+        print(f"== {name} (median ms; {args.rounds} rounds x {args.repeat} runs)")
+        for k, v in med.items():
+            print(f"   {k:<24} {v:10.2f}")
+        if args.pteron:
+            for n in args.threads:
+                print(f"   pteron / xnnpack, {n} thread(s): {med[f'pteron/{n}'] / med[f'executorch-xnnpack/{n}']:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+//! GFLOP/s of the GEMM on the shapes of MiniLM's linears and MobileNetV2's 1×1 convolutions.
+//! `cargo run --release -p pteron-kernels-cpu --example gemm_bench`
+
+use std::time::Instant;
+
+use pteron_core::INLINE;
+use pteron_kernels_cpu::gemm::{gemm, Epilogue, Init, MatA, MatB, PackedA, PackedB};
+
+fn rand_vec(n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+        .collect()
+}
+
+fn time(mut f: impl FnMut()) -> f64 {
+    f();
+    let mut v = Vec::new();
+    for _ in 0..15 {
+        let t = Instant::now();
+        f();
+        v.push(t.elapsed().as_secs_f64());
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[0]
+}
+
+fn main() {
+    println!("simd level {:?}", pteron_kernels_cpu::simd::level());
+    // Linear: A = activations (rows), B = packed weights.
+    for (m, k, n) in [(128, 384, 384), (128, 384, 1536), (128, 1536, 384)] {
+        let a = rand_vec(m * k);
+        let w = rand_vec(k * n);
+        let pb = PackedB::new(k, n, |kk, j| w[j * k + kk]);
+        let bias = rand_vec(n);
+        let mut c = vec![0.0; m * n];
+        let t = time(|| {
+            gemm(
+                &INLINE,
+                m,
+                n,
+                k,
+                MatA::Rows { data: &a, lda: k },
+                MatB::Packed(&pb),
+                &mut c,
+                n,
+                &Epilogue {
+                    init: Init::ColBias(&bias),
+                    clamp: None,
+                },
+            )
+            .unwrap()
+        });
+        println!(
+            "linear m{m:5} k{k:5} n{n:5}: {:8.1} us {:6.1} GFLOP/s",
+            t * 1e6,
+            2.0 * (m * n * k) as f64 / t / 1e9
+        );
+    }
+    // 1x1 conv: A = packed weights, B = activations (rows).
+    for (m, k, n) in [
+        (96, 16, 12544),
+        (24, 96, 3136),
+        (144, 24, 3136),
+        (32, 192, 784),
+        (64, 384, 196),
+        (960, 160, 49),
+        (160, 960, 49),
+        (1280, 320, 49),
+    ] {
+        let w = rand_vec(m * k);
+        let pa = PackedA::new(m, k, |i, kk| w[i * k + kk]);
+        let x = rand_vec(k * n);
+        let bias = rand_vec(m);
+        let mut c = vec![0.0; m * n];
+        let t = time(|| {
+            gemm(
+                &INLINE,
+                m,
+                n,
+                k,
+                MatA::Packed(&pa),
+                MatB::Rows { data: &x, ldb: n },
+                &mut c,
+                n,
+                &Epilogue {
+                    init: Init::RowBias(&bias),
+                    clamp: Some((0.0, 6.0)),
+                },
+            )
+            .unwrap()
+        });
+        println!(
+            "conv1x1 m{m:5} k{k:5} n{n:5}: {:8.1} us {:6.1} GFLOP/s",
+            t * 1e6,
+            2.0 * (m * n * k) as f64 / t / 1e9
+        );
+    }
+}

@@ -1,0 +1,361 @@
+//! Depthwise 2-d convolution (one filter per channel), NCHW float32, direct SIMD.
+//!
+//! Each channel plane is copied into a zero-padded buffer, split into `stride_w` column phases
+//! (`phase[q][row][c] = padded[row][c * stride_w + q]`), so that every filter tap of a run of
+//! output columns is one contiguous vector load; the borders are zeros, so the inner loop has
+//! no bounds logic. Channels are split across threads, each task with its own buffer.
+
+use pteron_core::Parallel;
+
+use crate::par::{part, SharedMut};
+use crate::simd::{run_op, Simd, SimdOp};
+
+/// Largest filter (taps) handled here.
+pub const MAX_TAPS: usize = 64;
+/// Widest vector of any SIMD level (padding past the last output column).
+const LMAX: usize = 16;
+
+/// Geometry of a depthwise convolution (dilation 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DwGeom {
+    pub channels: usize,
+    pub ih: usize,
+    pub iw: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub sh: usize,
+    pub sw: usize,
+    pub ph: usize,
+    pub pw: usize,
+}
+
+impl DwGeom {
+    pub fn oh(&self) -> usize {
+        (self.ih + 2 * self.ph - self.kh) / self.sh + 1
+    }
+    pub fn ow(&self) -> usize {
+        (self.iw + 2 * self.pw - self.kw) / self.sw + 1
+    }
+    /// Whether this kernel handles the geometry.
+    pub fn supported(&self) -> bool {
+        let dims = [self.channels, self.ih, self.iw, self.kh, self.kw]
+            .iter()
+            .all(|&v| v < 1 << 24)
+            && [self.sh, self.sw, self.ph, self.pw]
+                .iter()
+                .all(|&v| v < 1 << 20);
+        dims && self.kh * self.kw <= MAX_TAPS
+            && self.kh >= 1
+            && self.kw >= 1
+            && self.sh >= 1
+            && self.sw >= 1
+            && self.ih + 2 * self.ph >= self.kh
+            && self.iw + 2 * self.pw >= self.kw
+            && (self.sw as u64) * (self.rows() as u64) * (self.pcols() as u64) < 1 << 40
+    }
+    fn rows(&self) -> usize {
+        self.ih + 2 * self.ph
+    }
+    /// Columns of one phase plane.
+    fn pcols(&self) -> usize {
+        let need = self.ow().div_ceil(LMAX) * LMAX + (self.kw - 1) / self.sw + 1;
+        need.max((self.iw + 2 * self.pw).div_ceil(self.sw))
+    }
+    /// Floats of buffer one task needs.
+    pub fn buffer_len(&self) -> usize {
+        self.sw * self.rows() * self.pcols()
+    }
+}
+
+/// `out[n][c] = clamp(bias[c] + x[n][c] ⊛ w[c])` for `batch` images; `scratch` holds `tasks`
+/// buffers of [`DwGeom::buffer_len`] floats and bounds the number of tasks.
+#[allow(clippy::too_many_arguments)]
+pub fn depthwise(
+    par: &dyn Parallel,
+    g: &DwGeom,
+    batch: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    clamp: Option<(f32, f32)>,
+    out: &mut [f32],
+    scratch: &mut [f32],
+) -> Result<(), &'static str> {
+    let (oh, ow) = (g.oh(), g.ow());
+    let planes = batch * g.channels;
+    if !g.supported() {
+        return Err("unsupported depthwise geometry");
+    }
+    if x.len() < planes * g.ih * g.iw
+        || out.len() < planes * oh * ow
+        || w.len() < g.channels * g.kh * g.kw
+        || bias.len() < g.channels
+    {
+        return Err("depthwise operands too short");
+    }
+    let blen = g.buffer_len();
+    let max_tasks = scratch.len() / blen.max(1);
+    if max_tasks == 0 {
+        return Err("depthwise scratch too small");
+    }
+    let tasks = max_tasks.min(par.num_threads()).min(planes).max(1);
+    let out = SharedMut::new(&mut out[..planes * oh * ow]);
+    let bufs = SharedMut::new(&mut scratch[..tasks * blen]);
+    let job = Job {
+        g: *g,
+        x,
+        w,
+        bias,
+        clamp,
+        out,
+        bufs,
+        planes,
+        tasks,
+    };
+    if tasks == 1 {
+        run_op(TaskOp { job: &job, t: 0 });
+    } else {
+        let l = crate::simd::level();
+        par.parallel_for(tasks, &|r| {
+            for t in r {
+                crate::simd::run_op_at(l, TaskOp { job: &job, t });
+            }
+        });
+    }
+    Ok(())
+}
+
+struct Job<'a> {
+    g: DwGeom,
+    x: &'a [f32],
+    w: &'a [f32],
+    bias: &'a [f32],
+    clamp: Option<(f32, f32)>,
+    out: SharedMut<f32>,
+    bufs: SharedMut<f32>,
+    planes: usize,
+    tasks: usize,
+}
+
+struct TaskOp<'a, 'b> {
+    job: &'a Job<'b>,
+    t: usize,
+}
+
+impl SimdOp for TaskOp<'_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) {
+        task(s, self.job, self.t)
+    }
+}
+
+#[inline(always)]
+fn task<S: Simd>(s: S, job: &Job<'_>, t: usize) {
+    let g = &job.g;
+    let (oh, ow) = (g.oh(), g.ow());
+    let (rows, pcols) = (g.rows(), g.pcols());
+    let plane_len = rows * pcols;
+    let blen = g.buffer_len();
+    // Safety: task `t` is the only user of buffer `t` (tasks are distinct indices).
+    let buf = unsafe { job.bufs.slice(t * blen..(t + 1) * blen) };
+    buf.fill(0.0);
+    let taps = g.kh * g.kw;
+    // Offset of each tap from the output run's top-left in the phase planes.
+    let mut offs = [0usize; MAX_TAPS];
+    for kh in 0..g.kh {
+        for kw in 0..g.kw {
+            offs[kh * g.kw + kw] = (kw % g.sw) * plane_len + kh * pcols + kw / g.sw;
+        }
+    }
+    for p in part(job.planes, job.tasks, t) {
+        let c = p % g.channels;
+        fill(s, g, &job.x[p * g.ih * g.iw..(p + 1) * g.ih * g.iw], buf);
+        let w = &job.w[c * taps..(c + 1) * taps];
+        let bias = job.bias[c];
+        // Safety: plane `p` of the output belongs to this task only.
+        let op = unsafe { job.out.slice(p * oh * ow..(p + 1) * oh * ow) };
+        let three = g.kh == 3 && g.kw == 3 && g.sh == g.sw;
+        match (three, g.sh) {
+            (true, 1) => conv3::<S, 1>(s, g, buf, w, bias, job.clamp, op),
+            (true, 2) => conv3::<S, 2>(s, g, buf, w, bias, job.clamp, op),
+            _ => generic(s, g, buf, &offs[..taps], w, bias, job.clamp, op),
+        }
+    }
+}
+
+/// Copies one input plane into the phase planes of `buf` (whose borders are zero).
+#[inline(always)]
+fn fill<S: Simd>(s: S, g: &DwGeom, xp: &[f32], buf: &mut [f32]) {
+    let (rows, pcols) = (g.rows(), g.pcols());
+    let plane_len = rows * pcols;
+    let l = S::LANES;
+    for r in 0..g.ih {
+        let src = &xp[r * g.iw..(r + 1) * g.iw];
+        let prow = r + g.ph;
+        if g.sw == 1 {
+            buf[prow * pcols + g.pw..][..g.iw].copy_from_slice(src);
+            continue;
+        }
+        // Phase q holds the input columns col ≡ q − pw (mod sw), from column `first`.
+        let first = |q: usize| (q + g.sw - g.pw % g.sw) % g.sw;
+        if g.sw == 2 {
+            // Even input columns go to one phase, odd ones to the other.
+            let (qe, qo) = if first(0) == 0 { (0, 1) } else { (1, 0) };
+            let de = qe * plane_len + prow * pcols + g.pw / 2;
+            let dodd = qo * plane_len + prow * pcols + g.pw.div_ceil(2);
+            let pairs = g.iw / 2;
+            let mut i = 0;
+            while i + l <= pairs {
+                let (e, o) = s.deinterleave(s.ld(&src[2 * i..]), s.ld(&src[2 * i + l..]));
+                s.st(&mut buf[de + i..], e);
+                s.st(&mut buf[dodd + i..], o);
+                i += l;
+            }
+            for i in i..g.iw.div_ceil(2) {
+                buf[de + i] = src[2 * i];
+                if 2 * i + 1 < g.iw {
+                    buf[dodd + i] = src[2 * i + 1];
+                }
+            }
+            continue;
+        }
+        for q in 0..g.sw {
+            let f = first(q);
+            if f >= g.iw {
+                continue;
+            }
+            let c0 = (f + g.pw) / g.sw;
+            let dst = &mut buf[q * plane_len + prow * pcols + c0..][..pcols - c0];
+            for (d, &v) in dst.iter_mut().zip(src[f..].iter().step_by(g.sw)) {
+                *d = v;
+            }
+        }
+    }
+}
+
+/// Output rows blocked at once by the 3×3 path.
+const RB: usize = 4;
+
+/// 3×3 filter, stride `ST` in both directions: `RB` output rows at a time, each input vector
+/// loaded once for every output row it feeds.
+#[inline(always)]
+fn conv3<S: Simd, const ST: usize>(
+    s: S,
+    g: &DwGeom,
+    buf: &[f32],
+    w: &[f32],
+    bias: f32,
+    clamp: Option<(f32, f32)>,
+    op: &mut [f32],
+) {
+    let (oh, ow) = (g.oh(), g.ow());
+    let (rows, pcols) = (g.rows(), g.pcols());
+    let plane_len = rows * pcols;
+    let l = S::LANES;
+    let wv: [S::V; 9] = core::array::from_fn(|k| s.splat(w[k]));
+    let b0 = s.splat(bias);
+    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let (lo, hi) = (s.splat(lo), s.splat(hi));
+    // Every load below reads `l` floats at `q * plane_len + row * pcols + col` with
+    // row < rows, col + l <= pcols (see `DwGeom::pcols`), so inside `buf`.
+    assert!(buf.len() >= ST * plane_len && ow.div_ceil(l) * l + 2 / ST < pcols + 1);
+    let base = buf.as_ptr();
+    let load = |q: usize, row: usize, col: usize| {
+        debug_assert!(q < ST && row < rows && col + l <= pcols);
+        // Safety: in bounds by the assertion above and the loop ranges.
+        unsafe { s.load(base.add(q * plane_len + row * pcols + col)) }
+    };
+    let store = |op: &mut [f32], at: usize, n: usize, v: S::V| {
+        let v = if clamp.is_some() {
+            s.min(s.max(v, lo), hi)
+        } else {
+            v
+        };
+        s.st_tail(&mut op[at..at + n], v);
+    };
+    let mut r0 = 0;
+    while r0 + RB <= oh {
+        let mut o0 = 0;
+        while o0 < ow {
+            let mut acc = [b0; RB];
+            // Input rows r0*ST .. r0*ST + (RB-1)*ST + 3.
+            for ir in 0..(RB - 1) * ST + 3 {
+                let row = r0 * ST + ir;
+                for kw in 0..3 {
+                    let v = load(kw % ST, row, o0 + kw / ST);
+                    for (rr, a) in acc.iter_mut().enumerate() {
+                        let kh = ir as isize - (rr * ST) as isize;
+                        if (0..3).contains(&kh) {
+                            *a = s.fma(wv[kh as usize * 3 + kw], v, *a);
+                        }
+                    }
+                }
+            }
+            let n = l.min(ow - o0);
+            for (rr, a) in acc.iter().enumerate() {
+                store(op, (r0 + rr) * ow + o0, n, *a);
+            }
+            o0 += l;
+        }
+        r0 += RB;
+    }
+    for r in r0..oh {
+        let mut o0 = 0;
+        while o0 < ow {
+            let mut acc = b0;
+            for kh in 0..3 {
+                for kw in 0..3 {
+                    let v = load(kw % ST, r * ST + kh, o0 + kw / ST);
+                    acc = s.fma(wv[kh * 3 + kw], v, acc);
+                }
+            }
+            store(op, r * ow + o0, l.min(ow - o0), acc);
+            o0 += l;
+        }
+    }
+}
+
+/// Any filter size and stride: one output row at a time.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn generic<S: Simd>(
+    s: S,
+    g: &DwGeom,
+    buf: &[f32],
+    offs: &[usize],
+    w: &[f32],
+    bias: f32,
+    clamp: Option<(f32, f32)>,
+    op: &mut [f32],
+) {
+    let (oh, ow) = (g.oh(), g.ow());
+    let pcols = g.pcols();
+    let l = S::LANES;
+    let mut wv = [s.zero(); MAX_TAPS];
+    for (k, v) in wv.iter_mut().enumerate().take(offs.len()) {
+        *v = s.splat(w[k]);
+    }
+    let b0 = s.splat(bias);
+    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let (lo, hi) = (s.splat(lo), s.splat(hi));
+    for orow in 0..oh {
+        let dst = &mut op[orow * ow..(orow + 1) * ow];
+        let rbase = orow * g.sh * pcols;
+        let mut o0 = 0;
+        while o0 < ow {
+            let mut acc = b0;
+            let at0 = rbase + o0;
+            for (k, &off) in offs.iter().enumerate() {
+                let at = at0 + off;
+                acc = s.fma(wv[k], s.ld(&buf[at..at + l]), acc);
+            }
+            if clamp.is_some() {
+                acc = s.min(s.max(acc, lo), hi);
+            }
+            let n = l.min(ow - o0);
+            s.st_tail(&mut dst[o0..o0 + n], acc);
+            o0 += l;
+        }
+    }
+}

@@ -1,0 +1,670 @@
+//! f32 matrix multiplication: `C = init + A · B`, then an optional clamp.
+//!
+//! Register-blocked micro-kernels (MR rows × NR columns of C held in vector registers;
+//! AVX-512: 8×32, AVX2+FMA: 6×16, portable: 4×8) over operands in one of several layouts:
+//!
+//! - A: packed ([`PackedA`]: panels of MR rows, k-major, zero-padded; weights packed at load),
+//!   or read in place, row-major (`A[i][k] = a[i*lda + k]`) or column-major
+//!   (`A[i][k] = a[k*lda + i]`), with each A element broadcast.
+//! - B: packed ([`PackedB`]: panels of NR columns, k-major, zero-padded), or row-major in place
+//!   (copied panel by panel into a stack buffer when the panel is reused), or column-major
+//!   (`B[k][j] = b[j*ldb + k]`, always copied panel by panel).
+//!
+//! Blocking: k in blocks of up to [`KC`] (C is accumulated across blocks); per task, for each
+//! NR-column panel, every MR-row panel of the task's rows (the B panel stays in L1, the A block
+//! in L2). Tasks are rectangles of C, split across the method's threads.
+
+use core::ops::Range;
+
+use pteron_core::Parallel;
+
+use crate::par::SharedMut;
+use crate::simd::{level, run_op_at, Level, Portable, Simd, SimdOp};
+
+/// Largest k block (the B panel of one micro-kernel call is at most KC × NR floats).
+pub const KC: usize = 256;
+/// Largest NR of any configuration.
+const NR_MAX: usize = 32;
+/// Rows of A per task block (the A block of one task stays in L2).
+const MC: usize = 512;
+
+/// Micro-kernel shape of the current SIMD level: (MR, NR).
+pub fn tile() -> (usize, usize) {
+    tile_for(level())
+}
+
+fn tile_for(l: Level) -> (usize, usize) {
+    match l {
+        Level::Avx512 => (8, 32),
+        Level::Avx2 => (6, 16),
+        Level::Portable => (4, 8),
+    }
+}
+
+/// A, packed for the micro-kernels: panels of `mr` rows; within a panel, for each k, `mr`
+/// consecutive values (rows past `m` are zero).
+#[derive(Clone, Debug)]
+pub struct PackedA {
+    data: Vec<f32>,
+    m: usize,
+    k: usize,
+    mr: usize,
+}
+
+impl PackedA {
+    /// Packs the `m × k` matrix whose element (i, k) is `at(i, k)`.
+    pub fn new(m: usize, k: usize, at: impl Fn(usize, usize) -> f32) -> Self {
+        let mr = tile().0;
+        Self::with_mr(m, k, mr, at)
+    }
+    fn with_mr(m: usize, k: usize, mr: usize, at: impl Fn(usize, usize) -> f32) -> Self {
+        let panels = m.div_ceil(mr);
+        let mut data = vec![0.0f32; panels * k * mr];
+        for p in 0..panels {
+            let dst = &mut data[p * k * mr..][..k * mr];
+            for i in 0..mr.min(m - p * mr) {
+                for kk in 0..k {
+                    dst[kk * mr + i] = at(p * mr + i, kk);
+                }
+            }
+        }
+        PackedA { data, m, k, mr }
+    }
+    pub fn rows(&self) -> usize {
+        self.m
+    }
+    pub fn depth(&self) -> usize {
+        self.k
+    }
+    pub fn bytes(&self) -> usize {
+        self.data.len() * 4
+    }
+    fn get(&self, i: usize, k: usize) -> f32 {
+        self.data[(i / self.mr) * self.k * self.mr + k * self.mr + i % self.mr]
+    }
+}
+
+/// B, packed for the micro-kernels: panels of `nr` columns; within a panel, for each k, `nr`
+/// consecutive values (columns past `n` are zero).
+#[derive(Clone, Debug)]
+pub struct PackedB {
+    data: Vec<f32>,
+    k: usize,
+    n: usize,
+    nr: usize,
+}
+
+impl PackedB {
+    /// Packs the `k × n` matrix whose element (k, j) is `at(k, j)`.
+    pub fn new(k: usize, n: usize, at: impl Fn(usize, usize) -> f32) -> Self {
+        let nr = tile().1;
+        Self::with_nr(k, n, nr, at)
+    }
+    fn with_nr(k: usize, n: usize, nr: usize, at: impl Fn(usize, usize) -> f32) -> Self {
+        let panels = n.div_ceil(nr);
+        let mut data = vec![0.0f32; panels * k * nr];
+        for p in 0..panels {
+            let dst = &mut data[p * k * nr..][..k * nr];
+            for kk in 0..k {
+                for j in 0..nr.min(n - p * nr) {
+                    dst[kk * nr + j] = at(kk, p * nr + j);
+                }
+            }
+        }
+        PackedB { data, k, n, nr }
+    }
+    pub fn cols(&self) -> usize {
+        self.n
+    }
+    pub fn depth(&self) -> usize {
+        self.k
+    }
+    pub fn bytes(&self) -> usize {
+        self.data.len() * 4
+    }
+    fn get(&self, k: usize, j: usize) -> f32 {
+        self.data[(j / self.nr) * self.k * self.nr + k * self.nr + j % self.nr]
+    }
+}
+
+/// The A operand (m × k).
+#[derive(Clone, Copy, Debug)]
+pub enum MatA<'a> {
+    Packed(&'a PackedA),
+    /// `A[i][k] = data[i * lda + k]`.
+    Rows {
+        data: &'a [f32],
+        lda: usize,
+    },
+    /// `A[i][k] = data[k * lda + i]`.
+    Cols {
+        data: &'a [f32],
+        lda: usize,
+    },
+}
+
+/// The B operand (k × n).
+#[derive(Clone, Copy, Debug)]
+pub enum MatB<'a> {
+    Packed(&'a PackedB),
+    /// `B[k][j] = data[k * ldb + j]`.
+    Rows {
+        data: &'a [f32],
+        ldb: usize,
+    },
+    /// `B[k][j] = data[j * ldb + k]`.
+    Cols {
+        data: &'a [f32],
+        ldb: usize,
+    },
+}
+
+/// What C starts from before `A · B` is added.
+#[derive(Clone, Copy, Debug)]
+pub enum Init<'a> {
+    Zero,
+    /// C's current contents.
+    Accumulate,
+    /// `bias[i]` on row i.
+    RowBias(&'a [f32]),
+    /// `bias[j]` on column j.
+    ColBias(&'a [f32]),
+}
+
+/// What happens around the product.
+#[derive(Clone, Copy, Debug)]
+pub struct Epilogue<'a> {
+    pub init: Init<'a>,
+    /// Clamp every result to `[lo, hi]`.
+    pub clamp: Option<(f32, f32)>,
+}
+
+impl Default for Epilogue<'_> {
+    fn default() -> Self {
+        Epilogue {
+            init: Init::Zero,
+            clamp: None,
+        }
+    }
+}
+
+/// An error in the arguments of [`gemm`] (operand too short for its dims and strides).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GemmError(pub &'static str);
+
+fn fits(len: usize, outer: usize, ld: usize, inner: usize) -> bool {
+    if outer == 0 || inner == 0 {
+        return true;
+    }
+    ld >= inner
+        && (outer - 1)
+            .checked_mul(ld)
+            .and_then(|x| x.checked_add(inner))
+            .is_some_and(|need| need <= len)
+}
+
+/// `C[m × n] (row stride ldc) = init + A · B`, clamped if asked; work split over `par`.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm(
+    par: &dyn Parallel,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatA<'_>,
+    b: MatB<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    epi: &Epilogue<'_>,
+) -> Result<(), GemmError> {
+    let ok_a = match a {
+        MatA::Packed(p) => p.m == m && p.k == k,
+        MatA::Rows { data, lda } => fits(data.len(), m, lda, k),
+        MatA::Cols { data, lda } => fits(data.len(), k, lda, m),
+    };
+    let ok_b = match b {
+        MatB::Packed(p) => p.k == k && p.n == n,
+        MatB::Rows { data, ldb } => fits(data.len(), k, ldb, n),
+        MatB::Cols { data, ldb } => fits(data.len(), n, ldb, k),
+    };
+    if !ok_a {
+        return Err(GemmError("A does not match m, k and its stride"));
+    }
+    if !ok_b {
+        return Err(GemmError("B does not match k, n and its stride"));
+    }
+    if !fits(c.len(), m, ldc, n) {
+        return Err(GemmError("C does not match m, n and its stride"));
+    }
+    match epi.init {
+        Init::RowBias(bias) if bias.len() < m => return Err(GemmError("row bias too short")),
+        Init::ColBias(bias) if bias.len() < n => return Err(GemmError("column bias too short")),
+        _ => {}
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let l = level();
+    let packed_tile = match (a, b) {
+        (MatA::Packed(p), _) if p.mr != tile_for(l).0 => false,
+        (_, MatB::Packed(p)) if p.nr != tile_for(l).1 => false,
+        _ => true,
+    };
+    if !packed_tile || k == 0 {
+        reference(m, n, k, a, b, c, ldc, epi);
+        return Ok(());
+    }
+    let c = SharedMut::new(c);
+    let job = Job {
+        m,
+        n,
+        k,
+        a,
+        b,
+        c,
+        ldc,
+        epi: *epi,
+    };
+    run_op_at(l, TilesOp { l, par, job: &job });
+    Ok(())
+}
+
+/// Plain loops over any operands (for k = 0 and for packed data made for another SIMD level).
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatA<'_>,
+    b: MatB<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    epi: &Epilogue<'_>,
+) {
+    let ga = |i: usize, kk: usize| match a {
+        MatA::Packed(p) => p.get(i, kk),
+        MatA::Rows { data, lda } => data[i * lda + kk],
+        MatA::Cols { data, lda } => data[kk * lda + i],
+    };
+    let gb = |kk: usize, j: usize| match b {
+        MatB::Packed(p) => p.get(kk, j),
+        MatB::Rows { data, ldb } => data[kk * ldb + j],
+        MatB::Cols { data, ldb } => data[j * ldb + kk],
+    };
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = match epi.init {
+                Init::Zero => 0.0,
+                Init::Accumulate => c[i * ldc + j],
+                Init::RowBias(bias) => bias[i],
+                Init::ColBias(bias) => bias[j],
+            };
+            for kk in 0..k {
+                acc = ga(i, kk).mul_add(gb(kk, j), acc);
+            }
+            if let Some((lo, hi)) = epi.clamp {
+                acc = acc.max(lo).min(hi);
+            }
+            c[i * ldc + j] = acc;
+        }
+    }
+}
+
+struct Job<'a> {
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatA<'a>,
+    b: MatB<'a>,
+    c: SharedMut<f32>,
+    ldc: usize,
+    epi: Epilogue<'a>,
+}
+
+struct TilesOp<'a, 'b> {
+    l: Level,
+    par: &'a dyn Parallel,
+    job: &'a Job<'b>,
+}
+
+impl SimdOp for TilesOp<'_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) {
+        match tile_for(self.l) {
+            (8, 32) if S::LANES == 16 => tiles::<S, 8, 2>(s, self.par, self.job),
+            (6, 16) if S::LANES == 8 => tiles::<S, 6, 2>(s, self.par, self.job),
+            _ => tiles::<Portable, 4, 1>(Portable, self.par, self.job),
+        }
+    }
+}
+
+/// One task's block of C, entered through [`Simd::enter`] on the thread that runs it.
+struct BlockOp<'a, 'b, const MR: usize, const NV: usize> {
+    job: &'a Job<'b>,
+    rows: Range<usize>,
+    cols: Range<usize>,
+}
+
+impl<const MR: usize, const NV: usize> SimdOp for BlockOp<'_, '_, MR, NV> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) {
+        block::<S, MR, NV>(s, self.job, self.rows, self.cols)
+    }
+}
+
+/// Splits C into task rectangles and runs them.
+#[inline(always)]
+fn tiles<S: Simd, const MR: usize, const NV: usize>(s: S, par: &dyn Parallel, job: &Job<'_>) {
+    let nr = NV * S::LANES;
+    let panels_n = job.n.div_ceil(nr);
+    let panels_m = job.m.div_ceil(MR);
+    let threads = par.num_threads().max(1);
+    // Rows: blocks of at most MC rows; with threads, cut finer while there are too few tasks.
+    let mut gm = (MC / MR).min(panels_m).max(1);
+    let mut gn = panels_n;
+    if threads > 1 {
+        let want = 4 * threads;
+        gn = panels_n.div_ceil(want).max(1);
+        let tn = panels_n.div_ceil(gn);
+        if tn * panels_m.div_ceil(gm) < want {
+            let tm_want = want.div_ceil(tn);
+            gm = panels_m.div_ceil(tm_want).max(1);
+        }
+    } else {
+        // One thread: column groups of a few panels keep the C block warm.
+        gn = gn.min(8);
+    }
+    let tm = panels_m.div_ceil(gm);
+    let tn = panels_n.div_ceil(gn);
+    let run = |r: Range<usize>| {
+        for t in r {
+            let (it, jt) = (t / tn, t % tn);
+            let rows = it * gm * MR..((it + 1) * gm * MR).min(job.m);
+            let cols = jt * gn * nr..((jt + 1) * gn * nr).min(job.n);
+            s.enter(BlockOp::<MR, NV> { job, rows, cols });
+        }
+    };
+    par.parallel_for(tm * tn, &run);
+}
+
+/// One task: C[rows, cols].
+#[inline(always)]
+fn block<S: Simd, const MR: usize, const NV: usize>(
+    s: S,
+    job: &Job<'_>,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    let nr = NV * S::LANES;
+    let k = job.k;
+    let nkb = k.div_ceil(KC);
+    // B panels copied here; only the part written for the current panel is ever read.
+    let mut bbuf = [core::mem::MaybeUninit::<f32>::uninit(); KC * NR_MAX];
+    for kb in 0..nkb {
+        let k0 = kb * k / nkb;
+        let k1 = (kb + 1) * k / nkb;
+        let kc = k1 - k0;
+        let first = kb == 0;
+        let last = kb + 1 == nkb;
+        let mut j0 = cols.start;
+        while j0 < cols.end {
+            let nv = nr.min(cols.end - j0);
+            // The B panel: rows k0..k1, columns j0..j0+nv, as (pointer, row stride, partial).
+            let (bp, ldb, partial): (*const f32, usize, bool) = match job.b {
+                MatB::Packed(p) => {
+                    let base = (j0 / nr) * p.k * nr + k0 * nr;
+                    (p.data[base..].as_ptr(), nr, false)
+                }
+                MatB::Rows { data, ldb } if rows.len() <= MR => {
+                    (data[k0 * ldb + j0..].as_ptr(), ldb, nv < nr)
+                }
+                MatB::Rows { data, ldb } => {
+                    for kk in 0..kc {
+                        let src = &data[(k0 + kk) * ldb + j0..][..nv];
+                        let dst = &mut bbuf[kk * nr..][..nr];
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            d.write(if j < nv { src[j] } else { 0.0 });
+                        }
+                    }
+                    (bbuf.as_ptr() as *const f32, nr, false)
+                }
+                MatB::Cols { data, ldb } => {
+                    for kk in 0..kc {
+                        let dst = &mut bbuf[kk * nr..][..nr];
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            d.write(if j < nv {
+                                data[(j0 + j) * ldb + k0 + kk]
+                            } else {
+                                0.0
+                            });
+                        }
+                    }
+                    // The kernel reads rows 0..kc, columns 0..nr: all written above.
+                    (bbuf.as_ptr() as *const f32, nr, false)
+                }
+            };
+            let mut i0 = rows.start;
+            while i0 < rows.end {
+                let mv = MR.min(rows.end - i0);
+                micro_tile::<S, MR, NV>(
+                    s,
+                    job,
+                    TileArgs {
+                        i0,
+                        j0,
+                        mv,
+                        nv,
+                        k0,
+                        kc,
+                        bp,
+                        ldb,
+                        partial,
+                        first,
+                        last,
+                    },
+                );
+                i0 += MR;
+            }
+            j0 += nr;
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct TileArgs {
+    i0: usize,
+    j0: usize,
+    mv: usize,
+    nv: usize,
+    k0: usize,
+    kc: usize,
+    bp: *const f32,
+    ldb: usize,
+    /// B lanes past `nv` must not be read.
+    partial: bool,
+    first: bool,
+    last: bool,
+}
+
+/// One MR × NR tile of C over one k block.
+#[inline(always)]
+fn micro_tile<S: Simd, const MR: usize, const NV: usize>(s: S, job: &Job<'_>, t: TileArgs) {
+    let l = S::LANES;
+    let mut lanes = [0usize; NV];
+    for (v, x) in lanes.iter_mut().enumerate() {
+        *x = t.nv.saturating_sub(v * l).min(l);
+    }
+    let mut acc = [[s.zero(); NV]; MR];
+    let c = job.c.as_ptr();
+    let ldc = job.ldc;
+    // Initial values.
+    let init = if t.first {
+        job.epi.init
+    } else {
+        Init::Accumulate
+    };
+    match init {
+        Init::Zero => {}
+        Init::Accumulate => {
+            for (i, row) in acc.iter_mut().enumerate().take(t.mv) {
+                for (v, x) in row.iter_mut().enumerate() {
+                    if lanes[v] > 0 {
+                        // Safety: row i0+i < m and columns j0+v*l .. +lanes[v] <= n lie inside
+                        // C (checked in `gemm`); this task owns the tile.
+                        *x = unsafe {
+                            s.load_partial(c.add((t.i0 + i) * ldc + t.j0 + v * l), lanes[v])
+                        };
+                    }
+                }
+            }
+        }
+        Init::RowBias(bias) => {
+            for (i, row) in acc.iter_mut().enumerate().take(t.mv) {
+                let b = s.splat(bias[t.i0 + i]);
+                for x in row.iter_mut() {
+                    *x = b;
+                }
+            }
+        }
+        Init::ColBias(bias) => {
+            for v in 0..NV {
+                if lanes[v] > 0 {
+                    let b = s.ld_tail(&bias[t.j0 + v * l..t.j0 + v * l + lanes[v]]);
+                    for row in acc.iter_mut() {
+                        row[v] = b;
+                    }
+                }
+            }
+        }
+    }
+    // Safety (the whole micro-kernel): A reads stay inside the operand checked in `gemm` (rows
+    // past mv are redirected to the last valid row, packed panels are zero-padded); B reads
+    // stay inside the panel (packed or copied panels are NR wide; in-place rows are read with
+    // `lanes` masks when partial).
+    unsafe {
+        match job.a {
+            MatA::Packed(p) => {
+                let ap = p.data[(t.i0 / MR) * p.k * MR + t.k0 * MR..].as_ptr();
+                kernel::<S, MR, NV, 0>(
+                    s, t.kc, ap, MR, [0; MR], t.bp, t.ldb, t.partial, lanes, &mut acc,
+                );
+            }
+            MatA::Rows { data, lda } => {
+                let mut off = [0usize; MR];
+                for (i, o) in off.iter_mut().enumerate() {
+                    *o = i.min(t.mv - 1) * lda;
+                }
+                let ap = data[t.i0 * lda + t.k0..].as_ptr();
+                kernel::<S, MR, NV, 1>(
+                    s, t.kc, ap, 1, off, t.bp, t.ldb, t.partial, lanes, &mut acc,
+                );
+            }
+            MatA::Cols { data, lda } => {
+                let mut off = [0usize; MR];
+                for (i, o) in off.iter_mut().enumerate() {
+                    *o = i.min(t.mv - 1);
+                }
+                let ap = data[t.k0 * lda + t.i0..].as_ptr();
+                kernel::<S, MR, NV, 1>(
+                    s, t.kc, ap, lda, off, t.bp, t.ldb, t.partial, lanes, &mut acc,
+                );
+            }
+        }
+    }
+    if t.last {
+        if let Some((lo, hi)) = job.epi.clamp {
+            let (lo, hi) = (s.splat(lo), s.splat(hi));
+            for row in acc.iter_mut() {
+                for x in row.iter_mut() {
+                    *x = s.min(s.max(*x, lo), hi);
+                }
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate().take(t.mv) {
+        for (v, x) in row.iter().enumerate() {
+            let p = (t.i0 + i) * ldc + t.j0 + v * l;
+            // Safety: inside C (checked in `gemm`), in this task's tile.
+            unsafe {
+                if lanes[v] == l {
+                    s.store(c.add(p), *x);
+                } else if lanes[v] > 0 {
+                    s.store_partial(c.add(p), *x, lanes[v]);
+                }
+            }
+        }
+    }
+}
+
+/// The micro-kernel: `acc[i][v] += Σ_k A(i, k) · B(k, v-th vector)` over `kc` values of k.
+///
+/// A(i, k) is `a[k * a_step + off[i]]` (MODE 0: packed, `off[i] = i`, `a_step = MR`) or
+/// `a[off[i] + k * a_step]` (MODE 1: in place, per-row offsets). B's k-th row starts at
+/// `b + k * ldb`.
+///
+/// # Safety
+/// Every address read for `k < kc` must be inside its operand (see the caller).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn kernel<S: Simd, const MR: usize, const NV: usize, const MODE: u8>(
+    s: S,
+    kc: usize,
+    a: *const f32,
+    a_step: usize,
+    off: [usize; MR],
+    b: *const f32,
+    ldb: usize,
+    partial: bool,
+    lanes: [usize; NV],
+    acc: &mut [[S::V; NV]; MR],
+) {
+    let l = S::LANES;
+    let mut a = a;
+    let mut b = b;
+    if partial {
+        for _ in 0..kc {
+            let mut bv = [s.zero(); NV];
+            for v in 0..NV {
+                if lanes[v] > 0 {
+                    // Safety: `lanes[v]` valid columns of this B row.
+                    bv[v] = unsafe { s.load_partial(b.add(v * l), lanes[v]) };
+                }
+            }
+            for i in 0..MR {
+                let o = if MODE == 0 { i } else { off[i] };
+                // Safety: see the function contract.
+                let av = s.splat(unsafe { *a.add(o) });
+                for v in 0..NV {
+                    acc[i][v] = s.fma(av, bv[v], acc[i][v]);
+                }
+            }
+            // Safety: pointers advance within (or one past) their operands.
+            unsafe {
+                a = a.add(a_step);
+                b = b.add(ldb);
+            }
+        }
+        return;
+    }
+    for _ in 0..kc {
+        let mut bv = [s.zero(); NV];
+        for (v, x) in bv.iter_mut().enumerate() {
+            // Safety: a full B row of NV vectors.
+            *x = unsafe { s.load(b.add(v * l)) };
+        }
+        for i in 0..MR {
+            let o = if MODE == 0 { i } else { off[i] };
+            // Safety: see the function contract.
+            let av = s.splat(unsafe { *a.add(o) });
+            for v in 0..NV {
+                acc[i][v] = s.fma(av, bv[v], acc[i][v]);
+            }
+        }
+        // Safety: pointers advance within (or one past) their operands.
+        unsafe {
+            a = a.add(a_step);
+            b = b.add(ldb);
+        }
+    }
+}

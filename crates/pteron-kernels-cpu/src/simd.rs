@@ -1,0 +1,673 @@
+//! A small SIMD layer: one generic kernel body, instantiated per instruction set.
+//!
+//! [`Simd`] is implemented by zero-sized *tokens*: [`Avx512`] and [`Avx2`] can only be made
+//! through `new()`, which checks at run time that the CPU has the features, so holding a token
+//! proves its intrinsics may run; [`Portable`] works everywhere (arrays the compiler vectorizes
+//! for the baseline target). Kernels are written once as `#[inline(always)]` generic functions
+//! over `S: Simd` and entered through [`dispatch!`], which calls the body from a
+//! `#[target_feature]` function so that everything inlines into code compiled for that ISA.
+//!
+//! Arithmetic methods are safe (the token proves support); loads and stores through raw
+//! pointers are `unsafe` (the caller guarantees the pointed-to lanes are in bounds), and the
+//! slice forms check lengths.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The instruction sets the kernels have paths for, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Portable = 1,
+    Avx2 = 2,
+    Avx512 = 3,
+}
+
+static LEVEL: AtomicU8 = AtomicU8::new(0);
+
+fn detect() -> Level {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if Avx512::new().is_some() {
+            return Level::Avx512;
+        }
+        if Avx2::new().is_some() {
+            return Level::Avx2;
+        }
+    }
+    Level::Portable
+}
+
+thread_local! {
+    static OVERRIDE: Cell<u8> = const { Cell::new(0) };
+}
+
+/// Runs `f` with kernels on this thread using at most level `l` (tests of every path).
+pub fn with_level<R>(l: Level, f: impl FnOnce() -> R) -> R {
+    let l = detect().min(l);
+    let old = OVERRIDE.with(|o| o.replace(l as u8));
+    struct Restore(u8);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            OVERRIDE.with(|o| o.set(self.0));
+        }
+    }
+    let _restore = Restore(old);
+    f()
+}
+
+/// The best level this CPU supports, lowered by the `PTERON_SIMD` environment variable
+/// (`avx512`, `avx2`, `portable`) when set, or by [`with_level`] on this thread.
+pub fn level() -> Level {
+    let o = OVERRIDE.with(|o| o.get());
+    if o != 0 {
+        return from_u8(o);
+    }
+    global_level()
+}
+
+fn from_u8(v: u8) -> Level {
+    match v {
+        3 => Level::Avx512,
+        2 => Level::Avx2,
+        _ => Level::Portable,
+    }
+}
+
+fn global_level() -> Level {
+    match LEVEL.load(Ordering::Relaxed) {
+        1 => Level::Portable,
+        2 => Level::Avx2,
+        3 => Level::Avx512,
+        _ => {
+            let best = detect();
+            let wanted = match std::env::var("PTERON_SIMD").as_deref() {
+                Ok("portable") => Level::Portable,
+                Ok("avx2") => Level::Avx2,
+                _ => Level::Avx512,
+            };
+            let l = best.min(wanted);
+            LEVEL.store(l as u8, Ordering::Relaxed);
+            l
+        }
+    }
+}
+
+/// One instruction set's f32 vectors.
+pub trait Simd: Copy + Send + Sync + 'static {
+    const LANES: usize;
+    type V: Copy;
+
+    fn splat(self, x: f32) -> Self::V;
+    fn zero(self) -> Self::V {
+        self.splat(0.0)
+    }
+    /// # Safety
+    /// `p..p + LANES` must be readable.
+    unsafe fn load(self, p: *const f32) -> Self::V;
+    /// # Safety
+    /// `p..p + LANES` must be writable.
+    unsafe fn store(self, p: *mut f32, v: Self::V);
+    /// The first `n < LANES` lanes from `p`, the rest zero.
+    /// # Safety
+    /// `p..p + n` must be readable.
+    unsafe fn load_partial(self, p: *const f32, n: usize) -> Self::V;
+    /// Stores the first `n < LANES` lanes.
+    /// # Safety
+    /// `p..p + n` must be writable.
+    unsafe fn store_partial(self, p: *mut f32, v: Self::V, n: usize);
+
+    fn add(self, a: Self::V, b: Self::V) -> Self::V;
+    fn sub(self, a: Self::V, b: Self::V) -> Self::V;
+    fn mul(self, a: Self::V, b: Self::V) -> Self::V;
+    fn div(self, a: Self::V, b: Self::V) -> Self::V;
+    /// `a * b + c` (fused where the ISA has it).
+    fn fma(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    fn min(self, a: Self::V, b: Self::V) -> Self::V;
+    fn max(self, a: Self::V, b: Self::V) -> Self::V;
+    fn abs(self, a: Self::V) -> Self::V;
+    /// Round to nearest integer (ties to even).
+    fn round(self, a: Self::V) -> Self::V;
+    /// `a * 2^n` for integral `n` in [-126, 127].
+    fn ldexp(self, a: Self::V, n: Self::V) -> Self::V;
+    /// `if a < b { x } else { y }` per lane.
+    fn select_lt(self, a: Self::V, b: Self::V, x: Self::V, y: Self::V) -> Self::V;
+    /// `a` with the sign of `s`.
+    fn copysign(self, a: Self::V, s: Self::V) -> Self::V;
+    fn reduce_add(self, a: Self::V) -> f32;
+    fn reduce_max(self, a: Self::V) -> f32;
+    /// The even and the odd elements of the `2 * LANES` elements `a, b`.
+    fn deinterleave(self, a: Self::V, b: Self::V) -> (Self::V, Self::V);
+
+    /// This token's level.
+    const LEVEL: Level;
+
+    /// Runs `op` inside a function compiled for this instruction set. Generic SIMD code reached
+    /// through a `dyn` call (a task handed to [`pteron_core::Parallel`]) must re-enter through
+    /// this, or it is compiled without the ISA's features and every intrinsic becomes a call.
+    fn enter<O: SimdOp>(self, op: O) -> O::Output;
+
+    /// Loads the first `LANES` elements of `s`.
+    #[inline(always)]
+    fn ld(self, s: &[f32]) -> Self::V {
+        assert!(s.len() >= Self::LANES);
+        // Safety: just checked that LANES elements are readable.
+        unsafe { self.load(s.as_ptr()) }
+    }
+    /// Stores into the first `LANES` elements of `s`.
+    #[inline(always)]
+    fn st(self, s: &mut [f32], v: Self::V) {
+        assert!(s.len() >= Self::LANES);
+        // Safety: just checked that LANES elements are writable.
+        unsafe { self.store(s.as_mut_ptr(), v) }
+    }
+    /// Loads `s` (shorter than `LANES`), zero-filled.
+    #[inline(always)]
+    fn ld_tail(self, s: &[f32]) -> Self::V {
+        let n = s.len().min(Self::LANES);
+        if n == Self::LANES {
+            return self.ld(s);
+        }
+        // Safety: `n <= s.len()` elements are read.
+        unsafe { self.load_partial(s.as_ptr(), n) }
+    }
+    /// Stores the first `s.len()` (< `LANES`) lanes of `v` into `s`.
+    #[inline(always)]
+    fn st_tail(self, s: &mut [f32], v: Self::V) {
+        let n = s.len().min(Self::LANES);
+        if n == Self::LANES {
+            return self.st(s, v);
+        }
+        // Safety: `n <= s.len()` elements are written.
+        unsafe { self.store_partial(s.as_mut_ptr(), v, n) }
+    }
+}
+
+/// A SIMD computation: `run` is instantiated per instruction set and called from a function
+/// compiled for it. Implementations must mark `run` `#[inline(always)]`, so that it and the
+/// generic code it calls (also `#[inline(always)]`) inline into that function.
+pub trait SimdOp {
+    type Output;
+    fn run<S: Simd>(self, s: S) -> Self::Output;
+}
+
+/// Runs `op` with the best instruction set of this thread's [`level`].
+#[inline]
+pub fn run_op<O: SimdOp>(op: O) -> O::Output {
+    run_op_at(level(), op)
+}
+
+/// Runs `op` with instruction set `l` (at most what the CPU has).
+#[inline]
+pub fn run_op_at<O: SimdOp>(l: Level, op: O) -> O::Output {
+    match l {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => match Avx512::new() {
+            Some(s) => s.enter(op),
+            None => op.run(Portable),
+        },
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => match Avx2::new() {
+            Some(s) => s.enter(op),
+            None => op.run(Portable),
+        },
+        _ => op.run(Portable),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
+unsafe fn enter_avx512<O: SimdOp>(s: Avx512, op: O) -> O::Output {
+    op.run(s)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn enter_avx2<O: SimdOp>(s: Avx2, op: O) -> O::Output {
+    op.run(s)
+}
+
+/// Portable vectors: arrays of 8 lanes, vectorized by the compiler for the baseline target.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Portable;
+
+type A8 = [f32; 8];
+
+#[inline(always)]
+fn map2(a: A8, b: A8, f: impl Fn(f32, f32) -> f32) -> A8 {
+    core::array::from_fn(|i| f(a[i], b[i]))
+}
+
+impl Simd for Portable {
+    const LANES: usize = 8;
+    type V = A8;
+    const LEVEL: Level = Level::Portable;
+    #[inline(always)]
+    fn enter<O: SimdOp>(self, op: O) -> O::Output {
+        op.run(self)
+    }
+    #[inline(always)]
+    fn splat(self, x: f32) -> A8 {
+        [x; 8]
+    }
+    #[inline(always)]
+    unsafe fn load(self, p: *const f32) -> A8 {
+        // Safety: the caller guarantees 8 readable lanes.
+        unsafe { core::ptr::read_unaligned(p as *const A8) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32, v: A8) {
+        // Safety: the caller guarantees 8 writable lanes.
+        unsafe { core::ptr::write_unaligned(p as *mut A8, v) }
+    }
+    #[inline(always)]
+    unsafe fn load_partial(self, p: *const f32, n: usize) -> A8 {
+        let mut v = [0.0; 8];
+        for (i, x) in v.iter_mut().enumerate().take(n.min(8)) {
+            // Safety: the caller guarantees `n` readable lanes.
+            *x = unsafe { *p.add(i) };
+        }
+        v
+    }
+    #[inline(always)]
+    unsafe fn store_partial(self, p: *mut f32, v: A8, n: usize) {
+        for (i, x) in v.iter().enumerate().take(n.min(8)) {
+            // Safety: the caller guarantees `n` writable lanes.
+            unsafe { *p.add(i) = *x };
+        }
+    }
+    #[inline(always)]
+    fn add(self, a: A8, b: A8) -> A8 {
+        map2(a, b, |x, y| x + y)
+    }
+    #[inline(always)]
+    fn sub(self, a: A8, b: A8) -> A8 {
+        map2(a, b, |x, y| x - y)
+    }
+    #[inline(always)]
+    fn mul(self, a: A8, b: A8) -> A8 {
+        map2(a, b, |x, y| x * y)
+    }
+    #[inline(always)]
+    fn div(self, a: A8, b: A8) -> A8 {
+        map2(a, b, |x, y| x / y)
+    }
+    #[inline(always)]
+    fn fma(self, a: A8, b: A8, c: A8) -> A8 {
+        core::array::from_fn(|i| a[i] * b[i] + c[i])
+    }
+    #[inline(always)]
+    fn min(self, a: A8, b: A8) -> A8 {
+        map2(a, b, |x, y| if x < y { x } else { y })
+    }
+    #[inline(always)]
+    fn max(self, a: A8, b: A8) -> A8 {
+        map2(a, b, |x, y| if x > y { x } else { y })
+    }
+    #[inline(always)]
+    fn abs(self, a: A8) -> A8 {
+        a.map(f32::abs)
+    }
+    #[inline(always)]
+    fn round(self, a: A8) -> A8 {
+        a.map(|x| {
+            // Round half to even without libm: add and subtract 1.5 * 2^23.
+            let big = 12_582_912.0f32;
+            if x.abs() < 4_194_304.0 {
+                (x + big) - big
+            } else {
+                x
+            }
+        })
+    }
+    #[inline(always)]
+    fn ldexp(self, a: A8, n: A8) -> A8 {
+        map2(a, n, |x, e| {
+            x * f32::from_bits(((e as i32 + 127) as u32) << 23)
+        })
+    }
+    #[inline(always)]
+    fn select_lt(self, a: A8, b: A8, x: A8, y: A8) -> A8 {
+        core::array::from_fn(|i| if a[i] < b[i] { x[i] } else { y[i] })
+    }
+    #[inline(always)]
+    fn copysign(self, a: A8, s: A8) -> A8 {
+        map2(a, s, f32::copysign)
+    }
+    #[inline(always)]
+    fn reduce_add(self, a: A8) -> f32 {
+        ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))
+    }
+    #[inline(always)]
+    fn reduce_max(self, a: A8) -> f32 {
+        a.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+    }
+    #[inline(always)]
+    fn deinterleave(self, a: A8, b: A8) -> (A8, A8) {
+        let at = |i: usize| if i < 8 { a[i] } else { b[i - 8] };
+        (
+            core::array::from_fn(|i| at(2 * i)),
+            core::array::from_fn(|i| at(2 * i + 1)),
+        )
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub use x86::{Avx2, Avx512};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Simd, SimdOp};
+    use core::arch::x86_64::*;
+
+    /// AVX-512F (with VL/DQ) token: 16 lanes.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Avx512(());
+
+    impl Avx512 {
+        pub fn new() -> Option<Self> {
+            (std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+                && std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma"))
+            .then_some(Avx512(()))
+        }
+    }
+
+    #[inline(always)]
+    fn mask16(n: usize) -> __mmask16 {
+        ((1u32 << n.min(16)) - 1) as __mmask16
+    }
+
+    // Safety (every `unsafe` block in this impl): the token exists only when `new` found the
+    // features these intrinsics need; pointer arguments follow the trait's contracts.
+    impl Simd for Avx512 {
+        const LANES: usize = 16;
+        type V = __m512;
+        const LEVEL: super::Level = super::Level::Avx512;
+        #[inline(always)]
+        fn enter<O: SimdOp>(self, op: O) -> O::Output {
+            // Safety: see the impl comment.
+            unsafe { super::enter_avx512(self, op) }
+        }
+        #[inline(always)]
+        fn splat(self, x: f32) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_set1_ps(x) }
+        }
+        #[inline(always)]
+        unsafe fn load(self, p: *const f32) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_loadu_ps(p) }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32, v: __m512) {
+            // Safety: see the impl comment.
+            unsafe { _mm512_storeu_ps(p, v) }
+        }
+        #[inline(always)]
+        unsafe fn load_partial(self, p: *const f32, n: usize) -> __m512 {
+            // Safety: masked-off lanes are not accessed.
+            unsafe { _mm512_maskz_loadu_ps(mask16(n), p) }
+        }
+        #[inline(always)]
+        unsafe fn store_partial(self, p: *mut f32, v: __m512, n: usize) {
+            // Safety: masked-off lanes are not accessed.
+            unsafe { _mm512_mask_storeu_ps(p, mask16(n), v) }
+        }
+        #[inline(always)]
+        fn add(self, a: __m512, b: __m512) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_add_ps(a, b) }
+        }
+        #[inline(always)]
+        fn sub(self, a: __m512, b: __m512) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_sub_ps(a, b) }
+        }
+        #[inline(always)]
+        fn mul(self, a: __m512, b: __m512) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_mul_ps(a, b) }
+        }
+        #[inline(always)]
+        fn div(self, a: __m512, b: __m512) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_div_ps(a, b) }
+        }
+        #[inline(always)]
+        fn fma(self, a: __m512, b: __m512, c: __m512) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_fmadd_ps(a, b, c) }
+        }
+        #[inline(always)]
+        fn min(self, a: __m512, b: __m512) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_min_ps(a, b) }
+        }
+        #[inline(always)]
+        fn max(self, a: __m512, b: __m512) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_max_ps(a, b) }
+        }
+        #[inline(always)]
+        fn abs(self, a: __m512) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_abs_ps(a) }
+        }
+        #[inline(always)]
+        fn round(self, a: __m512) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(a) }
+        }
+        #[inline(always)]
+        fn ldexp(self, a: __m512, n: __m512) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_scalef_ps(a, n) }
+        }
+        #[inline(always)]
+        fn select_lt(self, a: __m512, b: __m512, x: __m512, y: __m512) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe {
+                let m = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b);
+                _mm512_mask_blend_ps(m, y, x)
+            }
+        }
+        #[inline(always)]
+        fn copysign(self, a: __m512, s: __m512) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe {
+                let sign = _mm512_set1_epi32(i32::MIN);
+                let r = _mm512_or_si512(
+                    _mm512_andnot_si512(sign, _mm512_castps_si512(a)),
+                    _mm512_and_si512(sign, _mm512_castps_si512(s)),
+                );
+                _mm512_castsi512_ps(r)
+            }
+        }
+        #[inline(always)]
+        fn reduce_add(self, a: __m512) -> f32 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_reduce_add_ps(a) }
+        }
+        #[inline(always)]
+        fn reduce_max(self, a: __m512) -> f32 {
+            // Safety: see the impl comment.
+            unsafe { _mm512_reduce_max_ps(a) }
+        }
+        #[inline(always)]
+        fn deinterleave(self, a: __m512, b: __m512) -> (__m512, __m512) {
+            // Safety: see the impl comment.
+            unsafe {
+                let even =
+                    _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+                let odd =
+                    _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+                (
+                    _mm512_permutex2var_ps(a, even, b),
+                    _mm512_permutex2var_ps(a, odd, b),
+                )
+            }
+        }
+    }
+
+    /// AVX2 + FMA token: 8 lanes.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Avx2(());
+
+    impl Avx2 {
+        pub fn new() -> Option<Self> {
+            (std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma"))
+            .then_some(Avx2(()))
+        }
+    }
+
+    static MASKS: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
+
+    #[inline(always)]
+    fn mask8(n: usize) -> __m256i {
+        let n = n.min(8);
+        // Safety: `8 - n + 8 <= 16` elements of MASKS are read.
+        unsafe { _mm256_loadu_si256(MASKS.as_ptr().add(8 - n) as *const __m256i) }
+    }
+
+    // Safety (every `unsafe` block in this impl): the token exists only when `new` found the
+    // features these intrinsics need; pointer arguments follow the trait's contracts.
+    impl Simd for Avx2 {
+        const LANES: usize = 8;
+        type V = __m256;
+        const LEVEL: super::Level = super::Level::Avx2;
+        #[inline(always)]
+        fn enter<O: SimdOp>(self, op: O) -> O::Output {
+            // Safety: see the impl comment.
+            unsafe { super::enter_avx2(self, op) }
+        }
+        #[inline(always)]
+        fn splat(self, x: f32) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe { _mm256_set1_ps(x) }
+        }
+        #[inline(always)]
+        unsafe fn load(self, p: *const f32) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe { _mm256_loadu_ps(p) }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32, v: __m256) {
+            // Safety: see the impl comment.
+            unsafe { _mm256_storeu_ps(p, v) }
+        }
+        #[inline(always)]
+        unsafe fn load_partial(self, p: *const f32, n: usize) -> __m256 {
+            // Safety: masked-off lanes are not accessed.
+            unsafe { _mm256_maskload_ps(p, mask8(n)) }
+        }
+        #[inline(always)]
+        unsafe fn store_partial(self, p: *mut f32, v: __m256, n: usize) {
+            // Safety: masked-off lanes are not accessed.
+            unsafe { _mm256_maskstore_ps(p, mask8(n), v) }
+        }
+        #[inline(always)]
+        fn add(self, a: __m256, b: __m256) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe { _mm256_add_ps(a, b) }
+        }
+        #[inline(always)]
+        fn sub(self, a: __m256, b: __m256) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe { _mm256_sub_ps(a, b) }
+        }
+        #[inline(always)]
+        fn mul(self, a: __m256, b: __m256) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe { _mm256_mul_ps(a, b) }
+        }
+        #[inline(always)]
+        fn div(self, a: __m256, b: __m256) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe { _mm256_div_ps(a, b) }
+        }
+        #[inline(always)]
+        fn fma(self, a: __m256, b: __m256, c: __m256) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe { _mm256_fmadd_ps(a, b, c) }
+        }
+        #[inline(always)]
+        fn min(self, a: __m256, b: __m256) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe { _mm256_min_ps(a, b) }
+        }
+        #[inline(always)]
+        fn max(self, a: __m256, b: __m256) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe { _mm256_max_ps(a, b) }
+        }
+        #[inline(always)]
+        fn abs(self, a: __m256) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe { _mm256_andnot_ps(_mm256_set1_ps(-0.0), a) }
+        }
+        #[inline(always)]
+        fn round(self, a: __m256) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe { _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(a) }
+        }
+        #[inline(always)]
+        fn ldexp(self, a: __m256, n: __m256) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe {
+                let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+                    _mm256_cvtps_epi32(n),
+                    _mm256_set1_epi32(127),
+                ));
+                _mm256_mul_ps(a, _mm256_castsi256_ps(e))
+            }
+        }
+        #[inline(always)]
+        fn select_lt(self, a: __m256, b: __m256, x: __m256, y: __m256) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe { _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_LT_OQ>(a, b)) }
+        }
+        #[inline(always)]
+        fn copysign(self, a: __m256, s: __m256) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe {
+                let sign = _mm256_set1_ps(-0.0);
+                _mm256_or_ps(_mm256_andnot_ps(sign, a), _mm256_and_ps(sign, s))
+            }
+        }
+        #[inline(always)]
+        fn reduce_add(self, a: __m256) -> f32 {
+            // Safety: see the impl comment.
+            unsafe {
+                let s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
+                let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+                let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
+                _mm_cvtss_f32(s)
+            }
+        }
+        #[inline(always)]
+        fn reduce_max(self, a: __m256) -> f32 {
+            // Safety: see the impl comment.
+            unsafe {
+                let s = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
+                let s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+                let s = _mm_max_ss(s, _mm_shuffle_ps::<1>(s, s));
+                _mm_cvtss_f32(s)
+            }
+        }
+        #[inline(always)]
+        fn deinterleave(self, a: __m256, b: __m256) -> (__m256, __m256) {
+            // Safety: see the impl comment.
+            unsafe {
+                let t0 = _mm256_shuffle_ps::<0b10_00_10_00>(a, b);
+                let t1 = _mm256_shuffle_ps::<0b11_01_11_01>(a, b);
+                (
+                    _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t0))),
+                    _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t1))),
+                )
+            }
+        }
+    }
+}

@@ -1,0 +1,405 @@
+//! The thread pool kernels split their work across ([`pteron_core::Parallel`]).
+//!
+//! `ThreadPool::new(n)` starts `n - 1` worker threads; the thread that calls
+//! [`Parallel::parallel_for`] is the n-th and takes tasks too, so a pool of 1 starts nothing and
+//! runs everything inline. Workers take tasks from a shared counter, spin briefly between jobs
+//! (kernels come back to back while a method runs) and then sleep on a condition variable.
+//! One job runs at a time: a `parallel_for` from another thread while the pool is busy, or from
+//! inside a task, runs inline on its caller. Nothing is allocated per job.
+
+use std::cell::UnsafeCell;
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, TryLockError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pteron_core::Parallel;
+
+/// How long an idle worker spins before it sleeps.
+const SPIN: Duration = Duration::from_micros(200);
+
+/// `state` layout: job epoch in the high 32 bits, `OPEN` while tasks may still be taken, and
+/// the number of workers inside the current job in the low 31 bits.
+const OPEN: u64 = 1 << 31;
+const ACTIVE: u64 = OPEN - 1;
+
+fn epoch(s: u64) -> u32 {
+    (s >> 32) as u32
+}
+
+type TaskFn = dyn Fn(Range<usize>) + Sync;
+
+#[derive(Clone, Copy)]
+struct Job {
+    /// The caller's closure, its lifetime erased: valid while the job is open or any worker is
+    /// inside it (the caller waits for both to end before returning).
+    f: *const TaskFn,
+    n: usize,
+    chunk: usize,
+}
+
+struct Shared {
+    state: AtomicU64,
+    next: AtomicUsize,
+    /// Written only by the caller that holds `ThreadPool::busy`, while the previous job is closed
+    /// and no worker is inside it; read by workers only after joining the current job.
+    job: UnsafeCell<Option<Job>>,
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    wake: Condvar,
+    shutdown: AtomicBool,
+    panicked: AtomicBool,
+}
+
+// Safety: `job` is the only non-Sync field. Its protocol (see the field) makes every write
+// happen-before the reads of workers that join that job (the write precedes the releasing store
+// of the new epoch; joining is an acquiring compare-exchange on the same atomic), and no write
+// happens while a worker may read (the caller waits for the active count to reach zero after
+// closing the job). The closure it points to is `Sync`, so calling it from several threads is
+// allowed.
+unsafe impl Sync for Shared {}
+// Safety: the raw pointer inside `job` is only dereferenced under the protocol above; the rest
+// of `Shared` is Send.
+unsafe impl Send for Shared {}
+
+impl Shared {
+    fn run_tasks(&self, job: &Job) {
+        // Safety: the job is open or this thread is counted as active in it (caller or joined
+        // worker), so the closure's owner is still waiting in `parallel_for`.
+        let f = unsafe { &*job.f };
+        loop {
+            let start = self.next.fetch_add(job.chunk, Ordering::Relaxed);
+            if start >= job.n {
+                break;
+            }
+            f(start..(start + job.chunk).min(job.n));
+        }
+    }
+
+    fn worker(&self) {
+        let mut seen = epoch(self.state.load(Ordering::Acquire));
+        loop {
+            // Wait for a new job.
+            let t0 = Instant::now();
+            let mut spins = 0u32;
+            loop {
+                if self.shutdown.load(Ordering::Acquire) {
+                    return;
+                }
+                if epoch(self.state.load(Ordering::Acquire)) != seen {
+                    break;
+                }
+                spins = spins.wrapping_add(1);
+                if spins & 63 != 0 || t0.elapsed() < SPIN {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+                self.sleepers.fetch_add(1, Ordering::SeqCst);
+                while epoch(self.state.load(Ordering::SeqCst)) == seen
+                    && !self.shutdown.load(Ordering::SeqCst)
+                {
+                    g = self.wake.wait(g).unwrap_or_else(|e| e.into_inner());
+                }
+                self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                drop(g);
+                break;
+            }
+            // Join it if it is still open.
+            let mut s = self.state.load(Ordering::Acquire);
+            seen = epoch(s);
+            let joined = loop {
+                if s & OPEN == 0 || epoch(s) != seen {
+                    break false;
+                }
+                match self.state.compare_exchange_weak(
+                    s,
+                    s + 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => break true,
+                    Err(x) => s = x,
+                }
+            };
+            if joined {
+                // Safety: this worker is counted as active in the current job, so the caller
+                // does not write `job` until it leaves (see `Shared::job`).
+                if let Some(job) = unsafe { *self.job.get() } {
+                    if catch_unwind(AssertUnwindSafe(|| self.run_tasks(&job))).is_err() {
+                        self.panicked.store(true, Ordering::Relaxed);
+                    }
+                }
+                self.state.fetch_sub(1, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Closes the current job and waits until no worker is inside it; on drop, so that it also
+/// happens when a task panics on the calling thread.
+struct Close<'a>(&'a Shared);
+
+impl Drop for Close<'_> {
+    fn drop(&mut self) {
+        let s = self.0;
+        s.state.fetch_and(!OPEN, Ordering::AcqRel);
+        while s.state.load(Ordering::Acquire) & ACTIVE != 0 {
+            std::hint::spin_loop();
+        }
+        // Safety: the job is closed and no worker is inside it; this thread holds `busy`.
+        unsafe { *s.job.get() = None };
+    }
+}
+
+/// A pool of threads for kernels (see the module documentation).
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    busy: Mutex<()>,
+}
+
+impl ThreadPool {
+    /// A pool of `threads` threads in all (the caller included): `threads - 1` workers are
+    /// started. `0` means [`default_threads`].
+    pub fn new(threads: usize) -> std::io::Result<Self> {
+        let threads = if threads == 0 {
+            default_threads()
+        } else {
+            threads
+        };
+        let shared = Arc::new(Shared {
+            state: AtomicU64::new(0),
+            next: AtomicUsize::new(0),
+            job: UnsafeCell::new(None),
+            sleepers: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            panicked: AtomicBool::new(false),
+        });
+        let mut pool = ThreadPool {
+            shared,
+            workers: Vec::new(),
+            busy: Mutex::new(()),
+        };
+        for i in 1..threads {
+            let s = Arc::clone(&pool.shared);
+            let h = std::thread::Builder::new()
+                .name(format!("pteron-{i}"))
+                .spawn(move || s.worker())?;
+            pool.workers.push(h);
+        }
+        Ok(pool)
+    }
+
+    /// Threads in the pool, the calling thread included.
+    pub fn threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+}
+
+impl Parallel for ThreadPool {
+    fn num_threads(&self) -> usize {
+        self.threads()
+    }
+
+    fn parallel_for(&self, n: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
+        if n == 0 {
+            return;
+        }
+        if self.workers.is_empty() || n == 1 {
+            f(0..n);
+            return;
+        }
+        let _busy = match self.busy.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                f(0..n);
+                return;
+            }
+        };
+        let threads = self.threads();
+        let chunk = (n / (threads * 8)).max(1);
+        let sh = &*self.shared;
+        // Safety: only the lifetime bound of the trait object changes. The pointer is used only
+        // while this call has not returned: `Close` (dropped before `f` goes out of scope, also
+        // on unwind) closes the job and waits for every worker that joined it.
+        let f: *const TaskFn =
+            unsafe { std::mem::transmute::<&(dyn Fn(Range<usize>) + Sync + '_), *const TaskFn>(f) };
+        let job = Job { f, n, chunk };
+        // Safety: no job is open and no worker is inside one (the previous `Close` waited), and
+        // this thread holds `busy`, so nobody reads or writes `job` now.
+        unsafe { *sh.job.get() = Some(job) };
+        sh.next.store(0, Ordering::Relaxed);
+        sh.panicked.store(false, Ordering::Relaxed);
+        let e = epoch(sh.state.load(Ordering::Relaxed)).wrapping_add(1);
+        sh.state.store(((e as u64) << 32) | OPEN, Ordering::SeqCst);
+        if sh.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = sh.lock.lock().unwrap_or_else(|e| e.into_inner());
+            sh.wake.notify_all();
+        }
+        let close = Close(sh);
+        sh.run_tasks(&job);
+        drop(close);
+        if sh.panicked.swap(false, Ordering::Relaxed) {
+            panic!("a pteron worker thread panicked in a kernel");
+        }
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        {
+            let _g = self.shared.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.wake.notify_all();
+        }
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadPool")
+            .field("threads", &self.threads())
+            .finish()
+    }
+}
+
+/// Physical cores this process may use: distinct (package, core) pairs in /proc/cpuinfo on
+/// Linux, capped by `available_parallelism` (which follows affinity and cgroup limits).
+pub fn default_threads() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+        physical_cores().map_or(logical, |p| p.clamp(1, logical))
+    })
+}
+
+fn physical_cores() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let mut cores = std::collections::BTreeSet::new();
+    let (mut package, mut core) = (None, None);
+    for line in text.lines().chain(std::iter::once("")) {
+        if line.trim().is_empty() {
+            if let (Some(p), Some(c)) = (package.take(), core.take()) {
+                cores.insert((p, c));
+            }
+            continue;
+        }
+        let mut kv = line.splitn(2, ':');
+        let (k, v) = (kv.next()?.trim(), kv.next().unwrap_or("").trim());
+        match k {
+            "physical id" => package = v.parse::<u32>().ok(),
+            "core id" => core = v.parse::<u32>().ok(),
+            _ => {}
+        }
+    }
+    (!cores.is_empty()).then_some(cores.len())
+}
+
+/// The pool shared by methods loaded with the default thread count.
+pub(crate) fn default_pool() -> Option<Arc<ThreadPool>> {
+    static POOL: OnceLock<Option<Arc<ThreadPool>>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let n = default_threads();
+        (n > 1)
+            .then(|| ThreadPool::new(n).ok().map(Arc::new))
+            .flatten()
+    })
+    .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn covers_every_index_once() {
+        for threads in [1, 2, 3, 4] {
+            let pool = ThreadPool::new(threads).unwrap();
+            assert_eq!(pool.num_threads(), threads);
+            for n in [0, 1, 2, 5, 17, 1000] {
+                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                pool.parallel_for(n, &|r| {
+                    for i in r {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+            }
+        }
+    }
+
+    #[test]
+    fn nested_and_concurrent_calls_run_inline() {
+        let pool = Arc::new(ThreadPool::new(2).unwrap());
+        let total = AtomicUsize::new(0);
+        pool.parallel_for(4, &|r| {
+            for _ in r {
+                pool.parallel_for(3, &|r2| {
+                    total.fetch_add(r2.len(), Ordering::Relaxed);
+                });
+            }
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 12);
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let p = Arc::clone(&pool);
+                std::thread::spawn(move || {
+                    let c = AtomicUsize::new(0);
+                    for _ in 0..200 {
+                        p.parallel_for(64, &|r| {
+                            c.fetch_add(r.len(), Ordering::Relaxed);
+                        });
+                    }
+                    c.load(Ordering::Relaxed)
+                })
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap(), 200 * 64);
+        }
+    }
+
+    #[test]
+    fn sleeping_workers_wake_up() {
+        let pool = ThreadPool::new(2).unwrap();
+        std::thread::sleep(SPIN * 5);
+        let c = AtomicUsize::new(0);
+        pool.parallel_for(1000, &|r| {
+            c.fetch_add(r.len(), Ordering::Relaxed);
+        });
+        assert_eq!(c.load(Ordering::Relaxed), 1000);
+    }
+
+    #[test]
+    fn a_panicking_task_is_reported_and_the_pool_keeps_working() {
+        let pool = ThreadPool::new(2).unwrap();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.parallel_for(64, &|r| {
+                if r.contains(&63) {
+                    panic!("boom");
+                }
+            })
+        }));
+        assert!(r.is_err());
+        let c = AtomicUsize::new(0);
+        pool.parallel_for(64, &|r| {
+            c.fetch_add(r.len(), Ordering::Relaxed);
+        });
+        assert_eq!(c.load(Ordering::Relaxed), 64);
+    }
+
+    #[test]
+    fn default_threads_is_positive() {
+        assert!(default_threads() >= 1);
+    }
+}

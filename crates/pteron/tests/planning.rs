@@ -1,0 +1,106 @@
+//! Load-time planning (kernels' `prepare`: packed weights, absorbed producers, fused
+//! consumers) and threads must not change results: every fixture runs with the default
+//! kernels planned on 1 and 3 threads, unplanned, and on the portable kernels alone, and the
+//! outputs must agree (within fp32 reordering noise).
+
+use std::path::{Path, PathBuf};
+
+use pteron::{npy, MethodOptions, RunMethod, Tensor, Value};
+
+fn models_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models")
+}
+
+fn fixtures() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(models_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("model.pte").exists())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Outputs of `dir`'s fixture (default case) with the given kernels and options, and the
+/// method's planning statistics.
+fn run(
+    dir: &Path,
+    kernels: &pteron::core::KernelRegistry,
+    options: MethodOptions,
+) -> (Vec<Value>, pteron::core::PlanStats) {
+    let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
+    let data = dir.join("model.ptd");
+    let data = data
+        .exists()
+        .then(|| pteron::ProgramFile::open(&data).unwrap());
+    let mut program = file.program().unwrap();
+    if let Some(d) = &data {
+        program = program.with_external_data(d.data_file().unwrap());
+    }
+    let mut method = program
+        .load_method_with("forward", kernels, options)
+        .unwrap_or_else(|e| panic!("{}: load: {e}", dir.display()));
+    let inputs: Vec<Tensor> = (0..method.num_inputs())
+        .map(|i| npy::read(dir.join(format!("input{i}.npy"))).unwrap())
+        .collect();
+    let stats = method.plan_stats();
+    (method.run(&inputs).unwrap(), stats)
+}
+
+fn assert_same(name: &str, what: &str, a: &[Value], b: &[Value]) {
+    assert_eq!(a.len(), b.len(), "{name} {what}: output count");
+    for (k, (x, y)) in a.iter().zip(b).enumerate() {
+        match (x, y) {
+            (Value::Tensor(x), Value::Tensor(y)) => {
+                assert_eq!(
+                    (x.dtype, &x.sizes),
+                    (y.dtype, &y.sizes),
+                    "{name} {what} {k}"
+                );
+                let (u, v) = (x.to_f64_vec().unwrap(), y.to_f64_vec().unwrap());
+                let scale = v.iter().fold(1.0f64, |m, e| m.max(e.abs()));
+                for (i, (p, q)) in u.iter().zip(&v).enumerate() {
+                    let same = (p.is_nan() && q.is_nan()) || (p - q).abs() <= 1e-4 * scale;
+                    assert!(same, "{name} {what} output {k} element {i}: {p} vs {q}");
+                }
+            }
+            _ => assert_eq!(x, y, "{name} {what} output {k}"),
+        }
+    }
+}
+
+#[test]
+fn planning_and_threads_keep_results() {
+    let default = pteron::default_kernels();
+    let portable = pteron::portable_kernels();
+    for dir in fixtures() {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let (reference, _) = run(&dir, &portable, MethodOptions::new().threads(1));
+        let (one, stats) = run(&dir, &default, MethodOptions::new().threads(1));
+        assert_same(&name, "planned, 1 thread", &reference, &one);
+        let (three, stats3) = run(&dir, &default, MethodOptions::new().threads(3));
+        assert_same(&name, "planned, 3 threads", &reference, &three);
+        assert_eq!(
+            (stats.fused_calls, stats.absorbed_calls),
+            (stats3.fused_calls, stats3.absorbed_calls),
+            "{name}: planning depends on the thread count"
+        );
+        let (unplanned, none) = run(&dir, &default, MethodOptions::new().prepare(false));
+        assert_same(&name, "unplanned", &reference, &unplanned);
+        assert_eq!(none, Default::default(), "{name}: prepare(false) planned");
+    }
+}
+
+#[test]
+fn mobilenet_folds_batch_norm_and_clamp_and_packs_weights() {
+    let dir = models_dir().join("mobilenet_v2_small");
+    let (_, stats) = run(&dir, &pteron::default_kernels(), MethodOptions::new());
+    // Every convolution is followed by a batch norm, most by a hardtanh: all fused.
+    assert!(stats.fused_calls >= 2 * 35, "{stats:?}");
+    // The classifier's weight transpose is packed by addmm and removed.
+    assert_eq!(stats.absorbed_calls, 1, "{stats:?}");
+    assert!(
+        stats.prepared_bytes > 0 && stats.prepared_calls >= 52,
+        "{stats:?}"
+    );
+}
