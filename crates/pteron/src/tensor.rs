@@ -50,6 +50,10 @@ impl Tensor {
         self.sizes.iter().product()
     }
 
+    fn nbytes(&self) -> usize {
+        self.numel() * self.dtype.elem_size()
+    }
+
     /// The elements converted to f64 (for comparisons and printing), for the dtypes pteron
     /// computes with.
     pub fn to_f64_vec(&self) -> Option<Vec<f64>> {
@@ -95,7 +99,22 @@ impl RunMethod for Method<'_> {
             .into());
         }
         for (i, t) in inputs.iter().enumerate() {
-            self.set_input_tensor(i, t.dtype, &t.sizes, &t.data)?;
+            // `Tensor` is row-major; an input laid out in another dim order (channels-last)
+            // takes its bytes in that order.
+            let order = match self.input_spec(i) {
+                Some(pteron_core::Value::Tensor(s)) if !is_identity(s.info.dim_order()) => {
+                    Some(s.info.dim_order().to_vec())
+                }
+                _ => None,
+            };
+            match order {
+                Some(order) if order.len() == t.sizes.len() && t.data.len() == t.nbytes() => {
+                    let strides = strides_for(&t.sizes, &order);
+                    let data = reorder(&t.data, &t.sizes, &strides, t.dtype.elem_size(), false);
+                    self.set_input_tensor(i, t.dtype, &t.sizes, &data)?;
+                }
+                _ => self.set_input_tensor(i, t.dtype, &t.sizes, &t.data)?,
+            }
         }
         self.execute()?;
         self.outputs()
@@ -108,7 +127,18 @@ impl RunMethod for Method<'_> {
                     Output::Tensor(t) => Value::Tensor(Tensor {
                         dtype: t.info.dtype(),
                         sizes: t.info.sizes().to_vec(),
-                        data: t.bytes.to_vec(),
+                        // Row-major, whatever dim order the method computed it in.
+                        data: if is_identity(t.info.dim_order()) {
+                            t.bytes.to_vec()
+                        } else {
+                            reorder(
+                                t.bytes,
+                                t.info.sizes(),
+                                t.info.strides(),
+                                t.info.dtype().elem_size(),
+                                true,
+                            )
+                        },
                     }),
                     Output::Int(v) => Value::Int(v),
                     Output::Double(v) => Value::Double(v),
@@ -122,5 +152,71 @@ impl RunMethod for Method<'_> {
                 })
             })
             .collect()
+    }
+}
+
+fn is_identity(dim_order: &[u8]) -> bool {
+    dim_order.iter().enumerate().all(|(i, &d)| i == d as usize)
+}
+
+/// Element strides of the logical dims of `sizes` when laid out in `dim_order` (outermost
+/// first).
+fn strides_for(sizes: &[usize], dim_order: &[u8]) -> Vec<usize> {
+    let mut strides = vec![0; sizes.len()];
+    let mut s = 1;
+    for &d in dim_order.iter().rev() {
+        strides[d as usize] = s;
+        s *= sizes[d as usize];
+    }
+    strides
+}
+
+/// Copies elements between row-major order and the layout `strides` describes: gathers into
+/// row-major order when `to_row_major`, scatters out of it otherwise. `data` holds every element
+/// of `sizes` once in either layout.
+fn reorder(
+    data: &[u8],
+    sizes: &[usize],
+    strides: &[usize],
+    elem: usize,
+    to_row_major: bool,
+) -> Vec<u8> {
+    let numel: usize = sizes.iter().product();
+    let mut out = vec![0u8; numel * elem];
+    let mut idx = vec![0usize; sizes.len()];
+    for lin in 0..numel {
+        let phys: usize = idx.iter().zip(strides).map(|(i, s)| i * s).sum();
+        let (src, dst) = if to_row_major {
+            (phys, lin)
+        } else {
+            (lin, phys)
+        };
+        out[dst * elem..(dst + 1) * elem].copy_from_slice(&data[src * elem..(src + 1) * elem]);
+        for d in (0..sizes.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < sizes[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reorder_round_trips_channels_last() {
+        let sizes = [2, 3, 2, 2];
+        let order = [0u8, 2, 3, 1];
+        let strides = strides_for(&sizes, &order);
+        assert_eq!(strides, [12, 1, 6, 3]);
+        let logical: Vec<u8> = (0..24).collect();
+        let phys = reorder(&logical, &sizes, &strides, 1, false);
+        // Channels-last: the 3 channels of pixel (0, 0, 0) come first.
+        assert_eq!(&phys[..6], &[0, 4, 8, 1, 5, 9]);
+        assert_eq!(reorder(&phys, &sizes, &strides, 1, true), logical);
     }
 }

@@ -7,6 +7,8 @@
 //! * A fuzz smoke: chains of structure-aware mutants (the fuzzers' custom mutators) of a few
 //!   fixtures for `load_method_execute`, and of input bytes for every fixture for
 //!   `execute_inputs`; `PTERON_FUZZ_SMOKE=n` sets the number of mutants per target.
+//! * `testdata/regressions/differential/`: programs on which fuzz/differential.py found pteron
+//!   disagreeing with ExecuTorch, pteron being wrong; one test each.
 
 #[allow(
     clippy::all,
@@ -33,6 +35,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use pteron::{RunMethod, ScalarType, Tensor, Value};
 
 type Target = fn(&[u8]) -> harness::Outcome;
 
@@ -143,7 +147,7 @@ fn regression_dirs_name_targets() {
     for e in entries.flatten().filter(|e| e.path().is_dir()) {
         let name = e.file_name().to_string_lossy().to_string();
         assert!(
-            TARGETS.iter().any(|(t, _)| *t == name),
+            TARGETS.iter().any(|(t, _)| *t == name) || name == "differential",
             "testdata/regressions/{name} is not a fuzz target"
         );
     }
@@ -233,4 +237,46 @@ fn smoke_execute_inputs() {
     );
     assert!(panics.is_empty(), "{}", panics.join("\n"));
     assert!(o[3] > n / 4, "too few inputs ran: the smoke tests little");
+}
+
+// ------------------------------------------------------------------------------------------
+// Differential findings
+
+fn run_differential(file: &str, input: &Tensor) -> Tensor {
+    let bytes = std::fs::read(regressions_dir().join("differential").join(file)).unwrap();
+    let f = pteron::ProgramFile::from_bytes(&bytes);
+    let program = f.program().unwrap();
+    let mut m = program
+        .load_method("forward", &pteron::default_kernels())
+        .unwrap();
+    match m.run(std::slice::from_ref(input)).unwrap().remove(0) {
+        Value::Tensor(t) => t,
+        v => panic!("{file}: output {v:?}"),
+    }
+}
+
+/// `RunMethod::run` / `outputs` hand out row-major tensors also where the method computes in
+/// another dim order. They copied a channels-last output's bytes as they lay (and wrote them
+/// so into `pteron run`'s .npy files), and took a channels-last input's row-major bytes as
+/// channels-last: wrong values, where ExecuTorch's runtime returns the right ones.
+#[test]
+fn channels_last_inputs_and_outputs_are_row_major() {
+    let x: Vec<f32> = (0..24).map(|v| v as f32).collect();
+    let input = Tensor::from_f32(&[1, 3, 2, 4], &x);
+    // A contiguous input cloned to a channels-last output: the same values.
+    let out = run_differential("to_channels_last_f32.pte", &input);
+    assert_eq!(
+        (out.dtype, &out.sizes[..]),
+        (ScalarType::Float, &[1, 3, 2, 4][..])
+    );
+    assert_eq!(
+        out.data, input.data,
+        "channels-last output not returned row-major"
+    );
+    // A channels-last input cloned to a contiguous output.
+    let out = run_differential("to_contiguous_from_cl_f32.pte", &input);
+    assert_eq!(
+        out.data, input.data,
+        "row-major input not laid out channels-last"
+    );
 }

@@ -44,19 +44,24 @@ pub fn testdata() -> PathBuf {
     }
 }
 
-/// Every fixture program: `models/<name>/model.pte` and `ops/<op>/<case>.pte`, by path under
+/// Every fixture program: `models/<name>/model.pte`, `ops/<op>/<case>.pte` and
+/// `security/<name>.pte` (programs pteron refuses, such as a delegated one), by path under
 /// testdata/.
 pub fn fixtures() -> &'static BTreeMap<String, Vec<u8>> {
     static F: OnceLock<BTreeMap<String, Vec<u8>>> = OnceLock::new();
     F.get_or_init(|| {
         let root = testdata();
         let mut out = BTreeMap::new();
-        for sub in ["models", "ops"] {
+        for sub in ["models", "ops", "security"] {
             let Ok(dirs) = std::fs::read_dir(root.join(sub)) else {
                 continue;
             };
-            for d in dirs.flatten() {
-                let Ok(files) = std::fs::read_dir(d.path()) else {
+            let mut dirs: Vec<PathBuf> = dirs.flatten().map(|d| d.path()).collect();
+            if sub == "security" {
+                dirs = vec![root.join(sub)];
+            }
+            for d in dirs {
+                let Ok(files) = std::fs::read_dir(&d) else {
                     continue;
                 };
                 for f in files.flatten() {
