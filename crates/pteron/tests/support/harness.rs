@@ -18,14 +18,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::mutate::{self, Rng};
 use pteron::core::{
     ArgAccess, Dynamism, Element, Kernel, KernelContext, KernelError, KernelRegistry, Method,
     Output, Value,
 };
-use pteron::{MethodConfig, ScalarType};
+use pteron::{MethodConfig, MethodOptions, ScalarType, ThreadPool};
 
 // ------------------------------------------------------------------------------------------
 // Fixtures, kernels and limits
@@ -175,6 +175,22 @@ pub fn config() -> MethodConfig {
     }
 }
 
+/// How methods are loaded, picked by `selector` (a byte of the input): mostly on the calling
+/// thread with load-time preparation (packed weights, fusion); 1 in 8 without preparation (the
+/// portable kernels' plain paths); 1 in 8 with a pool of 2 threads shared by all inputs.
+pub fn options(selector: u8) -> MethodOptions {
+    static POOL: OnceLock<Arc<ThreadPool>> = OnceLock::new();
+    let o = MethodOptions::from(config()).threads(1);
+    match selector % 8 {
+        0 => o.pool(
+            POOL.get_or_init(|| Arc::new(ThreadPool::new(2).expect("thread pool")))
+                .clone(),
+        ),
+        1 => o.prepare(false),
+        _ => o,
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // Targets
 
@@ -191,10 +207,10 @@ pub enum Outcome {
     Ran,
 }
 
-fn run_all(program: &pteron::Program<'_>, choices: &[u8]) -> Outcome {
+fn run_all(program: &pteron::Program<'_>, selector: u8, choices: &[u8]) -> Outcome {
     let mut best = Outcome::Parsed;
     for name in program.method_names() {
-        if let Ok(mut m) = program.load_method_with(name, kernels(), config()) {
+        if let Ok(mut m) = program.load_method_with(name, kernels(), options(selector)) {
             best = best.max(run(&mut m, choices));
         }
     }
@@ -208,7 +224,7 @@ pub fn load_program(data: &[u8]) -> Outcome {
         return Outcome::Rejected;
     };
     walk_format(program.format());
-    run_all(&program, &[])
+    run_all(&program, data.last().copied().unwrap_or(2), &[])
 }
 
 /// `load_ptd`: parse a `.ptd`, read every key, serve it as external_weights' external data.
@@ -232,7 +248,7 @@ pub fn load_ptd(data: &[u8]) -> Outcome {
         .program()
         .expect("fixture parses")
         .with_external_data(ptd);
-    run_all(&program, &[])
+    run_all(&program, data.last().copied().unwrap_or(2), &[])
 }
 
 /// `load_method_execute`: a program and input bytes ([`split_lme`]); loads every method and
@@ -243,7 +259,7 @@ pub fn load_method_execute(data: &[u8]) -> Outcome {
     let Ok(program) = file.program() else {
         return Outcome::Rejected;
     };
-    run_all(&program, inputs)
+    run_all(&program, inputs.last().copied().unwrap_or(2), inputs)
 }
 
 /// `execute_inputs`: a fixture named by path ([`split_ei`]), run on inputs the rest chooses.
@@ -256,7 +272,7 @@ pub fn execute_inputs(data: &[u8]) -> Outcome {
     };
     let file = pteron::ProgramFile::from_bytes(pte);
     let program = file.program().expect("fixture parses");
-    run_all(&program, inputs)
+    run_all(&program, inputs.last().copied().unwrap_or(2), inputs)
 }
 
 /// Touches every checked accessor of a verified program.
