@@ -268,7 +268,7 @@ fn conv3<S: Simd, const ST: usize>(
     };
     let store = |op: &mut [f32], at: usize, n: usize, v: S::V| {
         let v = if clamp.is_some() {
-            s.min(s.max(v, lo), hi)
+            crate::math::clamp(s, v, lo, hi)
         } else {
             v
         };
@@ -351,7 +351,7 @@ fn generic<S: Simd>(
                 acc = s.fma(wv[k], s.ld(&buf[at..at + l]), acc);
             }
             if clamp.is_some() {
-                acc = s.min(s.max(acc, lo), hi);
+                acc = crate::math::clamp(s, acc, lo, hi);
             }
             let n = l.min(ow - o0);
             s.st_tail(&mut dst[o0..o0 + n], acc);

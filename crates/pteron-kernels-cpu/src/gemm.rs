@@ -577,7 +577,7 @@ fn micro_tile<S: Simd, const MR: usize, const NV: usize>(s: S, job: &Job<'_>, t:
             let (lo, hi) = (s.splat(lo), s.splat(hi));
             for row in acc.iter_mut() {
                 for x in row.iter_mut() {
-                    *x = s.min(s.max(*x, lo), hi);
+                    *x = crate::math::clamp(s, *x, lo, hi);
                 }
             }
         }

@@ -11,11 +11,16 @@
 //! [`pteron_core::Parallel`].
 
 pub mod conv;
+pub mod copy;
 pub mod dwconv;
+pub mod elementwise;
 pub mod gemm;
 pub mod linear;
+pub mod math;
+pub mod norm;
 pub mod par;
 pub mod simd;
+pub mod unary;
 
 use std::sync::OnceLock;
 
@@ -58,7 +63,11 @@ pub fn register(r: &mut KernelRegistry) {
     // Built now, so that falling back never allocates at run time.
     let _ = portable();
     conv::register(r);
+    copy::register(r);
+    elementwise::register(r);
     linear::register(r);
+    norm::register(r);
+    unary::register(r);
 }
 
 /// The portable kernels with this crate's kernels registered over them.

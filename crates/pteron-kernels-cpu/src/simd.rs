@@ -127,10 +127,12 @@ pub trait Simd: Copy + Send + Sync + 'static {
     fn abs(self, a: Self::V) -> Self::V;
     /// Round to nearest integer (ties to even).
     fn round(self, a: Self::V) -> Self::V;
-    /// `a * 2^n` for integral `n` in [-126, 127].
+    /// `a * 2^n` for integral `n` in [-252, 254].
     fn ldexp(self, a: Self::V, n: Self::V) -> Self::V;
-    /// `if a < b { x } else { y }` per lane.
+    /// `if a < b { x } else { y }` per lane (false when either is NaN).
     fn select_lt(self, a: Self::V, b: Self::V, x: Self::V, y: Self::V) -> Self::V;
+    /// `if a <= b { x } else { y }` per lane (false when either is NaN).
+    fn select_le(self, a: Self::V, b: Self::V, x: Self::V, y: Self::V) -> Self::V;
     /// `a` with the sign of `s`.
     fn copysign(self, a: Self::V, s: Self::V) -> Self::V;
     fn reduce_add(self, a: Self::V) -> f32;
@@ -322,12 +324,21 @@ impl Simd for Portable {
     #[inline(always)]
     fn ldexp(self, a: A8, n: A8) -> A8 {
         map2(a, n, |x, e| {
-            x * f32::from_bits(((e as i32 + 127) as u32) << 23)
+            // 2^e as 2^h · 2^(e−h), h = e/2, so that e up to 254 stays in range.
+            let e = e as i32;
+            let h = e >> 1;
+            let p1 = f32::from_bits(((h + 127) as u32) << 23);
+            let p2 = f32::from_bits(((e - h + 127) as u32) << 23);
+            x * p1 * p2
         })
     }
     #[inline(always)]
     fn select_lt(self, a: A8, b: A8, x: A8, y: A8) -> A8 {
         core::array::from_fn(|i| if a[i] < b[i] { x[i] } else { y[i] })
+    }
+    #[inline(always)]
+    fn select_le(self, a: A8, b: A8, x: A8, y: A8) -> A8 {
+        core::array::from_fn(|i| if a[i] <= b[i] { x[i] } else { y[i] })
     }
     #[inline(always)]
     fn copysign(self, a: A8, s: A8) -> A8 {
@@ -470,6 +481,14 @@ mod x86 {
             // Safety: see the impl comment.
             unsafe {
                 let m = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b);
+                _mm512_mask_blend_ps(m, y, x)
+            }
+        }
+        #[inline(always)]
+        fn select_le(self, a: __m512, b: __m512, x: __m512, y: __m512) -> __m512 {
+            // Safety: see the impl comment.
+            unsafe {
+                let m = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a, b);
                 _mm512_mask_blend_ps(m, y, x)
             }
         }
@@ -617,17 +636,27 @@ mod x86 {
         fn ldexp(self, a: __m256, n: __m256) -> __m256 {
             // Safety: see the impl comment.
             unsafe {
-                let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(
-                    _mm256_cvtps_epi32(n),
-                    _mm256_set1_epi32(127),
-                ));
-                _mm256_mul_ps(a, _mm256_castsi256_ps(e))
+                // 2^n as 2^h · 2^(n−h), h = n/2, so that n up to 254 stays in range.
+                let e = _mm256_cvtps_epi32(n);
+                let h = _mm256_srai_epi32::<1>(e);
+                let bias = _mm256_set1_epi32(127);
+                let p1 = _mm256_slli_epi32::<23>(_mm256_add_epi32(h, bias));
+                let p2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_sub_epi32(e, h), bias));
+                _mm256_mul_ps(
+                    _mm256_mul_ps(a, _mm256_castsi256_ps(p1)),
+                    _mm256_castsi256_ps(p2),
+                )
             }
         }
         #[inline(always)]
         fn select_lt(self, a: __m256, b: __m256, x: __m256, y: __m256) -> __m256 {
             // Safety: see the impl comment.
             unsafe { _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_LT_OQ>(a, b)) }
+        }
+        #[inline(always)]
+        fn select_le(self, a: __m256, b: __m256, x: __m256, y: __m256) -> __m256 {
+            // Safety: see the impl comment.
+            unsafe { _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_LE_OQ>(a, b)) }
         }
         #[inline(always)]
         fn copysign(self, a: __m256, s: __m256) -> __m256 {

@@ -68,3 +68,39 @@ pub fn assert_close(got: &[f32], want: &[f32], atol: f32, rtol: f32, what: &str)
         assert!(ok, "{what}: element {i}: got {g}, want {w}");
     }
 }
+
+use pteron_core::testing::TestCall;
+
+/// Runs `op` from the portable registry and from the cpu registry on two identical calls made
+/// by `build` (which returns the argument positions of the outputs to compare), and checks
+/// that every float32 output agrees within `atol + rtol·|want|` (NaN matches NaN).
+pub fn check_against_portable(
+    op: &str,
+    par: &dyn Parallel,
+    atol: f32,
+    rtol: f32,
+    build: &dyn Fn(&mut TestCall) -> Vec<usize>,
+) {
+    let portable = pteron_kernels::registry();
+    let cpu = pteron_kernels_cpu::registry();
+    let (mut a, mut b) = (TestCall::new(), TestCall::new());
+    let outs = build(&mut a);
+    build(&mut b);
+    a.run_kernel(
+        op,
+        portable.get(op).expect("portable kernel"),
+        &pteron_core::INLINE,
+    )
+    .unwrap_or_else(|e| panic!("{op}: portable: {e}"));
+    b.run_kernel(op, cpu.get(op).expect("cpu kernel"), par)
+        .unwrap_or_else(|e| panic!("{op}: cpu: {e}"));
+    for &o in &outs {
+        assert_eq!(
+            a.info(o).sizes(),
+            b.info(o).sizes(),
+            "{op}: output {o} sizes"
+        );
+        let (want, got) = (a.output::<f32>(o), b.output::<f32>(o));
+        assert_close(&got, &want, atol, rtol, &format!("{op} output {o}"));
+    }
+}
