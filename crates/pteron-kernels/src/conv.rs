@@ -1,21 +1,22 @@
 //! `aten::convolution.out`: 1-d, 2-d and 3-d convolution, plain and transposed, with stride,
 //! padding, dilation, groups (depthwise included), output padding and an optional bias.
 //!
-//! Direct loops over a 3-d form (1-d and 2-d convolutions get leading spatial dims of size 1);
-//! the innermost loop runs along an output row, contiguous for stride 1. Floats only, with
-//! f16/bf16 accumulated in f32.
+//! Direct loops over a 3-d form (1-d and 2-d convolutions get leading spatial dims of size 1),
+//! indexing every tensor through its strides, so any dim order works (channels-last included).
+//! Every real dtype, as ExecuTorch's portable kernel: floats accumulate in f32 (f16, bf16, f32)
+//! or f64; integers in i64 with wrapping (truncated back, that equals ExecuTorch's arithmetic
+//! in the element type).
 
 use pteron_core::{
-    dispatch_float, ArgAccess, ArgView, Kernel, KernelContext, KernelError, KernelRegistry,
-    TensorInfo,
+    ArgAccess, ArgView, DtypeSet, Kernel, KernelContext, KernelError, KernelRegistry, TensorInfo,
 };
 
-use crate::util::{require_contiguous, require_dtype, Acc, AccNum, FLOATS};
+use crate::util::{Acc, AccNum};
 
 pub fn register(r: &mut KernelRegistry) {
     r.register(
         "aten::convolution.out",
-        Kernel::with_check(convolution_out, check_convolution),
+        Kernel::with_check(convolution_out, check_convolution).dtypes(DtypeSet::REAL),
     );
 }
 
@@ -48,17 +49,20 @@ pub struct ConvGeom {
 
 fn check_convolution(a: &ArgView) -> Result<(), KernelError> {
     let (x, w, o) = (a.tensor(INPUT)?, a.tensor(WEIGHT)?, a.tensor(OUT)?);
-    require_dtype("convolution", x.dtype(), &FLOATS)?;
-    let mut ts = vec![x, w, o];
-    if let Some(b) = a.opt_tensor(BIAS)? {
-        ts.push(b);
+    if !DtypeSet::REAL.contains(x.dtype()) {
+        return Err(KernelError::dtype(x.dtype(), "convolution"));
     }
-    for t in &ts {
+    let b = a.opt_tensor(BIAS)?;
+    for t in [Some(w), Some(o), b].into_iter().flatten() {
         if t.dtype() != x.dtype() {
             return Err(KernelError::dtype(t.dtype(), "convolution (mixed dtypes)"));
         }
     }
-    require_contiguous("convolution", &ts)?;
+    if x.rank() != o.rank() {
+        return Err(KernelError::shape(
+            "convolution: input and output ranks differ",
+        ));
+    }
     if !(3..=5).contains(&w.rank()) {
         return Err(KernelError::unsupported(format!(
             "convolution: weight of rank {}",
@@ -231,25 +235,18 @@ fn geometry(
     ))
 }
 
-/// Range of `o` in `0..n_out` for which `o * s + off` lies in `0..n_in`.
-#[inline]
-fn valid_range(off: i64, s: usize, n_in: usize, n_out: usize) -> (usize, usize) {
-    let s = s as i64;
-    // o >= ceil(-off / s), o < ceil((n_in - off) / s)
-    let div_ceil = |a: i64| if a <= 0 { -((-a) / s) } else { (a + s - 1) / s };
-    let lo = div_ceil(-off).clamp(0, n_out as i64);
-    let hi = div_ceil(n_in as i64 - off).clamp(lo, n_out as i64);
-    (lo as usize, hi as usize)
-}
-
-/// Output elements accumulated at once (a stack buffer, so execution allocates nothing).
-const CHUNK: usize = 256;
-
-/// `o * s + off` for the first and one-past-last `o` in `lo..hi` that land in `0..n_in`.
-#[inline]
-fn clip(off: i64, s: usize, n_in: usize, lo: usize, hi: usize) -> (usize, usize) {
-    let (a, b) = valid_range(off, s, n_in, hi);
-    (a.max(lo), b.max(lo))
+/// Element strides of a `[N, C, D, H, W]`-form tensor (1-d and 2-d convolution tensors get
+/// unit leading spatial dims with stride 0): `[n, c, d, h, w]`, through its dim order.
+fn strides5(t: &TensorInfo) -> [usize; 5] {
+    let st = t.strides();
+    let r = t.rank();
+    let mut out = [0usize; 5];
+    out[0] = st[0];
+    out[1] = st[1];
+    for k in 2..r {
+        out[5 - r + k] = st[k];
+    }
+    out
 }
 
 /// Input index `o * s + k * dil - pad` if it lies in `0..n`.
@@ -259,32 +256,72 @@ fn tap(o: usize, s: usize, k: usize, dil: usize, pad: usize, n: usize) -> Option
     (0..n as i64).contains(&i).then_some(i as usize)
 }
 
-/// Forward convolution in the 3-d form. `x`: [N, C_in, D, H, W], `w`: [C_out, C_in/g, kD, kH, kW].
-pub fn conv_forward<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) {
+/// The strides of the input, weight and output in the 3-d form (see [`strides5`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ConvStrides {
+    pub x: [usize; 5],
+    pub w: [usize; 5],
+    pub out: [usize; 5],
+}
+
+impl ConvStrides {
+    /// Contiguous tensors of geometry `g`.
+    pub fn contiguous(g: &ConvGeom) -> ConvStrides {
+        let c = |dims: [usize; 5]| {
+            let mut st = [0usize; 5];
+            let mut s = 1;
+            for k in (0..5).rev() {
+                st[k] = s;
+                s *= dims[k];
+            }
+            st
+        };
+        let [id, ih, iw] = g.input;
+        let [kd, kh, kw] = g.kernel;
+        let [od, oh, ow] = g.output;
+        let w_c = if g.transposed {
+            [g.c_in, g.c_out / g.groups, kd, kh, kw]
+        } else {
+            [g.c_out, g.c_in / g.groups, kd, kh, kw]
+        };
+        ConvStrides {
+            x: c([g.n, g.c_in, id, ih, iw]),
+            w: c(w_c),
+            out: c([g.n, g.c_out, od, oh, ow]),
+        }
+    }
+}
+
+#[inline(always)]
+fn at(st: &[usize; 5], i: [usize; 5]) -> usize {
+    i[0] * st[0] + i[1] * st[1] + i[2] * st[2] + i[3] * st[3] + i[4] * st[4]
+}
+
+/// Forward convolution in the 3-d form over tensors of any dim order. `x`: [N, C_in, D, H, W],
+/// `w`: [C_out, C_in/g, kD, kH, kW]; each output is the sum over its taps (in the accumulation
+/// type), then plus the bias, as ExecuTorch's kernel orders it.
+pub fn conv_forward<T: Acc>(
+    g: &ConvGeom,
+    st: &ConvStrides,
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    out: &mut [T],
+) {
     let [id, ih, iw] = g.input;
     let [kd, kh, kw] = g.kernel;
     let [od, oh, ow] = g.output;
     let cg_in = g.c_in / g.groups;
     let cg_out = g.c_out / g.groups;
-    let in_plane = id * ih * iw;
-    let out_plane = od * oh * ow;
-    let mut acc = [T::A::ZERO; CHUNK];
     for n in 0..g.n {
         for oc in 0..g.c_out {
             let grp = oc / cg_out;
-            let b0 = bias.map_or(T::A::ZERO, |b| b[oc].to_acc());
-            let dst = &mut out[(n * g.c_out + oc) * out_plane..][..out_plane];
             for o_d in 0..od {
                 for o_h in 0..oh {
-                    let orow = &mut dst[(o_d * oh + o_h) * ow..][..ow];
-                    for c0 in (0..ow).step_by(CHUNK) {
-                        let c1 = (c0 + CHUNK).min(ow);
-                        let acc = &mut acc[..c1 - c0];
-                        acc.fill(b0);
+                    for o_w in 0..ow {
+                        let mut acc = T::A::ZERO;
                         for icg in 0..cg_in {
                             let ic = grp * cg_in + icg;
-                            let xin = &x[(n * g.c_in + ic) * in_plane..][..in_plane];
-                            let wk = &w[(oc * cg_in + icg) * kd * kh * kw..][..kd * kh * kw];
                             for a in 0..kd {
                                 let Some(i_d) =
                                     tap(o_d, g.stride[0], a, g.dilation[0], g.padding[0], id)
@@ -297,38 +334,29 @@ pub fn conv_forward<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]>, 
                                     else {
                                         continue;
                                     };
-                                    let row = &xin[(i_d * ih + i_h) * iw..][..iw];
+                                    let xb = at(&st.x, [n, ic, i_d, i_h, 0]);
+                                    let wb = at(&st.w, [oc, icg, a, b, 0]);
                                     for c in 0..kw {
-                                        let wv = wk[(a * kh + b) * kw + c].to_acc();
-                                        let off_w =
-                                            (c * g.dilation[2]) as i64 - g.padding[2] as i64;
-                                        let (w0, w1) = clip(off_w, g.stride[2], iw, c0, c1);
-                                        if w0 >= w1 {
+                                        let Some(i_w) = tap(
+                                            o_w,
+                                            g.stride[2],
+                                            c,
+                                            g.dilation[2],
+                                            g.padding[2],
+                                            iw,
+                                        ) else {
                                             continue;
-                                        }
-                                        let first = ((w0 * g.stride[2]) as i64 + off_w) as usize;
-                                        let dst = &mut acc[w0 - c0..w1 - c0];
-                                        if g.stride[2] == 1 {
-                                            for (o, &v) in
-                                                dst.iter_mut().zip(&row[first..first + (w1 - w0)])
-                                            {
-                                                *o = o.add(wv.mul(v.to_acc()));
-                                            }
-                                        } else {
-                                            for (o, &v) in dst
-                                                .iter_mut()
-                                                .zip(row[first..].iter().step_by(g.stride[2]))
-                                            {
-                                                *o = o.add(wv.mul(v.to_acc()));
-                                            }
-                                        }
+                                        };
+                                        let v = x[xb + i_w * st.x[4]].to_acc();
+                                        acc = acc.add(v.mul(w[wb + c * st.w[4]].to_acc()));
                                     }
                                 }
                             }
                         }
-                        for (o, &v) in orow[c0..c1].iter_mut().zip(acc.iter()) {
-                            *o = T::from_acc(v);
+                        if let Some(b) = bias {
+                            acc = acc.add(b[oc].to_acc());
                         }
+                        out[at(&st.out, [n, oc, o_d, o_h, o_w])] = T::from_acc(acc);
                     }
                 }
             }
@@ -347,30 +375,33 @@ fn tap_transposed(o: usize, s: usize, k: usize, dil: usize, pad: usize, n: usize
     (i < n).then_some(i)
 }
 
-/// Transposed convolution in the 3-d form. `x`: [N, C_in, D, H, W], `w`: [C_in, C_out/g, kD, kH, kW].
-/// Written as a gather over the output (each output element sums the taps that reach it).
-pub fn conv_transposed<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) {
+/// Transposed convolution in the 3-d form over tensors of any dim order. `x`: [N, C_in, D, H, W],
+/// `w`: [C_in, C_out/g, kD, kH, kW]. Written as a gather over the output (each output element
+/// starts at its bias and sums the taps that reach it).
+pub fn conv_transposed<T: Acc>(
+    g: &ConvGeom,
+    st: &ConvStrides,
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    out: &mut [T],
+) {
     let [id, ih, iw] = g.input;
     let [kd, kh, kw] = g.kernel;
     let [od, oh, ow] = g.output;
     let cg_in = g.c_in / g.groups;
     let cg_out = g.c_out / g.groups;
-    let in_plane = id * ih * iw;
-    let out_plane = od * oh * ow;
     for n in 0..g.n {
         for oc in 0..g.c_out {
             let grp = oc / cg_out;
             let ocg = oc % cg_out;
             let b0 = bias.map_or(T::A::ZERO, |b| b[oc].to_acc());
-            let dst = &mut out[(n * g.c_out + oc) * out_plane..][..out_plane];
             for o_d in 0..od {
                 for o_h in 0..oh {
                     for o_w in 0..ow {
                         let mut acc = b0;
                         for icg in 0..cg_in {
                             let ic = grp * cg_in + icg;
-                            let xin = &x[(n * g.c_in + ic) * in_plane..][..in_plane];
-                            let wk = &w[(ic * cg_out + ocg) * kd * kh * kw..][..kd * kh * kw];
                             for a in 0..kd {
                                 let Some(i_d) = tap_transposed(
                                     o_d,
@@ -404,13 +435,14 @@ pub fn conv_transposed<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]
                                         ) else {
                                             continue;
                                         };
-                                        let v = xin[(i_d * ih + i_h) * iw + i_w].to_acc();
-                                        acc = acc.add(wk[(a * kh + b) * kw + c].to_acc().mul(v));
+                                        let v = x[at(&st.x, [n, ic, i_d, i_h, i_w])].to_acc();
+                                        let wv = w[at(&st.w, [ic, ocg, a, b, c])].to_acc();
+                                        acc = acc.add(wv.mul(v));
                                     }
                                 }
                             }
                         }
-                        dst[(o_d * oh + o_h) * ow + o_w] = T::from_acc(acc);
+                        out[at(&st.out, [n, oc, o_d, o_h, o_w])] = T::from_acc(acc);
                     }
                 }
             }
@@ -418,13 +450,13 @@ pub fn conv_transposed<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]
     }
 }
 
+use crate::linalg::dispatch_acc as dispatch_real;
+
 fn convolution_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let (x, w) = (*ctx.tensor(INPUT)?, *ctx.tensor(WEIGHT)?);
     let bias = ctx.opt_tensor(BIAS)?.copied();
-    require_contiguous("convolution", &[&x, &w, ctx.tensor(OUT)?])?;
     let (g, batched) = geometry(ctx, &x, &w)?;
     if let Some(b) = &bias {
-        require_contiguous("convolution", &[b])?;
         if b.numel() != g.c_out {
             return Err(KernelError::shape(format!(
                 "convolution: bias {:?} for {} output channels",
@@ -443,20 +475,25 @@ fn convolution_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         osz.push(s)?;
     }
     ctx.resize(OUT, &osz)?;
+    let st = ConvStrides {
+        x: strides5(&x),
+        w: strides5(&w),
+        out: strides5(ctx.tensor(OUT)?),
+    };
     let dt = x.dtype();
-    fn run<T: Acc>(g: &ConvGeom, x: &[T], w: &[T], b: Option<&[T]>, o: &mut [T]) {
+    fn run<T: Acc>(g: &ConvGeom, st: &ConvStrides, x: &[T], w: &[T], b: Option<&[T]>, o: &mut [T]) {
         if g.transposed {
-            conv_transposed(g, x, w, b, o)
+            conv_transposed(g, st, x, w, b, o)
         } else {
-            conv_forward(g, x, w, b, o)
+            conv_forward(g, st, x, w, b, o)
         }
     }
     // Without a bias the input is borrowed in its place and never read as one.
     let b_arg = if bias.is_some() { BIAS } else { INPUT };
     let ([xr, wr, br], [mut o]) = ctx.io([INPUT, WEIGHT, b_arg], [OUT])?;
-    dispatch_float!(dt, T => {
+    dispatch_real!(dt, T => {
         let b = if bias.is_some() { Some(br.as_slice::<T>()?) } else { None };
-        run::<T>(&g, xr.as_slice()?, wr.as_slice()?, b, o.as_mut_slice()?)
+        run::<T>(&g, &st, xr.as_slice()?, wr.as_slice()?, b, o.as_mut_slice()?)
     }, _ => return Err(KernelError::dtype(dt, "convolution")));
     Ok(())
 }
@@ -762,8 +799,11 @@ mod tests {
         );
 
         let mut t = TestCall::new();
-        t.tensor(&[1, 1, 2, 2], &[1i64, 2, 3, 4]);
-        t.tensor(&[1, 1, 1, 1], &[1i64]);
+        t.tensor(
+            &[1, 1, 2, 2],
+            &[true, false, true, true].map(pteron_core::Bool::from),
+        );
+        t.tensor(&[1, 1, 1, 1], &[pteron_core::Bool::from(true)]);
         t.none();
         t.int_list(&[1]);
         t.int_list(&[0]);
@@ -771,7 +811,7 @@ mod tests {
         t.bool(false);
         t.int_list(&[0]);
         t.int(1);
-        let o = t.out(St::Long, &[1, 1, 2, 2]);
+        let o = t.out(St::Bool, &[1, 1, 2, 2]);
         t.ret(o);
         assert!(matches!(
             t.check(check_convolution),

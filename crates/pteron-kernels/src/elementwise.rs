@@ -360,20 +360,39 @@ fn floor_divide_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> 
     }
 }
 
-/// remainder.Tensor_out / remainder.Scalar_out: [self, other, out] (sign of the divisor).
+/// remainder.Tensor_out / remainder.Scalar_out: [self, other, out].
+///
+/// As ExecuTorch's portable kernel (`utils::remainder_override`), which differs from PyTorch:
+/// integers take C's `%` (the sign of the dividend: `-3 % 5 == -3`, PyTorch gives 2); floats
+/// take the sign of the divisor (`fmod`, plus the divisor when the signs differ), the
+/// intermediate held in f32 even for f64.
 fn remainder_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     nobool(ctx, 0, 1, 2)?;
     let (common, shape) = prep2(ctx, "remainder", 0, 1, 2, Mode::Arith)?;
     match comp_kind(common)? {
-        CompKind::F32 | CompKind::F64 => with_float!(comp_kind(common)?, C =>
-            run2::<C, C>(ctx, 0, 1, 2, &shape, Some(common), |x, y| x.py_rem(y)), _ => unreachable!()),
+        CompKind::F32 => run2::<f32, f32>(ctx, 0, 1, 2, &shape, Some(common), |a, b| {
+            let mut r = a % b;
+            if ((a < 0.0) ^ (b < 0.0)) && r != 0.0 {
+                r += b;
+            }
+            r
+        }),
+        CompKind::F64 => run2::<f64, f64>(ctx, 0, 1, 2, &shape, Some(common), |a, b| {
+            let mut r = (a % b) as f32;
+            if ((a < 0.0) ^ (b < 0.0)) && r != 0.0 {
+                r = (r as f64 + b) as f32;
+            }
+            r as f64
+        }),
         _ => {
             let bad = Cell::new(false);
             run2::<i64, i64>(ctx, 0, 1, 2, &shape, Some(common), |x, y| {
-                int_py_rem(x, y).unwrap_or_else(|| {
+                if y == 0 {
                     bad.set(true);
                     0
-                })
+                } else {
+                    x.wrapping_rem(y)
+                }
             })?;
             if bad.get() {
                 return Err(zero_div());
@@ -590,7 +609,13 @@ fn run2m<C: Comp>(
 
 // ---- clamp / hardtanh / leaky_relu ----
 
+/// The common dtype of a clamp. Bool only for clamp.Tensor (as ExecuTorch: REALB there, and
+/// clamp.out takes no bool computation).
 fn clamp_common<'p>(v: &impl ArgAccess<'p>) -> Result<ScalarType, KernelError> {
+    clamp_common_b(v, false)
+}
+
+fn clamp_common_b<'p>(v: &impl ArgAccess<'p>, allow_bool: bool) -> Result<ScalarType, KernelError> {
     if let Value::Tensor(_) = v.value(0)? {
     } else {
         return Err(KernelError::invalid("clamp: self must be a tensor"));
@@ -602,7 +627,7 @@ fn clamp_common<'p>(v: &impl ArgAccess<'p>) -> Result<ScalarType, KernelError> {
         ));
     }
     let common = binary_common("clamp", &ops[..n], out_dtype(v, 3)?, Mode::Arith)?;
-    if common == ScalarType::Bool {
+    if common == ScalarType::Bool && !allow_bool {
         return Err(KernelError::dtype(common, "clamp"));
     }
     Ok(common)
@@ -626,6 +651,10 @@ use pteron_core::Value;
 
 fn check_clamp(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     clamp_common(v).map(|_| ())
+}
+
+fn check_clamp_tensor(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
+    clamp_common_b(v, true).map(|_| ())
 }
 
 #[inline]
@@ -675,7 +704,7 @@ fn clamp_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 
 /// clamp.Tensor_out: [self, min?, max?, out] with tensor bounds (broadcast).
 fn clamp_tensor_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
-    let common = clamp_common(ctx)?;
+    let common = clamp_common_b(ctx, true)?;
     let (has_lo, has_hi) = (!ctx.is_none(1)?, !ctx.is_none(2)?);
     let (ops, n) = clamp_opnds(ctx)?;
     let shape = broadcast_opnds(&ops[..n])?;
@@ -884,7 +913,7 @@ pub fn register(r: &mut KernelRegistry) {
     );
     r.register(
         "aten::clamp.Tensor_out",
-        Kernel::with_check(clamp_tensor_out, check_clamp),
+        Kernel::with_check(clamp_tensor_out, check_clamp_tensor),
     );
     r.register(
         "aten::hardtanh.out",

@@ -166,7 +166,7 @@ fn check_nonzero(a: &ArgView) -> Result<(), KernelError> {
             "nonzero: output must be a 2-d int64 tensor",
         ));
     }
-    require_contiguous("nonzero", &[x, o])
+    Ok(())
 }
 
 /// Wraps a possibly negative index into `0..size`, or errors.
@@ -881,26 +881,27 @@ fn count_nonzero<T: Element>(s: &[T]) -> usize {
     s.iter().filter(|v| v.to_bool()).count()
 }
 
-/// Writes the row-major coordinates of the nonzero elements of `s` (shape `sizes`) to `out`,
-/// one row of `sizes.len()` coordinates each.
-fn write_nonzero_coords<T: Element>(s: &[T], sizes: &[usize], out: &mut [i64]) {
-    let r = sizes.len();
+/// Writes the coordinates of the nonzero elements of `s` (tensor `xi`, read in logical order
+/// through its strides) to `out`, one row of `rank` coordinates each, through the output's
+/// strides `os` (any dim orders).
+fn write_nonzero_coords<T: Element>(s: &[T], xi: &TensorInfo, out: &mut [i64], os: [usize; 2]) {
+    let r = xi.rank();
+    let sizes = xi.sizes();
     let mut idx = [0usize; MAX_RANK];
     let mut row = 0;
-    for v in s {
-        if v.to_bool() {
-            for (o, &i) in out[row * r..(row + 1) * r].iter_mut().zip(&idx[..r]) {
-                *o = i as i64;
+    crate::util::for_each_strided(sizes, [xi.strides()], |_, [off]| {
+        if s[off].to_bool() {
+            for (j, &i) in idx[..r].iter().enumerate() {
+                out[row * os[0] + j * os[1]] = i as i64;
             }
             row += 1;
         }
         next_index(&mut idx[..r], sizes);
-    }
+    });
 }
 
 fn nonzero_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
-    require_contiguous("nonzero", &[&x, ctx.tensor(1)?])?;
     let dt = x.dtype();
     // Two passes: count (to size the output), then write the coordinates.
     let n = {
@@ -910,9 +911,11 @@ fn nonzero_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     };
     let r = x.rank();
     ctx.resize(1, &[n, r])?;
+    let oi = *ctx.tensor(1)?;
+    let os = [oi.strides()[0], oi.strides()[1]];
     let ([xr], [mut o]) = ctx.io([0], [1])?;
     let out = o.as_mut_slice::<i64>()?;
-    dispatch_dtype!(dt, T => write_nonzero_coords::<T>(xr.as_slice()?, x.sizes(), out),
+    dispatch_dtype!(dt, T => write_nonzero_coords::<T>(xr.as_slice()?, &x, out, os),
         _ => return Err(KernelError::dtype(dt, "nonzero")));
     Ok(())
 }

@@ -292,18 +292,15 @@ fn addmm_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         alpha: pteron_core::Scalar,
     ) {
         matmul(a, b, o, n, k, m);
-        let (bf, af) = (beta.to_f64(), alpha.to_f64());
-        let (beta_a, alpha_a) = (T::A::from_f64(bf), T::A::from_f64(af));
+        let af = alpha.to_f64();
+        let (beta_a, alpha_a) = (T::A::from_f64(beta.to_f64()), T::A::from_f64(af));
         for i in 0..n {
             for j in 0..m {
                 let p = o[i * m + j].to_acc();
                 let p = if af == 1.0 { p } else { alpha_a.mul(p) };
-                // PyTorch ignores `self` entirely when beta is 0 (NaN/inf do not propagate).
-                let v = if bf == 0.0 {
-                    p
-                } else {
-                    beta_a.mul(s[i * st[0] + j * st[1]].to_acc()).add(p)
-                };
+                // ExecuTorch's addmm always adds `beta * self`, also for beta == 0 (a NaN or
+                // inf in `self` propagates; PyTorch ignores `self` when beta is 0).
+                let v = beta_a.mul(s[i * st[0] + j * st[1]].to_acc()).add(p);
                 o[i * m + j] = T::from_acc(v);
             }
         }
@@ -479,7 +476,7 @@ mod tests {
             // torch.addmm(s, a, b, beta=.5, alpha=2) with a=[[1,2],[3,4]], b=[[1,0],[-1,2]]
             (&[2], &[10.0, 20.0], 0.5, 2.0, &[3.0, 18.0, 3.0, 26.0]),
             (&[2, 1], &[10.0, 20.0], 1.0, 1.0, &[9.0, 14.0, 19.0, 28.0]),
-            (&[], &[f32::NAN], 0.0, 1.0, &[-1.0, 4.0, -1.0, 8.0]),
+            (&[], &[5.0], 0.0, 1.0, &[-1.0, 4.0, -1.0, 8.0]),
         ];
         for &(ss, sv, beta, alpha, want) in cases {
             let mut c = TestCall::new();
@@ -494,6 +491,17 @@ mod tests {
             c.run(addmm_out).unwrap();
             assert_eq!(c.output::<f32>(o), want, "self {ss:?}");
         }
+        // beta = 0 still adds 0 * self, as ExecuTorch's kernel: a NaN in self propagates
+        let mut c = TestCall::new();
+        c.tensor(&[], &[f32::NAN]);
+        c.tensor(&[2, 2], &[1.0f32, 2., 3., 4.]);
+        c.tensor(&[2, 2], &[1.0f32, 0., -1., 2.]);
+        c.double(0.0);
+        c.double(1.0);
+        let o = c.out(St::Float, &[2, 2]);
+        c.ret(o);
+        c.run(addmm_out).unwrap();
+        assert!(c.output::<f32>(o).iter().all(|v| v.is_nan()));
         let _ = Scalar::Int(1);
     }
 

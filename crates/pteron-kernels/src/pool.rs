@@ -1,95 +1,154 @@
 //! 2-d pooling and resampling: `max_pool2d_with_indices`, `avg_pool2d`, adaptive average
-//! pooling, nearest and bilinear upsampling. Inputs are `[N, C, H, W]` or `[C, H, W]`,
-//! contiguous; floats only (f16/bf16 computed in f32), as PyTorch's CPU kernels.
+//! pooling, nearest and bilinear upsampling. Inputs are `[N, C, H, W]` or `[C, H, W]` (upsampling:
+//! 4-d), in any dim order (read and written through their strides: channels-last works), in the
+//! dtypes ExecuTorch's portable kernels take:
+//!
+//! - max_pool2d_with_indices, upsample_nearest2d, upsample_bilinear2d: every real dtype;
+//! - avg_pool2d, _adaptive_avg_pool2d: floats and int64.
+//!
+//! Arithmetic follows ExecuTorch's portable kernels: max pooling compares in the element type
+//! and keeps the first maximum (`v > best`: a NaN only wins as the first element of a window);
+//! average pooling sums in the element type (f16/bf16 round after every addition, int64
+//! divides with truncation); adaptive pooling sums in f32; bilinear interpolation computes in
+//! f32 (f64 for f64) and converts back (truncating for integers).
 
 use pteron_core::{
-    dispatch_float, ArgAccess, ArgView, Dims, Kernel, KernelContext, KernelError, KernelRegistry,
-    ScalarType, TensorInfo,
+    dispatch_dtype, ArgAccess, ArgView, Dims, DtypeSet, Element, Kernel, KernelContext,
+    KernelError, KernelRegistry, ScalarType, TensorInfo,
 };
 
-use crate::util::{require_contiguous, require_dtype, Acc, AccFloat, AccNum, FLOATS};
+/// Dtypes of max pooling and upsampling (ExecuTorch: REALHBF16).
+const REAL: DtypeSet = DtypeSet::REAL;
+/// Dtypes of average pooling (ExecuTorch: FLOATHBF16 and Long).
+const AVG: DtypeSet = DtypeSet::FLOAT.union(DtypeSet::of(&[ScalarType::Long]));
 
 pub fn register(r: &mut KernelRegistry) {
     r.register(
         "aten::max_pool2d_with_indices.out",
-        Kernel::with_check(max_pool2d_with_indices_out, check_max_pool),
+        Kernel::with_check(max_pool2d_with_indices_out, check_max_pool).dtypes(REAL),
     );
     r.register(
         "aten::avg_pool2d.out",
-        Kernel::with_check(avg_pool2d_out, check_avg_pool),
+        Kernel::with_check(avg_pool2d_out, check_avg_pool).dtypes(AVG),
     );
     r.register(
         "aten::_adaptive_avg_pool2d.out",
-        Kernel::with_check(adaptive_avg_pool2d_out, check_adaptive),
+        Kernel::with_check(adaptive_avg_pool2d_out, check_adaptive).dtypes(AVG),
     );
     r.register(
         "aten::adaptive_avg_pool2d.out",
-        Kernel::with_check(adaptive_avg_pool2d_out, check_adaptive),
+        Kernel::with_check(adaptive_avg_pool2d_out, check_adaptive).dtypes(AVG),
     );
     r.register(
         "aten::upsample_nearest2d.vec_out",
-        Kernel::with_check(upsample_nearest2d_vec_out, check_nearest),
+        Kernel::with_check(upsample_nearest2d_vec_out, check_nearest).dtypes(REAL),
     );
     r.register(
         "aten::upsample_bilinear2d.vec_out",
-        Kernel::with_check(upsample_bilinear2d_vec_out, check_bilinear),
+        Kernel::with_check(upsample_bilinear2d_vec_out, check_bilinear).dtypes(REAL),
     );
 }
 
-fn check_io(a: &ArgView, op: &'static str, input: usize, out: usize) -> Result<(), KernelError> {
+use crate::linalg::dispatch_acc as dispatch_real;
+use core::cmp::Ordering;
+
+fn check_io(
+    a: &ArgView,
+    op: &'static str,
+    input: usize,
+    out: usize,
+    dtypes: DtypeSet,
+    ranks: core::ops::RangeInclusive<usize>,
+) -> Result<(), KernelError> {
     let (x, o) = (a.tensor(input)?, a.tensor(out)?);
-    require_dtype(op, x.dtype(), &FLOATS)?;
+    if !dtypes.contains(x.dtype()) {
+        return Err(KernelError::dtype(x.dtype(), op));
+    }
     if o.dtype() != x.dtype() {
         return Err(KernelError::dtype(o.dtype(), op));
     }
-    if !(3..=4).contains(&x.rank()) {
+    if !ranks.contains(&x.rank()) || o.rank() != x.rank() {
         return Err(KernelError::unsupported(format!(
-            "{op}: input of rank {} (expects 3 or 4)",
+            "{op}: input of rank {} (expects {ranks:?}, output of the same rank)",
             x.rank()
         )));
     }
-    require_contiguous(op, &[x, o])
+    Ok(())
 }
 fn check_max_pool(a: &ArgView) -> Result<(), KernelError> {
-    check_io(a, "max_pool2d", 0, 6)?;
+    check_io(a, "max_pool2d_with_indices", 0, 6, REAL, 3..=4)?;
     let idx = a.tensor(7)?;
     if idx.dtype() != ScalarType::Long {
         return Err(KernelError::dtype(idx.dtype(), "max_pool2d indices"));
     }
     a.bool(5)?;
-    require_contiguous("max_pool2d", &[idx])
+    Ok(())
 }
 fn check_avg_pool(a: &ArgView) -> Result<(), KernelError> {
     a.bool(4)?;
     a.bool(5)?;
     a.opt_int(6)?;
-    check_io(a, "avg_pool2d", 0, 7)
+    check_io(a, "avg_pool2d", 0, 7, AVG, 3..=4)
 }
 fn check_adaptive(a: &ArgView) -> Result<(), KernelError> {
-    check_io(a, "adaptive_avg_pool2d", 0, 2)
+    check_io(a, "adaptive_avg_pool2d", 0, 2, AVG, 3..=4)
 }
 fn check_nearest(a: &ArgView) -> Result<(), KernelError> {
-    check_io(a, "upsample_nearest2d", 0, 3)
+    check_io(a, "upsample_nearest2d", 0, 3, REAL, 4..=4)
 }
 fn check_bilinear(a: &ArgView) -> Result<(), KernelError> {
     a.bool(2)?;
-    check_io(a, "upsample_bilinear2d", 0, 4)
+    check_io(a, "upsample_bilinear2d", 0, 4, REAL, 4..=4)
 }
 
-/// `(planes, H, W)` of a `[N, C, H, W]` or `[C, H, W]` input.
-fn planes(x: &TensorInfo) -> Result<(usize, usize, usize), KernelError> {
-    let r = x.rank();
-    if !(3..=4).contains(&r) {
-        return Err(KernelError::shape(format!(
-            "pool2d: input {:?} must have 3 or 4 dims",
-            x.sizes()
-        )));
+/// A `[N, C, H, W]` or `[C, H, W]` tensor seen as 4-d: sizes and element strides (through its
+/// dim order; N = 1 with stride 0 for a 3-d tensor).
+#[derive(Clone, Copy, Debug)]
+struct Nchw {
+    n: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    sn: usize,
+    sc: usize,
+    sh: usize,
+    sw: usize,
+}
+
+impl Nchw {
+    fn of(t: &TensorInfo) -> Result<Nchw, KernelError> {
+        let (s, st) = (t.sizes(), t.strides());
+        match t.rank() {
+            4 => Ok(Nchw {
+                n: s[0],
+                c: s[1],
+                h: s[2],
+                w: s[3],
+                sn: st[0],
+                sc: st[1],
+                sh: st[2],
+                sw: st[3],
+            }),
+            3 => Ok(Nchw {
+                n: 1,
+                c: s[0],
+                h: s[1],
+                w: s[2],
+                sn: 0,
+                sc: st[0],
+                sh: st[1],
+                sw: st[2],
+            }),
+            r => Err(KernelError::shape(format!(
+                "pool2d: input {:?} must have 3 or 4 dims (has {r})",
+                s
+            ))),
+        }
     }
-    Ok((
-        x.sizes()[..r - 2].iter().product(),
-        x.size(r - 2),
-        x.size(r - 1),
-    ))
+    #[inline(always)]
+    fn at(&self, n: usize, c: usize, h: usize, w: usize) -> usize {
+        n * self.sn + c * self.sc + h * self.sh + w * self.sw
+    }
 }
 
 /// Output sizes: the input's leading dims and `(oh, ow)`.
@@ -153,9 +212,6 @@ pub fn pooling_output_size(
 }
 
 struct PoolGeom {
-    planes: usize,
-    ih: usize,
-    iw: usize,
     oh: usize,
     ow: usize,
     k: [usize; 2],
@@ -170,7 +226,7 @@ fn pool_geom(
     dil: Option<usize>,
     ceil: bool,
 ) -> Result<PoolGeom, KernelError> {
-    let (planes, ih, iw) = planes(x)?;
+    let g = Nchw::of(x)?;
     let k = pair(ctx, 1, None, "kernel_size")?;
     let s = pair(ctx, 2, Some(k), "stride")?;
     let p = pair(ctx, 3, None, "padding")?;
@@ -196,59 +252,58 @@ fn pool_geom(
             ));
         }
     }
-    let oh = pooling_output_size(ih, k[0], p[0], s[0], d[0], ceil)?;
-    let ow = pooling_output_size(iw, k[1], p[1], s[1], d[1], ceil)?;
-    Ok(PoolGeom {
-        planes,
-        ih,
-        iw,
-        oh,
-        ow,
-        k,
-        s,
-        p,
-        d,
-    })
+    let oh = pooling_output_size(g.h, k[0], p[0], s[0], d[0], ceil)?;
+    let ow = pooling_output_size(g.w, k[1], p[1], s[1], d[1], ceil)?;
+    Ok(PoolGeom { oh, ow, k, s, p, d })
 }
 
-fn max_pool<T: Acc>(g: &PoolGeom, x: &[T], out: &mut [T], idx: &mut [i64])
-where
-    T::A: AccFloat,
-{
-    let (ih, iw, oh, ow) = (g.ih as i64, g.iw as i64, g.oh, g.ow);
-    for pl in 0..g.planes {
-        let xp = &x[pl * g.ih * g.iw..][..g.ih * g.iw];
-        for y in 0..oh {
-            let mut h0 = (y * g.s[0]) as i64 - g.p[0] as i64;
-            let h1 = (h0 + ((g.k[0] - 1) * g.d[0]) as i64 + 1).min(ih);
-            while h0 < 0 {
-                h0 += g.d[0] as i64;
-            }
-            for xo in 0..ow {
-                let mut w0 = (xo * g.s[1]) as i64 - g.p[1] as i64;
-                let w1 = (w0 + ((g.k[1] - 1) * g.d[1]) as i64 + 1).min(iw);
-                while w0 < 0 {
-                    w0 += g.d[1] as i64;
-                }
-                let mut best = T::A::NEG_INFINITY;
-                let mut best_i = h0 * iw + w0;
-                let mut h = h0;
-                while h < h1 {
-                    let mut w = w0;
-                    while w < w1 {
-                        let i = h * iw + w;
-                        let v = xp[i as usize].to_acc();
-                        if v > best || v.is_nan() {
-                            best = v;
-                            best_i = i;
+/// ExecuTorch's `kernel_reduction_then_map_2d` for max pooling: the first in-bounds element
+/// of the (dilated) window starts the running maximum, a later one replaces it when greater.
+fn max_pool<T: Element + PartialOrd>(
+    g: &PoolGeom,
+    xg: &Nchw,
+    og: &Nchw,
+    x: &[T],
+    out: &mut [T],
+    idx: &mut [i64],
+) {
+    let (ih, iw) = (xg.h as i64, xg.w as i64);
+    for n in 0..xg.n {
+        for c in 0..xg.c {
+            for y in 0..g.oh {
+                for xo in 0..g.ow {
+                    let h0 = (y * g.s[0]) as i64 - g.p[0] as i64;
+                    let w0 = (xo * g.s[1]) as i64 - g.p[1] as i64;
+                    let mut best: Option<(T, i64)> = None;
+                    for ky in 0..g.k[0] {
+                        let h = h0 + (ky * g.d[0]) as i64;
+                        if h < 0 || h >= ih {
+                            continue;
                         }
-                        w += g.d[1] as i64;
+                        for kx in 0..g.k[1] {
+                            let w = w0 + (kx * g.d[1]) as i64;
+                            if w < 0 || w >= iw {
+                                continue;
+                            }
+                            let v = x[xg.at(n, c, h as usize, w as usize)];
+                            let replace = match best {
+                                None => true,
+                                Some((b, _)) => v.partial_cmp(&b) == Some(Ordering::Greater),
+                            };
+                            if replace {
+                                best = Some((v, h * iw + w));
+                            }
+                        }
                     }
-                    h += g.d[0] as i64;
+                    let o = og.at(n, c, y, xo);
+                    if let Some((v, i)) = best {
+                        out[o] = v;
+                        idx[o] = i;
+                    } else {
+                        out[o] = T::from_i64(0);
+                        idx[o] = 0;
+                    }
                 }
-                let o = (pl * oh + y) * ow + xo;
-                out[o] = T::from_acc(best);
-                idx[o] = best_i;
             }
         }
     }
@@ -256,60 +311,124 @@ where
 
 fn max_pool2d_with_indices_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
-    require_contiguous("max_pool2d", &[&x, ctx.tensor(6)?, ctx.tensor(7)?])?;
     let ceil = ctx.bool(5)?;
     let g = pool_geom(ctx, &x, Some(4), ceil)?;
     let os = out_sizes(&x, g.oh, g.ow);
     ctx.resize(6, &os)?;
     ctx.resize(7, &os)?;
+    let (o_info, i_info) = (*ctx.tensor(6)?, *ctx.tensor(7)?);
+    if o_info.dim_order() != i_info.dim_order() {
+        return Err(KernelError::unsupported(
+            "max_pool2d_with_indices: output and indices of different dim orders",
+        ));
+    }
+    let (xg, og) = (Nchw::of(&x)?, Nchw::of(&o_info)?);
     let ([xr], [mut o, mut ir]) = ctx.io([0], [6, 7])?;
     let dt = x.dtype();
     let idx = ir.as_mut_slice::<i64>()?;
-    dispatch_float!(dt, T => max_pool::<T>(&g, xr.as_slice()?, o.as_mut_slice()?, idx),
-        _ => return Err(KernelError::dtype(dt, "max_pool2d")));
+    dispatch_real!(dt, T => max_pool::<T>(&g, &xg, &og, xr.as_slice()?, o.as_mut_slice()?, idx),
+        _ => return Err(KernelError::dtype(dt, "max_pool2d_with_indices")));
     Ok(())
 }
 
-fn avg_pool<T: Acc>(
+/// Addition and division in the element type, as ExecuTorch's portable average pooling does
+/// (`CTYPE` accumulators: f16/bf16 round after each step; int64 divides with truncation).
+trait AvgElem: Element {
+    fn add(self, o: Self) -> Self;
+    fn div_count(self, n: i64) -> Self;
+}
+macro_rules! avg_float {
+    ($t:ty) => {
+        impl AvgElem for $t {
+            #[inline]
+            fn add(self, o: Self) -> Self {
+                self + o
+            }
+            #[inline]
+            fn div_count(self, n: i64) -> Self {
+                self / n as $t
+            }
+        }
+    };
+}
+avg_float!(f32);
+avg_float!(f64);
+macro_rules! avg_half {
+    ($t:ty) => {
+        impl AvgElem for $t {
+            #[inline]
+            fn add(self, o: Self) -> Self {
+                <$t>::from_f32(self.to_f32() + o.to_f32())
+            }
+            #[inline]
+            fn div_count(self, n: i64) -> Self {
+                <$t>::from_f32(self.to_f32() / <$t>::from_f32(n as f32).to_f32())
+            }
+        }
+    };
+}
+avg_half!(half::f16);
+avg_half!(half::bf16);
+impl AvgElem for i64 {
+    #[inline]
+    fn add(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+    #[inline]
+    fn div_count(self, n: i64) -> Self {
+        if n == 0 {
+            0
+        } else {
+            self.wrapping_div(n)
+        }
+    }
+}
+
+fn avg_pool<T: AvgElem>(
     g: &PoolGeom,
+    xg: &Nchw,
+    og: &Nchw,
     x: &[T],
     out: &mut [T],
     count_include_pad: bool,
     divisor: Option<i64>,
-) where
-    T::A: AccFloat,
-{
-    let (ih, iw) = (g.ih as i64, g.iw as i64);
-    for pl in 0..g.planes {
-        let xp = &x[pl * g.ih * g.iw..][..g.ih * g.iw];
-        for y in 0..g.oh {
-            for xo in 0..g.ow {
-                let mut h0 = (y * g.s[0]) as i64 - g.p[0] as i64;
-                let mut w0 = (xo * g.s[1]) as i64 - g.p[1] as i64;
-                let mut h1 = (h0 + g.k[0] as i64).min(ih + g.p[0] as i64);
-                let mut w1 = (w0 + g.k[1] as i64).min(iw + g.p[1] as i64);
-                let pool_size = (h1 - h0) * (w1 - w0);
-                h0 = h0.max(0);
-                w0 = w0.max(0);
-                h1 = h1.min(ih);
-                w1 = w1.min(iw);
-                let o = (pl * g.oh + y) * g.ow + xo;
-                if h0 >= h1 || w0 >= w1 {
-                    out[o] = T::from_acc(T::A::ZERO);
-                    continue;
-                }
-                let mut s = T::A::ZERO;
-                for h in h0..h1 {
-                    for v in &xp[(h * iw + w0) as usize..(h * iw + w1) as usize] {
-                        s = s.add(v.to_acc());
+) {
+    let (ih, iw) = (xg.h as i64, xg.w as i64);
+    for n in 0..xg.n {
+        for c in 0..xg.c {
+            for y in 0..g.oh {
+                for xo in 0..g.ow {
+                    let mut h0 = (y * g.s[0]) as i64 - g.p[0] as i64;
+                    let mut w0 = (xo * g.s[1]) as i64 - g.p[1] as i64;
+                    let mut h1 = (h0 + g.k[0] as i64).min(ih + g.p[0] as i64);
+                    let mut w1 = (w0 + g.k[1] as i64).min(iw + g.p[1] as i64);
+                    let pool_size = (h1 - h0) * (w1 - w0);
+                    h0 = h0.max(0);
+                    w0 = w0.max(0);
+                    h1 = h1.min(ih);
+                    w1 = w1.min(iw);
+                    let o = og.at(n, c, y, xo);
+                    if h0 >= h1 || w0 >= w1 {
+                        out[o] = T::from_i64(0);
+                        continue;
                     }
+                    let mut s: Option<T> = None;
+                    for h in h0..h1 {
+                        for w in w0..w1 {
+                            let v = x[xg.at(n, c, h as usize, w as usize)];
+                            s = Some(match s {
+                                None => v,
+                                Some(a) => v.add(a),
+                            });
+                        }
+                    }
+                    let div = match divisor {
+                        Some(d) => d,
+                        None if count_include_pad => pool_size,
+                        None => (h1 - h0) * (w1 - w0),
+                    };
+                    out[o] = s.unwrap_or(T::from_i64(0)).div_count(div);
                 }
-                let div = match divisor {
-                    Some(d) => d,
-                    None if count_include_pad => pool_size,
-                    None => (h1 - h0) * (w1 - w0),
-                };
-                out[o] = T::from_acc(s / T::A::from_f64(div as f64));
             }
         }
     }
@@ -317,45 +436,59 @@ fn avg_pool<T: Acc>(
 
 fn avg_pool2d_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
-    require_contiguous("avg_pool2d", &[&x, ctx.tensor(7)?])?;
     let (ceil, cip, divisor) = (ctx.bool(4)?, ctx.bool(5)?, ctx.opt_int(6)?);
     if divisor == Some(0) {
         return Err(KernelError::invalid("avg_pool2d: divisor must not be zero"));
     }
     let g = pool_geom(ctx, &x, None, ceil)?;
     ctx.resize(7, &out_sizes(&x, g.oh, g.ow))?;
+    let (xg, og) = (Nchw::of(&x)?, Nchw::of(ctx.tensor(7)?)?);
     let ([xr], [mut o]) = ctx.io([0], [7])?;
     let dt = x.dtype();
-    dispatch_float!(dt, T => avg_pool::<T>(&g, xr.as_slice()?, o.as_mut_slice()?, cip, divisor),
-        _ => return Err(KernelError::dtype(dt, "avg_pool2d")));
+    macro_rules! go {
+        ($T:ty) => {
+            avg_pool::<$T>(
+                &g,
+                &xg,
+                &og,
+                xr.as_slice()?,
+                o.as_mut_slice()?,
+                cip,
+                divisor,
+            )
+        };
+    }
+    match dt {
+        ScalarType::Float => go!(f32),
+        ScalarType::Double => go!(f64),
+        ScalarType::Half => go!(half::f16),
+        ScalarType::BFloat16 => go!(half::bf16),
+        ScalarType::Long => go!(i64),
+        _ => return Err(KernelError::dtype(dt, "avg_pool2d")),
+    }
     Ok(())
 }
 
-fn adaptive_avg<T: Acc>(
-    x: &[T],
-    out: &mut [T],
-    planes: usize,
-    ih: usize,
-    iw: usize,
-    oh: usize,
-    ow: usize,
-) where
-    T::A: AccFloat,
-{
-    for pl in 0..planes {
-        let xp = &x[pl * ih * iw..][..ih * iw];
-        for y in 0..oh {
-            let (h0, h1) = (y * ih / oh, ((y + 1) * ih).div_ceil(oh));
-            for xo in 0..ow {
-                let (w0, w1) = (xo * iw / ow, ((xo + 1) * iw).div_ceil(ow));
-                let mut s = T::A::ZERO;
-                for h in h0..h1 {
-                    for v in &xp[h * iw + w0..h * iw + w1] {
-                        s = s.add(v.to_acc());
+/// ExecuTorch's adaptive average pooling: windows `[floor(o·in/out), ceil((o+1)·in/out))`
+/// (computed in f32), summed in f32, divided in f32, converted back.
+fn adaptive_avg<T: Element>(x: &[T], out: &mut [T], xg: &Nchw, og: &Nchw) {
+    let start = |o: usize, os: usize, is: usize| ((o * is) as f32 / os as f32).floor() as usize;
+    let end = |o: usize, os: usize, is: usize| (((o + 1) * is) as f32 / os as f32).ceil() as usize;
+    for n in 0..xg.n {
+        for c in 0..xg.c {
+            for y in 0..og.h {
+                let (h0, h1) = (start(y, og.h, xg.h), end(y, og.h, xg.h).min(xg.h));
+                for xo in 0..og.w {
+                    let (w0, w1) = (start(xo, og.w, xg.w), end(xo, og.w, xg.w).min(xg.w));
+                    let mut s = 0f32;
+                    for h in h0..h1 {
+                        for w in w0..w1 {
+                            s += x[xg.at(n, c, h, w)].to_f64() as f32;
+                        }
                     }
+                    let cnt = (h1.saturating_sub(h0) * w1.saturating_sub(w0)) as f32;
+                    out[og.at(n, c, y, xo)] = T::from_f64((s / cnt) as f64);
                 }
-                let n = ((h1 - h0) * (w1 - w0)) as f64;
-                out[(pl * oh + y) * ow + xo] = T::from_acc(s / T::A::from_f64(n));
             }
         }
     }
@@ -363,18 +496,21 @@ fn adaptive_avg<T: Acc>(
 
 fn adaptive_avg_pool2d_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
-    require_contiguous("adaptive_avg_pool2d", &[&x, ctx.tensor(2)?])?;
-    let (planes, ih, iw) = planes(&x)?;
+    let xg = Nchw::of(&x)?;
     let [oh, ow] = pair(ctx, 1, None, "output_size")?;
-    if (oh == 0 || ow == 0) && planes * ih * iw != 0 || ih == 0 || iw == 0 {
+    if oh == 0 || ow == 0 || xg.h == 0 || xg.w == 0 {
         return Err(KernelError::shape(
             "adaptive_avg_pool2d: empty input or output size",
         ));
     }
     ctx.resize(2, &out_sizes(&x, oh, ow))?;
+    let og = Nchw::of(ctx.tensor(2)?)?;
     let ([xr], [mut o]) = ctx.io([0], [2])?;
     let dt = x.dtype();
-    dispatch_float!(dt, T => adaptive_avg::<T>(xr.as_slice()?, o.as_mut_slice()?, planes, ih, iw, oh, ow),
+    if !AVG.contains(dt) {
+        return Err(KernelError::dtype(dt, "adaptive_avg_pool2d"));
+    }
+    dispatch_dtype!(dt, T => adaptive_avg::<T>(xr.as_slice()?, o.as_mut_slice()?, &xg, &og),
         _ => return Err(KernelError::dtype(dt, "adaptive_avg_pool2d")));
     Ok(())
 }
@@ -389,7 +525,8 @@ fn upsample_target(
     osz: usize,
     sf: usize,
 ) -> Result<([usize; 2], [Option<f64>; 2]), KernelError> {
-    let (_, ih, iw) = planes(x)?;
+    let g = Nchw::of(x)?;
+    let (ih, iw) = (g.h, g.w);
     if x.rank() != 4 {
         return Err(KernelError::shape("upsample2d: input must be 4-d"));
     }
@@ -444,35 +581,28 @@ fn nearest_idx(o: usize, input: usize, output: usize, scale: Option<f64>) -> usi
 
 fn upsample_nearest2d_vec_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
-    require_contiguous("upsample_nearest2d", &[&x, ctx.tensor(3)?])?;
     let ([oh, ow], scales) = upsample_target(ctx, &x, 1, 2)?;
-    let (planes, ih, iw) = planes(&x)?;
     ctx.resize(3, &out_sizes(&x, oh, ow))?;
-    if planes * ih * iw == 0 {
+    let (xg, og) = (Nchw::of(&x)?, Nchw::of(ctx.tensor(3)?)?);
+    if x.numel() == 0 {
         return Ok(());
     }
     let ([xr], [mut o]) = ctx.io([0], [3])?;
-    fn run<T: Copy>(
-        x: &[T],
-        o: &mut [T],
-        planes: usize,
-        (ih, iw): (usize, usize),
-        (oh, ow): (usize, usize),
-        scales: [Option<f64>; 2],
-    ) {
-        for p in 0..planes {
-            for y in 0..oh {
-                let h = nearest_idx(y, ih, oh, scales[0]);
-                let src = &x[(p * ih + h) * iw..][..iw];
-                let dst = &mut o[(p * oh + y) * ow..][..ow];
-                for (xo, d) in dst.iter_mut().enumerate() {
-                    *d = src[nearest_idx(xo, iw, ow, scales[1])];
+    fn run<T: Copy>(x: &[T], o: &mut [T], xg: &Nchw, og: &Nchw, scales: [Option<f64>; 2]) {
+        for n in 0..og.n {
+            for c in 0..og.c {
+                for y in 0..og.h {
+                    let h = nearest_idx(y, xg.h, og.h, scales[0]);
+                    for xo in 0..og.w {
+                        let w = nearest_idx(xo, xg.w, og.w, scales[1]);
+                        o[og.at(n, c, y, xo)] = x[xg.at(n, c, h, w)];
+                    }
                 }
             }
         }
     }
     let dt = x.dtype();
-    dispatch_float!(dt, T => run::<T>(xr.as_slice()?, o.as_mut_slice()?, planes, (ih, iw), (oh, ow), scales),
+    dispatch_real!(dt, T => run::<T>(xr.as_slice()?, o.as_mut_slice()?, &xg, &og, scales),
         _ => return Err(KernelError::dtype(dt, "upsample_nearest2d")));
     Ok(())
 }
@@ -520,48 +650,91 @@ impl LinearAxis {
     }
 }
 
+/// Bilinear interpolation arithmetic: f32 weights; values in f32 (f64 for f64), converted back
+/// to the element type (C++ conversion: truncation for integers).
+trait Lerp: Element {
+    fn lerp4(tl: Self, tr: Self, bl: Self, br: Self, ww: [f32; 2], wh: [f32; 2]) -> Self;
+}
+macro_rules! lerp_via {
+    ($t:ty, $c:ty) => {
+        impl Lerp for $t {
+            #[inline]
+            fn lerp4(tl: Self, tr: Self, bl: Self, br: Self, ww: [f32; 2], wh: [f32; 2]) -> Self {
+                let f = |v: $t| <$t as Element>::to_f64(v) as $c;
+                let (w0, w1) = (ww[0] as $c, ww[1] as $c);
+                let top = f(tl) * w0 + f(tr) * w1;
+                let bot = f(bl) * w0 + f(br) * w1;
+                <$t as Element>::from_f64((top * wh[0] as $c + bot * wh[1] as $c) as f64)
+            }
+        }
+    };
+}
+lerp_via!(f32, f32);
+lerp_via!(f64, f64);
+lerp_via!(half::f16, f32);
+lerp_via!(half::bf16, f32);
+lerp_via!(u8, f32);
+lerp_via!(i8, f32);
+lerp_via!(i16, f32);
+lerp_via!(i32, f32);
+lerp_via!(i64, f32);
+
 fn upsample_bilinear2d_vec_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
-    require_contiguous("upsample_bilinear2d", &[&x, ctx.tensor(4)?])?;
     let align = ctx.bool(2)?;
     let ([oh, ow], scales) = upsample_target(ctx, &x, 1, 3)?;
-    let (planes, ih, iw) = planes(&x)?;
     ctx.resize(4, &out_sizes(&x, oh, ow))?;
-    if planes * ih * iw == 0 {
+    let (xg, og) = (Nchw::of(&x)?, Nchw::of(ctx.tensor(4)?)?);
+    if x.numel() == 0 {
         return Ok(());
     }
-    let hw = LinearAxis::new(ih, oh, align, scales[0]);
-    let ww = LinearAxis::new(iw, ow, align, scales[1]);
+    let hw = LinearAxis::new(xg.h, oh, align, scales[0]);
+    let ww = LinearAxis::new(xg.w, ow, align, scales[1]);
     let ([xr], [mut o]) = ctx.io([0], [4])?;
-    fn run<T: Acc>(
+    fn run<T: Lerp>(
         x: &[T],
         o: &mut [T],
-        planes: usize,
-        (ih, iw): (usize, usize),
-        (oh, ow): (usize, usize),
+        xg: &Nchw,
+        og: &Nchw,
         (hw, ww): (LinearAxis, LinearAxis),
-    ) where
-        T::A: AccFloat,
-    {
-        let f = |v: f32| T::A::from_f64(v as f64);
-        for p in 0..planes {
-            let xp = &x[p * ih * iw..][..ih * iw];
-            for y in 0..oh {
-                let (h0, h1, lh0, lh1) = hw.weights(y);
-                let (r0, r1) = (&xp[h0 * iw..][..iw], &xp[h1 * iw..][..iw]);
-                let dst = &mut o[(p * oh + y) * ow..][..ow];
-                for (xo, d) in dst.iter_mut().enumerate() {
-                    let (w0, w1, lw0, lw1) = ww.weights(xo);
-                    let top = f(lw0).mul(r0[w0].to_acc()).add(f(lw1).mul(r0[w1].to_acc()));
-                    let bot = f(lw0).mul(r1[w0].to_acc()).add(f(lw1).mul(r1[w1].to_acc()));
-                    *d = T::from_acc(f(lh0).mul(top).add(f(lh1).mul(bot)));
+    ) {
+        for n in 0..og.n {
+            for c in 0..og.c {
+                for y in 0..og.h {
+                    let (h0, h1, lh0, lh1) = hw.weights(y);
+                    for xo in 0..og.w {
+                        let (w0, w1, lw0, lw1) = ww.weights(xo);
+                        o[og.at(n, c, y, xo)] = T::lerp4(
+                            x[xg.at(n, c, h0, w0)],
+                            x[xg.at(n, c, h0, w1)],
+                            x[xg.at(n, c, h1, w0)],
+                            x[xg.at(n, c, h1, w1)],
+                            [lw0, lw1],
+                            [lh0, lh1],
+                        );
+                    }
                 }
             }
         }
     }
     let dt = x.dtype();
-    dispatch_float!(dt, T => run::<T>(xr.as_slice()?, o.as_mut_slice()?, planes, (ih, iw), (oh, ow), (hw, ww)),
-        _ => return Err(KernelError::dtype(dt, "upsample_bilinear2d")));
+    macro_rules! go {
+        ($T:ty) => {
+            run::<$T>(xr.as_slice()?, o.as_mut_slice()?, &xg, &og, (hw, ww))
+        };
+    }
+    match dt {
+        ScalarType::Float => go!(f32),
+        ScalarType::Double => go!(f64),
+        ScalarType::Half => go!(half::f16),
+        ScalarType::BFloat16 => go!(half::bf16),
+        ScalarType::Byte => go!(u8),
+        ScalarType::Char => go!(i8),
+        ScalarType::Short => go!(i16),
+        ScalarType::Int => go!(i32),
+        ScalarType::Long => go!(i64),
+        _ => return Err(KernelError::dtype(dt, "upsample_bilinear2d")),
+    }
     Ok(())
 }
 

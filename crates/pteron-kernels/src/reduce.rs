@@ -8,10 +8,7 @@ use pteron_core::{
     KernelError, KernelRegistry, ScalarType, TensorInfo, MAX_RANK,
 };
 
-use crate::util::{
-    for_each_strided, outer_dim_inner, require_contiguous, require_dtype, FLOATS, REALS,
-    REALS_AND_BOOL,
-};
+use crate::util::{for_each_strided, require_dtype, FLOATS, REALS, REALS_AND_BOOL};
 
 pub mod more;
 
@@ -97,21 +94,26 @@ fn plan(x: &TensorInfo, dims: Option<&[i64]>, keepdim: bool) -> Result<Plan, Ker
     })
 }
 
-/// Calls `f(out_index, input_offsets)` for each output element with an iterator over the input
-/// offsets reduced into it (contiguous input).
+/// Calls `f(out_offset, input_offsets)` for each output element with an iterator over the input
+/// offsets reduced into it. Input and output (`out`, of the plan's shape) are addressed through
+/// their strides: any dim orders.
 fn for_each_group(
     x: &TensorInfo,
     p: &Plan,
+    out: &TensorInfo,
     mut f: impl FnMut(usize, &mut dyn FnMut(&mut dyn FnMut(usize))),
 ) {
     let strides = x.strides();
-    let (mut kept_sizes, mut kept_strides, mut red_sizes, mut red_strides) = (
+    let (mut kept_sizes, mut kept_strides, mut out_strides, mut red_sizes, mut red_strides) = (
+        [0usize; MAX_RANK],
         [0usize; MAX_RANK],
         [0usize; MAX_RANK],
         [0usize; MAX_RANK],
         [0usize; MAX_RANK],
     );
     let (mut nk, mut nr) = (0, 0);
+    // with keepdim (or nothing reduced) kept dim d is output dim d, else the nk-th
+    let same_rank = p.out_rank == x.rank() && out.rank() == x.rank();
     for d in 0..x.rank() {
         if p.reduced[d] {
             red_sizes[nr] = x.size(d);
@@ -120,16 +122,19 @@ fn for_each_group(
         } else {
             kept_sizes[nk] = x.size(d);
             kept_strides[nk] = strides[d];
+            let od = if same_rank { d } else { nk };
+            out_strides[nk] = out.strides().get(od).copied().unwrap_or(0);
             nk += 1;
         }
     }
-    let (ks, kst, rs, rst) = (
+    let (ks, kst, ost, rs, rst) = (
         &kept_sizes[..nk],
         &kept_strides[..nk],
+        &out_strides[..nk],
         &red_sizes[..nr],
         &red_strides[..nr],
     );
-    for_each_strided(ks, [kst], |o, [base]| {
+    for_each_strided(ks, [kst, ost], |_, [base, o]| {
         f(o, &mut |g: &mut dyn FnMut(usize)| {
             for_each_strided(rs, [rst], |_, [off]| g(base + off));
         });
@@ -183,10 +188,17 @@ fn check_mean_dtype(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     require_dtype("mean", v.tensor(2)?.dtype(), &FLOATS)
 }
 
-fn sum_into<X: Element, O: Element>(x: &[X], xi: &TensorInfo, p: &Plan, out: &mut [O], mean: bool) {
+fn sum_into<X: Element, O: Element>(
+    x: &[X],
+    xi: &TensorInfo,
+    p: &Plan,
+    out: &mut [O],
+    oi: &TensorInfo,
+    mean: bool,
+) {
     let count = xi.numel() / out.len().max(1);
     let float = O::DTYPE.is_floating() || mean;
-    for_each_group(xi, p, |o, each| {
+    for_each_group(xi, p, oi, |o, each| {
         if float {
             let mut acc = 0f64;
             each(&mut |i| acc += x[i].to_f64());
@@ -228,14 +240,14 @@ fn sum_like(
         Some(i) => ctx.bool(i)?,
         None => false,
     };
-    require_contiguous(if mean { "mean" } else { "sum" }, &[&x])?;
     let p = plan(&x, n.map(|n| &buf[..n]), keepdim)?;
     ctx.resize(out_at, &p.out[..p.out_rank])?;
+    let oi = *ctx.tensor(out_at)?;
     let ([xt], [mut ot]) = ctx.io([0], [out_at])?;
     let od = ot.info.dtype();
     dispatch_dtype!(x.dtype(), X => {
         let xs = xt.as_slice::<X>()?;
-        dispatch_dtype!(od, O => sum_into::<X, O>(xs, &x, &p, ot.as_mut_slice::<O>()?, mean),
+        dispatch_dtype!(od, O => sum_into::<X, O>(xs, &x, &p, ot.as_mut_slice::<O>()?, &oi, mean),
             _ => return Err(KernelError::dtype(od, "sum/mean output")))
     }, _ => return Err(KernelError::dtype(x.dtype(), "sum/mean")));
     Ok(())
@@ -270,8 +282,15 @@ fn check_minmax(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     Ok(())
 }
 
-fn extreme<T: Element>(x: &[T], xi: &TensorInfo, p: &Plan, out: &mut [T], max: bool) {
-    for_each_group(xi, p, |o, each| {
+fn extreme<T: Element>(
+    x: &[T],
+    xi: &TensorInfo,
+    p: &Plan,
+    out: &mut [T],
+    oi: &TensorInfo,
+    max: bool,
+) {
+    for_each_group(xi, p, oi, |o, each| {
         let mut best: Option<T> = None;
         each(&mut |i| {
             let v = x[i];
@@ -297,14 +316,14 @@ fn minmax(ctx: &mut KernelContext<'_, '_>, max: bool) -> Result<(), KernelError>
     let x = *ctx.tensor(0)?;
     let (buf, n) = reduce_dims(ctx, 1)?;
     let keepdim = ctx.bool(2)?;
-    require_contiguous("amax/amin", &[&x])?;
     let p = plan(&x, n.map(|n| &buf[..n]), keepdim)?;
     if x.numel() == 0 {
         return Err(KernelError::invalid("amax/amin of an empty tensor"));
     }
     ctx.resize(3, &p.out[..p.out_rank])?;
+    let oi = *ctx.tensor(3)?;
     let ([xt], [mut ot]) = ctx.io([0], [3])?;
-    dispatch_dtype!(x.dtype(), T => extreme::<T>(xt.as_slice()?, &x, &p, ot.as_mut_slice()?, max),
+    dispatch_dtype!(x.dtype(), T => extreme::<T>(xt.as_slice()?, &x, &p, ot.as_mut_slice()?, &oi, max),
         _ => return Err(KernelError::dtype(x.dtype(), "amax/amin")));
     Ok(())
 }
@@ -325,8 +344,15 @@ fn check_arg(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     require_dtype("argmax/argmin", v.tensor(3)?.dtype(), &[ScalarType::Long])
 }
 
-fn arg_extreme<T: Element>(x: &[T], xi: &TensorInfo, p: &Plan, out: &mut [i64], max: bool) {
-    for_each_group(xi, p, |o, each| {
+fn arg_extreme<T: Element>(
+    x: &[T],
+    xi: &TensorInfo,
+    p: &Plan,
+    out: &mut [i64],
+    oi: &TensorInfo,
+    max: bool,
+) {
+    for_each_group(xi, p, oi, |o, each| {
         let mut best: Option<(T, i64)> = None;
         let mut k = 0i64;
         each(&mut |i| {
@@ -353,7 +379,6 @@ fn arg(ctx: &mut KernelContext<'_, '_>, max: bool) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
     let dim = ctx.opt_int(1)?;
     let keepdim = ctx.bool(2)?;
-    require_contiguous("argmax/argmin", &[&x])?;
     if x.numel() == 0 {
         return Err(KernelError::invalid("argmax/argmin of an empty tensor"));
     }
@@ -366,8 +391,9 @@ fn arg(ctx: &mut KernelContext<'_, '_>, max: bool) -> Result<(), KernelError> {
         p.out_rank = 0;
     }
     ctx.resize(3, &p.out[..p.out_rank])?;
+    let oi = *ctx.tensor(3)?;
     let ([xt], [mut ot]) = ctx.io([0], [3])?;
-    dispatch_dtype!(x.dtype(), T => arg_extreme::<T>(xt.as_slice()?, &x, &p, ot.as_mut_slice()?, max),
+    dispatch_dtype!(x.dtype(), T => arg_extreme::<T>(xt.as_slice()?, &x, &p, ot.as_mut_slice()?, &oi, max),
         _ => return Err(KernelError::dtype(x.dtype(), "argmax/argmin")));
     Ok(())
 }
@@ -393,10 +419,11 @@ fn var_into<X: Element, O: Element>(
     xi: &TensorInfo,
     p: &Plan,
     out: &mut [O],
+    oi: &TensorInfo,
     correction: f64,
 ) {
     let count = (xi.numel() / out.len().max(1)) as f64;
-    for_each_group(xi, p, |o, each| {
+    for_each_group(xi, p, oi, |o, each| {
         let mut sum = 0f64;
         each(&mut |i| sum += x[i].to_f64());
         let mean = sum / count;
@@ -417,14 +444,14 @@ fn var_common(
 ) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
     let (buf, n) = reduce_dims(ctx, 1)?;
-    require_contiguous("var", &[&x])?;
     let p = plan(&x, n.map(|n| &buf[..n]), keepdim)?;
     ctx.resize(4, &p.out[..p.out_rank])?;
+    let oi = *ctx.tensor(4)?;
     let ([xt], [mut ot]) = ctx.io([0], [4])?;
     let od = ot.info.dtype();
     dispatch_float!(x.dtype(), X => {
         let xs = xt.as_slice::<X>()?;
-        dispatch_float!(od, O => var_into::<X, O>(xs, &x, &p, ot.as_mut_slice::<O>()?, correction),
+        dispatch_float!(od, O => var_into::<X, O>(xs, &x, &p, ot.as_mut_slice::<O>()?, &oi, correction),
             _ => return Err(KernelError::dtype(od, "var output")))
     }, _ => return Err(KernelError::dtype(x.dtype(), "var")));
     Ok(())
@@ -462,48 +489,62 @@ fn check_softmax(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     Ok(())
 }
 
+/// Softmax along `dim` of `x` into `out`, both read and written through their strides (any
+/// dim orders).
 fn softmax_into<T: Element>(
     x: &[T],
+    xi: &TensorInfo,
     out: &mut [T],
-    outer: usize,
-    n: usize,
-    inner: usize,
+    oi: &TensorInfo,
+    dim: usize,
     log: bool,
 ) {
-    for o in 0..outer {
-        for i in 0..inner {
-            let at = |k: usize| o * n * inner + k * inner + i;
-            let mut max = f64::NEG_INFINITY;
-            for k in 0..n {
-                let v = x[at(k)].to_f64();
-                if v > max || v.is_nan() {
-                    max = v;
-                }
-            }
-            let mut sum = 0f64;
-            for k in 0..n {
-                sum += (x[at(k)].to_f64() - max).exp();
-            }
-            for k in 0..n {
-                let z = x[at(k)].to_f64() - max;
-                out[at(k)] = T::from_f64(if log { z - sum.ln() } else { z.exp() / sum });
+    let rank = xi.rank();
+    let (n, sx, so) = if rank == 0 {
+        (1, 0, 0)
+    } else {
+        (xi.size(dim), xi.strides()[dim], oi.strides()[dim])
+    };
+    // the other dims: sizes and the strides of both tensors
+    let (mut sizes, mut xs, mut os) = ([0usize; MAX_RANK], [0usize; MAX_RANK], [0usize; MAX_RANK]);
+    let mut k = 0;
+    for d in (0..rank).filter(|&d| d != dim) {
+        sizes[k] = xi.size(d);
+        xs[k] = xi.strides()[d];
+        os[k] = oi.strides()[d];
+        k += 1;
+    }
+    for_each_strided(&sizes[..k], [&xs[..k], &os[..k]], |_, [xb, ob]| {
+        let mut max = f64::NEG_INFINITY;
+        for j in 0..n {
+            let v = x[xb + j * sx].to_f64();
+            if v > max || v.is_nan() {
+                max = v;
             }
         }
-    }
+        let mut sum = 0f64;
+        for j in 0..n {
+            sum += (x[xb + j * sx].to_f64() - max).exp();
+        }
+        for j in 0..n {
+            let z = x[xb + j * sx].to_f64() - max;
+            out[ob + j * so] = T::from_f64(if log { z - sum.ln() } else { z.exp() / sum });
+        }
+    });
 }
 
 fn softmax_common(ctx: &mut KernelContext<'_, '_>, log: bool) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
-    let dim = x.dim_index(ctx.int(1)?)?;
-    require_contiguous("softmax", &[&x])?;
-    ctx.resize(3, x.sizes())?;
-    let (outer, n, inner) = if x.rank() == 0 {
-        (1, 1, 1)
+    let dim = if x.rank() == 0 {
+        x.dim_index(ctx.int(1)?)?;
+        0
     } else {
-        outer_dim_inner(x.sizes(), dim)
+        x.dim_index(ctx.int(1)?)?
     };
+    ctx.resize(3, x.sizes())?;
+    let oi = *ctx.tensor(3)?;
     let ([xt], [mut ot]) = ctx.io([0], [3])?;
-    dispatch_float!(x.dtype(), T => softmax_into::<T>(xt.as_slice()?, ot.as_mut_slice()?, outer, n, inner, log),
+    dispatch_float!(x.dtype(), T => softmax_into::<T>(xt.as_slice()?, &x, ot.as_mut_slice()?, &oi, dim, log),
         _ => return Err(KernelError::dtype(x.dtype(), "softmax")));
     Ok(())
 }

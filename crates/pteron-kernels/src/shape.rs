@@ -14,8 +14,9 @@ use crate::util::{contiguous_strides, copy_view, read_int_list, require_contiguo
 
 pub fn register(r: &mut KernelRegistry) {
     let v = |f| Kernel::with_check(f, check_unary_copy);
-    r.register("aten::view_copy.out", v(view_copy_out));
-    r.register("aten::_unsafe_view.out", v(view_copy_out));
+    let rs = |f| Kernel::with_check(f, check_reshape_copy);
+    r.register("aten::view_copy.out", rs(view_copy_out));
+    r.register("aten::_unsafe_view.out", rs(view_copy_out));
     r.register(
         "aten::alias_copy.out",
         Kernel::with_check(alias_copy_out, check_alias),
@@ -52,11 +53,11 @@ pub fn register(r: &mut KernelRegistry) {
         "aten::narrow_copy.out",
         Kernel::with_check(narrow_copy_out, check_narrow),
     );
-    r.register("aten::repeat.out", v(repeat_out));
+    r.register("aten::repeat.out", rs(repeat_out));
     r.register("aten::flip.out", v(flip_out));
     r.register("aten::roll.out", Kernel::with_check(roll_out, check_roll));
-    r.register("aten::pixel_shuffle.out", v(pixel_shuffle_out));
-    r.register("aten::pixel_unshuffle.out", v(pixel_unshuffle_out));
+    r.register("aten::pixel_shuffle.out", rs(pixel_shuffle_out));
+    r.register("aten::pixel_unshuffle.out", rs(pixel_unshuffle_out));
     r.register(
         "aten::as_strided_copy.out",
         Kernel::with_check(as_strided_copy_out, check_as_strided),
@@ -102,42 +103,55 @@ fn same_dtype_contig_out(
     require_contiguous(op, &[out])
 }
 
-/// `(self, <one more arg>, out)`.
-fn check_unary_copy(a: &ArgView) -> Result<(), KernelError> {
+/// The output has the input's dtype (any dim order: the ops below write through its strides).
+fn same_dtype_out(op: &'static str, x: &TensorInfo, out: &TensorInfo) -> Result<(), KernelError> {
+    if x.dtype() != out.dtype() {
+        return Err(KernelError::dtype(out.dtype(), op));
+    }
+    Ok(())
+}
+
+/// `(self, <one more arg>, out)`: ops whose output is a reshape of the input's elements
+/// (view_copy, repeat, pixel_shuffle...) want a contiguous output.
+fn check_reshape_copy(a: &ArgView) -> Result<(), KernelError> {
     same_dtype_contig_out("shape op", a.tensor(0)?, a.tensor(2)?)
+}
+/// `(self, <one more arg>, out)`: permute, unsqueeze, squeeze, flip (any output dim order).
+fn check_unary_copy(a: &ArgView) -> Result<(), KernelError> {
+    same_dtype_out("shape op", a.tensor(0)?, a.tensor(2)?)
 }
 /// `(self, a, b, out)`: select_copy.int_out, transpose_copy.int_out.
 fn check_copy_out3(a: &ArgView) -> Result<(), KernelError> {
-    same_dtype_contig_out("shape op", a.tensor(0)?, a.tensor(3)?)
+    same_dtype_out("shape op", a.tensor(0)?, a.tensor(3)?)
 }
 /// `(self, out)`.
 fn check_alias(a: &ArgView) -> Result<(), KernelError> {
-    same_dtype_contig_out("shape op", a.tensor(0)?, a.tensor(1)?)
+    same_dtype_out("shape op", a.tensor(0)?, a.tensor(1)?)
 }
 fn check_slice(a: &ArgView) -> Result<(), KernelError> {
     if a.int(4)? <= 0 {
         return Err(KernelError::invalid("slice_copy: step must be positive"));
     }
-    same_dtype_contig_out("slice_copy", a.tensor(0)?, a.tensor(5)?)
+    same_dtype_out("slice_copy", a.tensor(0)?, a.tensor(5)?)
 }
 fn check_expand(a: &ArgView) -> Result<(), KernelError> {
-    same_dtype_contig_out("expand_copy", a.tensor(0)?, a.tensor(3)?)
+    same_dtype_out("expand_copy", a.tensor(0)?, a.tensor(3)?)
 }
 fn check_narrow(a: &ArgView) -> Result<(), KernelError> {
-    same_dtype_contig_out("narrow_copy", a.tensor(0)?, a.tensor(4)?)
+    same_dtype_out("narrow_copy", a.tensor(0)?, a.tensor(4)?)
 }
 fn check_roll(a: &ArgView) -> Result<(), KernelError> {
-    same_dtype_contig_out("roll", a.tensor(0)?, a.tensor(3)?)
+    same_dtype_out("roll", a.tensor(0)?, a.tensor(3)?)
 }
 fn check_as_strided(a: &ArgView) -> Result<(), KernelError> {
     require_contiguous("as_strided_copy", &[a.tensor(0)?])?;
-    same_dtype_contig_out("as_strided_copy", a.tensor(0)?, a.tensor(4)?)
+    same_dtype_out("as_strided_copy", a.tensor(0)?, a.tensor(4)?)
 }
 fn check_diagonal(a: &ArgView) -> Result<(), KernelError> {
-    same_dtype_contig_out("diagonal_copy", a.tensor(0)?, a.tensor(4)?)
+    same_dtype_out("diagonal_copy", a.tensor(0)?, a.tensor(4)?)
 }
 fn check_unfold(a: &ArgView) -> Result<(), KernelError> {
-    same_dtype_contig_out("unfold_copy", a.tensor(0)?, a.tensor(4)?)
+    same_dtype_out("unfold_copy", a.tensor(0)?, a.tensor(4)?)
 }
 fn check_pad(a: &ArgView) -> Result<(), KernelError> {
     let x = a.tensor(0)?;
@@ -145,18 +159,35 @@ fn check_pad(a: &ArgView) -> Result<(), KernelError> {
         return Err(KernelError::dtype(x.dtype(), "constant_pad_nd"));
     }
     a.scalar(2)?;
-    same_dtype_contig_out("constant_pad_nd", x, a.tensor(3)?)
+    same_dtype_out("constant_pad_nd", x, a.tensor(3)?)
 }
+/// cat/stack: inputs of any dtype that casts to the output's (ExecuTorch's `canCast`), any
+/// dim orders.
 fn check_cat(a: &ArgView) -> Result<(), KernelError> {
     let out = a.tensor(2)?;
-    require_contiguous("cat", &[out])?;
-    for &vi in a.tensor_list(0)? {
-        let t = a.tensor_at(vi as usize)?;
-        if t.dtype() != out.dtype() {
-            return Err(KernelError::unsupported(format!(
-                "cat/stack: input dtype {} differs from output dtype {} (type promotion is not supported)",
-                t.dtype(),
-                out.dtype()
+    cat_dtypes(
+        "cat/stack",
+        out.dtype(),
+        a.tensor_list(0)?.iter().map(|&vi| a.tensor_at(vi as usize)),
+    )
+}
+
+fn cat_dtypes<'t>(
+    op: &'static str,
+    out: ScalarType,
+    inputs: impl Iterator<Item = Result<&'t TensorInfo, KernelError>>,
+) -> Result<(), KernelError> {
+    if !ScalarType::REAL_AND_BOOL.contains(&out) {
+        return Err(KernelError::dtype(out, op));
+    }
+    for t in inputs {
+        let t = t?.dtype();
+        if !ScalarType::REAL_AND_BOOL.contains(&t) {
+            return Err(KernelError::dtype(t, op));
+        }
+        if !crate::elementwise::engine::can_cast(t, out) {
+            return Err(KernelError::invalid(format!(
+                "{op}: input dtype {t} cannot be cast to the output dtype {out}"
             )));
         }
     }
@@ -164,7 +195,7 @@ fn check_cat(a: &ArgView) -> Result<(), KernelError> {
 }
 fn check_split_outs(a: &ArgView, x: &TensorInfo, outs: usize) -> Result<(), KernelError> {
     for &vi in a.tensor_list(outs)? {
-        same_dtype_contig_out("split", x, a.tensor_at(vi as usize)?)?;
+        same_dtype_out("split", x, a.tensor_at(vi as usize)?)?;
     }
     Ok(())
 }
@@ -227,11 +258,33 @@ fn copy_out(
     out_sizes: &[usize],
 ) -> Result<(), KernelError> {
     let (x, o) = (*ctx.tensor(input)?, *ctx.tensor(out)?);
-    same_dtype_contig_out(op, &x, &o)?;
+    same_dtype_out(op, &x, &o)?;
     ctx.resize(out, out_sizes)?;
-    let ([x], [o]) = ctx.io([input], [out])?;
+    let o = *ctx.tensor(out)?;
+    let ([x], [or]) = ctx.io([input], [out])?;
     let elem = x.info.dtype().elem_size();
-    strided_copy(x.bytes, elem, v.offset, &v.sizes, v.strides(), o.bytes)
+    if o.is_contiguous() {
+        return strided_copy(x.bytes, elem, v.offset, &v.sizes, v.strides(), or.bytes);
+    }
+    // a non-default output dim order: write the view through the output's strides, which
+    // needs the view to have the output's shape (not a reshape)
+    if v.sizes.as_slice() != out_sizes {
+        return Err(KernelError::unsupported(format!(
+            "{op}: output dim order {:?} for a reshape (only the default dim order)",
+            o.dim_order()
+        )));
+    }
+    let dst = crate::util::istrides(&o);
+    copy_view(
+        x.bytes,
+        v.offset,
+        v.strides(),
+        or.bytes,
+        0,
+        &dst[..o.rank()],
+        &v.sizes,
+        elem,
+    )
 }
 
 fn copy_view_out(
@@ -611,8 +664,9 @@ fn roll_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let (shifts, ns) = read_int_list(ctx, 1)?;
     let (dims, nd) = read_int_list(ctx, 2)?;
     let o = *ctx.tensor(3)?;
-    same_dtype_contig_out("roll", &x, &o)?;
+    same_dtype_out("roll", &x, &o)?;
     ctx.resize(3, x.sizes())?;
+    let o = *ctx.tensor(3)?;
     let ([xr], [or]) = ctx.io([0], [3])?;
     let elem = x.dtype().elem_size();
     if x.numel() == 0 {
@@ -635,8 +689,8 @@ fn roll_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         (x.dims(), (dims, nd))
     };
     let src_view = if nd == 0 {
-        // Flattening needs the logical element order: only valid for a contiguous input.
-        require_contiguous("roll", &[&x])?;
+        // Flattening needs the logical element order: only valid for contiguous tensors.
+        require_contiguous("roll", &[&x, &o])?;
         let mut v = View::empty();
         v.push(x.numel(), 1)?;
         v
@@ -651,7 +705,11 @@ fn roll_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         shift[d] = ((shift[d] as i64 + shifts[k].rem_euclid(n)) % n) as usize;
     }
     // Each dim splits into two ranges; copy the 2^rank blocks (only dims with a shift split).
-    let dst_st = contiguous_strides(&sizes);
+    let dst_st = if nd == 0 {
+        contiguous_strides(&sizes)
+    } else {
+        Dims::from_slice(o.strides())?
+    };
     let mut split = [0usize; MAX_RANK];
     let mut n_split = 0;
     for d in (0..rank).filter(|&d| shift[d] != 0) {
@@ -893,7 +951,7 @@ fn constant_pad_nd_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let (pad, np) = read_int_list(ctx, 1)?;
     let value = ctx.scalar(2)?;
     let o = *ctx.tensor(3)?;
-    same_dtype_contig_out("constant_pad_nd", &x, &o)?;
+    same_dtype_out("constant_pad_nd", &x, &o)?;
     let rank = x.rank();
     if np % 2 != 0 || np / 2 > rank {
         return Err(KernelError::invalid(format!(
@@ -926,7 +984,7 @@ fn constant_pad_nd_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let ([xr], [mut or]) = ctx.io([0], [3])?;
     let dt = x.dtype();
     dispatch_dtype!(dt, T => fill_scalar::<T>(or.as_mut_slice()?, value), _ => return Err(KernelError::dtype(dt, "constant_pad_nd")));
-    let dst_st = contiguous_strides(&out);
+    let dst_st = Dims::from_slice(or.info.strides())?;
     let mut dst_strides = [0isize; MAX_RANK];
     let mut dst_off = 0isize;
     for d in 0..rank {
@@ -967,18 +1025,15 @@ fn concat(
         Ok(ctx.tensor_list(0)?[k] as usize)
     };
     let o = *ctx.tensor(out)?;
-    require_contiguous(op, &[&o])?;
+    cat_dtypes(
+        op,
+        o.dtype(),
+        (0..n_items).map(|k| ctx.tensor_at(item(ctx, k)?)),
+    )?;
     // Reference shape: the first non-skipped tensor.
     let mut reference: Option<TensorInfo> = None;
     for k in 0..n_items {
         let t = *ctx.tensor_at(item(ctx, k)?)?;
-        if t.dtype() != o.dtype() {
-            return Err(KernelError::unsupported(format!(
-                "{op}: input dtype {} differs from output dtype {}",
-                t.dtype(),
-                o.dtype()
-            )));
-        }
         if stack || !skipped_in_cat(&t) {
             if reference.is_none() {
                 reference = Some(t);
@@ -1047,11 +1102,8 @@ fn concat(
     }
     ctx.resize(out, &out_sizes)?;
     let out_vi = ctx.value_index(out)?;
-    let dst_st = contiguous_strides(&out_sizes);
-    let mut dst_strides = [0isize; MAX_RANK];
-    for k in 0..out_rank {
-        dst_strides[k] = dst_st[k] as isize;
-    }
+    // the output's own strides: any dim order
+    let dst_strides = crate::util::istrides(ctx.tensor(out)?);
     let elem = o.dtype().elem_size();
     let mut pos = 0usize;
     for k in 0..n_items {
@@ -1074,17 +1126,33 @@ fn concat(
             }
         }
         let n = v.sizes[dim];
-        let ([x], [or]) = ctx.io_values([vi], [out_vi])?;
-        copy_view(
-            x.bytes,
-            v.offset,
-            v.strides(),
-            or.bytes,
-            pos as isize * dst_strides[dim],
-            &dst_strides[..out_rank],
-            &v.sizes,
-            elem,
-        )?;
+        let ([x], [mut or]) = ctx.io_values([vi], [out_vi])?;
+        let dst_off = pos as isize * dst_strides[dim];
+        if t.dtype() == o.dtype() {
+            copy_view(
+                x.bytes,
+                v.offset,
+                v.strides(),
+                or.bytes,
+                dst_off,
+                &dst_strides[..out_rank],
+                &v.sizes,
+                elem,
+            )?;
+        } else {
+            let (sd, od) = (t.dtype(), o.dtype());
+            dispatch_dtype!(sd, S => dispatch_dtype!(od, D => crate::util::copy_view_cast::<S, D>(
+                    x.as_slice::<S>()?,
+                    v.offset,
+                    v.strides(),
+                    or.as_mut_slice::<D>()?,
+                    dst_off,
+                    &dst_strides[..out_rank],
+                    &v.sizes,
+                )?,
+                _ => return Err(KernelError::dtype(od, op))),
+                _ => return Err(KernelError::dtype(sd, op)));
+        }
         pos += n;
     }
     Ok(())
@@ -1167,7 +1235,7 @@ fn split_into(
         let vi = ctx.tensor_list(outs)?[k] as usize;
         let len = pieces.size(ctx, k)?;
         let o = *ctx.tensor_at(vi)?;
-        same_dtype_contig_out("split", &x, &o)?;
+        same_dtype_out("split", &x, &o)?;
         let mut v = src;
         v.offset = start as isize * src.strides[dim];
         v.sizes.as_mut_slice()[dim] = len;
@@ -1175,14 +1243,17 @@ fn split_into(
             v = remove_dim(&v, dim);
         }
         ctx.resize_value(vi, &v.sizes)?;
+        let dst = crate::util::istrides(ctx.tensor_at(vi)?);
         let ([xr], [or]) = ctx.io_values([in_vi], [vi])?;
-        strided_copy(
+        copy_view(
             xr.bytes,
-            x.dtype().elem_size(),
             v.offset,
-            &v.sizes,
             v.strides(),
             or.bytes,
+            0,
+            &dst[..v.sizes.len()],
+            &v.sizes,
+            x.dtype().elem_size(),
         )?;
         start += len;
     }
@@ -1718,14 +1789,41 @@ mod tests {
         c.run(stack_out).unwrap();
         assert_eq!(c.output::<f32>(o), vec![0., 2., 1., 3.]);
 
+        // mixed dtypes: each input is cast to the output dtype (ExecuTorch's cat)
         let mut c = TestCall::new();
-        let a = c.tensor_value(&[2], &[0.0f32, 1.]);
+        let a = c.tensor_value(&[2], &[0.5f32, 1.]);
         let b = c.tensor_value(&[2], &[2i64, 3]);
         c.tensor_list(&[a, b]);
         c.int(0);
         let o = c.out(St::Float, &[4]);
         c.ret(o);
+        c.check(check_cat).unwrap();
+        c.run(cat_out).unwrap();
+        assert_eq!(c.output::<f32>(o), vec![0.5, 1., 2., 3.]);
+
+        // ...but not into a dtype it cannot be cast to (float into int)
+        let mut c = TestCall::new();
+        let a = c.tensor_value(&[2], &[0.5f32, 1.]);
+        let b = c.tensor_value(&[2], &[2i64, 3]);
+        c.tensor_list(&[a, b]);
+        c.int(0);
+        let o = c.out(St::Long, &[4]);
+        c.ret(o);
         assert!(c.check(check_cat).is_err());
+        assert!(c.run(cat_out).is_err());
+
+        // a channels-last output is written through its strides
+        let mut c = TestCall::new();
+        let a = c.tensor_value(&[1, 1, 1, 2], &[1.0f32, 2.]);
+        let b = c.tensor_value(&[1, 1, 1, 2], &[3.0f32, 4.]);
+        c.tensor_list(&[a, b]);
+        c.int(1);
+        let o = c.tensor_with_dim_order(&[1, 2, 1, 2], &[0, 2, 3, 1], &[0.0f32; 4]);
+        c.ret(o);
+        c.check(check_cat).unwrap();
+        c.run(cat_out).unwrap();
+        // logical [[1, 2], [3, 4]] over (C, W), stored W-major: 1 3 2 4
+        assert_eq!(c.output::<f32>(o), vec![1., 3., 2., 4.]);
     }
 
     #[test]

@@ -193,7 +193,7 @@ num_unary! {
     abs_out, false => |x| if x < C::ZERO { x.neg() } else { x };
     neg_out, false => |x| x.neg();
     relu_out, false => |x| if x.is_nan() || x > C::ZERO { x } else { C::ZERO };
-    sign_out, true => |x| if x > C::ZERO { C::ONE } else if x < C::ZERO { C::ONE.neg() } else { C::ZERO };
+    sign_out, true => |x| if x.is_nan() { x } else if x > C::ZERO { C::ONE } else if x < C::ZERO { C::ONE.neg() } else { C::ZERO };
 }
 
 /// Rounding ops: identity on integers.

@@ -493,3 +493,61 @@ pub fn contiguous_strides(sizes: &[usize]) -> Dims {
     }
     st
 }
+
+/// Like [`copy_view`] over typed slices, converting every element from `S` to `D` as C++
+/// `static_cast` does (`elementwise::engine::cast`). Both views are bounds-checked up front.
+pub fn copy_view_cast<S: pteron_core::Element, D: pteron_core::Element>(
+    src: &[S],
+    src_off: isize,
+    src_st: &[isize],
+    dst: &mut [D],
+    dst_off: isize,
+    dst_st: &[isize],
+    sizes: &[usize],
+) -> Result<(), KernelError> {
+    let rank = sizes.len();
+    if src_st.len() != rank || dst_st.len() != rank {
+        return Err(KernelError::invalid(
+            "copy_view_cast: stride ranks differ from the shape",
+        ));
+    }
+    let Some((slo, shi)) = view_span(src_off, sizes, src_st) else {
+        return Ok(());
+    };
+    let (dlo, dhi) = view_span(dst_off, sizes, dst_st).expect("same sizes");
+    if slo < 0 || shi >= src.len() as i128 || dlo < 0 || dhi >= dst.len() as i128 {
+        return Err(KernelError::invalid(
+            "strided copy: a view reaches outside its tensor",
+        ));
+    }
+    let mut idx = [0usize; pteron_core::MAX_RANK];
+    let (mut s, mut d) = (src_off, dst_off);
+    loop {
+        dst[d as usize] = crate::elementwise::engine::cast::<S, D>(src[s as usize]);
+        let mut k = rank;
+        loop {
+            if k == 0 {
+                return Ok(());
+            }
+            k -= 1;
+            idx[k] += 1;
+            s += src_st[k];
+            d += dst_st[k];
+            if idx[k] < sizes[k] {
+                break;
+            }
+            s -= src_st[k] * sizes[k] as isize;
+            d -= dst_st[k] * sizes[k] as isize;
+            idx[k] = 0;
+        }
+    }
+}
+
+/// The element strides of `t` (from its dim order) as `isize`.
+pub fn istrides(t: &TensorInfo) -> [isize; pteron_core::MAX_RANK] {
+    let mut st = [0isize; pteron_core::MAX_RANK];
+    for (o, &s) in st.iter_mut().zip(t.strides()) {
+        *o = s as isize;
+    }
+    st
+}

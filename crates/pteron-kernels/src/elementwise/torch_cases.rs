@@ -3689,6 +3689,17 @@ fn binary_ops_match_pytorch() {
             // (no out dtype to test against; skip)
             continue;
         };
+        // remainder follows ExecuTorch's kernel, not PyTorch, for integers (C's `%`) and for
+        // f64 (an f32 intermediate): those cases are covered by the ExecuTorch conformance
+        // cases (tests/ops.rs) instead
+        if case.op == "remainder"
+            && !matches!(
+                odt,
+                ScalarType::Float | ScalarType::Half | ScalarType::BFloat16
+            )
+        {
+            continue;
+        }
         let o = c.out(
             *odt,
             &[0; 8][..oshape.len()].iter().map(|_| 1).collect::<Vec<_>>(),
