@@ -2012,6 +2012,172 @@ mod advisories {
         );
     }
 
+    // --- GitHub security advisories (ExecuTorch < 0.7.0) --------------------------------------
+
+    /// GHSA-9m39-3mf3-xwch (CVE-2025-54949): heap overflow in `executorch_prim::et_copy_index`
+    /// (index × size unchecked). pteron has no such kernel: a program calling it does not load.
+    #[test]
+    fn ghsa_9m39_et_copy_index() {
+        let f = fixture("dynamic_reshape");
+        let b = edited(&f, |p| {
+            let o = &mut plan(p).operators.as_mut().unwrap()[0];
+            o.name = Some("executorch_prim::et_copy_index".into());
+            o.overload = Some("tensor".into());
+        });
+        load_err(&b, "et_copy_index", &["et_copy_index"]);
+    }
+
+    /// GHSA-f9hx-c6jf-3qxm (CVE-2025-54950): out-of-bounds access in the prim kernels
+    /// (`et_view`, `sym_size`, the `executorch_prim` scalar ops read arguments past the
+    /// stack and without checking their kinds). Every prim call of dynamic_reshape gets too
+    /// few arguments, arguments of the wrong kinds, and out-of-range dims.
+    #[test]
+    fn ghsa_f9hx_prim_kernel_arguments() {
+        let f = fixture("dynamic_reshape");
+        let prim_calls = |p: &mut fbo::ProgramT| -> Vec<usize> {
+            let ops = plan(p).operators.clone().unwrap();
+            (0..instructions(p).len())
+                .filter(|&k| match &instructions(p)[k].instr_args {
+                    fbo::InstructionArgumentsT::KernelCall(c) => {
+                        let n = ops[c.op_index as usize].name.clone().unwrap_or_default();
+                        n.starts_with("executorch_prim::") || n.starts_with("aten::sym_")
+                    }
+                    _ => false,
+                })
+                .collect()
+        };
+        let mut p0 = unpack(&f.pte);
+        let calls = prim_calls(&mut p0);
+        assert!(calls.len() >= 4, "dynamic_reshape has prim calls");
+        let kernels = kernels();
+        let mut errors = 0;
+        for &k in &calls {
+            let edits: Vec<Box<dyn Fn(&mut fbo::ProgramT)>> = vec![
+                Box::new(move |p| kernel_call(p, k).args.as_mut().unwrap().truncate(1)),
+                Box::new(move |p| kernel_call(p, k).args = Some(vec![])),
+                Box::new(move |p| {
+                    let t = find_tensor(p, is_constant) as i32;
+                    kernel_call(p, k)
+                        .args
+                        .as_mut()
+                        .unwrap()
+                        .iter_mut()
+                        .for_each(|a| *a = t);
+                }),
+                Box::new(move |p| {
+                    let l = find_value(p, is_int_list) as i32;
+                    kernel_call(p, k).args.as_mut().unwrap()[0] = l;
+                }),
+                Box::new(move |p| {
+                    // Every Int argument of the call set to an out-of-range dim / size.
+                    for a in kernel_call(p, k).args.clone().unwrap() {
+                        if let fbo::KernelTypesT::Int(v) = &mut values(p)[a as usize].val {
+                            v.int_val = i64::MIN;
+                        }
+                    }
+                }),
+            ];
+            for (j, e) in edits.iter().enumerate() {
+                let b = edited(&f, |p| e(p));
+                let r = catch_unwind(AssertUnwindSafe(|| {
+                    exercise(&b, None, &f.inputs, &kernels, small_config(), true)
+                }))
+                .unwrap_or_else(|_| panic!("prim call {k}, edit {j}: panicked"));
+                errors += r.is_err() as usize;
+            }
+        }
+        assert!(
+            errors >= 3 * calls.len(),
+            "only {errors} of the edits were refused"
+        );
+    }
+
+    /// GHSA-xc7w-r669-48pf (CVE-2025-54951): tensors of rank above kTensorDimensionLimit (16)
+    /// overflowed fixed-size arrays in the tensor parser.
+    #[test]
+    fn ghsa_xc7w_rank_limit() {
+        let f = fixture("mlp");
+        run_cases(
+            &f,
+            vec![
+                tcase("planned tensor of rank 17", &["rank 17"], planned_2d, |t| {
+                    t.sizes = Some(vec![1; 17]);
+                    t.dim_order = Some((0..17).collect());
+                }),
+                tcase("constant of rank 255", &["rank 255"], is_constant, |t| {
+                    t.sizes = Some(vec![1; 255]);
+                    t.dim_order = Some((0..255).collect());
+                }),
+                case("input of rank 64", &["rank 64"], |p| {
+                    let i = plan(p).inputs.as_ref().unwrap()[0] as usize;
+                    tensor(p, i).sizes = Some(vec![1; 64]);
+                    tensor(p, i).dim_order = Some((0..64).collect());
+                }),
+            ],
+            small_config(),
+        );
+    }
+
+    /// GHSA-hj95-mhgf-jxc4 (CVE-2025-30404): `MemoryAllocator::allocate` size + alignment
+    /// overflowed into overlapping allocations; CVE-2025-54952: allocation size overflow.
+    /// pteron sums the buffer sizes with checked arithmetic against a limit before allocating.
+    #[test]
+    fn ghsa_hj95_allocation_size_overflow() {
+        let f = fixture("mlp");
+        for sizes in [
+            vec![0, i64::MAX - 3],
+            vec![0, i64::MAX, 64],
+            vec![
+                0,
+                (1 << 62) + 1,
+                (1 << 62) + 1,
+                (1 << 62) + 1,
+                (1 << 62) + 1,
+            ],
+        ] {
+            let b = edited(&f, |p| plan(p).non_const_buffer_sizes = Some(sizes.clone()));
+            let e = run_err(
+                &f,
+                &b,
+                MethodConfig::default(),
+                "buffer sizes",
+                &["planned memory"],
+            );
+            assert!(
+                matches!(e, pteron::Error::Runtime(CoreError::ResourceLimit { .. })),
+                "{e:?}"
+            );
+        }
+    }
+
+    /// GHSA-h952-963h-rv99: heap buffer overflow in method loading. Everything a method load
+    /// indexes with file data is checked: value, operator, argument, chain and instruction
+    /// indices (see also et7637, et7581, et18176 and `bad_instructions`).
+    #[test]
+    fn ghsa_h952_method_load_indices() {
+        let f = fixture("mlp");
+        run_cases(
+            &f,
+            vec![
+                case(
+                    "operator index past the operators",
+                    &["operator index"],
+                    |p| kernel_call(p, 0).op_index = i32::MAX,
+                ),
+                case("argument past the values", &["kernel argument"], |p| {
+                    kernel_call(p, 0).args.as_mut().unwrap().push(i32::MAX)
+                }),
+                case("MoveCall past the values", &["move"], |p| {
+                    instructions(p).insert(0, move_call(0, i32::MAX))
+                }),
+                case("no chains", &[], |p| plan(p).chains = None),
+                case("no operators", &["operator"], |p| plan(p).operators = None),
+                case("empty values", &[], |p| plan(p).values = Some(vec![])),
+            ],
+            small_config(),
+        );
+    }
+
     // --- Index validation -------------------------------------------------------------------
 
     /// #7637: value indices in IntList / TensorList / OptionalTensorList.
