@@ -8,6 +8,7 @@ pub mod engine;
 
 use core::cell::Cell;
 
+use pteron_core::DtypeSet;
 use pteron_core::{
     ArgAccess, ArgView, Kernel, KernelContext, KernelError, KernelRegistry, Scalar, ScalarType,
 };
@@ -818,11 +819,11 @@ pub fn register(r: &mut KernelRegistry) {
     );
     r.register(
         "aten::remainder.Tensor_out",
-        Kernel::with_check(remainder_out, check_nobool::<0, 1, 2>),
+        Kernel::with_check(remainder_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::REAL),
     );
     r.register(
         "aten::remainder.Scalar_out",
-        Kernel::with_check(remainder_out, check_nobool::<0, 1, 2>),
+        Kernel::with_check(remainder_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::REAL),
     );
     r.register(
         "aten::fmod.Tensor_out",
@@ -913,7 +914,7 @@ pub fn register(r: &mut KernelRegistry) {
     );
     r.register(
         "aten::clamp.Tensor_out",
-        Kernel::with_check(clamp_tensor_out, check_clamp_tensor),
+        Kernel::with_check(clamp_tensor_out, check_clamp_tensor).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::hardtanh.out",

@@ -5,6 +5,7 @@
 //! is an error, never an out-of-bounds access. Copies work on raw bytes (any dtype); ops that
 //! add (`scatter_add`, `index_put` with accumulate) dispatch on the dtype.
 
+use pteron_core::DtypeSet;
 use pteron_core::{
     dispatch_dtype, normalize_dim, ArgAccess, ArgView, Dims, Element, Kernel, KernelContext,
     KernelError, KernelRegistry, Scalar, ScalarType, TensorInfo, TensorRef, MAX_RANK, NONE_INDEX,
@@ -56,7 +57,7 @@ pub fn register(r: &mut KernelRegistry) {
     );
     r.register(
         "aten::nonzero.out",
-        Kernel::with_check(nonzero_out, check_nonzero),
+        Kernel::with_check(nonzero_out, check_nonzero).dtypes(DtypeSet::ALL),
     );
 }
 

@@ -3,6 +3,7 @@
 //! Floats accumulate in f32 (f16, bf16, f32) or f64; integers in i64 with wrapping, which
 //! truncated back equals wrapping arithmetic in the type itself.
 
+use pteron_core::DtypeSet;
 use pteron_core::{
     ArgAccess, ArgView, Kernel, KernelContext, KernelError, KernelRegistry, ScalarType,
 };
@@ -62,7 +63,7 @@ pub fn register(r: &mut KernelRegistry) {
     r.register("aten::bmm.out", Kernel::with_check(bmm_out, check_bmm));
     r.register(
         "aten::addmm.out",
-        Kernel::with_check(addmm_out, check_addmm),
+        Kernel::with_check(addmm_out, check_addmm).dtypes(DtypeSet::REAL),
     );
     r.register(
         "aten::linear.out",

@@ -81,6 +81,13 @@ fn check_max_pool(a: &ArgView) -> Result<(), KernelError> {
     if idx.dtype() != ScalarType::Long {
         return Err(KernelError::dtype(idx.dtype(), "max_pool2d indices"));
     }
+    if idx.dim_order() != a.tensor(6)?.dim_order() {
+        return Err(KernelError::unsupported(format!(
+            "max_pool2d_with_indices: indices dim order {:?} differs from the output's {:?}",
+            idx.dim_order(),
+            a.tensor(6)?.dim_order()
+        )));
+    }
     a.bool(5)?;
     Ok(())
 }

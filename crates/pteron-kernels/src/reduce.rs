@@ -3,6 +3,7 @@
 //! Floating reductions accumulate in f64 and round once when storing (at least as accurate as
 //! PyTorch's float accumulation); integer sums accumulate in i64 with wrapping, as C++ does.
 
+use pteron_core::DtypeSet;
 use pteron_core::{
     dispatch_dtype, dispatch_float, ArgAccess, ArgView, Element, Kernel, KernelContext,
     KernelError, KernelRegistry, ScalarType, TensorInfo, MAX_RANK,
@@ -16,35 +17,47 @@ pub fn register(r: &mut KernelRegistry) {
     more::register(r);
     r.register(
         "aten::sum.IntList_out",
-        Kernel::with_check(sum_out, check_sum),
+        Kernel::with_check(sum_out, check_sum).dtypes(DtypeSet::ALL),
     );
-    r.register("aten::mean.out", Kernel::with_check(mean_out, check_mean));
+    r.register(
+        "aten::mean.out",
+        Kernel::with_check(mean_out, check_mean).dtypes(DtypeSet::ALL),
+    );
     r.register(
         "aten::mean.dtype_out",
-        Kernel::with_check(mean_dtype_out, check_mean_dtype),
+        Kernel::with_check(mean_dtype_out, check_mean_dtype).dtypes(DtypeSet::ALL),
     );
-    r.register("aten::amax.out", Kernel::with_check(amax_out, check_minmax));
-    r.register("aten::amin.out", Kernel::with_check(amin_out, check_minmax));
+    r.register(
+        "aten::amax.out",
+        Kernel::with_check(amax_out, check_minmax).dtypes(DtypeSet::ALL),
+    );
+    r.register(
+        "aten::amin.out",
+        Kernel::with_check(amin_out, check_minmax).dtypes(DtypeSet::ALL),
+    );
     r.register(
         "aten::argmax.out",
-        Kernel::with_check(argmax_out, check_arg),
+        Kernel::with_check(argmax_out, check_arg).dtypes(DtypeSet::REAL),
     );
     r.register(
         "aten::argmin.out",
-        Kernel::with_check(argmin_out, check_arg),
+        Kernel::with_check(argmin_out, check_arg).dtypes(DtypeSet::REAL),
     );
     r.register(
         "aten::var.correction_out",
-        Kernel::with_check(var_correction_out, check_var),
+        Kernel::with_check(var_correction_out, check_var).dtypes(DtypeSet::FLOAT),
     );
-    r.register("aten::var.out", Kernel::with_check(var_out, check_var));
+    r.register(
+        "aten::var.out",
+        Kernel::with_check(var_out, check_var).dtypes(DtypeSet::FLOAT),
+    );
     r.register(
         "aten::_softmax.out",
-        Kernel::with_check(softmax_out, check_softmax),
+        Kernel::with_check(softmax_out, check_softmax).dtypes(DtypeSet::FLOAT),
     );
     r.register(
         "aten::_log_softmax.out",
-        Kernel::with_check(log_softmax_out, check_softmax),
+        Kernel::with_check(log_softmax_out, check_softmax).dtypes(DtypeSet::FLOAT),
     );
 }
 

@@ -6,87 +6,96 @@
 //! read inputs through their real strides, so inputs of any dim order work.
 
 use pteron_core::{
-    dispatch_dtype, normalize_dim, ArgAccess, ArgView, Dims, Element, Kernel, KernelContext,
-    KernelError, KernelRegistry, Scalar, ScalarType, TensorInfo, MAX_RANK,
+    dispatch_dtype, normalize_dim, ArgAccess, ArgView, Dims, DtypeSet, Element, Kernel,
+    KernelContext, KernelError, KernelRegistry, Scalar, ScalarType, TensorInfo, MAX_RANK,
 };
 
 use crate::util::{contiguous_strides, copy_view, read_int_list, require_contiguous, strided_copy};
 
 pub fn register(r: &mut KernelRegistry) {
-    let v = |f| Kernel::with_check(f, check_unary_copy);
-    let rs = |f| Kernel::with_check(f, check_reshape_copy);
+    let v = |f| Kernel::with_check(f, check_unary_copy).dtypes(DtypeSet::ALL);
+    let rs = |f| Kernel::with_check(f, check_reshape_copy).dtypes(DtypeSet::ALL);
     r.register("aten::view_copy.out", rs(view_copy_out));
     r.register("aten::_unsafe_view.out", rs(view_copy_out));
     r.register(
         "aten::alias_copy.out",
-        Kernel::with_check(alias_copy_out, check_alias),
+        Kernel::with_check(alias_copy_out, check_alias).dtypes(DtypeSet::ALL),
     );
     r.register("aten::permute_copy.out", v(permute_copy_out));
     r.register(
         "aten::transpose_copy.int_out",
-        Kernel::with_check(transpose_copy_out, check_copy_out3),
+        Kernel::with_check(transpose_copy_out, check_copy_out3).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::t_copy.out",
-        Kernel::with_check(t_copy_out, check_alias),
+        Kernel::with_check(t_copy_out, check_alias).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::slice_copy.Tensor_out",
-        Kernel::with_check(slice_copy_out, check_slice),
+        Kernel::with_check(slice_copy_out, check_slice).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::select_copy.int_out",
-        Kernel::with_check(select_copy_out, check_copy_out3),
+        Kernel::with_check(select_copy_out, check_copy_out3).dtypes(DtypeSet::ALL),
     );
     r.register("aten::unsqueeze_copy.out", v(unsqueeze_copy_out));
     r.register("aten::squeeze_copy.dim_out", v(squeeze_dim_out));
     r.register("aten::squeeze_copy.dims_out", v(squeeze_dims_out));
     r.register(
         "aten::squeeze_copy.out",
-        Kernel::with_check(squeeze_all_out, check_alias),
+        Kernel::with_check(squeeze_all_out, check_alias).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::expand_copy.out",
-        Kernel::with_check(expand_copy_out, check_expand),
+        Kernel::with_check(expand_copy_out, check_expand).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::narrow_copy.out",
-        Kernel::with_check(narrow_copy_out, check_narrow),
+        Kernel::with_check(narrow_copy_out, check_narrow).dtypes(DtypeSet::ALL),
     );
     r.register("aten::repeat.out", rs(repeat_out));
     r.register("aten::flip.out", v(flip_out));
-    r.register("aten::roll.out", Kernel::with_check(roll_out, check_roll));
+    r.register(
+        "aten::roll.out",
+        Kernel::with_check(roll_out, check_roll).dtypes(DtypeSet::ALL),
+    );
     r.register("aten::pixel_shuffle.out", rs(pixel_shuffle_out));
     r.register("aten::pixel_unshuffle.out", rs(pixel_unshuffle_out));
     r.register(
         "aten::as_strided_copy.out",
-        Kernel::with_check(as_strided_copy_out, check_as_strided),
+        Kernel::with_check(as_strided_copy_out, check_as_strided).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::diagonal_copy.out",
-        Kernel::with_check(diagonal_copy_out, check_diagonal),
+        Kernel::with_check(diagonal_copy_out, check_diagonal).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::unfold_copy.out",
-        Kernel::with_check(unfold_copy_out, check_unfold),
+        Kernel::with_check(unfold_copy_out, check_unfold).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::constant_pad_nd.out",
-        Kernel::with_check(constant_pad_nd_out, check_pad),
+        Kernel::with_check(constant_pad_nd_out, check_pad).dtypes(DtypeSet::ALL),
     );
-    r.register("aten::cat.out", Kernel::with_check(cat_out, check_cat));
-    r.register("aten::stack.out", Kernel::with_check(stack_out, check_cat));
+    r.register(
+        "aten::cat.out",
+        Kernel::with_check(cat_out, check_cat).dtypes(DtypeSet::ALL),
+    );
+    r.register(
+        "aten::stack.out",
+        Kernel::with_check(stack_out, check_cat).dtypes(DtypeSet::ALL),
+    );
     r.register(
         "aten::split_copy.Tensor_out",
-        Kernel::with_check(split_copy_out, check_split),
+        Kernel::with_check(split_copy_out, check_split).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::split_with_sizes_copy.out",
-        Kernel::with_check(split_with_sizes_copy_out, check_split),
+        Kernel::with_check(split_with_sizes_copy_out, check_split).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::unbind_copy.int_out",
-        Kernel::with_check(unbind_copy_out, check_unbind),
+        Kernel::with_check(unbind_copy_out, check_unbind).dtypes(DtypeSet::ALL),
     );
 }
 
@@ -141,6 +150,10 @@ fn check_narrow(a: &ArgView) -> Result<(), KernelError> {
     same_dtype_out("narrow_copy", a.tensor(0)?, a.tensor(4)?)
 }
 fn check_roll(a: &ArgView) -> Result<(), KernelError> {
+    if a.int_list(2)?.is_empty() {
+        // rolling the flattened tensor needs the logical element order in memory
+        require_contiguous("roll", &[a.tensor(0)?, a.tensor(3)?])?;
+    }
     same_dtype_out("roll", a.tensor(0)?, a.tensor(3)?)
 }
 fn check_as_strided(a: &ArgView) -> Result<(), KernelError> {

@@ -1,6 +1,7 @@
 //! Unary elementwise ops. Float functions of integer or bool inputs compute in float32 (PyTorch's
 //! default dtype); f16/bf16 compute in f32 and round. Any dim order, 0-d and empty tensors.
 
+use pteron_core::DtypeSet;
 use pteron_core::{
     ArgAccess, ArgView, Dims, Kernel, KernelContext, KernelError, KernelRegistry, ScalarType,
 };
@@ -23,8 +24,17 @@ fn float_common<'p>(v: &impl ArgAccess<'p>, out: usize) -> Result<ScalarType, Ke
     Ok(common)
 }
 
+/// The `out` argument of a unary `.out` call (the last one is the returned value). A call with
+/// fewer than two arguments (a hostile program) is an error, not an underflow.
+fn out_arg(v: &ArgView<'_, '_>) -> Result<usize, KernelError> {
+    v.num_args().checked_sub(2).ok_or(KernelError::ArgCount {
+        expected: 2,
+        got: v.num_args(),
+    })
+}
+
 fn check_float_unary(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
-    float_common(v, v.num_args() - 2).map(|_| ())
+    float_common(v, out_arg(v)?).map(|_| ())
 }
 
 /// Float-only ops (no integer promotion), e.g. gelu.
@@ -40,7 +50,7 @@ fn float_only<'p>(v: &impl ArgAccess<'p>, out: usize) -> Result<ScalarType, Kern
 }
 
 fn check_float_only(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
-    float_only(v, v.num_args() - 2).map(|_| ())
+    float_only(v, out_arg(v)?).map(|_| ())
 }
 
 /// Same-dtype ops over reals (no bool): abs, neg, relu, sign...
@@ -61,16 +71,16 @@ fn same_real<'p>(
 }
 
 fn check_real(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
-    same_real(v, v.num_args() - 2, false).map(|_| ())
+    same_real(v, out_arg(v)?, false).map(|_| ())
 }
 
 fn check_real_bool(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
-    same_real(v, v.num_args() - 2, true).map(|_| ())
+    same_real(v, out_arg(v)?, true).map(|_| ())
 }
 
 fn check_any_in_out(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     require_supported("unary op", v.tensor(0)?.dtype())?;
-    require_supported("unary op", out_dtype(v, v.num_args() - 2)?)
+    require_supported("unary op", out_dtype(v, out_arg(v)?)?)
 }
 
 /// Kernels `[self, out]` computing a float function (integer inputs promote to float32).
@@ -350,7 +360,7 @@ pub fn register(r: &mut KernelRegistry) {
     }
     r.register(
         "aten::sign.out",
-        Kernel::with_check(sign_out, check_real_bool),
+        Kernel::with_check(sign_out, check_real_bool).dtypes(DtypeSet::ALL),
     );
     for (name, f) in [
         ("ceil", ceil_out as pteron_core::KernelFn),
