@@ -2,7 +2,9 @@
 //! variants, `copy`, `copy_`. Values are copied by *logical* index, so any combination of input
 //! and output dim orders works; conversions follow C++ `static_cast` as PyTorch does.
 
-use pteron_core::{ArgAccess, ArgView, Kernel, KernelContext, KernelError, KernelRegistry, Scalar};
+use pteron_core::{
+    ArgAccess, ArgView, DtypeSet, Kernel, KernelContext, KernelError, KernelRegistry, Scalar,
+};
 
 use crate::creation::{copy_into, size_arg};
 use crate::elementwise::engine::*;
@@ -105,22 +107,28 @@ fn copy_inplace(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 pub fn register(r: &mut KernelRegistry) {
     r.register(
         "aten::_to_copy.out",
-        Kernel::with_check(to_copy_out, check_to_copy),
+        Kernel::with_check(to_copy_out, check_to_copy).dtypes(DtypeSet::ALL),
     );
     r.register(
         "dim_order_ops::_to_dim_order_copy.out",
-        Kernel::with_check(dim_order_copy_out, check_dim_order_copy),
+        Kernel::with_check(dim_order_copy_out, check_dim_order_copy).dtypes(DtypeSet::ALL),
     );
     r.register(
         "dim_order_ops::_clone_dim_order.out",
-        Kernel::with_check(dim_order_copy_out, check_dim_order_copy),
+        Kernel::with_check(dim_order_copy_out, check_dim_order_copy).dtypes(DtypeSet::ALL),
     );
     r.register(
         "dim_order_ops::_empty_dim_order.out",
-        Kernel::with_check(empty_dim_order_out, check_empty_dim_order),
+        Kernel::with_check(empty_dim_order_out, check_empty_dim_order).dtypes(DtypeSet::ALL),
     );
-    r.register("aten::copy.out", Kernel::with_check(copy_out, check_copy));
-    r.register("aten::copy_", Kernel::with_check(copy_inplace, check_copy));
+    r.register(
+        "aten::copy.out",
+        Kernel::with_check(copy_out, check_copy).dtypes(DtypeSet::ALL),
+    );
+    r.register(
+        "aten::copy_",
+        Kernel::with_check(copy_inplace, check_copy).dtypes(DtypeSet::ALL),
+    );
 }
 
 #[cfg(test)]

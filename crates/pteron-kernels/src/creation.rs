@@ -2,8 +2,8 @@
 //! (clone, alias_copy, detach_copy, lift_fresh_copy) and tril. Outputs may have any dim order.
 
 use pteron_core::{
-    ArgAccess, ArgView, Dims, Element, Kernel, KernelContext, KernelError, KernelRegistry, Scalar,
-    ScalarType,
+    ArgAccess, ArgView, Dims, DtypeSet, Element, Kernel, KernelContext, KernelError,
+    KernelRegistry, Scalar, ScalarType,
 };
 
 use crate::elementwise::engine::*;
@@ -286,61 +286,64 @@ fn tril_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 pub fn register(r: &mut KernelRegistry) {
     r.register(
         "aten::full.out",
-        Kernel::with_check(full_out, check_out_at::<2>),
+        Kernel::with_check(full_out, check_out_at::<2>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::zeros.out",
-        Kernel::with_check(zeros_out, check_out_at::<1>),
+        Kernel::with_check(zeros_out, check_out_at::<1>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::ones.out",
-        Kernel::with_check(ones_out, check_out_at::<1>),
+        Kernel::with_check(ones_out, check_out_at::<1>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::empty.out",
-        Kernel::with_check(empty_out, check_out_at::<2>),
+        Kernel::with_check(empty_out, check_out_at::<2>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::full_like.out",
-        Kernel::with_check(full_like_out, check_out_at::<3>),
+        Kernel::with_check(full_like_out, check_out_at::<3>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::scalar_tensor.out",
-        Kernel::with_check(scalar_tensor_out, check_out_at::<1>),
+        Kernel::with_check(scalar_tensor_out, check_out_at::<1>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::fill.Scalar_out",
-        Kernel::with_check(fill_scalar_out, check_in_out::<2>),
+        Kernel::with_check(fill_scalar_out, check_in_out::<2>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::fill.Tensor_out",
-        Kernel::with_check(fill_tensor_out, check_fill_tensor),
+        Kernel::with_check(fill_tensor_out, check_fill_tensor).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::arange.out",
-        Kernel::with_check(arange_out, check_arange::<1>),
+        Kernel::with_check(arange_out, check_arange::<1>).dtypes(DtypeSet::REAL),
     );
     r.register(
         "aten::arange.start_out",
-        Kernel::with_check(arange_start_out, check_arange::<3>),
+        Kernel::with_check(arange_start_out, check_arange::<3>).dtypes(DtypeSet::REAL),
     );
     r.register(
         "aten::lift_fresh_copy.out",
-        Kernel::with_check(copy1_out, check_in_out::<1>),
+        Kernel::with_check(copy1_out, check_in_out::<1>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::alias_copy.out",
-        Kernel::with_check(copy1_out, check_in_out::<1>),
+        Kernel::with_check(copy1_out, check_in_out::<1>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::detach_copy.out",
-        Kernel::with_check(copy1_out, check_in_out::<1>),
+        Kernel::with_check(copy1_out, check_in_out::<1>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::clone.out",
-        Kernel::with_check(clone_out, check_in_out::<2>),
+        Kernel::with_check(clone_out, check_in_out::<2>).dtypes(DtypeSet::ALL),
     );
-    r.register("aten::tril.out", Kernel::with_check(tril_out, check_tril));
+    r.register(
+        "aten::tril.out",
+        Kernel::with_check(tril_out, check_tril).dtypes(DtypeSet::ALL),
+    );
 }
 
 #[cfg(test)]

@@ -763,59 +763,59 @@ fn leaky_relu_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 pub fn register(r: &mut KernelRegistry) {
     r.register(
         "aten::add.out",
-        Kernel::with_check(add_out, check_bin::<0, 1, 3, ARITH>),
+        Kernel::with_check(add_out, check_bin::<0, 1, 3, ARITH>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::add.Scalar_out",
-        Kernel::with_check(add_out, check_bin::<0, 1, 3, ARITH>),
+        Kernel::with_check(add_out, check_bin::<0, 1, 3, ARITH>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::sub.out",
-        Kernel::with_check(sub_out, check_sub::<0, 1, 3>),
+        Kernel::with_check(sub_out, check_sub::<0, 1, 3>).dtypes(DtypeSet::REAL),
     );
     r.register(
         "aten::sub.Scalar_out",
-        Kernel::with_check(sub_out, check_sub::<0, 1, 3>),
+        Kernel::with_check(sub_out, check_sub::<0, 1, 3>).dtypes(DtypeSet::REAL),
     );
     r.register(
         "aten::rsub.Scalar_out",
-        Kernel::with_check(rsub_out, check_sub::<0, 1, 3>),
+        Kernel::with_check(rsub_out, check_sub::<0, 1, 3>).dtypes(DtypeSet::REAL),
     );
     r.register(
         "aten::rsub.Tensor_out",
-        Kernel::with_check(rsub_out, check_sub::<0, 1, 3>),
+        Kernel::with_check(rsub_out, check_sub::<0, 1, 3>).dtypes(DtypeSet::REAL),
     );
     r.register(
         "aten::mul.out",
-        Kernel::with_check(mul_out, check_bin::<0, 1, 2, ARITH>),
+        Kernel::with_check(mul_out, check_bin::<0, 1, 2, ARITH>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::mul.Scalar_out",
-        Kernel::with_check(mul_out, check_bin::<0, 1, 2, ARITH>),
+        Kernel::with_check(mul_out, check_bin::<0, 1, 2, ARITH>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::div.out",
-        Kernel::with_check(div_out, check_bin::<0, 1, 2, TRUEDIV>),
+        Kernel::with_check(div_out, check_bin::<0, 1, 2, TRUEDIV>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::div.Scalar_out",
-        Kernel::with_check(div_out, check_bin::<0, 1, 2, TRUEDIV>),
+        Kernel::with_check(div_out, check_bin::<0, 1, 2, TRUEDIV>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::div.out_mode",
-        Kernel::with_check(div_mode_out, check_div_mode),
+        Kernel::with_check(div_mode_out, check_div_mode).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::div.Scalar_mode_out",
-        Kernel::with_check(div_mode_out, check_div_mode),
+        Kernel::with_check(div_mode_out, check_div_mode).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::floor_divide.out",
-        Kernel::with_check(floor_divide_out, check_nobool::<0, 1, 2>),
+        Kernel::with_check(floor_divide_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::floor_divide.Scalar_out",
-        Kernel::with_check(floor_divide_out, check_nobool::<0, 1, 2>),
+        Kernel::with_check(floor_divide_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::remainder.Tensor_out",
@@ -827,35 +827,35 @@ pub fn register(r: &mut KernelRegistry) {
     );
     r.register(
         "aten::fmod.Tensor_out",
-        Kernel::with_check(fmod_out, check_nobool::<0, 1, 2>),
+        Kernel::with_check(fmod_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::fmod.Scalar_out",
-        Kernel::with_check(fmod_out, check_nobool::<0, 1, 2>),
+        Kernel::with_check(fmod_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::pow.Tensor_Tensor_out",
-        Kernel::with_check(pow_out, check_nobool::<0, 1, 2>),
+        Kernel::with_check(pow_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::pow.Tensor_Scalar_out",
-        Kernel::with_check(pow_out, check_nobool::<0, 1, 2>),
+        Kernel::with_check(pow_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::pow.Scalar_out",
-        Kernel::with_check(pow_out, check_nobool::<0, 1, 2>),
+        Kernel::with_check(pow_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::atan2.out",
-        Kernel::with_check(atan2_out, check_bin::<0, 1, 2, TRUEDIV>),
+        Kernel::with_check(atan2_out, check_bin::<0, 1, 2, TRUEDIV>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::maximum.out",
-        Kernel::with_check(maximum_out, check_bin::<0, 1, 2, ARITH>),
+        Kernel::with_check(maximum_out, check_bin::<0, 1, 2, ARITH>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::minimum.out",
-        Kernel::with_check(minimum_out, check_bin::<0, 1, 2, ARITH>),
+        Kernel::with_check(minimum_out, check_bin::<0, 1, 2, ARITH>).dtypes(DtypeSet::ALL),
     );
     for (name, f) in [
         ("eq", eq_out as pteron_core::KernelFn),
@@ -867,24 +867,24 @@ pub fn register(r: &mut KernelRegistry) {
     ] {
         r.register(
             &format!("aten::{name}.Tensor_out"),
-            Kernel::with_check(f, check_bin::<0, 1, 2, CMP>),
+            Kernel::with_check(f, check_bin::<0, 1, 2, CMP>).dtypes(DtypeSet::ALL),
         );
         r.register(
             &format!("aten::{name}.Scalar_out"),
-            Kernel::with_check(f, check_bin::<0, 1, 2, CMP>),
+            Kernel::with_check(f, check_bin::<0, 1, 2, CMP>).dtypes(DtypeSet::ALL),
         );
     }
     r.register(
         "aten::logical_and.out",
-        Kernel::with_check(logical_and_out, check_bin::<0, 1, 2, LOGICAL>),
+        Kernel::with_check(logical_and_out, check_bin::<0, 1, 2, LOGICAL>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::logical_or.out",
-        Kernel::with_check(logical_or_out, check_bin::<0, 1, 2, LOGICAL>),
+        Kernel::with_check(logical_or_out, check_bin::<0, 1, 2, LOGICAL>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::logical_xor.out",
-        Kernel::with_check(logical_xor_out, check_bin::<0, 1, 2, LOGICAL>),
+        Kernel::with_check(logical_xor_out, check_bin::<0, 1, 2, LOGICAL>).dtypes(DtypeSet::ALL),
     );
     for (name, f) in [
         ("bitwise_and", bitwise_and_out as pteron_core::KernelFn),
@@ -893,24 +893,24 @@ pub fn register(r: &mut KernelRegistry) {
     ] {
         r.register(
             &format!("aten::{name}.Tensor_out"),
-            Kernel::with_check(f, check_bin::<0, 1, 2, BITWISE>),
+            Kernel::with_check(f, check_bin::<0, 1, 2, BITWISE>).dtypes(DtypeSet::INT_AND_BOOL),
         );
         r.register(
             &format!("aten::{name}.Scalar_out"),
-            Kernel::with_check(f, check_bin::<0, 1, 2, BITWISE>),
+            Kernel::with_check(f, check_bin::<0, 1, 2, BITWISE>).dtypes(DtypeSet::INT_AND_BOOL),
         );
     }
     r.register(
         "aten::where.self_out",
-        Kernel::with_check(where_out, check_where),
+        Kernel::with_check(where_out, check_where).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::masked_fill.Scalar_out",
-        Kernel::with_check(masked_fill_out, check_masked_fill),
+        Kernel::with_check(masked_fill_out, check_masked_fill).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::clamp.out",
-        Kernel::with_check(clamp_out, check_clamp),
+        Kernel::with_check(clamp_out, check_clamp).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::clamp.Tensor_out",
@@ -918,11 +918,11 @@ pub fn register(r: &mut KernelRegistry) {
     );
     r.register(
         "aten::hardtanh.out",
-        Kernel::with_check(hardtanh_out, check_same_real::<3>),
+        Kernel::with_check(hardtanh_out, check_same_real::<3>).dtypes(DtypeSet::REAL),
     );
     r.register(
         "aten::leaky_relu.out",
-        Kernel::with_check(leaky_relu_out, check_float_self::<2>),
+        Kernel::with_check(leaky_relu_out, check_float_self::<2>).dtypes(DtypeSet::FLOAT),
     );
 }
 

@@ -332,21 +332,24 @@ pub fn register(r: &mut KernelRegistry) {
     for (name, f) in float_ops {
         r.register(
             &format!("aten::{name}.out"),
-            Kernel::with_check(f, check_float_unary),
+            Kernel::with_check(f, check_float_unary).dtypes(DtypeSet::ALL),
         );
     }
     r.register(
         "aten::silu.out",
-        Kernel::with_check(silu_out, check_float_only),
+        Kernel::with_check(silu_out, check_float_only).dtypes(DtypeSet::FLOAT),
     );
-    r.register("aten::gelu.out", Kernel::with_check(gelu_out, check_gelu));
+    r.register(
+        "aten::gelu.out",
+        Kernel::with_check(gelu_out, check_gelu).dtypes(DtypeSet::FLOAT),
+    );
     r.register(
         "aten::elu.out",
-        Kernel::with_check(elu_out, check_float_only),
+        Kernel::with_check(elu_out, check_float_only).dtypes(DtypeSet::FLOAT),
     );
     r.register(
         "aten::glu.out",
-        Kernel::with_check(glu_out, check_float_only),
+        Kernel::with_check(glu_out, check_float_only).dtypes(DtypeSet::FLOAT),
     );
     for (name, f) in [
         ("abs", abs_out as pteron_core::KernelFn),
@@ -355,7 +358,7 @@ pub fn register(r: &mut KernelRegistry) {
     ] {
         r.register(
             &format!("aten::{name}.out"),
-            Kernel::with_check(f, check_real),
+            Kernel::with_check(f, check_real).dtypes(DtypeSet::REAL),
         );
     }
     r.register(
@@ -370,24 +373,24 @@ pub fn register(r: &mut KernelRegistry) {
     ] {
         r.register(
             &format!("aten::{name}.out"),
-            Kernel::with_check(f, check_real),
+            Kernel::with_check(f, check_real).dtypes(DtypeSet::REAL),
         );
     }
     r.register(
         "aten::isnan.out",
-        Kernel::with_check(isnan_out, check_any_in_out),
+        Kernel::with_check(isnan_out, check_any_in_out).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::isinf.out",
-        Kernel::with_check(isinf_out, check_any_in_out),
+        Kernel::with_check(isinf_out, check_any_in_out).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::logical_not.out",
-        Kernel::with_check(logical_not_out, check_any_in_out),
+        Kernel::with_check(logical_not_out, check_any_in_out).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::bitwise_not.out",
-        Kernel::with_check(bitwise_not_out, check_bitwise_not),
+        Kernel::with_check(bitwise_not_out, check_bitwise_not).dtypes(DtypeSet::INT_AND_BOOL),
     );
 }
 
