@@ -2,7 +2,8 @@
 //! dtype); indices are int64 or int32 and are bounds-checked (an out-of-range id is an error).
 
 use pteron_core::{
-    ArgAccess, ArgView, Kernel, KernelContext, KernelError, KernelRegistry, ScalarType, TensorRef,
+    ArgAccess, ArgView, DtypeSet, Kernel, KernelContext, KernelError, KernelRegistry, ScalarType,
+    TensorRef,
 };
 
 use crate::util::require_contiguous;
@@ -10,7 +11,7 @@ use crate::util::require_contiguous;
 pub fn register(r: &mut KernelRegistry) {
     r.register(
         "aten::embedding.out",
-        Kernel::with_check(embedding_out, check_embedding),
+        Kernel::with_check(embedding_out, check_embedding).dtypes(DtypeSet::ALL),
     );
 }
 

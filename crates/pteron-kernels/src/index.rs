@@ -21,39 +21,39 @@ use crate::util::{
 pub fn register(r: &mut KernelRegistry) {
     r.register(
         "aten::index_select.out",
-        Kernel::with_check(index_select_out, check_index_select),
+        Kernel::with_check(index_select_out, check_index_select).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::gather.out",
-        Kernel::with_check(gather_out, check_gather),
+        Kernel::with_check(gather_out, check_gather).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::scatter.src_out",
-        Kernel::with_check(scatter_src_out, check_scatter_src),
+        Kernel::with_check(scatter_src_out, check_scatter_src).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::scatter.value_out",
-        Kernel::with_check(scatter_value_out, check_scatter_value),
+        Kernel::with_check(scatter_value_out, check_scatter_value).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::scatter_add.out",
-        Kernel::with_check(scatter_add_out, check_scatter_add),
+        Kernel::with_check(scatter_add_out, check_scatter_add).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::index.Tensor_out",
-        Kernel::with_check(index_tensor_out, check_index),
+        Kernel::with_check(index_tensor_out, check_index).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::index_put.out",
-        Kernel::with_check(index_put_out, check_index_put),
+        Kernel::with_check(index_put_out, check_index_put).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::select_scatter.out",
-        Kernel::with_check(select_scatter_out, check_select_scatter),
+        Kernel::with_check(select_scatter_out, check_select_scatter).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::slice_scatter.out",
-        Kernel::with_check(slice_scatter_out, check_slice_scatter),
+        Kernel::with_check(slice_scatter_out, check_slice_scatter).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::nonzero.out",

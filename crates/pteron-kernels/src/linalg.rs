@@ -59,15 +59,21 @@ macro_rules! dispatch_acc {
 pub(crate) use dispatch_acc;
 
 pub fn register(r: &mut KernelRegistry) {
-    r.register("aten::mm.out", Kernel::with_check(mm_out, check_mm));
-    r.register("aten::bmm.out", Kernel::with_check(bmm_out, check_bmm));
+    r.register(
+        "aten::mm.out",
+        Kernel::with_check(mm_out, check_mm).dtypes(DtypeSet::REAL),
+    );
+    r.register(
+        "aten::bmm.out",
+        Kernel::with_check(bmm_out, check_bmm).dtypes(DtypeSet::REAL),
+    );
     r.register(
         "aten::addmm.out",
         Kernel::with_check(addmm_out, check_addmm).dtypes(DtypeSet::REAL),
     );
     r.register(
         "aten::linear.out",
-        Kernel::with_check(linear_out, check_linear),
+        Kernel::with_check(linear_out, check_linear).dtypes(DtypeSet::REAL),
     );
 }
 

@@ -3,6 +3,7 @@
 //! Floats only; statistics are computed in the accumulation type (f32 for f16/bf16/f32, f64
 //! for f64) with two passes (mean, then the mean of squared deviations).
 
+use pteron_core::DtypeSet;
 use pteron_core::{
     dispatch_float, ArgAccess, ArgView, Kernel, KernelContext, KernelError, KernelRegistry,
     TensorInfo, TensorRef,
@@ -13,23 +14,25 @@ use crate::util::{require_contiguous, require_dtype, Acc, AccFloat, AccNum, FLOA
 pub fn register(r: &mut KernelRegistry) {
     r.register(
         "aten::_native_batch_norm_legit_no_training.out",
-        Kernel::with_check(batch_norm_no_training_out, check_batch_norm_no_training),
+        Kernel::with_check(batch_norm_no_training_out, check_batch_norm_no_training)
+            .dtypes(DtypeSet::FLOAT),
     );
     r.register(
         "aten::_native_batch_norm_legit.out",
-        Kernel::with_check(batch_norm_legit_out, check_batch_norm_legit),
+        Kernel::with_check(batch_norm_legit_out, check_batch_norm_legit).dtypes(DtypeSet::FLOAT),
     );
     r.register(
         "aten::_native_batch_norm_legit.no_stats_out",
-        Kernel::with_check(batch_norm_no_stats_out, check_batch_norm_no_stats),
+        Kernel::with_check(batch_norm_no_stats_out, check_batch_norm_no_stats)
+            .dtypes(DtypeSet::FLOAT),
     );
     r.register(
         "aten::native_layer_norm.out",
-        Kernel::with_check(layer_norm_out, check_layer_norm),
+        Kernel::with_check(layer_norm_out, check_layer_norm).dtypes(DtypeSet::FLOAT),
     );
     r.register(
         "aten::native_group_norm.out",
-        Kernel::with_check(group_norm_out, check_group_norm),
+        Kernel::with_check(group_norm_out, check_group_norm).dtypes(DtypeSet::FLOAT),
     );
 }
 
