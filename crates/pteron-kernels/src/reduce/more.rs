@@ -3,8 +3,8 @@
 //! element folds its group straight from the input, so running allocates nothing.
 
 use pteron_core::{
-    ArgAccess, ArgView, Dims, Kernel, KernelContext, KernelError, KernelRegistry, ScalarType,
-    TensorInfo, MAX_RANK,
+    ArgAccess, ArgView, Dims, DtypeSet, Kernel, KernelContext, KernelError, KernelRegistry,
+    ScalarType, TensorInfo, MAX_RANK,
 };
 
 use crate::elementwise::engine::*;
@@ -585,51 +585,51 @@ fn topk_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 pub fn register(r: &mut KernelRegistry) {
     r.register(
         "aten::max.dim_max",
-        Kernel::with_check(max_dim_out, check_dim_max),
+        Kernel::with_check(max_dim_out, check_dim_max).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::min.dim_min",
-        Kernel::with_check(min_dim_out, check_dim_max),
+        Kernel::with_check(min_dim_out, check_dim_max).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::max.unary_out",
-        Kernel::with_check(max_unary_out, check_same::<1>),
+        Kernel::with_check(max_unary_out, check_same::<1>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::min.unary_out",
-        Kernel::with_check(min_unary_out, check_same::<1>),
+        Kernel::with_check(min_unary_out, check_same::<1>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::prod.out",
-        Kernel::with_check(prod_out, check_prod::<1, 2>),
+        Kernel::with_check(prod_out, check_prod::<1, 2>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::prod.int_out",
-        Kernel::with_check(prod_int_out, check_prod::<3, 4>),
+        Kernel::with_check(prod_int_out, check_prod::<3, 4>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::var_mean.correction_out",
-        Kernel::with_check(var_mean_out, check_var_mean),
+        Kernel::with_check(var_mean_out, check_var_mean).dtypes(DtypeSet::FLOAT),
     );
     r.register(
         "aten::any.all_out",
-        Kernel::with_check(any_all_out, check_any::<1>),
+        Kernel::with_check(any_all_out, check_any::<1>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::any.out",
-        Kernel::with_check(any_dim_out, check_any::<3>),
+        Kernel::with_check(any_dim_out, check_any::<3>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::any.dims_out",
-        Kernel::with_check(any_dims_out, check_any::<3>),
+        Kernel::with_check(any_dims_out, check_any::<3>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::cumsum.out",
-        Kernel::with_check(cumsum_out, check_cumsum),
+        Kernel::with_check(cumsum_out, check_cumsum).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::topk.values",
-        Kernel::with_check(topk_out, check_topk),
+        Kernel::with_check(topk_out, check_topk).dtypes(DtypeSet::REAL),
     );
 }
 
