@@ -1,14 +1,31 @@
 //! Scalar ("prim") ops: symbolic sizes and the `executorch_prim` arithmetic the exporter emits
 //! for dynamic shapes and control flow. They write their result into the return slot.
 
-use pteron_core::{ArgAccess, Kernel, KernelContext, KernelError, KernelRegistry, Scalar, Value};
+use pteron_core::{
+    ArgAccess, DtypeSet, Kernel, KernelContext, KernelError, KernelRegistry, Scalar, Value,
+};
 
 pub fn register(r: &mut KernelRegistry) {
-    r.register("aten::sym_size.int", Kernel::new(sym_size));
-    r.register("aten::sym_numel", Kernel::new(sym_numel));
-    r.register("aten::sym_stride.int", Kernel::new(sym_stride));
-    r.register("aten::_local_scalar_dense", Kernel::new(local_scalar_dense));
-    r.register("executorch_prim::et_view.default", Kernel::new(et_view));
+    r.register(
+        "aten::sym_size.int",
+        Kernel::new(sym_size).dtypes(DtypeSet::ALL),
+    );
+    r.register(
+        "aten::sym_numel",
+        Kernel::new(sym_numel).dtypes(DtypeSet::ALL),
+    );
+    r.register(
+        "aten::sym_stride.int",
+        Kernel::new(sym_stride).dtypes(DtypeSet::ALL),
+    );
+    r.register(
+        "aten::_local_scalar_dense",
+        Kernel::new(local_scalar_dense).dtypes(DtypeSet::ALL),
+    );
+    r.register(
+        "executorch_prim::et_view.default",
+        Kernel::new(et_view).dtypes(DtypeSet::ALL),
+    );
     r.register(
         "executorch_prim::add.Scalar",
         Kernel::new(|c| binary(c, add)),
