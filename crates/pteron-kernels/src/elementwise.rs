@@ -819,11 +819,11 @@ pub fn register(r: &mut KernelRegistry) {
     );
     r.register(
         "aten::remainder.Tensor_out",
-        Kernel::with_check(remainder_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::REAL),
+        Kernel::with_check(remainder_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::remainder.Scalar_out",
-        Kernel::with_check(remainder_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::REAL),
+        Kernel::with_check(remainder_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
     r.register(
         "aten::fmod.Tensor_out",
