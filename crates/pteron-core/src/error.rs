@@ -68,8 +68,14 @@ pub enum Error {
     MethodNotFound(String),
     #[error("cannot run {op}: {reason}")]
     OperatorMissing { op: String, reason: String },
-    #[error("delegate backend {backend:?} is not available (pteron runs portable programs only for now)")]
+    #[error("delegate backend {backend:?} is not available (no backend registered under this id)")]
     BackendMissing { backend: String },
+    /// A delegate's backend refused its payload or its arguments at load.
+    #[error("{delegate}: {source}")]
+    Delegate {
+        delegate: String,
+        source: KernelError,
+    },
     #[error("{op} (instruction {instruction}): {source}")]
     Kernel {
         op: String,

@@ -3,6 +3,7 @@
 
 extern crate alloc;
 
+pub mod backend;
 pub mod dtype;
 pub mod error;
 pub mod kernel;
@@ -13,6 +14,10 @@ pub mod tensor;
 pub mod testing;
 pub mod value;
 
+pub use backend::{
+    Backend, BackendInit, BackendRegistry, CompileSpec, DelegateHandle, NamedDataMap, NoNamedData,
+    ProgramNamedData,
+};
 pub use dtype::{Bool, DtypeSet, Element, ScalarType};
 pub use error::{Error, KernelError, Result};
 pub use half;

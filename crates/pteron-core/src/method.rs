@@ -5,6 +5,7 @@
 //! names against the registry (and each call against its kernel's check), jump destinations.
 //! Execution then only reads the prepared tables and allocates nothing.
 
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
@@ -13,6 +14,7 @@ use alloc::vec::Vec;
 
 use pteron_format::{schema, DataFile, Program};
 
+use crate::backend::{BackendInit, BackendRegistry, CompileSpec, DelegateHandle, ProgramNamedData};
 use crate::dtype::ScalarType;
 use crate::error::{Error, KernelError, Result};
 use crate::kernel::{ArgView, Kernel, KernelContext, KernelRegistry, TensorRef};
@@ -51,6 +53,9 @@ pub struct LoadOptions {
     /// Run kernels' `prepare` steps (packed weights, fusion). Off: every call runs without
     /// prepared state, as the kernels' plain run paths.
     pub prepare: bool,
+    /// Backends for the program's delegates (`DelegateCall`); empty: delegated programs fail
+    /// to load with [`Error::BackendMissing`].
+    pub backends: Arc<BackendRegistry>,
 }
 
 impl Default for LoadOptions {
@@ -59,6 +64,7 @@ impl Default for LoadOptions {
             config: MethodConfig::default(),
             parallel: None,
             prepare: true,
+            backends: Arc::new(BackendRegistry::new()),
         }
     }
 }
@@ -113,6 +119,11 @@ enum Instr {
     Free {
         value: u32,
     },
+    /// A `DelegateCall`: delegate `index` over the argument values `args`.
+    Delegate {
+        index: u32,
+        args: ListRef,
+    },
 }
 
 #[derive(Clone)]
@@ -141,6 +152,10 @@ pub struct Method<'p> {
     scratch: Arena,
     parallel: Option<Arc<dyn Parallel + Send + Sync>>,
     plan_stats: PlanStats,
+    /// Initialised delegates, in the plan's delegate order.
+    delegates: Vec<Box<dyn DelegateHandle + 'p>>,
+    /// Each delegate's name for errors and observers (`"<backend id> delegate <i>"`).
+    delegate_names: Vec<String>,
 }
 
 fn invalid(msg: impl Into<String>) -> Error {
@@ -529,11 +544,7 @@ impl<'p> Method<'p> {
                 reason: "no kernel registered".into(),
             });
         }
-        if let Some(d) = plan.delegates().into_iter().flatten().next() {
-            return Err(Error::BackendMissing {
-                backend: d.id().unwrap_or("").to_string(),
-            });
-        }
+        let (delegates, delegate_names) = init_delegates(&src, &plan, name, &options)?;
 
         // Chains → instructions.
         let mut args: Vec<u32> = Vec::new();
@@ -580,7 +591,37 @@ impl<'p> Method<'p> {
                         }
                     }
                     schema::InstructionArguments::DelegateCall => {
-                        return Err(invalid("DelegateCall without a registered backend"));
+                        let d = ins
+                            .instr_args_as_delegate_call()
+                            .ok_or_else(|| invalid("bad DelegateCall"))?;
+                        let di = index(
+                            "DelegateCall delegate",
+                            d.delegate_index() as i64,
+                            delegates.len(),
+                        )?;
+                        let a = d
+                            .args()
+                            .ok_or_else(|| invalid("DelegateCall without args"))?;
+                        let start = args.len() as u32;
+                        for x in a.iter() {
+                            args.push(index("DelegateCall argument", x as i64, n)?);
+                        }
+                        let r = ListRef {
+                            start,
+                            len: a.len() as u32,
+                        };
+                        let view = ArgView {
+                            values: &values,
+                            pool: &pool,
+                            args: &args[r.range()],
+                        };
+                        delegates[di as usize]
+                            .check(&view)
+                            .map_err(|source| Error::Delegate {
+                                delegate: delegate_names[di as usize].clone(),
+                                source,
+                            })?;
+                        Instr::Delegate { index: di, args: r }
                     }
                     schema::InstructionArguments::MoveCall => {
                         let m = ins
@@ -711,6 +752,8 @@ impl<'p> Method<'p> {
             scratch,
             parallel: options.parallel,
             plan_stats,
+            delegates,
+            delegate_names,
         })
     }
 
@@ -727,9 +770,14 @@ impl<'p> Method<'p> {
     pub fn input_spec(&self, i: usize) -> Option<&Value<'p>> {
         self.input_specs.get(i)
     }
-    /// Names of the operators this method calls, in operator-table order.
+    /// Names of the operators this method calls, in operator-table order, followed by one
+    /// name per delegate (`"<backend id> delegate <i>"`; [`KernelEvent::op_index`] counts on
+    /// past the operators for delegate calls).
     pub fn operator_names(&self) -> impl Iterator<Item = &str> {
-        self.ops.iter().map(|o| o.name.as_str())
+        self.ops
+            .iter()
+            .map(|o| o.name.as_str())
+            .chain(self.delegate_names.iter().map(|s| s.as_str()))
     }
     /// Bytes of planned memory this method holds (all arenas).
     pub fn planned_bytes(&self) -> usize {
@@ -932,6 +980,36 @@ impl<'p> Method<'p> {
                         }
                         pc += 1;
                     }
+                    Instr::Delegate { index, args } => {
+                        let event = KernelEvent {
+                            chain: c,
+                            instruction: pc,
+                            op_index: self.ops.len() + index as usize,
+                            op: &self.delegate_names[index as usize],
+                        };
+                        observer.kernel_begin(&event);
+                        let parallel: &dyn Parallel = match &self.parallel {
+                            Some(p) => &**p,
+                            None => &INLINE,
+                        };
+                        let mut ctx = KernelContext {
+                            values: &mut self.values,
+                            pool: &self.pool,
+                            arenas: &mut self.arenas,
+                            args: &self.args[args.range()],
+                            prepared: None,
+                            scratch: &mut [],
+                            parallel,
+                        };
+                        let result = self.delegates[index as usize].execute(&mut ctx);
+                        observer.kernel_end(&event);
+                        result.map_err(|source| Error::Kernel {
+                            op: self.delegate_names[index as usize].clone(),
+                            instruction: pc,
+                            source,
+                        })?;
+                        pc += 1;
+                    }
                 }
             }
         }
@@ -1069,6 +1147,13 @@ fn plan_calls(
                     uses[to as usize].written = true;
                 }
                 Instr::JumpFalse { cond, .. } => uses[cond as usize].pinned = true,
+                // A delegate reads and writes its arguments outside the kernel calls.
+                Instr::Delegate { args: a, .. } => {
+                    for &v in &args[a.range()] {
+                        uses[v as usize].pinned = true;
+                        uses[v as usize].written = true;
+                    }
+                }
                 _ => {}
             }
         }
@@ -1383,6 +1468,62 @@ fn final_graph_primary(
         num_threads: 1,
     };
     graph.primary_output(c)
+}
+
+/// Looks up each delegate's backend and initialises it (payload, compile specs, named data).
+fn init_delegates<'p>(
+    src: &DataSources<'p>,
+    plan: &schema::ExecutionPlan<'p>,
+    method_name: &str,
+    options: &LoadOptions,
+) -> Result<(Vec<Box<dyn DelegateHandle + 'p>>, Vec<String>)> {
+    let mut handles: Vec<Box<dyn DelegateHandle + 'p>> = Vec::new();
+    let mut names = Vec::new();
+    let named = ProgramNamedData {
+        program: src.program,
+        external: src.external,
+    };
+    let num_threads = options
+        .parallel
+        .as_ref()
+        .map_or(1, |p| p.num_threads().max(1));
+    for (i, d) in plan.delegates().into_iter().flatten().enumerate() {
+        let id = d.id().unwrap_or("");
+        let backend = options
+            .backends
+            .get(id)
+            .ok_or_else(|| Error::BackendMissing {
+                backend: id.to_string(),
+            })?;
+        let name = format!("{id} delegate {i}");
+        let fail = |source: KernelError| Error::Delegate {
+            delegate: name.clone(),
+            source,
+        };
+        let processed = d
+            .processed()
+            .ok_or_else(|| fail(KernelError::invalid("no processed payload")))?;
+        let processed = src.program.delegate_data(processed)?;
+        let mut specs = Vec::new();
+        for s in d.compile_specs().into_iter().flatten() {
+            specs.push(CompileSpec {
+                key: s.key().unwrap_or(""),
+                value: s.value().map_or(&[][..], |v| v.bytes()),
+            });
+        }
+        let init = BackendInit {
+            method_name,
+            delegate_index: i,
+            processed,
+            compile_specs: &specs,
+            named_data: &named,
+            num_threads,
+            config: options.config,
+        };
+        handles.push(backend.init(&init).map_err(fail)?);
+        names.push(name);
+    }
+    Ok((handles, names))
 }
 
 /// Planned tensor location from `allocation_info`, checked against the arena sizes.

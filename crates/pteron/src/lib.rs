@@ -26,7 +26,7 @@ pub use file::{Program, ProgramFile};
 pub use options::MethodOptions;
 pub use profile::{OpTime, Profiler};
 pub use pteron_core as core;
-pub use pteron_core::{MethodConfig, ScalarType};
+pub use pteron_core::{BackendRegistry, MethodConfig, ScalarType};
 pub use pteron_format as format;
 pub use tensor::{RunMethod, Tensor, Value};
 pub use threads::{default_threads, ThreadPool};
@@ -57,6 +57,22 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// CPU kernels (`pteron-kernels-cpu`: SIMD, packed weights, threads) registered over them.
 pub fn default_kernels() -> pteron_core::KernelRegistry {
     pteron_kernels_cpu::registry()
+}
+
+/// Every delegate backend pteron ships, by id: `XnnpackBackend` (`pteron-xnnpack`, running
+/// XNNPACK-lowered programs on pteron's kernels).
+pub fn default_backends() -> pteron_core::BackendRegistry {
+    let mut r = pteron_core::BackendRegistry::new();
+    pteron_xnnpack::register(&mut r);
+    r
+}
+
+/// [`default_backends`], built once and shared by the methods loaded with default options.
+pub(crate) fn shared_default_backends() -> std::sync::Arc<pteron_core::BackendRegistry> {
+    static B: std::sync::OnceLock<std::sync::Arc<pteron_core::BackendRegistry>> =
+        std::sync::OnceLock::new();
+    B.get_or_init(|| std::sync::Arc::new(default_backends()))
+        .clone()
 }
 
 /// Only the portable reference kernels (simple loops; the oracle the fast kernels are checked

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use pteron_core::{LoadOptions, MethodConfig, Parallel};
+use pteron_core::{BackendRegistry, LoadOptions, MethodConfig, Parallel};
 
 use crate::threads::{default_pool, ThreadPool};
 use crate::{Error, Result};
@@ -28,6 +28,9 @@ pub struct MethodOptions {
     pub pool: Option<Arc<ThreadPool>>,
     /// Run kernels' load-time preparation (weight packing, fusion). On by default.
     pub prepare: bool,
+    /// Backends for delegated programs: `None` is [`crate::default_backends`] (XNNPACK);
+    /// an empty registry refuses delegated programs with `BackendMissing`.
+    pub backends: Option<Arc<BackendRegistry>>,
 }
 
 impl Default for MethodOptions {
@@ -37,6 +40,7 @@ impl Default for MethodOptions {
             threads: None,
             pool: None,
             prepare: true,
+            backends: None,
         }
     }
 }
@@ -71,6 +75,11 @@ impl MethodOptions {
         self.prepare = on;
         self
     }
+    /// The backends delegated parts of programs run on.
+    pub fn backends(mut self, backends: impl Into<Arc<BackendRegistry>>) -> Self {
+        self.backends = Some(backends.into());
+        self
+    }
 
     pub(crate) fn load_options(&self) -> Result<LoadOptions> {
         let pool: Option<Arc<ThreadPool>> = match (&self.pool, self.threads) {
@@ -87,6 +96,10 @@ impl MethodOptions {
             config: self.config,
             parallel: pool.map(|p| p as Arc<dyn Parallel + Send + Sync>),
             prepare: self.prepare,
+            backends: self
+                .backends
+                .clone()
+                .unwrap_or_else(crate::shared_default_backends),
         })
     }
 }

@@ -227,6 +227,18 @@ fn exercise(
     config: MethodConfig,
     execute: bool,
 ) -> Result<(), pteron::Error> {
+    exercise_with(pte, ptd, inputs, kernels, config.into(), execute)
+}
+
+/// [`exercise`] with explicit method options (backends).
+fn exercise_with(
+    pte: &[u8],
+    ptd: Option<&[u8]>,
+    inputs: &[Tensor],
+    kernels: &KernelRegistry,
+    options: pteron::MethodOptions,
+    execute: bool,
+) -> Result<(), pteron::Error> {
     let file = ProgramFile::from_bytes(pte);
     let data = ptd.map(ProgramFile::from_bytes);
     let mut program = file.program()?;
@@ -239,7 +251,7 @@ fn exercise(
     let mut first = None;
     for name in program.method_names() {
         let r = program
-            .load_method_with(name, kernels, config)
+            .load_method_with(name, kernels, options.clone())
             .and_then(|mut m| {
                 if execute {
                     run_method(&mut m, inputs)?;
@@ -1927,6 +1939,18 @@ mod advisories {
         expect_err(r, what, needles)
     }
 
+    /// [`load_err`] with no delegate backend registered.
+    fn load_err_no_backends(pte: &[u8], what: &str, needles: &[&str]) -> pteron::Error {
+        let kernels = kernels();
+        let options =
+            pteron::MethodOptions::from(small_config()).backends(pteron::BackendRegistry::new());
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            exercise_with(pte, None, &[], &kernels, options, true)
+        }))
+        .unwrap_or_else(|_| panic!("{what}: panicked"));
+        expect_err(r, what, needles)
+    }
+
     fn is_backend_missing(e: &pteron::Error, backend: &str) -> bool {
         matches!(e, pteron::Error::Runtime(CoreError::BackendMissing { backend: b }) if b == backend)
     }
@@ -2660,13 +2684,15 @@ mod advisories {
     // --- Delegates --------------------------------------------------------------------------
 
     /// XNNPACK payload (#18784, #18820, #18896, #19013, TOB-EXECUTORCH-44 / #19102, #16241)
-    /// and `external_id`: pteron has no XNNPACK backend, so a delegated program fails to load
+    /// and `external_id`: without a backend registered, a delegated program fails to load
     /// with BackendMissing before any of the payload is read — also when the payload is
-    /// corrupt or its reference out of range.
+    /// corrupt or its reference out of range. With pteron's XNNPACK backend (the default)
+    /// the corrupt variants fail to load (or load and run) without a panic; the backend's
+    /// own tests are in tests/xnnpack.rs.
     #[test]
     fn xnnpack_payload_never_parsed() {
         let pte = security_file("xnnpack_linear.pte");
-        let e = load_err(&pte, "XNNPACK program", &["XnnpackBackend"]);
+        let e = load_err_no_backends(&pte, "XNNPACK program", &["XnnpackBackend"]);
         assert!(is_backend_missing(&e, "XnnpackBackend"), "{e:?}");
         let f = bare(pte.clone());
         let xh = find(&pte, b"XH00");
@@ -2685,11 +2711,16 @@ mod advisories {
             plan(p).delegates.as_mut().unwrap()[0].processed = None
         }));
         for (i, b) in variants.iter().enumerate() {
-            let e = load_err(b, &format!("XNNPACK variant {i}"), &[]);
+            let e = load_err_no_backends(b, &format!("XNNPACK variant {i}"), &[]);
             assert!(
                 is_backend_missing(&e, "XnnpackBackend") || matches!(e, pteron::Error::Format(_)),
                 "variant {i}: {e:?}"
             );
+            let kernels = kernels();
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                exercise(b, None, &[], &kernels, small_config(), true)
+            }));
+            assert!(r.is_ok(), "variant {i} with the XNNPACK backend: panicked");
         }
     }
 

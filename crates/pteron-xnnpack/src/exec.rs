@@ -1,0 +1,1111 @@
+//! The initialised delegate: per-node prepared kernels (packed weights), shape propagation,
+//! the memory plan of the graph's values in one arena, and execution over a `DelegateCall`'s
+//! arguments.
+//!
+//! Shapes are propagated from the external inputs through every node, as XNNPACK's
+//! `xnn_reshape_runtime` does; this runs at init (with the exported input shapes) and again
+//! whenever an input arrives with a new shape. The arena is planned in execution order (each
+//! output placed first-fit while its node's inputs are still live, inputs released after
+//! their last use) and only re-planned, and grown, when a shape grows past what was planned:
+//! runs with known shapes allocate nothing.
+
+use pteron_core::{
+    ArgAccess, ArgView, DelegateHandle, KernelContext, KernelError, Parallel, ScalarType,
+};
+use pteron_kernels_cpu::simd::level;
+
+use crate::graph::{ConvKind, Graph, Kind, Node};
+use crate::kernels::elementwise::{binary, broadcast, unary};
+use crate::kernels::gemm::{bmm, fully_connected, ConvWeights, FcFilter};
+use crate::kernels::layout;
+use crate::kernels::spatial::{depthwise, global_mean, pool, DwWeights, Geom};
+use crate::util::{f32s, f32s_mut, io, read_f32, Buf, Shape, Src, MAX_DIMS};
+
+/// What a node prepared at init.
+enum Prep {
+    None,
+    Fc {
+        filter: FcFilter,
+        /// A constant bias, copied.
+        bias: Option<Vec<f32>>,
+    },
+    Conv(ConvWeights),
+    Dw(DwWeights),
+}
+
+struct Step {
+    node: Node,
+    prep: Prep,
+}
+
+/// Where a value lives.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Home {
+    /// A constant no kernel reads in place (packed at init): has no bytes here.
+    Packed,
+    /// Constant number `k` of `consts`.
+    Const(usize),
+    /// In the arena.
+    Arena,
+}
+
+/// An XNNPACK delegate ready to run.
+pub struct XnnDelegate {
+    steps: Vec<Step>,
+    names: Vec<&'static str>,
+    homes: Vec<Home>,
+    consts: Vec<Buf>,
+    /// Current shape of every value.
+    shapes: Vec<Shape>,
+    /// Bytes of every value at its current shape.
+    sizes: Vec<usize>,
+    /// Arena offset and planned capacity of every arena value.
+    offsets: Vec<usize>,
+    capacity: Vec<usize>,
+    /// (node index of the producer or 0 for inputs, node index of the last reader).
+    lifetimes: Vec<(usize, usize)>,
+    arena: Buf,
+    scratch: Vec<f32>,
+    inputs: Vec<(u32, usize)>,
+    outputs: Vec<(u32, usize)>,
+    /// Budget for the arena and scratch memory.
+    max_bytes: u64,
+    packed_bytes: usize,
+}
+
+fn invalid(msg: impl Into<String>) -> KernelError {
+    KernelError::invalid(msg)
+}
+
+impl XnnDelegate {
+    pub fn new(g: Graph<'_>, max_bytes: u64) -> Result<Self, KernelError> {
+        let nv = g.values.len();
+        let nn = g.nodes.len();
+        // Which constants are read by a kernel in place (everything but packed filters).
+        let mut in_place = vec![false; nv];
+        let mut producer = vec![usize::MAX; nv];
+        let mut last_use = vec![0usize; nv];
+        for (i, node) in g.nodes.iter().enumerate() {
+            let (ins, n) = node.inputs();
+            let packed: &[usize] = match *node {
+                Node::Conv { w, .. } => &[w],
+                _ => &[],
+            };
+            for (k, &v) in ins[..n].iter().enumerate() {
+                let is_conv_bias =
+                    matches!(node, Node::Conv { bias: Some(b), .. } if *b == v && k == 2);
+                let is_fc_const = matches!(node, Node::FullyConnected { .. })
+                    && k >= 1
+                    && matches!(g.values[v].kind, Kind::Constant(_));
+                if !packed.contains(&v) && !is_conv_bias && !is_fc_const {
+                    in_place[v] = true;
+                }
+                match g.values[v].kind {
+                    Kind::Internal | Kind::Output(_) if producer[v] == usize::MAX => {
+                        return Err(invalid(format!(
+                            "node {i} ({}) reads value {v} before any node writes it",
+                            g.node_names[i]
+                        )))
+                    }
+                    _ => {}
+                }
+                last_use[v] = i;
+            }
+            let out = node.output();
+            match g.values[out].kind {
+                Kind::Constant(_) | Kind::Input(_) => {
+                    return Err(invalid(format!(
+                        "node {i} ({}) writes value {out}, a constant or an external input",
+                        g.node_names[i]
+                    )))
+                }
+                _ if producer[out] != usize::MAX => {
+                    return Err(invalid(format!(
+                        "node {i} ({}) writes value {out}, already written by node {}",
+                        g.node_names[i], producer[out]
+                    )))
+                }
+                _ => {}
+            }
+            if ins[..n].contains(&out) {
+                return Err(invalid(format!(
+                    "node {i} ({}) reads its own output",
+                    g.node_names[i]
+                )));
+            }
+            producer[out] = i;
+            last_use[out] = last_use[out].max(i);
+        }
+        for &(ext, v) in &g.outputs {
+            if producer[v] == usize::MAX {
+                return Err(invalid(format!(
+                    "external output {ext} (value {v}) is written by no node"
+                )));
+            }
+        }
+
+        // Constants read in place are copied (aligned); packed ones are packed below.
+        let mut homes = vec![Home::Arena; nv];
+        let mut consts = Vec::new();
+        for (v, val) in g.values.iter().enumerate() {
+            if let Kind::Constant(bytes) = val.kind {
+                homes[v] = if in_place[v] {
+                    consts.push(Buf::from_bytes(bytes)?);
+                    Home::Const(consts.len() - 1)
+                } else {
+                    Home::Packed
+                };
+            }
+        }
+        let const_f32 = |v: usize| -> Result<Vec<f32>, KernelError> {
+            match g.values[v].kind {
+                Kind::Constant(b) => read_f32(b, g.values[v].shape.count()?),
+                _ => Err(invalid(format!("value {v} is not a constant"))),
+            }
+        };
+
+        // Prepare every node.
+        let mut steps = Vec::with_capacity(nn);
+        let mut packed_bytes = 0;
+        for (i, node) in g.nodes.iter().enumerate() {
+            let ctx = |e: KernelError| match e {
+                KernelError::Unsupported(m) => {
+                    KernelError::unsupported(format!("node {i} ({}): {m}", g.node_names[i]))
+                }
+                e => invalid(format!("node {i} ({}): {e}", g.node_names[i])),
+            };
+            let prep = match *node {
+                Node::FullyConnected {
+                    w,
+                    bias,
+                    transpose_w,
+                    ..
+                } => {
+                    let ws = &g.values[w].shape;
+                    if ws.rank() != 2 {
+                        return Err(ctx(KernelError::unsupported(format!(
+                            "filter of rank {}",
+                            ws.rank()
+                        ))));
+                    }
+                    let (ic, oc) = if transpose_w {
+                        (ws.dims()[0], ws.dims()[1])
+                    } else {
+                        (ws.dims()[1], ws.dims()[0])
+                    };
+                    let filter = match g.values[w].kind {
+                        Kind::Constant(_) => {
+                            FcFilter::pack(&const_f32(w).map_err(ctx)?, ic, oc, transpose_w)
+                                .map_err(ctx)?
+                        }
+                        _ => FcFilter::Dynamic {
+                            transpose: transpose_w,
+                        },
+                    };
+                    let bias = match bias {
+                        Some(b) if matches!(g.values[b].kind, Kind::Constant(_)) => {
+                            let v = const_f32(b).map_err(ctx)?;
+                            if v.len() != oc {
+                                return Err(ctx(invalid(format!(
+                                    "bias of {} values for {oc} outputs",
+                                    v.len()
+                                ))));
+                            }
+                            Some(v)
+                        }
+                        _ => None,
+                    };
+                    packed_bytes += filter.bytes();
+                    Prep::Fc { filter, bias }
+                }
+                Node::Conv {
+                    conv,
+                    w,
+                    bias,
+                    clamp,
+                    ..
+                } => {
+                    if !matches!(g.values[w].kind, Kind::Constant(_))
+                        || bias.is_some_and(|b| !matches!(g.values[b].kind, Kind::Constant(_)))
+                    {
+                        return Err(ctx(KernelError::unsupported(
+                            "convolution with a non-constant filter or bias",
+                        )));
+                    }
+                    let ws = g.values[w].shape;
+                    let (kh, kw) = (conv.win.kh, conv.win.kw);
+                    let expect = match conv.kind {
+                        ConvKind::Depthwise => [1, kh, kw, conv.out_channels()],
+                        _ => [conv.out_channels(), kh, kw, conv.group_in],
+                    };
+                    if ws.dims() != expect {
+                        return Err(ctx(invalid(format!(
+                            "filter shape {:?}, expected {expect:?}",
+                            ws.dims()
+                        ))));
+                    }
+                    let wv = const_f32(w).map_err(ctx)?;
+                    let bv = bias.map(const_f32).transpose().map_err(ctx)?;
+                    if let Some(b) = &bv {
+                        if b.len() != conv.out_channels() {
+                            return Err(ctx(invalid(format!(
+                                "bias of {} values for {} outputs",
+                                b.len(),
+                                conv.out_channels()
+                            ))));
+                        }
+                    }
+                    if conv.kind == ConvKind::Depthwise {
+                        let co = conv.out_channels();
+                        packed_bytes += (wv.len() + co) * 4;
+                        Prep::Dw(DwWeights {
+                            win: conv.win,
+                            channels: conv.groups,
+                            multiplier: conv.group_out,
+                            w: wv,
+                            bias: bv.unwrap_or_else(|| vec![0.0; co]),
+                            clamp,
+                        })
+                    } else {
+                        let cw = ConvWeights::new(conv, &wv, bv.as_deref(), clamp).map_err(ctx)?;
+                        packed_bytes += cw.bytes();
+                        Prep::Conv(cw)
+                    }
+                }
+                _ => Prep::None,
+            };
+            steps.push(Step {
+                node: node.clone(),
+                prep,
+            });
+        }
+
+        let mut lifetimes = vec![(0usize, 0usize); nv];
+        for v in 0..nv {
+            let start = if producer[v] == usize::MAX {
+                0
+            } else {
+                producer[v]
+            };
+            lifetimes[v] = (start, last_use[v].max(start));
+        }
+        for &(_, v) in &g.outputs {
+            lifetimes[v].1 = nn;
+        }
+        let shapes: Vec<Shape> = g.values.iter().map(|v| v.shape).collect();
+        let mut d = XnnDelegate {
+            steps,
+            names: g.node_names,
+            homes,
+            consts,
+            shapes,
+            sizes: vec![0; nv],
+            offsets: vec![0; nv],
+            capacity: vec![0; nv],
+            lifetimes,
+            arena: Buf::default(),
+            scratch: Vec::new(),
+            inputs: g.inputs,
+            outputs: g.outputs,
+            max_bytes,
+            packed_bytes,
+        };
+        d.propagate()?;
+        d.plan()?;
+        Ok(d)
+    }
+
+    /// Propagates shapes from the inputs through every node and sizes every value.
+    fn propagate(&mut self) -> Result<(), KernelError> {
+        for i in 0..self.steps.len() {
+            let s = infer(&self.steps[i], &self.shapes).map_err(|e| match e {
+                KernelError::Shape(m) => {
+                    KernelError::shape(format!("node {i} ({}): {m}", self.names[i]))
+                }
+                e => invalid(format!("node {i} ({}): {e}", self.names[i])),
+            })?;
+            let out = self.steps[i].node.output();
+            self.shapes[out] = s;
+        }
+        for (v, s) in self.shapes.iter().enumerate() {
+            self.sizes[v] = s.count()?.checked_mul(4).ok_or(KernelError::SizeOverflow)?;
+        }
+        Ok(())
+    }
+
+    /// Places every arena value (first fit in execution order) and sizes the scratch buffer.
+    fn plan(&mut self) -> Result<(), KernelError> {
+        const ALIGN: usize = 64;
+        let nn = self.steps.len();
+        let nv = self.homes.len();
+        // Events: values born at each node (inputs at -1 → before node 0), released after
+        // their last use.
+        let mut born: Vec<Vec<usize>> = vec![Vec::new(); nn + 1];
+        let mut dies: Vec<Vec<usize>> = vec![Vec::new(); nn + 1];
+        let mut is_input = vec![false; nv];
+        for &(_, v) in &self.inputs {
+            is_input[v] = true;
+        }
+        for v in 0..nv {
+            if self.homes[v] != Home::Arena {
+                continue;
+            }
+            let (s, e) = self.lifetimes[v];
+            let b = if is_input[v] { 0 } else { s + 1 };
+            let produced = is_input[v] || self.steps.get(s).is_some_and(|st| st.node.output() == v);
+            if !produced {
+                continue;
+            }
+            born[b.min(nn)].push(v);
+            dies[(e + 1).min(nn)].push(v);
+        }
+        let mut free: Vec<(usize, usize)> = Vec::new(); // sorted (offset, size)
+        let mut top = 0usize;
+        let alloc = |size: usize, free: &mut Vec<(usize, usize)>, top: &mut usize| -> usize {
+            for k in 0..free.len() {
+                let (o, s) = free[k];
+                if s >= size {
+                    if s == size {
+                        free.remove(k);
+                    } else {
+                        free[k] = (o + size, s - size);
+                    }
+                    return o;
+                }
+            }
+            // Grow the last free block if it ends at the top.
+            if let Some(&(o, s)) = free.last() {
+                if o + s == *top {
+                    free.pop();
+                    *top = o + size;
+                    return o;
+                }
+            }
+            let o = *top;
+            *top += size;
+            o
+        };
+        let release = |o: usize, size: usize, free: &mut Vec<(usize, usize)>| {
+            let k = free.partition_point(|&(fo, _)| fo < o);
+            free.insert(k, (o, size));
+            // Coalesce with the next and the previous block.
+            if k + 1 < free.len() && free[k].0 + free[k].1 == free[k + 1].0 {
+                free[k].1 += free[k + 1].1;
+                free.remove(k + 1);
+            }
+            if k > 0 && free[k - 1].0 + free[k - 1].1 == free[k].0 {
+                free[k - 1].1 += free[k].1;
+                free.remove(k);
+            }
+        };
+        for t in 0..=nn {
+            // Node t−1's output (and, at t = 0, the inputs) is placed before its inputs die.
+            for &v in &born[t] {
+                let size = self.sizes[v].max(1).div_ceil(ALIGN) * ALIGN;
+                let o = alloc(size, &mut free, &mut top);
+                self.offsets[v] = o;
+                self.capacity[v] = size;
+            }
+            for &v in &dies[t] {
+                release(self.offsets[v], self.capacity[v], &mut free);
+            }
+        }
+        if top as u64 > self.max_bytes {
+            return Err(KernelError::unsupported(format!(
+                "the delegate needs {top} bytes of memory, over the limit of {}",
+                self.max_bytes
+            )));
+        }
+        if self.arena.len() < top {
+            self.arena = Buf::zeroed(top)?;
+        }
+        self.plan_scratch()
+    }
+
+    fn src(&self, v: usize) -> Src {
+        match self.homes[v] {
+            Home::Const(k) => Src::Const(k),
+            Home::Packed => Src::Arena(0, 0),
+            Home::Arena => Src::Arena(self.offsets[v], self.offsets[v] + self.sizes[v]),
+        }
+    }
+
+    fn dst(&self, v: usize) -> core::ops::Range<usize> {
+        self.offsets[v]..self.offsets[v] + self.sizes[v]
+    }
+
+    /// Runs node `i`.
+    fn run_step(&mut self, i: usize, par: &dyn Parallel) -> Result<(), KernelError> {
+        let st = &self.steps[i];
+        let out = st.node.output();
+        let os = self.shapes[out];
+        let dst = self.dst(out);
+        let srcs = {
+            let (ins, n) = st.node.inputs();
+            let mut s = [Src::Arena(0, 0); 5];
+            for k in 0..n {
+                s[k] = self.src(ins[k]);
+            }
+            s
+        };
+        let shapes = &self.shapes;
+        let ([a, b, c, d, e], o) = io(self.arena.bytes_mut(), &self.consts, srcs, dst)?;
+        let o = f32s_mut(o)?;
+        match (&st.node, &st.prep) {
+            (
+                &Node::Binary {
+                    op,
+                    a: va,
+                    b: vb,
+                    clamp,
+                    ..
+                },
+                _,
+            ) => binary(
+                par,
+                op,
+                clamp,
+                f32s(a)?,
+                &shapes[va],
+                f32s(b)?,
+                &shapes[vb],
+                o,
+                &os,
+            )?,
+            (&Node::Unary { op, .. }, _) => unary(par, op, f32s(a)?, o)?,
+            (&Node::Softmax { .. }, _) => {
+                let row = os.dims().last().copied().unwrap_or(1);
+                if row > 0 {
+                    let l = level();
+                    let x = f32s(a)?;
+                    let x = x
+                        .get(..o.len())
+                        .ok_or_else(|| invalid("softmax input too short"))?;
+                    pteron_kernels_cpu::par::for_chunks_mut(par, o, row * 64, 1, &|k, oc| {
+                        let xs = &x[k * row * 64..k * row * 64 + oc.len()];
+                        pteron_kernels_cpu::norm::softmax_rows(l, xs, oc, row)
+                    });
+                }
+            }
+            (&Node::FullyConnected { x, bias, clamp, .. }, Prep::Fc { filter, bias: cb }) => {
+                let xs = &shapes[x];
+                let ic = xs.back(1);
+                let oc = os.back(1);
+                let m = if ic == 0 { 0 } else { xs.count()? / ic };
+                // Inputs: x, w (when dynamic), bias (when dynamic).
+                let dyn_bias = if bias.is_some() && cb.is_none() {
+                    Some(f32s(c)?)
+                } else {
+                    None
+                };
+                let bias = cb.as_deref().or(dyn_bias);
+                fully_connected(par, f32s(a)?, m, ic, oc, filter, f32s(b)?, bias, clamp, o)?;
+            }
+            (&Node::Conv { x, .. }, Prep::Conv(cw)) => {
+                let xs = shapes[x].dims();
+                cw.run(
+                    par,
+                    f32s(a)?,
+                    xs[0],
+                    xs[1],
+                    xs[2],
+                    o,
+                    os.dims()[1],
+                    os.dims()[2],
+                    &mut self.scratch,
+                )?;
+            }
+            (&Node::Conv { x, .. }, Prep::Dw(dw)) => {
+                let xs = shapes[x].dims();
+                let g = Geom {
+                    n: xs[0],
+                    ih: xs[1],
+                    iw: xs[2],
+                    oh: os.dims()[1],
+                    ow: os.dims()[2],
+                    c: xs[3],
+                };
+                depthwise(par, dw, g, f32s(a)?, o)?;
+            }
+            (
+                &Node::Pool {
+                    kind,
+                    win,
+                    clamp,
+                    x,
+                    ..
+                },
+                _,
+            ) => {
+                let xs = shapes[x].dims();
+                let g = Geom {
+                    n: xs[0],
+                    ih: xs[1],
+                    iw: xs[2],
+                    oh: os.dims()[1],
+                    ow: os.dims()[2],
+                    c: xs[3],
+                };
+                pool(par, kind, &win, clamp, g, f32s(a)?, o)?;
+            }
+            (&Node::GlobalAvgPool { x, clamp, .. }, _) => {
+                let xs = shapes[x].dims();
+                let r = xs.len();
+                let outer: usize = xs[..r - 3].iter().product();
+                global_mean(
+                    level(),
+                    f32s(a)?,
+                    outer,
+                    xs[r - 3] * xs[r - 2],
+                    xs[r - 1],
+                    clamp,
+                    o,
+                )?;
+            }
+            (&Node::Transpose { perm, x, .. }, _) => {
+                layout::transpose(f32s(a)?, &shapes[x], &perm, o)?
+            }
+            (&Node::Reshape { .. }, _) => {
+                let x = f32s(a)?;
+                let n = o.len();
+                o.copy_from_slice(
+                    x.get(..n)
+                        .ok_or_else(|| invalid("reshape input too short"))?,
+                );
+            }
+            (&Node::Slice { x, .. }, _) => {
+                let offs = slice_offsets(&st.node, &shapes[x]);
+                layout::slice(
+                    f32s(a)?,
+                    &shapes[x],
+                    &offs.dims()[..shapes[x].rank()],
+                    &os,
+                    o,
+                )?
+            }
+            (
+                &Node::Concat {
+                    inputs, n, axis, ..
+                },
+                _,
+            ) => {
+                let all = [a, b, c, d, e];
+                let mut parts: [(&[f32], Shape); 5] = [(&[], Shape::default()); 5];
+                for k in 0..n {
+                    parts[k] = (f32s(all[k])?, shapes[inputs[k]]);
+                }
+                layout::concat(&parts[..n], axis, o, &os)?
+            }
+            (&Node::Pad { pre, value, x, .. }, _) => {
+                layout::pad(f32s(a)?, &shapes[x], pre.dims(), value, o, &os)?
+            }
+            (
+                &Node::Resize {
+                    align_corners,
+                    legacy,
+                    x,
+                    ..
+                },
+                _,
+            ) => {
+                let xs = shapes[x].dims();
+                layout::resize_bilinear(
+                    f32s(a)?,
+                    xs[0],
+                    xs[1],
+                    xs[2],
+                    xs[3],
+                    os.dims()[1],
+                    os.dims()[2],
+                    align_corners,
+                    legacy,
+                    o,
+                )?
+            }
+            (
+                &Node::Bmm {
+                    a: va,
+                    b: vb,
+                    transpose_b,
+                    ..
+                },
+                _,
+            ) => {
+                let (sa, sb) = (shapes[va], shapes[vb]);
+                let (m, k) = (sa.back(2), sa.back(1));
+                let n = os.back(1);
+                let r = os.rank();
+                let batch_dims = &os.dims()[..r - 2];
+                let batches: usize = batch_dims.iter().product();
+                // Strides of each operand's batch dims over the output's (0 where broadcast).
+                let bstrides = |s: &Shape| {
+                    let mut st = [0usize; MAX_DIMS];
+                    let br = s.rank() - 2;
+                    let off = (r - 2) - br;
+                    let mut acc = 1;
+                    for q in (0..br).rev() {
+                        st[q + off] = if s.dims()[q] == 1 { 0 } else { acc };
+                        acc *= s.dims()[q];
+                    }
+                    st
+                };
+                let (stra, strb) = (bstrides(&sa), bstrides(&sb));
+                let index = |i: usize| {
+                    let (mut ia, mut ib, mut rem) = (0, 0, i);
+                    for q in (0..r - 2).rev() {
+                        let x = rem % batch_dims[q];
+                        rem /= batch_dims[q];
+                        ia += x * stra[q];
+                        ib += x * strb[q];
+                    }
+                    (ia, ib)
+                };
+                bmm(
+                    par,
+                    f32s(a)?,
+                    f32s(b)?,
+                    o,
+                    batches,
+                    &index,
+                    m,
+                    k,
+                    n,
+                    transpose_b,
+                )?
+            }
+            (node, _) => {
+                return Err(invalid(format!("node {node:?} has no prepared kernel")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes held: packed weights, copied constants, the arena and scratch.
+    pub fn bytes(&self) -> usize {
+        self.packed_bytes
+            + self.consts.iter().map(|c| c.len()).sum::<usize>()
+            + self.arena.len()
+            + self.scratch.len() * 4
+    }
+
+    /// XNNPACK's view of a tensor argument: its sizes in dim order.
+    fn arg_shape(info: &pteron_core::TensorInfo) -> Result<Shape, KernelError> {
+        let mut d = [0usize; MAX_DIMS];
+        if info.rank() > MAX_DIMS {
+            return Err(KernelError::unsupported(format!(
+                "tensor of rank {} (XNNPACK takes at most {MAX_DIMS})",
+                info.rank()
+            )));
+        }
+        for (j, &o) in info.dim_order().iter().enumerate() {
+            d[j] = info.sizes()[o as usize];
+        }
+        Shape::new(&d[..info.rank()])
+    }
+}
+
+/// The effective slice offsets (XNNPACK's rules for a given input shape).
+fn slice_offsets(node: &Node, xs: &Shape) -> Shape {
+    let mut o = Shape::default();
+    if let Node::Slice { offsets, .. } = node {
+        o = *offsets;
+        for (i, v) in o.dims_mut().iter_mut().enumerate() {
+            *v = (*v).min(xs.dims().get(i).copied().unwrap_or(0));
+        }
+    }
+    o
+}
+
+fn shape_err(msg: impl Into<String>) -> KernelError {
+    KernelError::shape(msg)
+}
+
+/// The output shape of a step given the current shapes.
+fn infer(st: &Step, shapes: &[Shape]) -> Result<Shape, KernelError> {
+    let need_rank = |s: &Shape, r: usize, what: &str| {
+        if s.rank() != r {
+            Err(shape_err(format!(
+                "{what} of rank {}, expected {r}",
+                s.rank()
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    Ok(match (&st.node, &st.prep) {
+        (&Node::Binary { a, b, .. }, _) => broadcast(&shapes[a], &shapes[b])?,
+        (&Node::Unary { x, .. }, _) => shapes[x],
+        (&Node::Softmax { x, .. }, _) => {
+            if shapes[x].rank() == 0 {
+                return Err(shape_err("softmax of a scalar"));
+            }
+            shapes[x]
+        }
+        (
+            &Node::FullyConnected {
+                x,
+                w,
+                bias,
+                transpose_w,
+                ..
+            },
+            _,
+        ) => {
+            let xs = shapes[x];
+            if xs.rank() == 0 {
+                return Err(shape_err("fully connected input of rank 0"));
+            }
+            let ws = shapes[w];
+            need_rank(&ws, 2, "filter")?;
+            let (ic, oc) = if transpose_w {
+                (ws.dims()[0], ws.dims()[1])
+            } else {
+                (ws.dims()[1], ws.dims()[0])
+            };
+            if xs.back(1) != ic {
+                return Err(shape_err(format!(
+                    "input has {} channels, filter {ic}",
+                    xs.back(1)
+                )));
+            }
+            if let Some(b) = bias {
+                if shapes[b].count()? != oc {
+                    return Err(shape_err("bias size differs from the output channels"));
+                }
+            }
+            let mut o = xs;
+            let r = o.rank();
+            o.dims_mut()[r - 1] = oc;
+            o
+        }
+        (&Node::Conv { conv, x, .. }, _) => {
+            let xs = shapes[x];
+            need_rank(&xs, 4, "convolution input")?;
+            let d = xs.dims();
+            if d[3] != conv.in_channels() {
+                return Err(shape_err(format!(
+                    "input has {} channels, the convolution takes {}",
+                    d[3],
+                    conv.in_channels()
+                )));
+            }
+            let (oh, ow) = if conv.kind == ConvKind::Deconv {
+                conv.win.deconv_out_hw(d[1], d[2], conv.adjustment)?
+            } else {
+                conv.win.out_hw(d[1], d[2])?
+            };
+            Shape::new(&[d[0], oh, ow, conv.out_channels()])?
+        }
+        (&Node::Pool { win, x, .. }, _) => {
+            let xs = shapes[x];
+            need_rank(&xs, 4, "pooling input")?;
+            let d = xs.dims();
+            let (oh, ow) = win.out_hw(d[1], d[2])?;
+            Shape::new(&[d[0], oh, ow, d[3]])?
+        }
+        (&Node::GlobalAvgPool { x, keep_dims, .. }, _) => {
+            let xs = shapes[x];
+            let r = xs.rank();
+            if r < 3 {
+                return Err(shape_err("global pooling input of rank below 3"));
+            }
+            let mut d = [0usize; MAX_DIMS];
+            d[..r].copy_from_slice(xs.dims());
+            if keep_dims {
+                d[r - 3] = 1;
+                d[r - 2] = 1;
+                Shape::new(&d[..r])?
+            } else {
+                d[r - 3] = d[r - 1];
+                Shape::new(&d[..r - 2])?
+            }
+        }
+        (&Node::Transpose { perm, x, .. }, _) => {
+            let xs = shapes[x];
+            need_rank(&xs, perm.rank(), "transpose input")?;
+            let mut d = [0usize; MAX_DIMS];
+            for i in 0..perm.rank() {
+                d[i] = xs.dims()[perm.dims()[i]];
+            }
+            Shape::new(&d[..perm.rank()])?
+        }
+        (&Node::Reshape { new_shape, x, .. }, _) => {
+            let n = shapes[x].count()?;
+            let mut o = new_shape;
+            let dynamic = o.dims().iter().position(|&d| d == 0);
+            match dynamic {
+                Some(k) => {
+                    let rest: usize = o
+                        .dims()
+                        .iter()
+                        .filter(|&&d| d != 0)
+                        .try_fold(1usize, |a, &d| a.checked_mul(d))
+                        .ok_or(KernelError::SizeOverflow)?;
+                    if rest == 0 || n % rest != 0 {
+                        return Err(shape_err(format!(
+                            "cannot reshape {} elements to {:?}",
+                            n,
+                            new_shape.dims()
+                        )));
+                    }
+                    o.dims_mut()[k] = n / rest;
+                }
+                None => {
+                    if o.count()? != n {
+                        return Err(shape_err(format!(
+                            "cannot reshape {} elements to {:?}",
+                            n,
+                            new_shape.dims()
+                        )));
+                    }
+                }
+            }
+            o
+        }
+        (
+            &Node::Slice {
+                offsets, sizes, x, ..
+            },
+            _,
+        ) => {
+            let xs = shapes[x];
+            need_rank(&xs, offsets.rank(), "slice input")?;
+            let mut d = [0usize; MAX_DIMS];
+            for i in 0..xs.rank() {
+                let dim = xs.dims()[i];
+                let off = offsets.dims()[i];
+                let end = off
+                    .checked_add(sizes.dims()[i])
+                    .ok_or(KernelError::SizeOverflow)?;
+                let size = if end == 0 {
+                    dim.saturating_sub(off)
+                } else {
+                    end - off
+                };
+                let off = off.min(dim);
+                d[i] = size.min(dim - off);
+            }
+            Shape::new(&d[..xs.rank()])?
+        }
+        (
+            &Node::Concat {
+                axis, inputs, n, ..
+            },
+            _,
+        ) => {
+            let first = shapes[inputs[0]];
+            if axis >= first.rank() {
+                return Err(shape_err(format!(
+                    "concatenation axis {axis} of rank-{} inputs",
+                    first.rank()
+                )));
+            }
+            let mut o = first;
+            let mut total = 0usize;
+            for &v in &inputs[..n] {
+                let s = shapes[v];
+                if s.rank() != first.rank()
+                    || s.dims()
+                        .iter()
+                        .zip(first.dims())
+                        .enumerate()
+                        .any(|(i, (a, b))| i != axis && a != b)
+                {
+                    return Err(shape_err("concatenated shapes differ off the axis"));
+                }
+                total = total
+                    .checked_add(s.dims()[axis])
+                    .ok_or(KernelError::SizeOverflow)?;
+            }
+            o.dims_mut()[axis] = total;
+            o
+        }
+        (&Node::Pad { pre, post, x, .. }, _) => {
+            let xs = shapes[x];
+            if pre.rank() < xs.rank() {
+                return Err(shape_err("fewer paddings than dimensions"));
+            }
+            let mut d = [0usize; MAX_DIMS];
+            for i in 0..xs.rank() {
+                d[i] = xs.dims()[i] + pre.dims()[i] + post.dims()[i];
+            }
+            Shape::new(&d[..xs.rank()])?
+        }
+        (
+            &Node::Resize {
+                height, width, x, ..
+            },
+            _,
+        ) => {
+            let xs = shapes[x];
+            need_rank(&xs, 4, "resize input")?;
+            Shape::new(&[xs.dims()[0], height, width, xs.dims()[3]])?
+        }
+        (
+            &Node::Bmm {
+                a, b, transpose_b, ..
+            },
+            _,
+        ) => {
+            let (sa, sb) = (shapes[a], shapes[b]);
+            if sa.rank() < 2 || sb.rank() < 2 {
+                return Err(shape_err("batch matrix multiply of rank below 2"));
+            }
+            let (m, k) = (sa.back(2), sa.back(1));
+            let (kb, n) = if transpose_b {
+                (sb.back(1), sb.back(2))
+            } else {
+                (sb.back(2), sb.back(1))
+            };
+            if k != kb {
+                return Err(shape_err(format!("inner dims {k} and {kb} differ")));
+            }
+            let ba = Shape::new(&sa.dims()[..sa.rank() - 2])?;
+            let bb = Shape::new(&sb.dims()[..sb.rank() - 2])?;
+            let bo = broadcast(&ba, &bb)?;
+            let mut d = [0usize; MAX_DIMS];
+            let r = bo.rank();
+            if r + 2 > MAX_DIMS {
+                return Err(shape_err("batch matrix multiply of rank above 6"));
+            }
+            d[..r].copy_from_slice(bo.dims());
+            d[r] = m;
+            d[r + 1] = n;
+            Shape::new(&d[..r + 2])?
+        }
+    })
+}
+
+impl DelegateHandle for XnnDelegate {
+    fn check(&self, args: &ArgView<'_, '_>) -> Result<(), KernelError> {
+        for &(ext, v) in self.inputs.iter().chain(&self.outputs) {
+            let t = args
+                .tensor(ext as usize)
+                .map_err(|e| invalid(format!("external value {ext}: {e}")))?;
+            if t.dtype() != ScalarType::Float {
+                return Err(KernelError::unsupported(format!(
+                    "external value {ext} is {}, the graph computes in float32",
+                    t.dtype()
+                )));
+            }
+            let s = Self::arg_shape(t)?;
+            // The exporter declares scalars as [1]; XNNPACK takes the tensor's rank.
+            if s.rank() != self.shapes[v].rank() && s.numel() != self.shapes[v].numel() {
+                return Err(KernelError::shape(format!(
+                    "external value {ext} has shape {:?}, the graph's is {:?}",
+                    s.dims(),
+                    self.shapes[v].dims()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn execute(&mut self, ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+        // New input shapes: propagate and, when they grow, re-plan.
+        let mut changed = false;
+        for k in 0..self.inputs.len() {
+            let (ext, v) = self.inputs[k];
+            let t = ctx.tensor(ext as usize)?;
+            if t.dtype() != ScalarType::Float {
+                return Err(KernelError::dtype(t.dtype(), "XNNPACK delegate input"));
+            }
+            let s = Self::arg_shape(t)?;
+            if s != self.shapes[v] {
+                self.shapes[v] = s;
+                changed = true;
+            }
+        }
+        if changed {
+            self.propagate()?;
+            if (0..self.homes.len())
+                .any(|v| self.homes[v] == Home::Arena && self.sizes[v] > self.capacity[v])
+            {
+                self.plan()?;
+            }
+            // Scratch for the new spatial sizes.
+            self.plan_scratch()?;
+        }
+        for k in 0..self.inputs.len() {
+            let (ext, v) = self.inputs[k];
+            let ([t], []) = ctx.io([ext as usize], [])?;
+            let r = self.dst(v);
+            let dst = self
+                .arena
+                .bytes_mut()
+                .get_mut(r)
+                .ok_or_else(|| invalid("input outside the arena"))?;
+            let src = t
+                .bytes
+                .get(..dst.len())
+                .ok_or_else(|| invalid("input tensor too short"))?;
+            dst.copy_from_slice(src);
+        }
+        let par = ctx.parallel();
+        for i in 0..self.steps.len() {
+            self.run_step(i, par).map_err(|e| match e {
+                KernelError::Invalid(m) => invalid(format!("node {i} ({}): {m}", self.names[i])),
+                e => e,
+            })?;
+        }
+        for k in 0..self.outputs.len() {
+            let (ext, v) = self.outputs[k];
+            let info = *ctx.tensor(ext as usize)?;
+            let s = self.shapes[v];
+            if s.rank() == info.rank() {
+                let mut sizes = [0usize; MAX_DIMS];
+                for (j, &o) in info.dim_order().iter().enumerate() {
+                    sizes[o as usize] = s.dims()[j];
+                }
+                ctx.resize(ext as usize, &sizes[..s.rank()])?;
+            } else if s.numel() != Some(info.numel()) {
+                // A scalar declared as [1] keeps the tensor's rank; anything else is an error.
+                return Err(KernelError::shape(format!(
+                    "output {ext} of shape {:?} does not fit the tensor's {:?}",
+                    s.dims(),
+                    info.sizes()
+                )));
+            }
+            let ([], [t]) = ctx.io([], [ext as usize])?;
+            let r = self.dst(v);
+            let src = self
+                .arena
+                .bytes()
+                .get(r)
+                .ok_or_else(|| invalid("output outside the arena"))?;
+            t.bytes
+                .get_mut(..src.len())
+                .ok_or_else(|| invalid("output tensor too short"))?
+                .copy_from_slice(src);
+        }
+        Ok(())
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.bytes()
+    }
+}
+
+impl XnnDelegate {
+    fn plan_scratch(&mut self) -> Result<(), KernelError> {
+        let mut scratch = 0usize;
+        for st in &self.steps {
+            if let (Prep::Conv(cw), Node::Conv { x, .. }) = (&st.prep, &st.node) {
+                let s = &self.shapes[*x];
+                if s.rank() == 4 {
+                    scratch = scratch.max(cw.scratch_len(s.dims()[1], s.dims()[2])?);
+                }
+            }
+        }
+        if (scratch as u64).saturating_mul(4) > self.max_bytes {
+            return Err(KernelError::unsupported("scratch memory over the limit"));
+        }
+        if self.scratch.len() < scratch {
+            self.scratch
+                .try_reserve_exact(scratch - self.scratch.len())
+                .map_err(|_| KernelError::unsupported("cannot allocate scratch memory"))?;
+            self.scratch.resize(scratch, 0.0);
+        }
+        Ok(())
+    }
+}

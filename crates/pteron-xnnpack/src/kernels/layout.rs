@@ -1,0 +1,317 @@
+//! Data movement (any 4-byte element): transpose, slice, concatenation, constant padding; and
+//! bilinear resizing (float32, XNNPACK's coordinate rules).
+
+use pteron_core::KernelError;
+
+use crate::util::{Shape, MAX_DIMS};
+
+fn short() -> KernelError {
+    KernelError::invalid("operand too short")
+}
+
+/// Row-major strides of `dims`.
+fn strides(dims: &[usize]) -> [usize; MAX_DIMS] {
+    let mut s = [0usize; MAX_DIMS];
+    let mut acc = 1;
+    for d in (0..dims.len()).rev() {
+        s[d] = acc;
+        acc *= dims[d];
+    }
+    s
+}
+
+/// `out = x.permute(perm)`: `out.dims[i] = x.dims[perm[i]]`.
+pub fn transpose<T: Copy>(
+    x: &[T],
+    shape: &Shape,
+    perm: &Shape,
+    out: &mut [T],
+) -> Result<(), KernelError> {
+    let r = shape.rank();
+    if perm.rank() != r {
+        return Err(KernelError::shape(
+            "permutation rank differs from the input's",
+        ));
+    }
+    let n = shape.count()?;
+    if x.len() < n || out.len() < n {
+        return Err(short());
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let is = strides(shape.dims());
+    // Output dims and, for each, the input stride it walks.
+    let mut od = [1usize; MAX_DIMS];
+    let mut st = [0usize; MAX_DIMS];
+    for i in 0..r {
+        od[i] = shape.dims()[perm.dims()[i]];
+        st[i] = is[perm.dims()[i]];
+    }
+    // Drop size-1 dims; the innermost remaining dim is the run.
+    let mut d = [(1usize, 0usize); MAX_DIMS];
+    let mut k = 0;
+    for i in 0..r {
+        if od[i] != 1 {
+            d[k] = (od[i], st[i]);
+            k += 1;
+        }
+    }
+    if k == 0 {
+        out[0] = x[0];
+        return Ok(());
+    }
+    let (inner, istride) = d[k - 1];
+    let outer = &d[..k - 1];
+    let mut idx = [0usize; MAX_DIMS];
+    let mut base = 0usize;
+    for run in out[..n].chunks_exact_mut(inner) {
+        if istride == 1 {
+            run.copy_from_slice(&x[base..base + inner]);
+        } else {
+            for (j, o) in run.iter_mut().enumerate() {
+                *o = x[base + j * istride];
+            }
+        }
+        // Advance the outer odometer.
+        for q in (0..outer.len()).rev() {
+            idx[q] += 1;
+            base += outer[q].1;
+            if idx[q] < outer[q].0 {
+                break;
+            }
+            base -= outer[q].1 * outer[q].0;
+            idx[q] = 0;
+        }
+    }
+    Ok(())
+}
+
+/// Copies the box `offsets .. offsets + out_shape` of `x` into `out`.
+pub fn slice<T: Copy>(
+    x: &[T],
+    shape: &Shape,
+    offsets: &[usize],
+    out_shape: &Shape,
+    out: &mut [T],
+) -> Result<(), KernelError> {
+    let r = shape.rank();
+    let n = out_shape.count()?;
+    if x.len() < shape.count()? || out.len() < n || offsets.len() != r || out_shape.rank() != r {
+        return Err(short());
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    for i in 0..r {
+        if offsets[i] + out_shape.dims()[i] > shape.dims()[i] {
+            return Err(KernelError::shape("slice outside its input"));
+        }
+    }
+    if r == 0 {
+        out[0] = x[0];
+        return Ok(());
+    }
+    let is = strides(shape.dims());
+    let inner = out_shape.dims()[r - 1];
+    let od = out_shape.dims();
+    let mut idx = [0usize; MAX_DIMS];
+    for run in out[..n].chunks_exact_mut(inner) {
+        let mut base = offsets[r - 1];
+        for q in 0..r - 1 {
+            base += (offsets[q] + idx[q]) * is[q];
+        }
+        run.copy_from_slice(&x[base..base + inner]);
+        for q in (0..r - 1).rev() {
+            idx[q] += 1;
+            if idx[q] < od[q] {
+                break;
+            }
+            idx[q] = 0;
+        }
+    }
+    Ok(())
+}
+
+/// Concatenates `inputs` (each with its shape) along `axis` into `out`.
+pub fn concat<T: Copy>(
+    inputs: &[(&[T], Shape)],
+    axis: usize,
+    out: &mut [T],
+    out_shape: &Shape,
+) -> Result<(), KernelError> {
+    let od = out_shape.dims();
+    if axis >= od.len() {
+        return Err(KernelError::shape("concatenation axis out of range"));
+    }
+    let outer: usize = od[..axis].iter().product();
+    let inner_out: usize = od[axis..].iter().product();
+    if out.len() < outer * inner_out {
+        return Err(short());
+    }
+    let mut off = 0;
+    for (x, s) in inputs {
+        let inner: usize = s.dims()[axis..].iter().product();
+        if x.len() < outer * inner {
+            return Err(short());
+        }
+        for o in 0..outer {
+            out[o * inner_out + off..o * inner_out + off + inner]
+                .copy_from_slice(&x[o * inner..(o + 1) * inner]);
+        }
+        off += inner;
+    }
+    Ok(())
+}
+
+/// Pads `x` with `pre`/`post` elements of `value` per dim.
+pub fn pad<T: Copy>(
+    x: &[T],
+    shape: &Shape,
+    pre: &[usize],
+    value: T,
+    out: &mut [T],
+    out_shape: &Shape,
+) -> Result<(), KernelError> {
+    let r = shape.rank();
+    let n = out_shape.count()?;
+    if x.len() < shape.count()? || out.len() < n || pre.len() != r || out_shape.rank() != r {
+        return Err(short());
+    }
+    let out = &mut out[..n];
+    out.fill(value);
+    let m = shape.count()?;
+    if m == 0 {
+        return Ok(());
+    }
+    if r == 0 {
+        out[0] = x[0];
+        return Ok(());
+    }
+    let os = strides(out_shape.dims());
+    let inner = shape.dims()[r - 1];
+    let id = shape.dims();
+    let mut idx = [0usize; MAX_DIMS];
+    for run in x[..m].chunks_exact(inner) {
+        let mut base = pre[r - 1];
+        for q in 0..r - 1 {
+            base += (pre[q] + idx[q]) * os[q];
+        }
+        out[base..base + inner].copy_from_slice(run);
+        for q in (0..r - 1).rev() {
+            idx[q] += 1;
+            if idx[q] < id[q] {
+                break;
+            }
+            idx[q] = 0;
+        }
+    }
+    Ok(())
+}
+
+/// One output coordinate's source: (first index, second index, weight of the second).
+fn coord(o: usize, scale: f32, offset: f32, max: usize, centers: bool) -> (usize, usize, f32) {
+    let mut v = o as f32 * scale + offset;
+    if centers {
+        v = v.max(0.0);
+    }
+    v = v.min(max as f32);
+    let i0 = v as usize;
+    let i1 = (i0 + 1).min(max);
+    (i0, i1, v - i0 as f32)
+}
+
+/// Bilinear resize of NHWC `x: [n, ih, iw, c]` to `[n, oh, ow, c]` with XNNPACK's coordinate
+/// mapping (half-pixel centers unless aligning corners or in TensorFlow legacy mode).
+#[allow(clippy::too_many_arguments)]
+pub fn resize_bilinear(
+    x: &[f32],
+    n: usize,
+    ih: usize,
+    iw: usize,
+    c: usize,
+    oh: usize,
+    ow: usize,
+    align_corners: bool,
+    legacy: bool,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    if x.len() < n * ih * iw * c || out.len() < n * oh * ow * c {
+        return Err(short());
+    }
+    if ih == 0 || iw == 0 || n == 0 || c == 0 {
+        out[..n * oh * ow * c].fill(0.0);
+        return Ok(());
+    }
+    let adj = |o: usize| usize::from(align_corners && o != 1);
+    let hs = (ih - adj(oh)) as f32 / (oh - adj(oh)) as f32;
+    let ws = (iw - adj(ow)) as f32 / (ow - adj(ow)) as f32;
+    let centers = !(align_corners || legacy);
+    let (ho, wo) = if centers {
+        (0.5 * hs - 0.5, 0.5 * ws - 0.5)
+    } else {
+        (0.0, 0.0)
+    };
+    for b in 0..n {
+        let img = &x[b * ih * iw * c..(b + 1) * ih * iw * c];
+        for oy in 0..oh {
+            let (y0, y1, ay) = coord(oy, hs, ho, ih - 1, centers);
+            for ox in 0..ow {
+                let (x0, x1, ax) = coord(ox, ws, wo, iw - 1, centers);
+                let tl = &img[(y0 * iw + x0) * c..][..c];
+                let tr = &img[(y0 * iw + x1) * c..][..c];
+                let bl = &img[(y1 * iw + x0) * c..][..c];
+                let br = &img[(y1 * iw + x1) * c..][..c];
+                let o = &mut out[((b * oh + oy) * ow + ox) * c..][..c];
+                for k in 0..c {
+                    let top = tl[k] + (tr[k] - tl[k]) * ax;
+                    let bot = bl[k] + (br[k] - bl[k]) * ax;
+                    o[k] = top + (bot - top) * ay;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transpose_nchw_to_nhwc() {
+        let s = Shape::new(&[1, 2, 2, 3]).unwrap();
+        let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let mut o = vec![0.0; 12];
+        transpose(&x, &s, &Shape::new(&[0, 2, 3, 1]).unwrap(), &mut o).unwrap();
+        // out[0][h][w][c] = x[0][c][h][w]
+        for c in 0..2 {
+            for h in 0..2 {
+                for w in 0..3 {
+                    assert_eq!(o[(h * 3 + w) * 2 + c], x[(c * 2 + h) * 3 + w]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn slice_pad_concat() {
+        let s = Shape::new(&[2, 3]).unwrap();
+        let x = [1, 2, 3, 4, 5, 6];
+        let mut o = [0; 2];
+        slice(&x, &s, &[1, 1], &Shape::new(&[1, 2]).unwrap(), &mut o).unwrap();
+        assert_eq!(o, [5, 6]);
+        let mut p = [0; 12];
+        pad(&x, &s, &[1, 0], 9, &mut p, &Shape::new(&[3, 4]).unwrap()).unwrap();
+        assert_eq!(p, [9, 9, 9, 9, 1, 2, 3, 9, 4, 5, 6, 9]);
+        let mut c = [0; 10];
+        concat(
+            &[(&x[..], s), (&[7, 8][..], Shape::new(&[2, 1]).unwrap())],
+            1,
+            &mut c[..8],
+            &Shape::new(&[2, 4]).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(&c[..8], &[1, 2, 3, 7, 4, 5, 6, 8]);
+    }
+}

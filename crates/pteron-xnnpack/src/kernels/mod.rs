@@ -1,0 +1,7 @@
+//! The kernels the delegate runs (float32, NHWC), built on `pteron-kernels-cpu`'s SIMD layer,
+//! GEMM and activation functions.
+
+pub mod elementwise;
+pub mod gemm;
+pub mod layout;
+pub mod spatial;

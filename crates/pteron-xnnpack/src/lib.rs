@@ -1,0 +1,73 @@
+//! pteron's XNNPACK delegate backend: runs the `XnnpackBackend` payloads of `.pte` programs
+//! (lowered with `to_edge_transform_and_lower(..., partitioner=[XnnpackPartitioner()])`) on
+//! pteron's own kernels, in pure Rust.
+//!
+//! At method load ([`XnnpackBackend`]'s `init`): the payload's "XH00" header is parsed with
+//! overflow-checked bounds ([`blob`]), the XNNPACK flatbuffer graph (identifier XN00/XN01) is
+//! verified, every value and node is checked and turned into pteron's form ([`graph`]):
+//! constants come from the payload's constant region, from the program's named data (or the
+//! `.ptd`) by key, or from the legacy inline buffers, and must hold `numel × element size`
+//! bytes. Filters are packed for the GEMM kernels, shapes are propagated from the inputs and
+//! the values are planned into one arena ([`exec`]). Anything the backend does not implement
+//! (a node type, a datatype, a flag) fails the load with an error naming it.
+//!
+//! At run time the delegate reads its inputs from the `DelegateCall` arguments (matched by
+//! `external_id`), runs the nodes and writes its outputs, resized from the propagated shapes.
+
+pub mod blob;
+pub mod exec;
+pub mod graph;
+pub mod kernels;
+pub mod util;
+
+#[allow(
+    clippy::all,
+    unused_imports,
+    dead_code,
+    non_camel_case_types,
+    non_snake_case,
+    deprecated,
+    mismatched_lifetime_syntaxes,
+    unsafe_op_in_unsafe_fn
+)]
+#[rustfmt::skip]
+mod generated {
+    include!("generated/xnnpack_generated.rs");
+}
+
+/// The verified flatbuffer tables of an XNNPACK payload (namespace `fb_xnnpack`).
+pub use generated::fb_xnnpack as schema;
+
+use std::sync::Arc;
+
+use pteron_core::{Backend, BackendInit, BackendRegistry, DelegateHandle, KernelError};
+
+/// The id programs name the backend by.
+pub const BACKEND_ID: &str = "XnnpackBackend";
+
+/// The XNNPACK delegate backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct XnnpackBackend {
+    pub limits: blob::Limits,
+}
+
+impl Backend for XnnpackBackend {
+    fn id(&self) -> &str {
+        BACKEND_ID
+    }
+
+    fn init<'p>(
+        &self,
+        init: &BackendInit<'_, 'p>,
+    ) -> Result<Box<dyn DelegateHandle + 'p>, KernelError> {
+        let blob = blob::Blob::parse(init.processed, self.limits)?;
+        let g = graph::build(&blob, init.named_data)?;
+        let d = exec::XnnDelegate::new(g, init.config.max_planned_bytes)?;
+        Ok(Box::new(d))
+    }
+}
+
+/// Registers the XNNPACK backend in `r`.
+pub fn register(r: &mut BackendRegistry) {
+    r.register(Arc::new(XnnpackBackend::default()));
+}

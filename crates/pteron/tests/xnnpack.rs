@@ -1,0 +1,184 @@
+//! XNNPACK-delegated fixtures (testdata/xnnpack, written by tools/export/export_xnnpack.py) run
+//! through pteron's XNNPACK backend and must match the outputs ExecuTorch's runtime (with its
+//! own XNNPACK backend) produced for the same `.pte`: float32 within 1e-4 relative to the
+//! output's scale (max |expected|, at least 1).
+
+use std::path::{Path, PathBuf};
+
+use pteron::{npy, MethodOptions, RunMethod, Tensor, Value};
+
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/xnnpack")
+}
+
+fn fixture_names() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(fixtures_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("model.pte").exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Max |got − expected| and the output's scale.
+fn max_error(got: &Tensor, want: &Tensor) -> (f64, f64) {
+    assert_eq!(got.dtype, want.dtype);
+    assert_eq!(got.sizes, want.sizes);
+    let g = got.to_f64_vec().unwrap();
+    let w = want.to_f64_vec().unwrap();
+    let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    let mut err = 0.0f64;
+    for (a, e) in g.iter().zip(&w) {
+        let d = (a - e).abs();
+        err = if d.is_nan() {
+            f64::INFINITY
+        } else {
+            err.max(d)
+        };
+    }
+    (err, scale)
+}
+
+struct Case {
+    inputs: Vec<Tensor>,
+    expected: Vec<Tensor>,
+}
+
+fn load_case(name: &str) -> Case {
+    let dir = fixtures_dir().join(name);
+    let read_all = |prefix: &str| {
+        let mut v = Vec::new();
+        for i in 0.. {
+            let p = dir.join(format!("{prefix}{i}.npy"));
+            if !p.exists() {
+                break;
+            }
+            v.push(npy::read(&p).unwrap());
+        }
+        v
+    };
+    Case {
+        inputs: read_all("input"),
+        expected: read_all("expected"),
+    }
+}
+
+fn run(name: &str, options: MethodOptions) -> Vec<f64> {
+    let file = pteron::ProgramFile::open(fixtures_dir().join(name).join("model.pte")).unwrap();
+    let program = file.program().unwrap();
+    let kernels = pteron::default_kernels();
+    let mut method = program
+        .load_method_with("forward", &kernels, options)
+        .unwrap_or_else(|e| panic!("{name}: load: {e}"));
+    let case = load_case(name);
+    let mut errors = Vec::new();
+    // Twice: the second run reuses the delegate's planned memory.
+    for round in 0..2 {
+        let outputs = method
+            .run(&case.inputs)
+            .unwrap_or_else(|e| panic!("{name}: run: {e}"));
+        assert_eq!(outputs.len(), case.expected.len(), "{name}: outputs");
+        for (k, (o, want)) in outputs.iter().zip(&case.expected).enumerate() {
+            let Value::Tensor(got) = o else {
+                panic!("{name}: output {k} is not a tensor")
+            };
+            let (err, scale) = max_error(got, want);
+            if round == 0 {
+                eprintln!("{name} output {k}: max abs error {err:.3e} (scale {scale:.3e})");
+                errors.push(err / scale);
+            }
+            assert!(
+                err <= 1e-4 * scale,
+                "{name} output {k}: max abs error {err:e} over 1e-4 × {scale}"
+            );
+        }
+    }
+    errors
+}
+
+#[test]
+fn fixtures_match_executorch() {
+    let names = fixture_names();
+    assert!(names.len() >= 7, "fixtures: {names:?}");
+    for name in &names {
+        run(name, MethodOptions::new().threads(1));
+    }
+}
+
+#[test]
+fn fixtures_match_with_threads() {
+    for name in fixture_names() {
+        run(&name, MethodOptions::new().threads(3));
+    }
+}
+
+#[test]
+fn no_backend_registered_is_backend_missing() {
+    let file = pteron::ProgramFile::open(fixtures_dir().join("mlp").join("model.pte")).unwrap();
+    let program = file.program().unwrap();
+    let e = program
+        .load_method_with(
+            "forward",
+            &pteron::default_kernels(),
+            MethodOptions::new().backends(pteron::BackendRegistry::new()),
+        )
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(&e, pteron::Error::Runtime(pteron::core::Error::BackendMissing { backend }) if backend == "XnnpackBackend"),
+        "{e}"
+    );
+}
+
+/// Every fixture's payload, cut short or with bytes flipped, fails to load or runs without a
+/// panic (the payload is hostile input like the rest of the file).
+#[test]
+fn corrupt_payloads_fail_cleanly() {
+    for name in ["mlp", "cnn", "unet"] {
+        let bytes = std::fs::read(fixtures_dir().join(name).join("model.pte")).unwrap();
+        let case = load_case(name);
+        let xh = bytes
+            .windows(4)
+            .position(|w| w == b"XH00")
+            .expect("an XH00 header");
+        let blob_start = xh - 4;
+        let mut variants: Vec<Vec<u8>> = Vec::new();
+        // Header fields: every byte of offsets and sizes set to 0xFF, then to 0.
+        for at in 8..30 {
+            for v in [0xFFu8, 0x00, 0x7F] {
+                let mut b = bytes.clone();
+                b[blob_start + at] = v;
+                variants.push(b);
+            }
+        }
+        // Flipped bytes across the flatbuffer.
+        let mut state = 0x9E37_79B9u32;
+        for _ in 0..300 {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            let off = blob_start + 32 + (state as usize % 2048);
+            if off < bytes.len() {
+                let mut b = bytes.clone();
+                b[off] ^= (state >> 8) as u8 | 1;
+                variants.push(b);
+            }
+        }
+        for (i, b) in variants.iter().enumerate() {
+            let r = std::panic::catch_unwind(|| {
+                let file = pteron::ProgramFile::from_bytes(b);
+                let Ok(program) = file.program() else { return };
+                let kernels = pteron::default_kernels();
+                let Ok(mut m) =
+                    program.load_method_with("forward", &kernels, MethodOptions::new().threads(1))
+                else {
+                    return;
+                };
+                let _ = m.run(&case.inputs);
+            });
+            assert!(r.is_ok(), "{name} variant {i} panicked");
+        }
+    }
+}
