@@ -192,7 +192,7 @@ fn clamp_of(c: &PrepareContext<'_, '_>) -> Option<(f32, f32)> {
         }
         _ => return None,
     };
-    let out = c.tensor(c.num_args() - 2).ok()?;
+    let out = c.tensor(c.num_args().checked_sub(2)?).ok()?;
     if out.dtype() != ScalarType::Float || lo.is_nan() || hi.is_nan() || lo > hi {
         return None;
     }

@@ -354,7 +354,7 @@ fn index_put_inplace(ctx: &mut KernelContext) -> Result<(), KernelError> {
         }
     }
     // The returned tensor is `self`: alias the return slot to it when it is a separate value.
-    let ret = ctx.num_args() - 1;
+    let ret = ctx.num_args().saturating_sub(1);
     if ret > 3 && ctx.value_index(ret)? != xv && ctx.tensor(ret).is_ok() {
         ctx.set_view(ret, 0, x.sizes())?;
     }
