@@ -22,6 +22,8 @@ fn static_assertions() {
     send_sync::<pteron::format::Program<'static>>();
     send_sync::<DataFile<'static>>();
     send_sync::<KernelRegistry>();
+    send_sync::<pteron::ThreadPool>();
+    send_sync::<pteron::MethodOptions>();
     send_sync::<Method<'static>>();
     send_sync::<Tensor>();
     send_sync::<Value>();
@@ -189,6 +191,35 @@ fn arc_threads_and_moved_methods() {
         .collect();
     for h in handles {
         h.join().expect("worker panicked");
+    }
+}
+
+/// Methods on several threads sharing one explicit kernel thread pool (each `execute` hands
+/// work to the pool while other threads do the same).
+#[test]
+fn shared_thread_pool() {
+    let kernels = pteron::default_kernels();
+    let pool = Arc::new(pteron::ThreadPool::new(3).unwrap());
+    for name in ["cnn", "mlp", "lstm"] {
+        let f = fixture(name);
+        let program = program(&f.pte, f.ptd.as_ref());
+        let expected = run_sequence(&program, &kernels, &f, RUNS);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (program, kernels, f, expected, pool) =
+                    (&program, &kernels, &f, &expected, pool.clone());
+                s.spawn(move || {
+                    let options = pteron::MethodOptions::new().pool(pool);
+                    let mut m = program
+                        .load_method_with("forward", kernels, options)
+                        .unwrap();
+                    for (k, e) in expected.iter().enumerate() {
+                        let got = m.run(&inputs_for(f, k)).unwrap();
+                        assert!(&got == e, "{name}: thread {t}, run {k}: outputs differ");
+                    }
+                });
+            }
+        });
     }
 }
 
