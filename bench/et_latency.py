@@ -11,7 +11,10 @@ For each model (the `--full` fixtures of tools/export/export_fixtures.py) this s
   3. optionally (`--pteron target/release/pteron`) times `pteron run` on the portable program
      at the same thread counts, interleaved with the ExecuTorch runs.
 
-It prints median latencies (ms) per engine and thread count and the ratio pteron / XNNPACK.
+It prints median latencies (ms) per engine and thread count and the ratio pteron / XNNPACK,
+both as wall time and as CPU time of the calling thread (on a machine shared with other work,
+the single-threaded CPU time is the steadier measure; with threads only wall time means
+latency).
 
 Usage (from the repository root):
 
@@ -62,18 +65,20 @@ def inputs_of(name: str):
     return [torch.from_numpy(np.load(d / f"input{i}.npy")) for i in range(n)]
 
 
-def time_et(pte: Path, inputs, repeat: int, warmup: int) -> float:
+def time_et(pte: Path, inputs, repeat: int, warmup: int):
+    """Median wall time and median CPU time of the calling thread, in ms."""
     from executorch.runtime import Runtime
 
     method = Runtime.get().load_program(pte).load_method("forward")
     for _ in range(warmup):
         method.execute(inputs)
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         method.execute(inputs)
         times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+        cpu.append(time.thread_time() - c)
+    return statistics.median(times) * 1e3, statistics.median(cpu) * 1e3
 
 
 def time_pteron(binary: str, name: str, threads: int, repeat: int) -> float:
@@ -83,9 +88,10 @@ def time_pteron(binary: str, name: str, threads: int, repeat: int) -> float:
         args += ["-i", str(d / f"input{i}.npy")]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     m = re.search(r"execute ([0-9.]+) ms", out)
+    c = re.search(r"CPU time ([0-9.]+) ms", out)
     if not m:
         raise RuntimeError(f"no execute time in pteron's output:\n{out}")
-    return float(m.group(1))
+    return float(m.group(1)), float(c.group(1)) if c else float("nan")
 
 
 def main() -> None:
@@ -118,14 +124,19 @@ def main() -> None:
                 rows.setdefault(f"executorch-xnnpack/{n}", []).append(time_et(xnn, inputs, args.repeat, 3))
                 if args.pteron:
                     rows.setdefault(f"pteron/{n}", []).append(time_pteron(args.pteron, name, n, args.repeat))
-        med = {k: statistics.median(v) for k, v in rows.items()}
+        med = {k: [statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)] for k, v in rows.items()}
         results[name] = med
-        print(f"== {name} (median ms; {args.rounds} rounds x {args.repeat} runs)")
-        for k, v in med.items():
-            print(f"   {k:<24} {v:10.2f}")
+        print(f"== {name} (medians over {args.rounds} rounds x {args.repeat} runs; ms)")
+        print(f"   {'engine/threads':<24} {'wall':>10} {'thread CPU':>12}")
+        for k, (w, c) in med.items():
+            print(f"   {k:<24} {w:10.2f} {c:12.2f}")
         if args.pteron:
             for n in args.threads:
-                print(f"   pteron / xnnpack, {n} thread(s): {med[f'pteron/{n}'] / med[f'executorch-xnnpack/{n}']:.2f}x")
+                p, x = med[f"pteron/{n}"], med[f"executorch-xnnpack/{n}"]
+                line = f"   pteron / xnnpack, {n} thread(s): wall {p[0] / x[0]:.2f}x"
+                if n == 1:
+                    line += f", thread CPU {p[1] / x[1]:.2f}x"
+                print(line)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 

@@ -138,6 +138,7 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
 
     let inputs = inputs_for(&method, args)?;
     let mut times = Vec::new();
+    let mut cpu_times = Vec::new();
     let mut outputs = Vec::new();
     let mut profiler =
         (args.profile || args.trace.is_some()).then(|| pteron::Profiler::new(&method));
@@ -150,17 +151,22 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
             profiler = profiler.map(|p| p.with_trace());
         }
         let t = Instant::now();
+        let c = thread_cpu_time();
         match &mut profiler {
             Some(p) => method.execute_observed(p)?,
             None => method.execute()?,
         }
         times.push(t.elapsed());
+        if let (Some(c0), Some(c1)) = (c, thread_cpu_time()) {
+            cpu_times.push(c1.saturating_sub(c0));
+        }
         if k + 1 == runs {
             outputs = method.outputs()?;
         }
     }
     times.sort();
     let median = times[times.len() / 2];
+    cpu_times.sort();
 
     if let Some(dir) = &args.output_dir {
         std::fs::create_dir_all(dir).map_err(|source| pteron::Error::Io {
@@ -239,8 +245,14 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
         }
     }
     let plan = method.plan_stats();
+    // CPU time of the calling thread: on a busy machine, the single-threaded cost without the
+    // time other processes held the core (with threads, the workers' time is not included).
+    let cpu = cpu_times
+        .get(cpu_times.len() / 2)
+        .map(|c| format!(", calling thread's CPU time {} (median)", ms(*c)))
+        .unwrap_or_default();
     println!(
-        "load {}, execute {} (median of {}), {} thread(s)",
+        "load {}, execute {} (median of {}), {} thread(s){cpu}",
         ms(load),
         ms(median),
         times.len(),
@@ -259,6 +271,23 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
         println!("peak memory (VmHWM) {:.1} MiB", kib as f64 / 1024.0);
     }
     Ok(())
+}
+
+/// CPU time consumed by the calling thread so far.
+#[cfg(unix)]
+fn thread_cpu_time() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // Safety: `ts` is a valid, writable timespec; the call only writes it.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (r == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+#[cfg(not(unix))]
+fn thread_cpu_time() -> Option<Duration> {
+    None
 }
 
 /// The process's resident-set high-water mark, from /proc/self/status (Linux).

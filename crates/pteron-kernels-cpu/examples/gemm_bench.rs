@@ -27,7 +27,12 @@ fn time(mut f: impl FnMut()) -> f64 {
 fn main() {
     println!("simd level {:?}", pteron_kernels_cpu::simd::level());
     // Linear: A = activations (rows), B = packed weights.
-    for (m, k, n) in [(128, 384, 384), (128, 384, 1536), (128, 1536, 384)] {
+    for (m, k, n) in [
+        (128, 384, 384),
+        (128, 384, 1536),
+        (128, 1536, 384),
+        (1, 1280, 1000),
+    ] {
         let a = rand_vec(m * k);
         let w = rand_vec(k * n);
         let pb = PackedB::new(k, n, |kk, j| w[j * k + kk]);

@@ -291,7 +291,16 @@ fn prepare(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError
                 0,
             )
         } else {
-            let Some(bytes) = k.checked_mul(oh).and_then(|v| v.checked_mul(ow * 4)) else {
+            let phases = if (g.dh, g.dw) == (1, 1) && g.dw_geom().supported() {
+                g.dw_geom().buffer_len() * 4
+            } else {
+                0
+            };
+            let Some(bytes) = k
+                .checked_mul(oh)
+                .and_then(|v| v.checked_mul(ow * 4))
+                .and_then(|v| v.checked_add(phases))
+            else {
                 return Ok(None);
             };
             (
@@ -374,11 +383,19 @@ fn convolution_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
             let k = g.cin * g.kh * g.kw;
             let scratch: &mut [f32] = bytemuck::try_cast_slice_mut(scratch)
                 .map_err(|_| KernelError::invalid("convolution: scratch misaligned"))?;
-            let cols = scratch
-                .get_mut(..k * n)
-                .ok_or_else(|| KernelError::invalid("convolution: scratch too small"))?;
+            if scratch.len() < k * n {
+                return Err(KernelError::invalid("convolution: scratch too small"));
+            }
+            let (cols, phases) = scratch.split_at_mut(k * n);
+            let dg = g.dw_geom();
+            let fast = (g.dh, g.dw) == (1, 1) && dg.supported() && phases.len() >= dg.buffer_len();
             for b in 0..batch {
-                im2col(&g, &x[b * in_img..(b + 1) * in_img], cols);
+                let xb = &x[b * in_img..(b + 1) * in_img];
+                if fast {
+                    crate::dwconv::im2col(&dg, g.cin, xb, phases, cols);
+                } else {
+                    im2col(&g, xb, cols);
+                }
                 let ob = &mut out[b * out_img..(b + 1) * out_img];
                 gemm(
                     par,

@@ -7,7 +7,7 @@
 
 use pteron_core::Parallel;
 
-use crate::par::{part, SharedMut};
+use crate::par::SharedMut;
 use crate::simd::{run_op, Simd, SimdOp};
 
 /// Largest filter (taps) handled here.
@@ -102,6 +102,7 @@ pub fn depthwise(
     let out = SharedMut::new(&mut out[..planes * oh * ow]);
     let bufs = SharedMut::new(&mut scratch[..tasks * blen]);
     let job = Job {
+        next: core::sync::atomic::AtomicUsize::new(0),
         g: *g,
         x,
         w,
@@ -110,7 +111,6 @@ pub fn depthwise(
         out,
         bufs,
         planes,
-        tasks,
     };
     if tasks == 1 {
         run_op(TaskOp { job: &job, t: 0 });
@@ -126,6 +126,8 @@ pub fn depthwise(
 }
 
 struct Job<'a> {
+    /// Next plane to take (tasks take planes dynamically, each with its own buffer).
+    next: core::sync::atomic::AtomicUsize,
     g: DwGeom,
     x: &'a [f32],
     w: &'a [f32],
@@ -134,7 +136,6 @@ struct Job<'a> {
     out: SharedMut<f32>,
     bufs: SharedMut<f32>,
     planes: usize,
-    tasks: usize,
 }
 
 struct TaskOp<'a, 'b> {
@@ -168,12 +169,16 @@ fn task<S: Simd>(s: S, job: &Job<'_>, t: usize) {
             offs[kh * g.kw + kw] = (kw % g.sw) * plane_len + kh * pcols + kw / g.sw;
         }
     }
-    for p in part(job.planes, job.tasks, t) {
+    loop {
+        let p = job.next.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        if p >= job.planes {
+            break;
+        }
         let c = p % g.channels;
         fill(s, g, &job.x[p * g.ih * g.iw..(p + 1) * g.ih * g.iw], buf);
         let w = &job.w[c * taps..(c + 1) * taps];
         let bias = job.bias[c];
-        // Safety: plane `p` of the output belongs to this task only.
+        // Safety: plane `p` was taken by this task alone (through the counter).
         let op = unsafe { job.out.slice(p * oh * ow..(p + 1) * oh * ow) };
         let three = g.kh == 3 && g.kw == 3 && g.sh == g.sw;
         match (three, g.sh) {
@@ -181,6 +186,21 @@ fn task<S: Simd>(s: S, job: &Job<'_>, t: usize) {
             (true, 2) => conv3::<S, 2>(s, g, buf, w, bias, job.clamp, op),
             _ => generic(s, g, buf, &offs[..taps], w, bias, job.clamp, op),
         }
+    }
+}
+
+/// `dst = src` with vector loads and stores (short rows: cheaper than a `memcpy` call).
+#[inline(always)]
+fn copy<S: Simd>(s: S, src: &[f32], dst: &mut [f32]) {
+    let l = S::LANES;
+    let mut a = src.chunks_exact(l);
+    let mut b = dst.chunks_exact_mut(l);
+    for (x, y) in (&mut a).zip(&mut b) {
+        s.st(y, s.ld(x));
+    }
+    let (x, y) = (a.remainder(), b.into_remainder());
+    if !x.is_empty() {
+        s.st_tail(y, s.ld_tail(x));
     }
 }
 
@@ -194,7 +214,7 @@ fn fill<S: Simd>(s: S, g: &DwGeom, xp: &[f32], buf: &mut [f32]) {
         let src = &xp[r * g.iw..(r + 1) * g.iw];
         let prow = r + g.ph;
         if g.sw == 1 {
-            buf[prow * pcols + g.pw..][..g.iw].copy_from_slice(src);
+            copy(s, src, &mut buf[prow * pcols + g.pw..][..g.iw]);
             continue;
         }
         // Phase q holds the input columns col ≡ q − pw (mod sw), from column `first`.
@@ -234,6 +254,57 @@ fn fill<S: Simd>(s: S, g: &DwGeom, xp: &[f32], buf: &mut [f32]) {
     }
 }
 
+/// The im2col matrix of one image for a convolution with this geometry (dilation 1):
+/// `cols[(ci, kh, kw)][oh * OW + ow]` = the padded input at `(oh·sh + kh, ow·sw + kw)`, for
+/// `cin` input planes in `x`. `buf` (at least [`DwGeom::buffer_len`] floats) holds one
+/// plane's phases; each row of `cols` is then a run of contiguous copies.
+pub fn im2col(g: &DwGeom, cin: usize, x: &[f32], buf: &mut [f32], cols: &mut [f32]) {
+    run_op(Im2colOp {
+        g,
+        cin,
+        x,
+        buf,
+        cols,
+    })
+}
+
+struct Im2colOp<'a> {
+    g: &'a DwGeom,
+    cin: usize,
+    x: &'a [f32],
+    buf: &'a mut [f32],
+    cols: &'a mut [f32],
+}
+
+impl SimdOp for Im2colOp<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) {
+        let g = self.g;
+        let (oh, ow) = (g.oh(), g.ow());
+        let (rows, pcols) = (g.rows(), g.pcols());
+        let plane_len = rows * pcols;
+        let n = oh * ow;
+        let buf = &mut self.buf[..g.buffer_len()];
+        buf.fill(0.0);
+        let mut row = 0;
+        for ci in 0..self.cin {
+            fill(s, g, &self.x[ci * g.ih * g.iw..(ci + 1) * g.ih * g.iw], buf);
+            for kh in 0..g.kh {
+                for kw in 0..g.kw {
+                    let dst = &mut self.cols[row * n..(row + 1) * n];
+                    row += 1;
+                    let base = (kw % g.sw) * plane_len + kh * pcols + kw / g.sw;
+                    for r in 0..oh {
+                        let at = base + r * g.sh * pcols;
+                        dst[r * ow..(r + 1) * ow].copy_from_slice(&buf[at..at + ow]);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Output rows blocked at once by the 3×3 path.
 const RB: usize = 4;
 
@@ -253,7 +324,10 @@ fn conv3<S: Simd, const ST: usize>(
     let (rows, pcols) = (g.rows(), g.pcols());
     let plane_len = rows * pcols;
     let l = S::LANES;
-    let wv: [S::V; 9] = core::array::from_fn(|k| s.splat(w[k]));
+    let mut wv = [s.zero(); 9];
+    for (v, &x) in wv.iter_mut().zip(&w[..9]) {
+        *v = s.splat(x);
+    }
     let b0 = s.splat(bias);
     let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
     let (lo, hi) = (s.splat(lo), s.splat(hi));
@@ -261,19 +335,23 @@ fn conv3<S: Simd, const ST: usize>(
     // row < rows, col + l <= pcols (see `DwGeom::pcols`), so inside `buf`.
     assert!(buf.len() >= ST * plane_len && ow.div_ceil(l) * l + 2 / ST < pcols + 1);
     let base = buf.as_ptr();
-    let load = |q: usize, row: usize, col: usize| {
-        debug_assert!(q < ST && row < rows && col + l <= pcols);
-        // Safety: in bounds by the assertion above and the loop ranges.
-        unsafe { s.load(base.add(q * plane_len + row * pcols + col)) }
-    };
-    let store = |op: &mut [f32], at: usize, n: usize, v: S::V| {
-        let v = if clamp.is_some() {
-            crate::math::clamp(s, v, lo, hi)
-        } else {
-            v
+    // Named functions rather than closures: closures are not reliably inlined, and a
+    // non-inlined one is compiled without the ISA's features (every intrinsic a call).
+    #[inline(always)]
+    fn load<S: Simd>(s: S, base: *const f32, at: usize) -> S::V {
+        // Safety: the callers pass offsets of `l` floats inside `buf` (see the assertion).
+        unsafe { s.load(base.add(at)) }
+    }
+    #[inline(always)]
+    fn store<S: Simd>(s: S, op: &mut [f32], at: usize, n: usize, v: S::V, c: Option<(S::V, S::V)>) {
+        let v = match c {
+            Some((lo, hi)) => crate::math::clamp(s, v, lo, hi),
+            None => v,
         };
         s.st_tail(&mut op[at..at + n], v);
-    };
+    }
+    let cl = clamp.map(|_| (lo, hi));
+    let at = |q: usize, row: usize, col: usize| q * plane_len + row * pcols + col;
     let mut r0 = 0;
     while r0 + RB <= oh {
         let mut o0 = 0;
@@ -283,7 +361,7 @@ fn conv3<S: Simd, const ST: usize>(
             for ir in 0..(RB - 1) * ST + 3 {
                 let row = r0 * ST + ir;
                 for kw in 0..3 {
-                    let v = load(kw % ST, row, o0 + kw / ST);
+                    let v = load(s, base, at(kw % ST, row, o0 + kw / ST));
                     for (rr, a) in acc.iter_mut().enumerate() {
                         let kh = ir as isize - (rr * ST) as isize;
                         if (0..3).contains(&kh) {
@@ -294,7 +372,7 @@ fn conv3<S: Simd, const ST: usize>(
             }
             let n = l.min(ow - o0);
             for (rr, a) in acc.iter().enumerate() {
-                store(op, (r0 + rr) * ow + o0, n, *a);
+                store(s, op, (r0 + rr) * ow + o0, n, *a, cl);
             }
             o0 += l;
         }
@@ -306,11 +384,11 @@ fn conv3<S: Simd, const ST: usize>(
             let mut acc = b0;
             for kh in 0..3 {
                 for kw in 0..3 {
-                    let v = load(kw % ST, r * ST + kh, o0 + kw / ST);
+                    let v = load(s, base, at(kw % ST, r * ST + kh, o0 + kw / ST));
                     acc = s.fma(wv[kh * 3 + kw], v, acc);
                 }
             }
-            store(op, r * ow + o0, l.min(ow - o0), acc);
+            store(s, op, r * ow + o0, l.min(ow - o0), acc, cl);
             o0 += l;
         }
     }

@@ -27,6 +27,9 @@ pub const KC: usize = 256;
 const NR_MAX: usize = 32;
 /// Rows of A per task block (the A block of one task stays in L2).
 const MC: usize = 512;
+/// Depth up to which B is read in place and C written row panel by row panel (each B row
+/// is on its own page when B is a wide activation: more rows would thrash the TLB).
+const SHALLOW_K: usize = 32;
 
 /// Micro-kernel shape of the current SIMD level: (MR, NR).
 pub fn tile() -> (usize, usize) {
@@ -396,9 +399,171 @@ fn block<S: Simd, const MR: usize, const NV: usize>(
     rows: Range<usize>,
     cols: Range<usize>,
 ) {
+    let cols = column_tail::<S, MR>(job, &rows, cols);
+    if !cols.is_empty() {
+        block_vec::<S, MR, NV>(s, job, rows, cols)
+    }
+}
+
+/// With A packed in panels of 8 rows (the AVX-512 configuration), the last few columns of C
+/// (fewer than half a vector) are computed with 8-lane vectors along the rows instead of
+/// mostly-masked vectors along the columns. Returns the columns left to the vector tiles.
+#[inline(always)]
+fn column_tail<S: Simd, const MR: usize>(
+    job: &Job<'_>,
+    rows: &Range<usize>,
+    cols: Range<usize>,
+) -> Range<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let t = cols.len() % S::LANES;
+        if let (Level::Avx512, 8, MatA::Packed(p), 1..=8) = (S::LEVEL, MR, job.a, t) {
+            if let Some(s8) = crate::simd::Avx2::new() {
+                let mut j0 = cols.end - t;
+                let tail_start = j0;
+                while j0 < cols.end {
+                    let left = cols.end - j0;
+                    let mut i0 = rows.start;
+                    while i0 < rows.end {
+                        let mv = 8.min(rows.end - i0);
+                        match left {
+                            8.. => col_tail::<_, 8>(s8, job, p, i0, mv, j0),
+                            4..=7 => col_tail::<_, 4>(s8, job, p, i0, mv, j0),
+                            2..=3 => col_tail::<_, 2>(s8, job, p, i0, mv, j0),
+                            _ => col_tail::<_, 1>(s8, job, p, i0, mv, j0),
+                        }
+                        i0 += 8;
+                    }
+                    j0 += match left {
+                        8.. => 8,
+                        4..=7 => 4,
+                        2..=3 => 2,
+                        _ => 1,
+                    };
+                }
+                return cols.start..tail_start;
+            }
+        }
+    }
+    let _ = (job, rows);
+    cols
+}
+
+/// C[i0..i0+mv, j0..j0+T] over all of k, with 8-lane vectors holding 8 rows of one column.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn col_tail<S: Simd, const T: usize>(
+    s: S,
+    job: &Job<'_>,
+    p: &PackedA,
+    i0: usize,
+    mv: usize,
+    j0: usize,
+) {
+    debug_assert!(S::LANES == 8 && p.mr == 8);
+    let k = job.k;
+    let ap = &p.data[(i0 / 8) * k * 8..][..k * 8];
+    let (c, ldc) = (job.c.as_ptr(), job.ldc);
+    let mut acc = [s.zero(); T];
+    let mut col = [0.0f32; 8];
+    match job.epi.init {
+        Init::Zero => {}
+        Init::Accumulate => {
+            for (j, a) in acc.iter_mut().enumerate() {
+                for (r, v) in col.iter_mut().enumerate().take(mv) {
+                    // Safety: (i0 + r, j0 + j) is inside C and in this task's rectangle.
+                    *v = unsafe { *c.add((i0 + r) * ldc + j0 + j) };
+                }
+                *a = s.ld(&col);
+            }
+        }
+        Init::RowBias(b) => {
+            let v = s.ld_tail(&b[i0..i0 + mv]);
+            acc = [v; T];
+        }
+        Init::ColBias(b) => {
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = s.splat(b[j0 + j]);
+            }
+        }
+    }
+    #[inline(always)]
+    fn run<S: Simd, const T: usize>(
+        s: S,
+        ap: &[f32],
+        k: usize,
+        acc: &mut [S::V; T],
+        b: impl Fn(usize, usize) -> f32,
+    ) {
+        for kk in 0..k {
+            let a = s.ld(&ap[kk * 8..]);
+            for (j, x) in acc.iter_mut().enumerate() {
+                *x = s.fma(a, s.splat(b(kk, j)), *x);
+            }
+        }
+    }
+    match job.b {
+        MatB::Packed(pb) => run(s, ap, k, &mut acc, |kk, j| pb.get(kk, j0 + j)),
+        MatB::Rows { data, ldb } => run(s, ap, k, &mut acc, |kk, j| data[kk * ldb + j0 + j]),
+        MatB::Cols { data, ldb } => run(s, ap, k, &mut acc, |kk, j| data[(j0 + j) * ldb + kk]),
+    }
+    if let Some((lo, hi)) = job.epi.clamp {
+        let (lo, hi) = (s.splat(lo), s.splat(hi));
+        for x in acc.iter_mut() {
+            *x = crate::math::clamp(s, *x, lo, hi);
+        }
+    }
+    for (j, x) in acc.iter().enumerate() {
+        s.st(&mut col, *x);
+        for (r, v) in col.iter().enumerate().take(mv) {
+            // Safety: as for the loads above.
+            unsafe { *c.add((i0 + r) * ldc + j0 + j) = *v };
+        }
+    }
+}
+
+/// C[rows, cols] with vector tiles (columns along the vectors).
+#[inline(always)]
+fn block_vec<S: Simd, const MR: usize, const NV: usize>(
+    s: S,
+    job: &Job<'_>,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
     let nr = NV * S::LANES;
     let k = job.k;
     let nkb = k.div_ceil(KC);
+    if let MatB::Rows { data, ldb } = job.b {
+        if k <= SHALLOW_K {
+            // Shallow product: the task's B block is a few rows (pages) that stay in L1, so
+            // read it in place and walk C row panel by row panel, writing it in long runs.
+            let mut i0 = rows.start;
+            while i0 < rows.end {
+                let mv = MR.min(rows.end - i0);
+                let mut j0 = cols.start;
+                while j0 < cols.end {
+                    let nv = nr.min(cols.end - j0);
+                    let t = TileArgs {
+                        i0,
+                        j0,
+                        mv,
+                        nv,
+                        k0: 0,
+                        kc: k,
+                        bp: data[j0..].as_ptr(),
+                        ldb,
+                        partial: nv < nr,
+                        first: true,
+                        last: true,
+                    };
+                    tile_dispatch::<S, MR, NV>(s, job, t);
+                    j0 += nr;
+                }
+                i0 += MR;
+            }
+            return;
+        }
+    }
     // B panels copied here; only the part written for the current panel is ever read.
     let mut bbuf = [core::mem::MaybeUninit::<f32>::uninit(); KC * NR_MAX];
     for kb in 0..nkb {
@@ -447,7 +612,7 @@ fn block<S: Simd, const MR: usize, const NV: usize>(
             let mut i0 = rows.start;
             while i0 < rows.end {
                 let mv = MR.min(rows.end - i0);
-                micro_tile::<S, MR, NV>(
+                tile_dispatch::<S, MR, NV>(
                     s,
                     job,
                     TileArgs {
@@ -468,6 +633,16 @@ fn block<S: Simd, const MR: usize, const NV: usize>(
             }
             j0 += nr;
         }
+    }
+}
+
+/// A tile whose columns fit in one vector runs the one-vector kernel (no all-masked vectors).
+#[inline(always)]
+fn tile_dispatch<S: Simd, const MR: usize, const NV: usize>(s: S, job: &Job<'_>, t: TileArgs) {
+    if NV > 1 && t.nv <= S::LANES {
+        micro_tile::<S, MR, 1>(s, job, t)
+    } else {
+        micro_tile::<S, MR, NV>(s, job, t)
     }
 }
 

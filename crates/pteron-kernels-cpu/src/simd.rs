@@ -236,7 +236,11 @@ type A8 = [f32; 8];
 
 #[inline(always)]
 fn map2(a: A8, b: A8, f: impl Fn(f32, f32) -> f32) -> A8 {
-    core::array::from_fn(|i| f(a[i], b[i]))
+    let mut r = [0.0; 8];
+    for i in 0..8 {
+        r[i] = f(a[i], b[i]);
+    }
+    r
 }
 
 impl Simd for Portable {
@@ -295,7 +299,11 @@ impl Simd for Portable {
     }
     #[inline(always)]
     fn fma(self, a: A8, b: A8, c: A8) -> A8 {
-        core::array::from_fn(|i| a[i] * b[i] + c[i])
+        let mut r = [0.0; 8];
+        for i in 0..8 {
+            r[i] = a[i] * b[i] + c[i];
+        }
+        r
     }
     #[inline(always)]
     fn min(self, a: A8, b: A8) -> A8 {
@@ -334,11 +342,23 @@ impl Simd for Portable {
     }
     #[inline(always)]
     fn select_lt(self, a: A8, b: A8, x: A8, y: A8) -> A8 {
-        core::array::from_fn(|i| if a[i] < b[i] { x[i] } else { y[i] })
+        let mut r = y;
+        for i in 0..8 {
+            if a[i] < b[i] {
+                r[i] = x[i];
+            }
+        }
+        r
     }
     #[inline(always)]
     fn select_le(self, a: A8, b: A8, x: A8, y: A8) -> A8 {
-        core::array::from_fn(|i| if a[i] <= b[i] { x[i] } else { y[i] })
+        let mut r = y;
+        for i in 0..8 {
+            if a[i] <= b[i] {
+                r[i] = x[i];
+            }
+        }
+        r
     }
     #[inline(always)]
     fn copysign(self, a: A8, s: A8) -> A8 {
@@ -356,8 +376,8 @@ impl Simd for Portable {
     fn deinterleave(self, a: A8, b: A8) -> (A8, A8) {
         let at = |i: usize| if i < 8 { a[i] } else { b[i - 8] };
         (
-            core::array::from_fn(|i| at(2 * i)),
-            core::array::from_fn(|i| at(2 * i + 1)),
+            [at(0), at(2), at(4), at(6), at(8), at(10), at(12), at(14)],
+            [at(1), at(3), at(5), at(7), at(9), at(11), at(13), at(15)],
         )
     }
 }
