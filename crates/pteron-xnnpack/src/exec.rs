@@ -71,6 +71,50 @@ pub struct XnnDelegate {
     /// Budget for the arena and scratch memory.
     max_bytes: u64,
     packed_bytes: usize,
+    /// Per-node time and runs, when `PTERON_XNNPACK_PROFILE` is set (printed on drop).
+    profile: Option<Vec<(std::time::Duration, u32)>>,
+}
+
+impl Drop for XnnDelegate {
+    fn drop(&mut self) {
+        let Some(p) = &self.profile else { return };
+        let mut by_kind: Vec<(&str, std::time::Duration, u32)> = Vec::new();
+        let mut rows = Vec::new();
+        for (i, &(t, n)) in p.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let name = self.names[i];
+            match by_kind.iter_mut().find(|k| k.0 == name) {
+                Some(k) => {
+                    k.1 += t;
+                    k.2 += 1;
+                }
+                None => by_kind.push((name, t, 1)),
+            }
+            rows.push((t / n, i));
+        }
+        let runs = p.iter().map(|x| x.1).max().unwrap_or(1).max(1);
+        by_kind.sort_by(|a, b| b.1.cmp(&a.1));
+        eprintln!("XNNPACK delegate profile ({runs} runs; time per run):");
+        for (name, t, nodes) in &by_kind {
+            eprintln!(
+                "  {:>9.3} ms  {name} ({nodes} nodes)",
+                (t.as_secs_f64() * 1e3) / runs as f64
+            );
+        }
+        rows.sort_by(|a, b| b.0.cmp(&a.0));
+        eprintln!("  slowest nodes:");
+        for (t, i) in rows.iter().take(12) {
+            let out = self.steps[*i].node.output();
+            eprintln!(
+                "  {:>9.3} ms  node {i} {} -> {:?}",
+                t.as_secs_f64() * 1e3,
+                self.names[*i],
+                self.shapes[out].dims()
+            );
+        }
+    }
 }
 
 fn invalid(msg: impl Into<String>) -> KernelError {
@@ -195,7 +239,15 @@ impl XnnDelegate {
                     };
                     let filter = match g.values[w].kind {
                         Kind::Constant(_) => {
-                            FcFilter::pack(&const_f32(w).map_err(ctx)?, ic, oc, transpose_w)
+                            // Rows of the input at its declared shape.
+                            let xs = &g.values[node.inputs().0[0]].shape;
+                            let rows = match xs.rank() {
+                                0 => 1,
+                                r => xs
+                                    .count()
+                                    .map_or(usize::MAX, |n| n / xs.dims()[r - 1].max(1)),
+                            };
+                            FcFilter::pack(&const_f32(w).map_err(ctx)?, ic, oc, transpose_w, rows)
                                 .map_err(ctx)?
                         }
                         _ => FcFilter::Dynamic {
@@ -309,6 +361,8 @@ impl XnnDelegate {
             outputs: g.outputs,
             max_bytes,
             packed_bytes,
+            profile: std::env::var_os("PTERON_XNNPACK_PROFILE")
+                .map(|_| vec![Default::default(); nn]),
         };
         d.propagate()?;
         d.plan()?;
@@ -1043,10 +1097,15 @@ impl DelegateHandle for XnnDelegate {
         }
         let par = ctx.parallel();
         for i in 0..self.steps.len() {
+            let t0 = self.profile.as_ref().map(|_| std::time::Instant::now());
             self.run_step(i, par).map_err(|e| match e {
                 KernelError::Invalid(m) => invalid(format!("node {i} ({}): {m}", self.names[i])),
                 e => e,
             })?;
+            if let (Some(p), Some(t0)) = (&mut self.profile, t0) {
+                p[i].0 += t0.elapsed();
+                p[i].1 += 1;
+            }
         }
         for k in 0..self.outputs.len() {
             let (ext, v) = self.outputs[k];

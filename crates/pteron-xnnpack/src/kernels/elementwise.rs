@@ -91,27 +91,31 @@ impl SimdOp for RunOp<'_> {
     fn run<S: Simd>(self, s: S) {
         let l = S::LANES;
         let n = self.out.len();
-        let get = |src: Operand<'_>, i: usize, m: usize| match src {
-            Operand::Vec(v) => {
-                if m == l {
-                    s.ld(&v[i..])
-                } else {
-                    s.ld_tail(&v[i..i + m])
-                }
-            }
-            Operand::Splat(x) => s.splat(x),
-        };
         let mut i = 0;
         while i + l <= n {
-            let v = self.op.apply(s, get(self.a, i, l), get(self.b, i, l));
+            let v = self.op.apply(s, get(s, self.a, i, l), get(s, self.b, i, l));
             s.st(&mut self.out[i..], v);
             i += l;
         }
         if i < n {
             let m = n - i;
-            let v = self.op.apply(s, get(self.a, i, m), get(self.b, i, m));
+            let v = self.op.apply(s, get(s, self.a, i, m), get(s, self.b, i, m));
             s.st_tail(&mut self.out[i..], v);
         }
+    }
+}
+
+#[inline(always)]
+fn get<S: Simd>(s: S, src: Operand<'_>, i: usize, m: usize) -> S::V {
+    match src {
+        Operand::Vec(v) => {
+            if m == S::LANES {
+                s.ld(&v[i..])
+            } else {
+                s.ld_tail(&v[i..i + m])
+            }
+        }
+        Operand::Splat(x) => s.splat(x),
     }
 }
 
