@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod generate;
 mod inspect;
 mod ops;
 mod run;
@@ -40,6 +41,10 @@ enum Command {
         #[arg(long)]
         filter: Option<String>,
     },
+    /// Generate text with an LLM program (ExecuTorch LLM export) from a prompt, streaming it.
+    Generate(generate::GenerateArgs),
+    /// Chat interactively with an LLM program, using its chat template.
+    Chat(generate::ChatArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +53,8 @@ fn main() -> ExitCode {
         Command::Inspect { model, json } => inspect::inspect(&model, json),
         Command::Run(args) => run::run(&args),
         Command::Ops { json, filter } => ops::ops(json, filter.as_deref()),
+        Command::Generate(args) => generate::generate(&args),
+        Command::Chat(args) => generate::chat(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -36,6 +36,9 @@ pub mod shape;
 
 pub mod prim;
 
+pub mod llm;
+pub mod quantized;
+
 pub mod complex;
 pub mod distance;
 pub mod masked;
@@ -68,6 +71,8 @@ pub fn register_all(r: &mut KernelRegistry) {
     random::register(r);
     sample::register(r);
     shift::register(r);
+    llm::register(r);
+    quantized::register(r);
 }
 
 /// A registry holding every portable kernel.

@@ -1,0 +1,259 @@
+//! `pteron generate` and `pteron chat`: text generation with ExecuTorch LLM programs.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use clap::Args;
+use pteron_llm::chat::Chat;
+use pteron_llm::{GenerateOptions, Generation, Generator, Model, SamplerConfig, Tokenizer};
+
+/// Sampling and runtime options shared by `generate` and `chat`.
+#[derive(Args, Clone, Debug)]
+pub struct SampleArgs {
+    /// Tokenizer: a Hugging Face tokenizer.json (its tokenizer_config.json, if beside it,
+    /// supplies the chat template and special tokens).
+    #[arg(long)]
+    pub tokenizer: PathBuf,
+    /// Most tokens to generate (per answer in chat).
+    #[arg(long, default_value_t = 256)]
+    pub max_new_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep the k most likely tokens (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Nucleus sampling: keep the most likely tokens up to this total probability (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Drop tokens less likely than this fraction of the most likely one (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Penalize tokens already in the context (1 = off; 1.1 is common).
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop when the text contains this string (repeatable).
+    #[arg(long = "stop")]
+    pub stop: Vec<String>,
+    /// Kernel threads (0 = physical cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+impl SampleArgs {
+    fn options(&self) -> GenerateOptions {
+        GenerateOptions {
+            max_new_tokens: self.max_new_tokens,
+            sampler: SamplerConfig {
+                temperature: self.temperature,
+                top_k: self.top_k,
+                top_p: self.top_p,
+                min_p: self.min_p,
+                repetition_penalty: self.repetition_penalty,
+                seed: self.seed,
+            },
+            stop_strings: self.stop.clone(),
+            eos_ids: None,
+            skip_special: true,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// An LLM program exported by ExecuTorch's LLM recipe (KV cache, metadata methods).
+    pub model: PathBuf,
+    #[arg(long)]
+    pub prompt: String,
+    /// Wrap the prompt in the model's chat template as one user message.
+    #[arg(long)]
+    pub chat_template: bool,
+    /// Print one JSON object (text, token ids, finish reason, stats) instead of streaming.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub sample: SampleArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    pub model: PathBuf,
+    /// A system message.
+    #[arg(long)]
+    pub system: Option<String>,
+    #[command(flatten)]
+    pub sample: SampleArgs,
+}
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn load<'a>(
+    program: &pteron::Program<'a>,
+    threads: usize,
+) -> Res<(Model<'a>, std::time::Duration)> {
+    let t = std::time::Instant::now();
+    let options = pteron::MethodOptions::new().threads(threads);
+    let model = Model::load(program, &pteron::default_kernels(), options)?;
+    Ok((model, t.elapsed()))
+}
+
+fn stats_line(g: &Generation) -> String {
+    let s = &g.stats;
+    let mut line = format!(
+        "{} prompt tokens, {} generated ({}); time to first token {:.0} ms; prefill {:.1} tok/s; \
+         decode {:.1} tok/s",
+        s.prompt_tokens,
+        s.generated_tokens,
+        g.finish.as_str(),
+        s.time_to_first_token.as_secs_f64() * 1e3,
+        s.prefill_tokens_per_s(),
+        s.decode_tokens_per_s(),
+    );
+    if let Some(p) = s.peak_rss_bytes {
+        line.push_str(&format!(
+            "; peak RSS {:.0} MiB",
+            p as f64 / (1 << 20) as f64
+        ));
+    }
+    line
+}
+
+pub fn generate(args: &GenerateArgs) -> pteron::Result<()> {
+    generate_inner(args).map_err(|e| pteron::Error::Invalid(e.to_string()))
+}
+
+pub fn chat(args: &ChatArgs) -> pteron::Result<()> {
+    chat_inner(args).map_err(|e| pteron::Error::Invalid(e.to_string()))
+}
+
+fn generate_inner(args: &GenerateArgs) -> Res<()> {
+    let tokenizer = Tokenizer::from_file(&args.sample.tokenizer)?;
+    let file = pteron::ProgramFile::open(&args.model)?;
+    let program = file.program()?;
+    let (model, load_time) = load(&program, args.sample.threads)?;
+    let threads = model.method().num_threads();
+    let mut gen = Generator::new(model, &tokenizer);
+    let opts = args.sample.options();
+    let prompt_ids = if args.chat_template {
+        let chat = Chat::new(&mut gen, None, None)?;
+        let text = chat.render_with(&args.prompt)?;
+        tokenizer.encode(&text, false)?
+    } else {
+        tokenizer.encode(&args.prompt, true)?
+    };
+    let mut opts = opts;
+    if args.chat_template && opts.eos_ids.is_none() {
+        let mut ids = gen.default_eos_ids();
+        if let Some(id) = tokenizer
+            .config
+            .eos_token
+            .as_deref()
+            .and_then(|t| tokenizer.token_to_id(t))
+        {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        opts.eos_ids = Some(ids);
+    }
+    gen.rewind(0);
+    if args.json {
+        let g = gen.generate(&prompt_ids, &opts, &mut |_| {})?;
+        let s = &g.stats;
+        let doc = serde_json::json!({
+            "model": args.model.display().to_string(),
+            "prompt": args.prompt,
+            "prompt_ids": prompt_ids,
+            "text": g.text,
+            "tokens": g.tokens,
+            "finish_reason": g.finish.as_str(),
+            "stats": {
+                "load_ms": load_time.as_secs_f64() * 1e3,
+                "threads": threads,
+                "prompt_tokens": s.prompt_tokens,
+                "generated_tokens": s.generated_tokens,
+                "time_to_first_token_ms": s.time_to_first_token.as_secs_f64() * 1e3,
+                "prefill_ms": s.prefill.as_secs_f64() * 1e3,
+                "decode_ms": s.decode.as_secs_f64() * 1e3,
+                "prefill_tokens_per_s": s.prefill_tokens_per_s(),
+                "decode_tokens_per_s": s.decode_tokens_per_s(),
+                "peak_rss_bytes": s.peak_rss_bytes,
+            },
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let g = gen.generate(&prompt_ids, &opts, &mut |s| {
+        let _ = out.write_all(s.as_bytes());
+        let _ = out.flush();
+    })?;
+    writeln!(out)?;
+    eprintln!(
+        "[loaded in {:.0} ms, {threads} thread(s)] {}",
+        load_time.as_secs_f64() * 1e3,
+        stats_line(&g)
+    );
+    Ok(())
+}
+
+fn chat_inner(args: &ChatArgs) -> Res<()> {
+    let tokenizer = Tokenizer::from_file(&args.sample.tokenizer)?;
+    let file = pteron::ProgramFile::open(&args.model)?;
+    let program = file.program()?;
+    let (model, load_time) = load(&program, args.sample.threads)?;
+    let context = model.meta.max_context_len;
+    let mut gen = Generator::new(model, &tokenizer);
+    let mut chat = Chat::new(&mut gen, None, args.system.clone())?;
+    let opts = args.sample.options();
+    eprintln!(
+        "pteron chat: {} ({context}-token context, loaded in {:.0} ms). /reset clears the \
+         conversation, /quit or Ctrl-D exits.",
+        args.model.display(),
+        load_time.as_secs_f64() * 1e3
+    );
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        eprint!("> ");
+        let Some(line) = lines.next() else {
+            eprintln!();
+            break;
+        };
+        let line = line?;
+        let msg = line.trim();
+        match msg {
+            "" => continue,
+            "/quit" | "/exit" => break,
+            "/reset" => {
+                chat.reset();
+                eprintln!("(conversation cleared)");
+                continue;
+            }
+            _ => {}
+        }
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        match chat.send(msg, &opts, &mut |s| {
+            let _ = out.write_all(s.as_bytes());
+            let _ = out.flush();
+        }) {
+            Ok(g) => {
+                writeln!(out)?;
+                eprintln!(
+                    "[{}; context {}/{context}]",
+                    stats_line(&g),
+                    chat.generator.model.pos()
+                );
+            }
+            Err(e @ pteron_llm::Error::ContextOverflow { .. }) => {
+                eprintln!("error: {e}; type /reset to start a new conversation");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}

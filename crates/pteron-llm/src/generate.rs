@@ -1,0 +1,276 @@
+//! Prompt → tokens → streamed text, with statistics.
+
+use std::time::{Duration, Instant};
+
+use crate::detok::{StopMatcher, TextStream};
+use crate::model::Model;
+use crate::sampler::{Sampler, SamplerConfig};
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+
+/// How to generate.
+#[derive(Clone, Debug)]
+pub struct GenerateOptions {
+    pub max_new_tokens: usize,
+    pub sampler: SamplerConfig,
+    /// Generation stops when the text contains one of these (not included in the output).
+    pub stop_strings: Vec<String>,
+    /// Token ids that end generation; `None`: the program's `get_eos_ids` (and the tokenizer's
+    /// EOS token when the program has none).
+    pub eos_ids: Option<Vec<u32>>,
+    /// Leave special tokens out of the streamed text.
+    pub skip_special: bool,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            max_new_tokens: 128,
+            sampler: SamplerConfig::default(),
+            stop_strings: Vec::new(),
+            eos_ids: None,
+            skip_special: true,
+        }
+    }
+}
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-sequence token was sampled.
+    Eos,
+    /// A stop string appeared.
+    StopString,
+    /// `max_new_tokens` were generated.
+    MaxTokens,
+    /// The KV cache is full (`get_max_context_len` positions).
+    ContextFull,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Eos => "eos",
+            FinishReason::StopString => "stop_string",
+            FinishReason::MaxTokens => "max_new_tokens",
+            FinishReason::ContextFull => "context_full",
+        }
+    }
+}
+
+/// Timings and counts of one generation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
+    /// From the start of prefill to the first sampled token.
+    pub time_to_first_token: Duration,
+    pub prefill: Duration,
+    /// Decode steps (one forward and one sample per token after the first).
+    pub decode: Duration,
+    pub peak_rss_bytes: Option<u64>,
+}
+
+impl Stats {
+    pub fn prefill_tokens_per_s(&self) -> f64 {
+        per_s(self.prompt_tokens, self.prefill)
+    }
+    /// Tokens produced by decode steps (all but the first, which prefill produces).
+    pub fn decode_tokens_per_s(&self) -> f64 {
+        per_s(self.generated_tokens.saturating_sub(1), self.decode)
+    }
+}
+
+fn per_s(n: usize, d: Duration) -> f64 {
+    if d.is_zero() {
+        0.0
+    } else {
+        n as f64 / d.as_secs_f64()
+    }
+}
+
+/// The result of one generation.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    pub text: String,
+    /// Sampled tokens, including a final EOS token.
+    pub tokens: Vec<u32>,
+    pub finish: FinishReason,
+    pub stats: Stats,
+}
+
+/// A model, its tokenizer and a sampler; keeps the tokens of its context (what the KV cache
+/// holds) so that generations can continue it.
+pub struct Generator<'a, 't> {
+    pub model: Model<'a>,
+    pub tokenizer: &'t Tokenizer,
+    context: Vec<u32>,
+    logits: Vec<f32>,
+    stream: TextStream,
+}
+
+impl<'a, 't> Generator<'a, 't> {
+    pub fn new(model: Model<'a>, tokenizer: &'t Tokenizer) -> Self {
+        let cap = model.meta.max_context_len;
+        Generator {
+            model,
+            tokenizer,
+            context: Vec::with_capacity(cap),
+            logits: Vec::new(),
+            stream: TextStream::new(true),
+        }
+    }
+
+    /// Tokens in the KV cache.
+    pub fn context(&self) -> &[u32] {
+        &self.context
+    }
+
+    /// Forgets the context after `pos` tokens (0: everything).
+    pub fn rewind(&mut self, pos: usize) {
+        self.model.rewind(pos);
+        self.context.truncate(self.model.pos());
+    }
+
+    /// EOS ids: the program's, else the tokenizer's EOS token.
+    pub fn default_eos_ids(&self) -> Vec<u32> {
+        if !self.model.meta.eos_ids.is_empty() {
+            return self.model.meta.eos_ids.clone();
+        }
+        self.tokenizer
+            .config
+            .eos_token
+            .as_deref()
+            .and_then(|t| self.tokenizer.token_to_id(t))
+            .into_iter()
+            .collect()
+    }
+
+    /// Starts a new context with `prompt` (encoded with the tokenizer's special tokens) and
+    /// generates.
+    pub fn generate_text(
+        &mut self,
+        prompt: &str,
+        opts: &GenerateOptions,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation> {
+        let ids = self.tokenizer.encode(prompt, true)?;
+        self.rewind(0);
+        self.generate(&ids, opts, on_text)
+    }
+
+    /// Appends `prompt` to the context, then samples up to `max_new_tokens`, streaming text.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation> {
+        opts.sampler.validate().map_err(Error::Model)?;
+        if prompt.is_empty() {
+            return Err(Error::Model("empty prompt".into()));
+        }
+        if prompt.len() > self.model.remaining() {
+            return Err(Error::ContextOverflow {
+                needed: prompt.len(),
+                used: self.model.pos(),
+                context: self.model.meta.max_context_len,
+            });
+        }
+        let eos = opts
+            .eos_ids
+            .clone()
+            .unwrap_or_else(|| self.default_eos_ids());
+        let mut sampler = Sampler::new(opts.sampler.clone());
+        let mut stop = StopMatcher::new(opts.stop_strings.clone());
+        self.stream = TextStream::new(opts.skip_special);
+        let mut stats = Stats {
+            prompt_tokens: prompt.len(),
+            ..Default::default()
+        };
+        let mut text = String::new();
+        let mut tokens = Vec::with_capacity(opts.max_new_tokens.min(4096));
+
+        let t0 = Instant::now();
+        self.model.forward(prompt)?;
+        self.context.extend_from_slice(prompt);
+        stats.prefill = t0.elapsed();
+        let mut decode_start = None;
+        let mut finish = FinishReason::MaxTokens;
+        let mut emit = |s: &str, text: &mut String| {
+            if !s.is_empty() {
+                text.push_str(s);
+                on_text(s);
+            }
+        };
+        for i in 0..opts.max_new_tokens {
+            self.logits.clear();
+            self.logits.extend_from_slice(self.model.logits());
+            let tok = sampler.sample(&mut self.logits, &self.context);
+            if i == 0 {
+                stats.time_to_first_token = t0.elapsed();
+                decode_start = Some(Instant::now());
+            }
+            tokens.push(tok);
+            if eos.contains(&tok) {
+                finish = FinishReason::Eos;
+                break;
+            }
+            let piece = self.stream.push(self.tokenizer, tok)?;
+            let (out, hit) = stop.push(&piece);
+            emit(&out, &mut text);
+            if hit {
+                finish = FinishReason::StopString;
+                break;
+            }
+            if i + 1 == opts.max_new_tokens {
+                break;
+            }
+            if self.model.remaining() == 0 {
+                finish = FinishReason::ContextFull;
+                break;
+            }
+            self.model.forward(&[tok])?;
+            self.context.push(tok);
+        }
+        if finish != FinishReason::StopString {
+            let rest = self.stream.flush(self.tokenizer)?;
+            let (out, hit) = stop.push(&rest);
+            emit(&out, &mut text);
+            if hit {
+                finish = FinishReason::StopString;
+            } else {
+                let tail = stop.finish();
+                emit(&tail, &mut text);
+            }
+        }
+        if let Some(d) = decode_start {
+            stats.decode = d.elapsed();
+        }
+        stats.generated_tokens = tokens.len();
+        stats.peak_rss_bytes = crate::peak_rss_bytes();
+        Ok(Generation {
+            text,
+            tokens,
+            finish,
+            stats,
+        })
+    }
+
+    /// Greedy token ids without text (the golden tests' path): `n` tokens, never stopping.
+    pub fn greedy_ids(&mut self, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
+        self.rewind(0);
+        self.model.forward(prompt)?;
+        self.context.extend_from_slice(prompt);
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let tok = crate::sampler::argmax(self.model.logits());
+            out.push(tok);
+            if i + 1 < n {
+                self.model.forward(&[tok])?;
+                self.context.push(tok);
+            }
+        }
+        Ok(out)
+    }
+}

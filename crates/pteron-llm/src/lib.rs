@@ -1,0 +1,94 @@
+//! Text generation with ExecuTorch LLM programs on pteron.
+//!
+//! An LLM `.pte` exported by ExecuTorch's recipe (`export_llm`, `use_kv_cache=True`) has a
+//! `forward(tokens: int64[1, n], input_pos: int64[1]) -> logits` method that appends `n` tokens
+//! to its KV cache (a mutable buffer kept across calls) and returns the logits of the last
+//! token, plus metadata methods (`get_max_seq_len`, `get_max_context_len`, `get_eos_ids`,
+//! `enable_dynamic_shape`, ...). This crate drives it:
+//!
+//! - [`Model`]: reads the metadata, prefills prompts in chunks (as many tokens per call as the
+//!   program's `tokens` input can take: one for a static-shape program), then decodes one token
+//!   per call. Nothing is allocated per token; the KV cache lives in the method's planned memory
+//!   and is read in place by the attention kernel.
+//! - [`Tokenizer`]: Hugging Face `tokenizer.json` (the `tokenizers` crate, built without its C
+//!   dependencies) and `tokenizer_config.json` (chat template, special tokens).
+//! - [`Sampler`]: greedy, temperature, top-k, top-p, min-p, repetition penalty; seeded.
+//! - [`Generator`]: prompt → streamed text (incremental, UTF-8 safe detokenization), stop on EOS
+//!   ids or stop strings, statistics (time to first token, prefill and decode tok/s, peak RSS).
+//! - [`chat::Chat`]: multi-turn chat with the model's chat template (minijinja), keeping the KV
+//!   cache across turns (only the new tokens of each turn are prefilled).
+//!
+//! Context overflow: a prompt that does not fit in `max_context_len` is an error
+//! ([`Error::ContextOverflow`]); generation stops when the context is full (finish reason
+//! [`FinishReason::ContextFull`]); a chat turn that no longer fits is an error that asks for a
+//! reset. There is no sliding window.
+
+pub mod chat;
+mod detok;
+mod generate;
+mod model;
+mod sampler;
+mod tokenizer;
+
+pub use detok::{StopMatcher, TextStream};
+pub use generate::{FinishReason, GenerateOptions, Generation, Generator, Stats};
+pub use model::{Metadata, Model};
+pub use sampler::{Rng, Sampler, SamplerConfig};
+pub use tokenizer::{Tokenizer, TokenizerConfig};
+
+/// Errors of text generation.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Pteron(#[from] pteron::Error),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("chat template: {0}")]
+    Template(String),
+    #[error("{0}")]
+    Model(String),
+    /// The tokens would not fit in the model's context (`get_max_context_len`).
+    #[error(
+        "context overflow: {needed} tokens do not fit in the model's context of {context} \
+         tokens ({used} already in the KV cache)"
+    )]
+    ContextOverflow {
+        needed: usize,
+        used: usize,
+        context: usize,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+impl From<pteron::core::Error> for Error {
+    fn from(e: pteron::core::Error) -> Self {
+        Error::Pteron(e.into())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Peak resident memory of this process in bytes (`VmHWM`; `None` where unknown).
+pub fn peak_rss_bytes() -> Option<u64> {
+    proc_status_kib("VmHWM:").map(|k| k * 1024)
+}
+
+/// Current resident memory of this process in bytes (`VmRSS`; `None` where unknown).
+pub fn rss_bytes() -> Option<u64> {
+    proc_status_kib("VmRSS:").map(|k| k * 1024)
+}
+
+fn proc_status_kib(key: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with(key))?;
+    line[key.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}

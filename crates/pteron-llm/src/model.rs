@@ -1,0 +1,257 @@
+//! The model: an LLM program's `forward` method, its metadata, and the KV-cache position.
+
+use std::collections::BTreeMap;
+
+use pteron::core::{Dynamism, KernelRegistry, Method, Output, ScalarType, Value};
+use pteron::{MethodOptions, Program};
+
+use crate::{Error, Result};
+
+/// What the program's metadata methods say (ExecuTorch's `llm_runner_helper` names), with
+/// ExecuTorch's runner defaults where a method is missing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metadata {
+    pub bos_id: Option<u32>,
+    pub eos_ids: Vec<u32>,
+    /// Most tokens one `forward` call may take (`get_max_seq_len`).
+    pub max_seq_len: usize,
+    /// KV-cache positions (`get_max_context_len`; `max_seq_len` when absent).
+    pub max_context_len: usize,
+    pub vocab_size: Option<usize>,
+    pub use_kv_cache: bool,
+    pub enable_dynamic_shape: bool,
+    pub n_layers: Option<usize>,
+    /// Every metadata method's values, by name.
+    pub all: BTreeMap<String, Vec<i64>>,
+}
+
+impl Metadata {
+    /// Runs every method that takes no input and returns scalars.
+    pub fn read(program: &Program<'_>, kernels: &KernelRegistry) -> Result<Self> {
+        let mut all = BTreeMap::new();
+        for name in program.method_names() {
+            if name == "forward" {
+                continue;
+            }
+            let mut m = program.load_method_with(name, kernels, MethodOptions::new().threads(1))?;
+            if m.num_inputs() != 0 {
+                continue;
+            }
+            m.execute()?;
+            let mut vals = Vec::new();
+            for i in 0..m.num_outputs() {
+                match m.output(i)? {
+                    Output::Int(v) => vals.push(v),
+                    Output::Bool(b) => vals.push(b as i64),
+                    _ => {}
+                }
+            }
+            all.insert(name.to_string(), vals);
+        }
+        let one = |k: &str| all.get(k).and_then(|v| v.first().copied());
+        let max_seq_len = one("get_max_seq_len").ok_or_else(|| {
+            Error::Model("the program has no get_max_seq_len metadata method".into())
+        })?;
+        let max_seq_len = usize::try_from(max_seq_len)
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| Error::Model(format!("get_max_seq_len is {max_seq_len}")))?;
+        let max_context_len = match one("get_max_context_len") {
+            Some(v) => usize::try_from(v)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| Error::Model(format!("get_max_context_len is {v}")))?,
+            None => max_seq_len,
+        };
+        let id = |v: i64| u32::try_from(v).ok();
+        Ok(Metadata {
+            bos_id: one("get_bos_id").and_then(id),
+            eos_ids: all
+                .get("get_eos_ids")
+                .map(|v| v.iter().filter_map(|&x| id(x)).collect())
+                .unwrap_or_default(),
+            max_seq_len,
+            max_context_len,
+            vocab_size: one("get_vocab_size").and_then(|v| usize::try_from(v).ok()),
+            use_kv_cache: one("use_kv_cache").is_none_or(|v| v != 0),
+            enable_dynamic_shape: one("enable_dynamic_shape").is_some_and(|v| v != 0),
+            n_layers: one("get_n_layers").and_then(|v| usize::try_from(v).ok()),
+            all,
+        })
+    }
+}
+
+/// An LLM program's `forward` method with its KV-cache position.
+pub struct Model<'a> {
+    method: Method<'a>,
+    pub meta: Metadata,
+    /// Tokens one call takes at most (1 for a static-shape program).
+    chunk: usize,
+    /// Positions filled in the KV cache.
+    pos: usize,
+    tokens: Vec<i64>,
+    logits: Vec<f32>,
+}
+
+impl<'a> Model<'a> {
+    /// Loads `forward` and reads the metadata.
+    pub fn load(
+        program: &Program<'a>,
+        kernels: &KernelRegistry,
+        options: MethodOptions,
+    ) -> Result<Self> {
+        let meta = Metadata::read(program, kernels)?;
+        if !meta.use_kv_cache {
+            return Err(Error::Model(
+                "programs exported without a KV cache (use_kv_cache=False) are not supported"
+                    .into(),
+            ));
+        }
+        let method = program.load_method_with("forward", kernels, options)?;
+        if method.num_inputs() != 2 {
+            return Err(Error::Model(format!(
+                "forward takes {} inputs; expected (tokens, input_pos)",
+                method.num_inputs()
+            )));
+        }
+        let spec = |i: usize| match method.input_spec(i) {
+            Some(Value::Tensor(t)) if t.info.dtype() == ScalarType::Long => Ok(*t),
+            _ => Err(Error::Model(format!(
+                "forward input {i} is not an int64 tensor"
+            ))),
+        };
+        let (tok, pos) = (spec(0)?, spec(1)?);
+        if tok.info.rank() != 2 || tok.info.size(0) != 1 || pos.info.sizes() != [1] {
+            return Err(Error::Model(format!(
+                "forward takes tokens {:?} and input_pos {:?}; expected [1, n] and [1]",
+                tok.info.sizes(),
+                pos.info.sizes()
+            )));
+        }
+        // The exporter bounds the tokens input at max_seq_len - 1 for dynamic shapes
+        // (ExecuTorch's runner chunks by max_seq_len and would be refused): take the bound.
+        let bound = tok.info.size(1);
+        let chunk = match tok.dynamism {
+            Dynamism::Bounded if meta.enable_dynamic_shape => bound.min(meta.max_seq_len),
+            _ if bound == 1 => 1,
+            _ => {
+                return Err(Error::Model(format!(
+                    "a static-shape forward must take one token per call, this one takes {bound}"
+                )))
+            }
+        }
+        .max(1);
+        let vocab = meta.vocab_size.unwrap_or(0);
+        Ok(Model {
+            method,
+            chunk,
+            pos: 0,
+            tokens: Vec::with_capacity(chunk),
+            logits: Vec::with_capacity(vocab),
+            meta,
+        })
+    }
+
+    /// Positions filled in the KV cache.
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Tokens one `forward` call takes at most.
+    pub fn chunk_len(&self) -> usize {
+        self.chunk
+    }
+
+    /// Context positions left.
+    pub fn remaining(&self) -> usize {
+        self.meta.max_context_len - self.pos
+    }
+
+    /// Moves the cache position back to `pos` (≤ the current one): later tokens overwrite the
+    /// cache rows from there; attention never reads rows past the position, so this forgets
+    /// everything after `pos` (used to reset, and by chat when a turn re-tokenizes history).
+    pub fn rewind(&mut self, pos: usize) {
+        self.pos = self.pos.min(pos);
+    }
+
+    /// Appends `tokens` to the context (in chunks) and returns the logits after the last one.
+    pub fn forward(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        if tokens.is_empty() {
+            return Err(Error::Model("forward: no tokens".into()));
+        }
+        if tokens.len() > self.remaining() {
+            return Err(Error::ContextOverflow {
+                needed: tokens.len(),
+                used: self.pos,
+                context: self.meta.max_context_len,
+            });
+        }
+        for part in tokens.chunks(self.chunk) {
+            self.tokens.clear();
+            self.tokens.extend(part.iter().map(|&t| t as i64));
+            let pos = [self.pos as i64];
+            self.method.set_input_tensor(
+                0,
+                ScalarType::Long,
+                &[1, part.len()],
+                bytemuck::cast_slice(&self.tokens),
+            )?;
+            self.method
+                .set_input_tensor(1, ScalarType::Long, &[1], bytemuck::cast_slice(&pos))?;
+            self.method.execute()?;
+            self.pos += part.len();
+        }
+        self.read_logits()?;
+        Ok(&self.logits)
+    }
+
+    fn read_logits(&mut self) -> Result<()> {
+        let Output::Tensor(t) = self.method.output(0)? else {
+            return Err(Error::Model(
+                "forward's first output is not a tensor".into(),
+            ));
+        };
+        let vocab = *t
+            .info
+            .sizes()
+            .last()
+            .ok_or_else(|| Error::Model("0-d logits".into()))?;
+        let n = t.info.numel();
+        if vocab == 0 || n < vocab {
+            return Err(Error::Model(format!(
+                "logits of shape {:?}",
+                t.info.sizes()
+            )));
+        }
+        // The last row (a program exported with full logits returns every position's).
+        let es = t.info.dtype().elem_size();
+        let last = &t.bytes[(n - vocab) * es..n * es];
+        self.logits.clear();
+        match t.info.dtype() {
+            ScalarType::Float => self.logits.extend(
+                last.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            ),
+            ScalarType::Half => self.logits.extend(
+                last.chunks_exact(2)
+                    .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()),
+            ),
+            ScalarType::BFloat16 => self.logits.extend(
+                last.chunks_exact(2)
+                    .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()),
+            ),
+            dt => return Err(Error::Model(format!("logits of dtype {dt}"))),
+        }
+        Ok(())
+    }
+
+    /// The logits of the last `forward`.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// The method (for statistics such as planned bytes).
+    pub fn method(&self) -> &Method<'a> {
+        &self.method
+    }
+}

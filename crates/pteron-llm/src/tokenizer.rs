@@ -1,0 +1,124 @@
+//! Tokenizers: Hugging Face `tokenizer.json` through the `tokenizers` crate (built without
+//! Oniguruma and without the C++ suffix-array code: pure Rust), plus the `tokenizer_config.json`
+//! beside it (chat template, BOS/EOS token strings).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value as Json;
+
+use crate::{Error, Result};
+
+/// The parts of `tokenizer_config.json` generation uses.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TokenizerConfig {
+    pub chat_template: Option<String>,
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+}
+
+impl TokenizerConfig {
+    pub fn from_json(text: &str) -> Result<Self> {
+        let v: Json = serde_json::from_str(text)
+            .map_err(|e| Error::Tokenizer(format!("tokenizer_config.json: {e}")))?;
+        // Special tokens are a string or an AddedToken object {"content": ...}.
+        let token = |k: &str| match v.get(k) {
+            Some(Json::String(s)) => Some(s.clone()),
+            Some(Json::Object(o)) => o.get("content").and_then(|c| c.as_str()).map(String::from),
+            _ => None,
+        };
+        // The template is a string, or a list of {name, template} (take "default").
+        let chat_template = match v.get("chat_template") {
+            Some(Json::String(s)) => Some(s.clone()),
+            Some(Json::Array(list)) => list
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                .or_else(|| list.first())
+                .and_then(|t| t.get("template"))
+                .and_then(|t| t.as_str())
+                .map(String::from),
+            _ => None,
+        };
+        Ok(TokenizerConfig {
+            chat_template,
+            bos_token: token("bos_token"),
+            eos_token: token("eos_token"),
+        })
+    }
+}
+
+/// A tokenizer with its configuration.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    pub config: TokenizerConfig,
+    pub path: PathBuf,
+}
+
+impl Tokenizer {
+    /// Loads `tokenizer.json` (or the one in a directory), and the `tokenizer_config.json` next
+    /// to it when there is one.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let mut path = path.as_ref().to_path_buf();
+        if path.is_dir() {
+            path.push("tokenizer.json");
+        }
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.ends_with(".model") {
+            return Err(Error::Tokenizer(format!(
+                "{}: SentencePiece .model files are not supported yet; use the model's \
+                 tokenizer.json",
+                path.display()
+            )));
+        }
+        let bytes = std::fs::read(&path).map_err(|source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        if !bytes.starts_with(b"{") {
+            return Err(Error::Tokenizer(format!(
+                "{}: not a tokenizer.json (tiktoken and SentencePiece files are not supported \
+                 yet)",
+                path.display()
+            )));
+        }
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        let cfg_path = path.with_file_name("tokenizer_config.json");
+        let config = match std::fs::read_to_string(&cfg_path) {
+            Ok(t) => TokenizerConfig::from_json(&t)?,
+            Err(_) => TokenizerConfig::default(),
+        };
+        Ok(Tokenizer {
+            inner,
+            config,
+            path,
+        })
+    }
+
+    /// Token ids of `text`; `add_special` applies the tokenizer's post-processor (e.g. a BOS).
+    pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        self.inner
+            .encode(text, add_special)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    /// Text of `ids`; `skip_special` leaves out special tokens (`<|im_end|>`...).
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.inner
+            .decode(ids, skip_special)
+            .map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// Vocabulary size including added tokens.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+}

@@ -1,0 +1,68 @@
+//! Decode steps allocate nothing: memory stays flat however long the generation (the KV cache
+//! is planned memory, read in place; inputs and logits live in buffers sized at load).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Counting;
+
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+#[test]
+fn decode_steps_allocate_nothing() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/llm/tiny");
+    for (pte, kernels) in [
+        ("fp32.pte", pteron::default_kernels()),
+        ("emb8.pte", pteron::portable_kernels()),
+        ("static.pte", pteron::default_kernels()),
+    ] {
+        let file = pteron::ProgramFile::open(dir.join(pte)).unwrap();
+        let program = file.program().unwrap();
+        let opts = pteron::MethodOptions::new().threads(1);
+        let mut model = pteron_llm::Model::load(&program, &kernels, opts).unwrap();
+        let prompt: Vec<u32> = (1..40).collect();
+        model.forward(&prompt).unwrap();
+        let mut tok = pteron_llm::Sampler::new(pteron_llm::SamplerConfig {
+            temperature: 0.8,
+            top_k: 50,
+            top_p: 0.9,
+            min_p: 0.01,
+            repetition_penalty: 1.2,
+            seed: 1,
+        });
+        let mut logits = vec![0f32; model.logits().len()];
+        let history: Vec<u32> = (0..200).collect();
+        // Warm the sampler's scratch buffers.
+        logits.copy_from_slice(model.logits());
+        let mut next = tok.sample(&mut logits, &history);
+        let before = ALLOCS.load(Ordering::Relaxed);
+        while model.remaining() > 0 {
+            model.forward(&[next]).unwrap();
+            logits.copy_from_slice(model.logits());
+            next = tok.sample(&mut logits, &history);
+        }
+        let after = ALLOCS.load(Ordering::Relaxed);
+        assert_eq!(after - before, 0, "{pte}: allocations during decode");
+        // The context is full: one more token is a clear error, not a kernel failure.
+        let err = model.forward(&[next]).unwrap_err();
+        assert!(err.to_string().contains("context overflow"), "{err}");
+    }
+}
