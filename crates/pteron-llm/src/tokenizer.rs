@@ -1,6 +1,7 @@
 //! Tokenizers: Hugging Face `tokenizer.json` through the `tokenizers` crate (built without
 //! Oniguruma and without the C++ suffix-array code: pure Rust), plus the `tokenizer_config.json`
-//! beside it (chat template, BOS/EOS token strings).
+//! beside it (chat template, BOS/EOS token strings; a `chat_template.jinja` beside it supplies the
+//! template when the config has none, as transformers 5 saves it).
 
 use std::path::{Path, PathBuf};
 
@@ -83,10 +84,16 @@ impl Tokenizer {
         let inner = tokenizers::Tokenizer::from_bytes(&bytes)
             .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
         let cfg_path = path.with_file_name("tokenizer_config.json");
-        let config = match std::fs::read_to_string(&cfg_path) {
+        let mut config = match std::fs::read_to_string(&cfg_path) {
             Ok(t) => TokenizerConfig::from_json(&t)?,
             Err(_) => TokenizerConfig::default(),
         };
+        // transformers ≥ 4.43 may save the template on its own, as chat_template.jinja.
+        if config.chat_template.is_none() {
+            if let Ok(t) = std::fs::read_to_string(path.with_file_name("chat_template.jinja")) {
+                config.chat_template = Some(t);
+            }
+        }
         Ok(Tokenizer {
             inner,
             config,
