@@ -73,6 +73,9 @@ pub struct GenerateArgs {
     /// Print one JSON object (text, token ids, finish reason, stats) instead of streaming.
     #[arg(long)]
     pub json: bool,
+    /// Do not stop at end-of-sequence tokens (generate exactly --max-new-tokens).
+    #[arg(long)]
+    pub ignore_eos: bool,
     #[command(flatten)]
     pub sample: SampleArgs,
 }
@@ -157,6 +160,9 @@ fn generate_inner(args: &GenerateArgs) -> Res<()> {
             }
         }
         opts.eos_ids = Some(ids);
+    }
+    if args.ignore_eos {
+        opts.eos_ids = Some(Vec::new());
     }
     gen.rewind(0);
     if args.json {

@@ -268,3 +268,35 @@ fn chat_keeps_the_cache_across_turns() {
         .unwrap();
     assert_eq!(again.tokens, second.tokens);
 }
+
+/// SmolLM2-135M-Instruct (tools/export/export_llm.py smollm2, not committed): 64 greedy tokens
+/// equal ExecuTorch's. Run with `cargo test --release -p pteron-llm -- --ignored` after the export.
+#[test]
+#[ignore]
+fn smollm2_greedy_matches_executorch() {
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/export/out/smollm2");
+    let Ok(text) = std::fs::read_to_string(out.join("goldens.json")) else {
+        eprintln!("no tools/export/out/smollm2/goldens.json: skipped");
+        return;
+    };
+    let g: Value = serde_json::from_str(&text).unwrap();
+    let file = pteron::ProgramFile::open(out.join(g["pte"].as_str().unwrap())).unwrap();
+    let program = file.program().unwrap();
+    let tok = Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
+    let prompt = ids(&g["prompt_ids"]);
+    assert_eq!(
+        tok.encode(g["prompt"].as_str().unwrap(), false).unwrap(),
+        prompt
+    );
+    let want = ids(&g["generated_ids"]);
+    let model = Model::load(&program, &pteron::default_kernels(), options(0)).unwrap();
+    let mut gen = Generator::new(model, &tok);
+    assert_eq!(gen.greedy_ids(&prompt, want.len()).unwrap(), want);
+    // The chat template renders the golden's prompt.
+    let chat = Chat::new(&mut gen, None, None).unwrap();
+    let user = "What is the capital of France? Answer in one sentence.";
+    assert_eq!(
+        chat.render_with(user).unwrap(),
+        g["prompt"].as_str().unwrap()
+    );
+}
