@@ -67,6 +67,11 @@ FIXTURES = [
     "xnn_binary",
     "xnn_spatial",
     "xnn_layout",
+    # fp16: the same builders in half precision (model and inputs .half()).
+    "mlp_fp16",
+    "cnn_fp16",
+    "xnn_unary_fp16",
+    "xnn_layout_fp16",
 ]
 
 
@@ -211,6 +216,21 @@ def _extra_builders():
 MAX_TOTAL_BYTES = 3 * 1024 * 1024
 
 
+def half(fx: models.Fixture) -> models.Fixture:
+    """The fixture in half precision: module and floating inputs converted."""
+    import dataclasses
+
+    return dataclasses.replace(
+        fx,
+        name=fx.name + "_fp16",
+        description=fx.description + ", in float16",
+        module=fx.module.half(),
+        inputs=tuple(t.half() if t.is_floating_point() else t for t in fx.inputs),
+        atol=1e-2,
+        rtol=1e-2,
+    )
+
+
 def lower(fx: models.Fixture):
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
@@ -347,6 +367,9 @@ def main() -> int:
     outdir = Path(args.out)
     total = 0
     for name in names:
+        if name.endswith("_fp16") and name[: -len("_fp16")] in builders:
+            base = builders[name[: -len("_fp16")]]
+            builders[name] = lambda base=base: half(base())
         if name not in builders:
             print(f"unknown fixture {name}; known: {sorted(builders)}", file=sys.stderr)
             return 2

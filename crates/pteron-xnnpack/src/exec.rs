@@ -14,12 +14,14 @@ use pteron_core::{
 };
 use pteron_kernels_cpu::simd::level;
 
-use crate::graph::{ConvKind, Graph, Kind, Node};
+use crate::graph::{ConvKind, DType, Graph, Kind, Node};
 use crate::kernels::elementwise::{binary, broadcast, unary};
 use crate::kernels::gemm::{bmm, fully_connected, ConvWeights, FcFilter};
 use crate::kernels::layout;
 use crate::kernels::spatial::{depthwise, global_mean, pool, DwWeights, Geom};
-use crate::util::{f32s, f32s_mut, io, read_f32, Buf, Shape, Src, MAX_DIMS};
+use crate::util::{
+    f32s, f32s_mut, io, read_f16, read_f32, round_to_f16, Buf, Shape, Src, MAX_DIMS,
+};
 
 /// What a node prepared at init.
 enum Prep {
@@ -54,6 +56,7 @@ pub struct XnnDelegate {
     steps: Vec<Step>,
     names: Vec<&'static str>,
     homes: Vec<Home>,
+    dtypes: Vec<DType>,
     consts: Vec<Buf>,
     /// Current shape of every value.
     shapes: Vec<Shape>,
@@ -189,24 +192,25 @@ impl XnnDelegate {
         }
 
         // Constants read in place are copied (aligned); packed ones are packed below.
+        let const_f32 = |v: usize| -> Result<Vec<f32>, KernelError> {
+            match (g.values[v].kind, g.values[v].dtype) {
+                (Kind::Constant(b), DType::F32) => read_f32(b, g.values[v].shape.count()?),
+                (Kind::Constant(b), DType::F16) => read_f16(b, g.values[v].shape.count()?),
+                _ => Err(invalid(format!("value {v} is not a float constant"))),
+            }
+        };
         let mut homes = vec![Home::Arena; nv];
         let mut consts = Vec::new();
         for (v, val) in g.values.iter().enumerate() {
-            if let Kind::Constant(bytes) = val.kind {
+            if let Kind::Constant(_) = val.kind {
                 homes[v] = if in_place[v] {
-                    consts.push(Buf::from_bytes(bytes)?);
+                    consts.push(Buf::from_f32(&const_f32(v)?)?);
                     Home::Const(consts.len() - 1)
                 } else {
                     Home::Packed
                 };
             }
         }
-        let const_f32 = |v: usize| -> Result<Vec<f32>, KernelError> {
-            match g.values[v].kind {
-                Kind::Constant(b) => read_f32(b, g.values[v].shape.count()?),
-                _ => Err(invalid(format!("value {v} is not a constant"))),
-            }
-        };
 
         // Prepare every node.
         let mut steps = Vec::with_capacity(nn);
@@ -345,10 +349,12 @@ impl XnnDelegate {
             lifetimes[v].1 = nn;
         }
         let shapes: Vec<Shape> = g.values.iter().map(|v| v.shape).collect();
+        let dtypes: Vec<DType> = g.values.iter().map(|v| v.dtype).collect();
         let mut d = XnnDelegate {
             steps,
             names: g.node_names,
             homes,
+            dtypes,
             consts,
             shapes,
             sizes: vec![0; nv],
@@ -758,6 +764,56 @@ impl XnnDelegate {
     }
 }
 
+/// The tensor dtype of a delegate argument of graph datatype `d`.
+fn scalar_type(d: DType) -> ScalarType {
+    match d {
+        DType::F32 => ScalarType::Float,
+        DType::F16 => ScalarType::Half,
+    }
+}
+
+/// Copies an input tensor's bytes into its arena slot (half widened to f32).
+fn copy_in(d: DType, src: &[u8], dst: &mut [u8]) -> Result<(), KernelError> {
+    match d {
+        DType::F32 => {
+            let src = src
+                .get(..dst.len())
+                .ok_or_else(|| invalid("input tensor too short"))?;
+            dst.copy_from_slice(src);
+        }
+        DType::F16 => {
+            let dst = f32s_mut(dst)?;
+            let src = src
+                .get(..dst.len() * 2)
+                .ok_or_else(|| invalid("input tensor too short"))?;
+            for (o, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *o = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Copies an arena slot into an output tensor's bytes (f32 narrowed to half).
+fn copy_out(d: DType, src: &[u8], dst: &mut [u8]) -> Result<(), KernelError> {
+    match d {
+        DType::F32 => dst
+            .get_mut(..src.len())
+            .ok_or_else(|| invalid("output tensor too short"))?
+            .copy_from_slice(src),
+        DType::F16 => {
+            let src = f32s(src)?;
+            let dst = dst
+                .get_mut(..src.len() * 2)
+                .ok_or_else(|| invalid("output tensor too short"))?;
+            for (c, &v) in dst.chunks_exact_mut(2).zip(src) {
+                c.copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The effective slice offsets (XNNPACK's rules for a given input shape).
 fn slice_offsets(node: &Node, xs: &Shape) -> Shape {
     let mut o = Shape::default();
@@ -1036,10 +1092,11 @@ impl DelegateHandle for XnnDelegate {
             let t = args
                 .tensor(ext as usize)
                 .map_err(|e| invalid(format!("external value {ext}: {e}")))?;
-            if t.dtype() != ScalarType::Float {
+            if t.dtype() != scalar_type(self.dtypes[v]) {
                 return Err(KernelError::unsupported(format!(
-                    "external value {ext} is {}, the graph computes in float32",
-                    t.dtype()
+                    "external value {ext} is {}, the graph's is {:?}",
+                    t.dtype(),
+                    self.dtypes[v]
                 )));
             }
             let s = Self::arg_shape(t)?;
@@ -1061,7 +1118,7 @@ impl DelegateHandle for XnnDelegate {
         for k in 0..self.inputs.len() {
             let (ext, v) = self.inputs[k];
             let t = ctx.tensor(ext as usize)?;
-            if t.dtype() != ScalarType::Float {
+            if t.dtype() != scalar_type(self.dtypes[v]) {
                 return Err(KernelError::dtype(t.dtype(), "XNNPACK delegate input"));
             }
             let s = Self::arg_shape(t)?;
@@ -1089,11 +1146,7 @@ impl DelegateHandle for XnnDelegate {
                 .bytes_mut()
                 .get_mut(r)
                 .ok_or_else(|| invalid("input outside the arena"))?;
-            let src = t
-                .bytes
-                .get(..dst.len())
-                .ok_or_else(|| invalid("input tensor too short"))?;
-            dst.copy_from_slice(src);
+            copy_in(self.dtypes[v], t.bytes, dst)?;
         }
         let par = ctx.parallel();
         for i in 0..self.steps.len() {
@@ -1102,6 +1155,11 @@ impl DelegateHandle for XnnDelegate {
                 KernelError::Invalid(m) => invalid(format!("node {i} ({}): {m}", self.names[i])),
                 e => e,
             })?;
+            let out = self.steps[i].node.output();
+            if self.dtypes[out] == DType::F16 {
+                let r = self.dst(out);
+                round_to_f16(f32s_mut(&mut self.arena.bytes_mut()[r])?);
+            }
             if let (Some(p), Some(t0)) = (&mut self.profile, t0) {
                 p[i].0 += t0.elapsed();
                 p[i].1 += 1;
@@ -1132,10 +1190,7 @@ impl DelegateHandle for XnnDelegate {
                 .bytes()
                 .get(r)
                 .ok_or_else(|| invalid("output outside the arena"))?;
-            t.bytes
-                .get_mut(..src.len())
-                .ok_or_else(|| invalid("output tensor too short"))?
-                .copy_from_slice(src);
+            copy_out(self.dtypes[v], src, t.bytes)?;
         }
         Ok(())
     }

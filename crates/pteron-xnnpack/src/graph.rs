@@ -34,13 +34,21 @@ const XNN_FLAG_KEEP_DIMS: u32 = 0x40;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum DType {
     F32,
+    /// IEEE half. Computed in float32 and rounded to half wherever a node writes it (as
+    /// XNNPACK's F16C kernels store it); the arena holds it as float32.
+    F16,
 }
 
 impl DType {
+    /// Bytes per element in the payload and in delegate arguments.
     pub fn size(self) -> usize {
         match self {
             DType::F32 => 4,
+            DType::F16 => 2,
         }
+    }
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16)
     }
 }
 
@@ -586,6 +594,7 @@ pub fn build<'a>(blob: &Blob<'a>, named: &dyn NamedDataMap<'a>) -> Result<Graph<
         .ok_or_else(|| invalid(format!("value {vi}: bad tensor value")))?;
         let dtype = match t.datatype() {
             schema::XNNDatatype::xnn_datatype_fp32 => DType::F32,
+            schema::XNNDatatype::xnn_datatype_fp16 => DType::F16,
             d => {
                 return Err(unsupported(format!(
                     "value {vi}: datatype {}",
@@ -678,12 +687,13 @@ pub fn build<'a>(blob: &Blob<'a>, named: &dyn NamedDataMap<'a>) -> Result<Graph<
             e => invalid(format!("node {ni} ({name}): {e}")),
         };
         let node = parse_node(&b, &xn, ty, name).map_err(ctx)?;
-        // Every value a node reads or writes is a float32 tensor (for now).
+        // Every value a node reads or writes is a float tensor (for now).
         let (ins, n) = node.inputs();
         for &v in ins[..n].iter().chain(core::iter::once(&node.output())) {
-            if b.dtype(v) != DType::F32 {
+            if !b.dtype(v).is_float() {
                 return Err(unsupported(format!(
-                    "node {ni} ({name}): non-float32 value {v}"
+                    "node {ni} ({name}): value {v} of datatype {:?}",
+                    b.dtype(v)
                 )));
             }
         }
@@ -771,7 +781,7 @@ fn parse_node(
         T::XNNSin => unary(get!(n, xnode_union_as_xnnsin), UnaryOp::Sin)?,
         T::XNNCos => unary(get!(n, xnode_union_as_xnncos), UnaryOp::Cos)?,
         T::XNNCopy => unary(get!(n, xnode_union_as_xnncopy), UnaryOp::Copy)?,
-        // float32 → float32 is the only conversion between the datatypes supported so far.
+        // Between float32 and half (the rounding happens where half values are written).
         T::XNNConvert => unary(get!(n, xnode_union_as_xnnconvert), UnaryOp::Copy)?,
         T::XNNLeakyReLU => {
             let node = get!(n, xnode_union_as_xnnleaky_re_lu);

@@ -157,6 +157,24 @@ pub fn f32s_mut(b: &mut [u8]) -> Result<&mut [f32], KernelError> {
     bytemuck::try_cast_slice_mut(b).map_err(|_| KernelError::invalid("misaligned f32 data"))
 }
 
+/// Reads `n` little-endian half values from bytes of any alignment, as f32.
+pub fn read_f16(b: &[u8], n: usize) -> Result<Vec<f32>, KernelError> {
+    let need = n.checked_mul(2).ok_or(KernelError::SizeOverflow)?;
+    let b = b.get(..need).ok_or_else(|| {
+        KernelError::invalid(format!("constant has {} bytes, needs {need}", b.len()))
+    })?;
+    Ok(b.chunks_exact(2)
+        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect())
+}
+
+/// Rounds every value to the nearest half (ties to even), keeping it as f32.
+pub fn round_to_f16(v: &mut [f32]) {
+    for x in v {
+        *x = half::f16::from_f32(*x).to_f32();
+    }
+}
+
 /// Reads little-endian f32 values from bytes of any alignment.
 pub fn read_f32(b: &[u8], n: usize) -> Result<Vec<f32>, KernelError> {
     let need = n.checked_mul(4).ok_or(KernelError::SizeOverflow)?;

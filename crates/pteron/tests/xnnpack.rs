@@ -1,7 +1,7 @@
 //! XNNPACK-delegated fixtures (testdata/xnnpack, written by tools/export/export_xnnpack.py) run
 //! through pteron's XNNPACK backend and must match the outputs ExecuTorch's runtime (with its
 //! own XNNPACK backend) produced for the same `.pte`: float32 within 1e-4 relative to the
-//! output's scale (max |expected|, at least 1).
+//! output's scale (max |expected|, at least 1), float16 within 1e-2.
 
 use std::path::{Path, PathBuf};
 
@@ -89,9 +89,17 @@ fn run(name: &str, options: MethodOptions) -> Vec<f64> {
                 eprintln!("{name} output {k}: max abs error {err:.3e} (scale {scale:.3e})");
                 errors.push(err / scale);
             }
+            // float32: 1e-4 of the output's scale. float16 outputs: values are rounded to half
+            // after every node, where ExecuTorch's kernels may keep more or less precision
+            // inside a node: 1e-2 (about three half ulps at the scale).
+            let tol = if got.dtype == pteron::ScalarType::Half {
+                1e-2
+            } else {
+                1e-4
+            };
             assert!(
-                err <= 1e-4 * scale,
-                "{name} output {k}: max abs error {err:e} over 1e-4 × {scale}"
+                err <= tol * scale,
+                "{name} output {k}: max abs error {err:e} over {tol} × {scale}"
             );
         }
     }
