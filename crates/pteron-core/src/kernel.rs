@@ -476,6 +476,14 @@ impl<'a, 'p> KernelContext<'a, 'p> {
         ins: [usize; N],
         outs: [usize; M],
     ) -> Result<([TensorRef<'_>; N], [TensorMut<'_>; M]), KernelError> {
+        // An output may not be the same value as another argument of the borrow, also when it
+        // has no bytes (the range check below cannot see that): a kernel that resized such an
+        // output would read the input with its old sizes (found by fuzzing: masked_select).
+        for k in 0..M {
+            if ins.contains(&outs[k]) || outs[..k].contains(&outs[k]) {
+                return Err(KernelError::Aliasing { value: outs[k] });
+            }
+        }
         let values: &[Value<'p>] = self.values;
         let mut in_regions: [Region<'_>; N] = [Region::Bytes(&[]); N];
         let mut in_infos: [Option<&TensorInfo>; N] = [None; N];

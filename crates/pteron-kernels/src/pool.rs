@@ -198,18 +198,35 @@ pub fn pooling_output_size(
     dil: usize,
     ceil: bool,
 ) -> Result<usize, KernelError> {
-    let (i, k, p, s, d) = (
-        input as i64,
-        k as i64,
-        pad as i64,
-        stride as i64,
-        dil as i64,
-    );
-    let num = i + 2 * p - d * (k - 1) - 1 + if ceil { s - 1 } else { 0 };
-    let mut o = num.div_euclid(s) + 1;
-    if ceil && (o - 1) * s >= i + p {
-        o -= 1;
-    }
+    // Checked: kernel sizes, paddings, strides and dilations come from the program (found by
+    // fuzzing: an overflow panic).
+    let size = || -> Option<i64> {
+        let (i, k, p, s, d) = (
+            i64::try_from(input).ok()?,
+            i64::try_from(k).ok()?,
+            i64::try_from(pad).ok()?,
+            i64::try_from(stride).ok()?,
+            i64::try_from(dil).ok()?,
+        );
+        if s <= 0 {
+            return None;
+        }
+        let num = i
+            .checked_add(p.checked_mul(2)?)?
+            .checked_sub(d.checked_mul(k.checked_sub(1)?)?)?
+            .checked_sub(1)?
+            .checked_add(if ceil { s - 1 } else { 0 })?;
+        let mut o = num.div_euclid(s).checked_add(1)?;
+        if ceil && (o - 1).checked_mul(s)? >= i.checked_add(p)? {
+            o -= 1;
+        }
+        Some(o)
+    };
+    let o = size().ok_or_else(|| {
+        KernelError::invalid(format!(
+            "pool2d: output size out of range (input {input}, kernel {k}, padding {pad}, stride {stride}, dilation {dil})"
+        ))
+    })?;
     if o <= 0 {
         return Err(KernelError::shape(format!(
             "pool2d: output size {o} is too small (input {input}, kernel {k}, padding {pad}, stride {stride}, dilation {dil})"
