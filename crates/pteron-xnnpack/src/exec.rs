@@ -19,6 +19,7 @@ use crate::kernels::elementwise::{binary, broadcast, unary};
 use crate::kernels::gemm::{bmm, fully_connected, ConvWeights, FcFilter};
 use crate::kernels::layout;
 use crate::kernels::spatial::{depthwise, global_mean, pool, DwWeights, Geom};
+use crate::qexec::{self, QPrep};
 use crate::util::{
     f32s, f32s_mut, io, read_f16, read_f32, round_to_f16, Buf, Shape, Src, MAX_DIMS,
 };
@@ -33,6 +34,8 @@ enum Prep {
     },
     Conv(ConvWeights),
     Dw(DwWeights),
+    /// A node over quantized values.
+    Q(QPrep),
 }
 
 struct Step {
@@ -69,6 +72,8 @@ pub struct XnnDelegate {
     lifetimes: Vec<(usize, usize)>,
     arena: Buf,
     scratch: Vec<f32>,
+    /// Activation operands of the quantized products.
+    qscratch: Vec<u8>,
     inputs: Vec<(u32, usize)>,
     outputs: Vec<(u32, usize)>,
     /// Budget for the arena and scratch memory.
@@ -183,6 +188,15 @@ impl XnnDelegate {
             producer[out] = i;
             last_use[out] = last_use[out].max(i);
         }
+        for &(ext, v) in g.inputs.iter().chain(&g.outputs) {
+            let d = g.values[v].dtype;
+            if !d.is_float() && !d.is_q8() {
+                return Err(KernelError::unsupported(format!(
+                    "external value {ext} of datatype {:?}",
+                    g.values[v].dtype
+                )));
+            }
+        }
         for &(ext, v) in &g.outputs {
             if producer[v] == usize::MAX {
                 return Err(invalid(format!(
@@ -204,7 +218,12 @@ impl XnnDelegate {
         for (v, val) in g.values.iter().enumerate() {
             if let Kind::Constant(_) = val.kind {
                 homes[v] = if in_place[v] {
-                    consts.push(Buf::from_f32(&const_f32(v)?)?);
+                    consts.push(match (val.kind, val.dtype) {
+                        (Kind::Constant(b), d) if d.is_q8() => {
+                            Buf::from_bytes(b.get(..val.shape.count()?).unwrap_or(b))?
+                        }
+                        _ => Buf::from_f32(&const_f32(v)?)?,
+                    });
                     Home::Const(consts.len() - 1)
                 } else {
                     Home::Packed
@@ -222,6 +241,14 @@ impl XnnDelegate {
                 }
                 e => invalid(format!("node {i} ({}): {e}", g.node_names[i])),
             };
+            if let Some(q) = qexec::prepare(&g, node).map_err(ctx)? {
+                packed_bytes += q.bytes();
+                steps.push(Step {
+                    node: node.clone(),
+                    prep: Prep::Q(q),
+                });
+                continue;
+            }
             let prep = match *node {
                 Node::FullyConnected {
                     w,
@@ -363,6 +390,7 @@ impl XnnDelegate {
             lifetimes,
             arena: Buf::default(),
             scratch: Vec::new(),
+            qscratch: Vec::new(),
             inputs: g.inputs,
             outputs: g.outputs,
             max_bytes,
@@ -388,7 +416,7 @@ impl XnnDelegate {
             self.shapes[out] = s;
         }
         for (v, s) in self.shapes.iter().enumerate() {
-            self.sizes[v] = s.count()?.checked_mul(4).ok_or(KernelError::SizeOverflow)?;
+            self.sizes[v] = qexec::value_bytes(self.dtypes[v], s)?;
         }
         Ok(())
     }
@@ -510,6 +538,19 @@ impl XnnDelegate {
         };
         let shapes = &self.shapes;
         let ([a, b, c, d, e], o) = io(self.arena.bytes_mut(), &self.consts, srcs, dst)?;
+        if let Prep::Q(q) = &st.prep {
+            return qexec::run(
+                q,
+                &st.node,
+                par,
+                shapes,
+                &self.dtypes,
+                [a, b, c, d, e],
+                o,
+                &os,
+                &mut self.qscratch,
+            );
+        }
         let o = f32s_mut(o)?;
         match (&st.node, &st.prep) {
             (
@@ -767,15 +808,19 @@ impl XnnDelegate {
 /// The tensor dtype of a delegate argument of graph datatype `d`.
 fn scalar_type(d: DType) -> ScalarType {
     match d {
-        DType::F32 => ScalarType::Float,
         DType::F16 => ScalarType::Half,
+        // Quantized constants the exporter leaves outside the delegate arrive as int8 / uint8.
+        DType::QS8 { .. } => ScalarType::Char,
+        DType::QU8 { .. } => ScalarType::Byte,
+        // Other external values are float32 (checked at init).
+        _ => ScalarType::Float,
     }
 }
 
 /// Copies an input tensor's bytes into its arena slot (half widened to f32).
 fn copy_in(d: DType, src: &[u8], dst: &mut [u8]) -> Result<(), KernelError> {
     match d {
-        DType::F32 => {
+        DType::F32 | DType::QS8 { .. } | DType::QU8 { .. } => {
             let src = src
                 .get(..dst.len())
                 .ok_or_else(|| invalid("input tensor too short"))?;
@@ -790,6 +835,7 @@ fn copy_in(d: DType, src: &[u8], dst: &mut [u8]) -> Result<(), KernelError> {
                 *o = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
             }
         }
+        d => return Err(invalid(format!("external value of datatype {d:?}"))),
     }
     Ok(())
 }
@@ -797,7 +843,7 @@ fn copy_in(d: DType, src: &[u8], dst: &mut [u8]) -> Result<(), KernelError> {
 /// Copies an arena slot into an output tensor's bytes (f32 narrowed to half).
 fn copy_out(d: DType, src: &[u8], dst: &mut [u8]) -> Result<(), KernelError> {
     match d {
-        DType::F32 => dst
+        DType::F32 | DType::QS8 { .. } | DType::QU8 { .. } => dst
             .get_mut(..src.len())
             .ok_or_else(|| invalid("output tensor too short"))?
             .copy_from_slice(src),
@@ -810,6 +856,7 @@ fn copy_out(d: DType, src: &[u8], dst: &mut [u8]) -> Result<(), KernelError> {
                 c.copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
             }
         }
+        d => return Err(invalid(format!("external value of datatype {d:?}"))),
     }
     Ok(())
 }
@@ -1211,8 +1258,24 @@ impl XnnDelegate {
                 }
             }
         }
-        if (scratch as u64).saturating_mul(4) > self.max_bytes {
+        let mut qscratch = 0usize;
+        for st in &self.steps {
+            if let Prep::Q(q) = &st.prep {
+                qscratch = qscratch.max(qexec::scratch_len(q, &st.node, &self.shapes));
+            }
+        }
+        if (scratch as u64)
+            .saturating_mul(4)
+            .saturating_add(qscratch as u64)
+            > self.max_bytes
+        {
             return Err(KernelError::unsupported("scratch memory over the limit"));
+        }
+        if self.qscratch.len() < qscratch {
+            self.qscratch
+                .try_reserve_exact(qscratch - self.qscratch.len())
+                .map_err(|_| KernelError::unsupported("cannot allocate scratch memory"))?;
+            self.qscratch.resize(qscratch, 0);
         }
         if self.scratch.len() < scratch {
             self.scratch

@@ -37,18 +37,85 @@ pub enum DType {
     /// IEEE half. Computed in float32 and rounded to half wherever a node writes it (as
     /// XNNPACK's F16C kernels store it); the arena holds it as float32.
     F16,
+    /// `qint8`: `real = scale · (q − zp)`, q an i8.
+    QS8 {
+        scale: f32,
+        zp: i32,
+    },
+    /// `quint8`: as `QS8` with a u8.
+    QU8 {
+        scale: f32,
+        zp: i32,
+    },
+    /// `qint32` (biases): `real = scale · q`.
+    QS32 {
+        scale: f32,
+    },
+    /// `qcint8` (weights): i8 with one scale per index of dim `axis`, zero point 0;
+    /// `scales` indexes [`Graph::scales`].
+    QC8 {
+        axis: u8,
+        scales: u32,
+    },
+    /// `qcint32` (biases): i32 with one scale per channel.
+    QC32 {
+        axis: u8,
+        scales: u32,
+    },
+    /// `qcint4` (weights `[oc, ic]`): 4-bit, zero point 8, one scale per channel.
+    QC4 {
+        axis: u8,
+        scales: u32,
+    },
+    /// `qbint4` (weights `[oc, ic]`): 4-bit, zero point 8, one scale per `block` inputs of
+    /// each output (bf16 values, widened).
+    QB4 {
+        block: u32,
+        scales: u32,
+    },
+    /// `qdint8`: i8 quantized at run time, one scale and zero point per row (the last
+    /// `nonbatch` dims form a row).
+    QD8 {
+        nonbatch: u8,
+    },
 }
 
 impl DType {
-    /// Bytes per element in the payload and in delegate arguments.
+    /// Bytes per element in the payload and in delegate arguments (4-bit types: see
+    /// [`DType::payload_bytes`]).
     pub fn size(self) -> usize {
         match self {
-            DType::F32 => 4,
+            DType::F32 | DType::QS32 { .. } | DType::QC32 { .. } => 4,
             DType::F16 => 2,
+            _ => 1,
         }
     }
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F16)
+    }
+    /// 8-bit activations with static parameters.
+    pub fn is_q8(self) -> bool {
+        matches!(self, DType::QS8 { .. } | DType::QU8 { .. })
+    }
+    /// Bytes of data a value of this type and `shape` holds in the payload.
+    pub fn payload_bytes(self, shape: &Shape) -> Option<usize> {
+        match self {
+            DType::QC4 { .. } | DType::QB4 { .. } => {
+                // Rows of packed nibbles, the input-channel dim padded to even.
+                let d = shape.dims();
+                let (rows, cols) = match d.len() {
+                    0 => (1, 1),
+                    n => (
+                        d[..n - 1]
+                            .iter()
+                            .try_fold(1usize, |a, &x| a.checked_mul(x))?,
+                        d[n - 1],
+                    ),
+                };
+                rows.checked_mul(cols.div_ceil(2))
+            }
+            _ => shape.numel()?.checked_mul(self.size()),
+        }
     }
 }
 
@@ -386,6 +453,8 @@ pub struct Graph<'a> {
     pub outputs: Vec<(u32, usize)>,
     /// The node types, by name, for messages.
     pub node_names: Vec<&'static str>,
+    /// Per-channel and blockwise scales of quantized values (see [`DType`]).
+    pub scales: Vec<Vec<f32>>,
 }
 
 fn invalid(msg: impl Into<String>) -> KernelError {
@@ -490,12 +559,11 @@ fn node_name(t: schema::XNodeUnion) -> &'static str {
     t.variant_name().unwrap_or("unknown node type")
 }
 
-struct Builder<'a, 'b> {
+struct Builder {
     ids: HashMap<u32, usize>,
-    values: &'b [Value<'a>],
 }
 
-impl Builder<'_, '_> {
+impl Builder {
     /// The value index of serialized id `id`.
     fn id(&self, id: u32, what: &str) -> Result<usize, KernelError> {
         self.ids
@@ -509,9 +577,6 @@ impl Builder<'_, '_> {
         } else {
             self.id(id, what).map(Some)
         }
-    }
-    fn dtype(&self, v: usize) -> DType {
-        self.values[v].dtype
     }
 }
 
@@ -568,9 +633,14 @@ pub fn build<'a>(blob: &Blob<'a>, named: &dyn NamedDataMap<'a>) -> Result<Graph<
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
     let mut ext_seen = vec![false; num_externs as usize];
+    let mut scales: Vec<Vec<f32>> = Vec::new();
     for (vi, xv) in xvalues.iter().enumerate() {
-        let t = match xv.xvalue_union_type() {
-            schema::XValueUnion::XNNTensorValue => xv.xvalue_union_as_xnntensor_value(),
+        let (t, q) = match xv.xvalue_union_type() {
+            schema::XValueUnion::XNNTensorValue => (
+                xv.xvalue_union_as_xnntensor_value()
+                    .ok_or_else(|| invalid(format!("value {vi}: bad tensor value")))?,
+                None,
+            ),
             schema::XValueUnion::XNNQuantizedTensorValue => {
                 let q = xv
                     .xvalue_union_as_xnnquantized_tensor_value()
@@ -578,11 +648,7 @@ pub fn build<'a>(blob: &Blob<'a>, named: &dyn NamedDataMap<'a>) -> Result<Graph<
                 let t = q.tensor_value().ok_or_else(|| {
                     invalid(format!("value {vi}: quantized tensor without tensor_value"))
                 })?;
-                return Err(unsupported(format!(
-                    "value {vi}: quantized datatype {} ({:?} parameters)",
-                    datatype_name(t.datatype()),
-                    q.quant_params_type().variant_name().unwrap_or("unknown")
-                )));
+                (t, Some(q))
             }
             other => {
                 return Err(unsupported(format!(
@@ -590,28 +656,17 @@ pub fn build<'a>(blob: &Blob<'a>, named: &dyn NamedDataMap<'a>) -> Result<Graph<
                     other.variant_name().unwrap_or("unknown")
                 )))
             }
-        }
-        .ok_or_else(|| invalid(format!("value {vi}: bad tensor value")))?;
-        let dtype = match t.datatype() {
-            schema::XNNDatatype::xnn_datatype_fp32 => DType::F32,
-            schema::XNNDatatype::xnn_datatype_fp16 => DType::F16,
-            d => {
-                return Err(unsupported(format!(
-                    "value {vi}: datatype {}",
-                    datatype_name(d)
-                )))
-            }
         };
+        let shape = shape_of(t.dims(), &format!("value {vi}"))?;
+        let dtype = value_dtype(blob, named, vi, &t, q, &shape, &mut scales)?;
         if t.dq_datatype() != schema::XNNDatatype::xnn_datatype_invalid {
             return Err(unsupported(format!(
                 "value {vi}: dynamic quantization to {} (legacy dq_datatype)",
                 datatype_name(t.dq_datatype())
             )));
         }
-        let shape = shape_of(t.dims(), &format!("value {vi}"))?;
-        let numel = shape
-            .numel()
-            .and_then(|n| n.checked_mul(dtype.size()))
+        let numel = dtype
+            .payload_bytes(&shape)
             .ok_or_else(|| invalid(format!("value {vi}: size overflows")))?;
         let flags = t.flags();
         if flags & !(FLAG_EXTERNAL_INPUT | FLAG_EXTERNAL_OUTPUT) != 0 {
@@ -672,10 +727,7 @@ pub fn build<'a>(blob: &Blob<'a>, named: &dyn NamedDataMap<'a>) -> Result<Graph<
     outputs.sort_unstable();
 
     // Nodes.
-    let b = Builder {
-        ids,
-        values: &values,
-    };
+    let b = Builder { ids };
     let mut nodes = Vec::with_capacity(xnodes.len());
     let mut node_names = Vec::with_capacity(xnodes.len());
     for (ni, xn) in xnodes.iter().enumerate() {
@@ -687,16 +739,6 @@ pub fn build<'a>(blob: &Blob<'a>, named: &dyn NamedDataMap<'a>) -> Result<Graph<
             e => invalid(format!("node {ni} ({name}): {e}")),
         };
         let node = parse_node(&b, &xn, ty, name).map_err(ctx)?;
-        // Every value a node reads or writes is a float tensor (for now).
-        let (ins, n) = node.inputs();
-        for &v in ins[..n].iter().chain(core::iter::once(&node.output())) {
-            if !b.dtype(v).is_float() {
-                return Err(unsupported(format!(
-                    "node {ni} ({name}): value {v} of datatype {:?}",
-                    b.dtype(v)
-                )));
-            }
-        }
         nodes.push(node);
         node_names.push(name);
     }
@@ -706,6 +748,207 @@ pub fn build<'a>(blob: &Blob<'a>, named: &dyn NamedDataMap<'a>) -> Result<Graph<
         inputs,
         outputs,
         node_names,
+        scales,
+    })
+}
+
+/// Reads `n` little-endian f32 scales (any alignment); each must be positive and finite.
+fn f32_scales(b: &[u8], n: usize, what: &str) -> Result<Vec<f32>, KernelError> {
+    let need = n.checked_mul(4).ok_or(KernelError::SizeOverflow)?;
+    let b = b
+        .get(..need)
+        .ok_or_else(|| invalid(format!("{what}: {} bytes of scales, needs {need}", b.len())))?;
+    let v: Vec<f32> = b
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    check_scales(&v, what)?;
+    Ok(v)
+}
+
+fn check_scales(v: &[f32], what: &str) -> Result<(), KernelError> {
+    if let Some(s) = v.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+        return Err(invalid(format!(
+            "{what}: scale {s} is not positive and finite"
+        )));
+    }
+    Ok(())
+}
+
+/// ExecuTorch's conversion of legacy inline fp32 block scales to bf16 (`convertF32TensorToBF16`).
+fn f32_to_bf16_et(v: f32) -> f32 {
+    let adjusted = v * 1.003_891_05f32;
+    f32::from_bits(adjusted.to_bits() & 0xFFFF_0000)
+}
+
+/// The datatype of value `vi` with its quantization parameters, checked.
+#[allow(clippy::too_many_arguments)]
+fn value_dtype<'a>(
+    blob: &Blob<'a>,
+    named: &dyn NamedDataMap<'a>,
+    vi: usize,
+    t: &schema::XNNTensorValue<'_>,
+    q: Option<schema::XNNQuantizedTensorValue<'_>>,
+    shape: &Shape,
+    scales: &mut Vec<Vec<f32>>,
+) -> Result<DType, KernelError> {
+    use schema::XNNDatatype as X;
+    let dt = t.datatype();
+    let what = format!("value {vi} ({})", datatype_name(dt));
+    let Some(q) = q else {
+        return match dt {
+            X::xnn_datatype_fp32 => Ok(DType::F32),
+            X::xnn_datatype_fp16 => Ok(DType::F16),
+            d => Err(unsupported(format!(
+                "value {vi}: datatype {} without quantization parameters",
+                datatype_name(d)
+            ))),
+        };
+    };
+    let mismatch = || {
+        unsupported(format!(
+            "{what} with {} quantization parameters",
+            q.quant_params_type().variant_name().unwrap_or("unknown")
+        ))
+    };
+    let per_channel = |scales: &mut Vec<Vec<f32>>| -> Result<(u8, u32), KernelError> {
+        let p = q.quant_params_as_per_channel_quant().ok_or_else(mismatch)?;
+        let axis = p.channel_dim();
+        if axis < 0 || axis as usize >= shape.rank() {
+            return Err(invalid(format!("{what}: channel dim {axis} out of range")));
+        }
+        let n = shape.dims()[axis as usize];
+        let v = if p.scale_buffer_idx() != 0 {
+            if p.num_scales() as usize != n {
+                return Err(invalid(format!(
+                    "{what}: {} scales for {n} channels",
+                    p.num_scales()
+                )));
+            }
+            let b = constant_bytes(blob, named, p.scale_buffer_idx())?;
+            f32_scales(b, n, &what)?
+        } else {
+            let v: Vec<f32> = p.scale().map(|s| s.iter().collect()).unwrap_or_default();
+            if v.len() != n {
+                return Err(invalid(format!(
+                    "{what}: {} scales for {n} channels",
+                    v.len()
+                )));
+            }
+            check_scales(&v, &what)?;
+            v
+        };
+        scales.push(v);
+        Ok((axis as u8, (scales.len() - 1) as u32))
+    };
+    let per_tensor = || -> Result<(f32, i32), KernelError> {
+        let p = q.quant_params_as_per_tensor_quant().ok_or_else(mismatch)?;
+        check_scales(&[p.scale()], &what)?;
+        Ok((p.scale(), p.zero_point()))
+    };
+    Ok(match dt {
+        X::xnn_datatype_qint8 => {
+            let (scale, zp) = per_tensor()?;
+            if !(-128..=127).contains(&zp) {
+                return Err(invalid(format!("{what}: zero point {zp}")));
+            }
+            DType::QS8 { scale, zp }
+        }
+        X::xnn_datatype_quint8 => {
+            let (scale, zp) = per_tensor()?;
+            if !(0..=255).contains(&zp) {
+                return Err(invalid(format!("{what}: zero point {zp}")));
+            }
+            DType::QU8 { scale, zp }
+        }
+        X::xnn_datatype_qint32 => DType::QS32 {
+            scale: per_tensor()?.0,
+        },
+        X::xnn_datatype_qcint8 => {
+            let (axis, scales) = per_channel(scales)?;
+            DType::QC8 { axis, scales }
+        }
+        X::xnn_datatype_qcint32 => {
+            let (axis, scales) = per_channel(scales)?;
+            DType::QC32 { axis, scales }
+        }
+        X::xnn_datatype_qcint4 => {
+            let (axis, scales) = per_channel(scales)?;
+            if shape.rank() != 2 {
+                return Err(unsupported(format!("{what} of rank {}", shape.rank())));
+            }
+            DType::QC4 { axis, scales }
+        }
+        X::xnn_datatype_qdint8 => {
+            let p = q
+                .quant_params_as_per_token_dynamic_quant()
+                .ok_or_else(mismatch)?;
+            let nb = p.num_nonbatch_dims();
+            if nb < 0 || nb as usize > shape.rank() || t.constant_buffer_idx() != 0 {
+                return Err(invalid(format!("{what}: {nb} non-batch dims")));
+            }
+            DType::QD8 { nonbatch: nb as u8 }
+        }
+        X::xnn_datatype_qbint4 => {
+            let p = q
+                .quant_params_as_per_channel_group_quant()
+                .ok_or_else(mismatch)?;
+            if shape.rank() != 2 || p.channel_dim() != 0 {
+                return Err(unsupported(format!(
+                    "{what} of rank {} with channel dim {}",
+                    shape.rank(),
+                    p.channel_dim()
+                )));
+            }
+            let (oc, ic) = (shape.dims()[0], shape.dims()[1]);
+            let bs = p.group_size();
+            if bs <= 0 || ic % bs as usize != 0 {
+                return Err(invalid(format!("{what}: block size {bs} for {ic} inputs")));
+            }
+            let n = oc
+                .checked_mul(ic / bs as usize)
+                .ok_or(KernelError::SizeOverflow)?;
+            let v = if p.scale_buffer_idx() != 0 {
+                if p.num_scales() as usize != n {
+                    return Err(invalid(format!(
+                        "{what}: {} scales, needs {n}",
+                        p.num_scales()
+                    )));
+                }
+                let b = constant_bytes(blob, named, p.scale_buffer_idx())?;
+                let need = n * 2;
+                let b = b.get(..need).ok_or_else(|| {
+                    invalid(format!(
+                        "{what}: {} bytes of bf16 scales, needs {need}",
+                        b.len()
+                    ))
+                })?;
+                b.chunks_exact(2)
+                    .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
+                    .collect::<Vec<f32>>()
+            } else {
+                let v: Vec<f32> = p
+                    .scale()
+                    .map(|s| s.iter().map(f32_to_bf16_et).collect())
+                    .unwrap_or_default();
+                if v.len() != n {
+                    return Err(invalid(format!("{what}: {} scales, needs {n}", v.len())));
+                }
+                v
+            };
+            check_scales(&v, &what)?;
+            scales.push(v);
+            DType::QB4 {
+                block: bs as u32,
+                scales: (scales.len() - 1) as u32,
+            }
+        }
+        d => {
+            return Err(unsupported(format!(
+                "value {vi}: quantized datatype {}",
+                datatype_name(d)
+            )))
+        }
     })
 }
 
@@ -717,7 +960,7 @@ macro_rules! get {
 }
 
 fn parse_node(
-    b: &Builder<'_, '_>,
+    b: &Builder,
     n: &schema::XNode<'_>,
     ty: schema::XNodeUnion,
     name: &str,

@@ -4,4 +4,6 @@
 pub mod elementwise;
 pub mod gemm;
 pub mod layout;
+pub mod qgemm;
+pub mod quant;
 pub mod spatial;

@@ -1,0 +1,546 @@
+//! Integer matrix multiplication for quantized fully connected layers and convolutions:
+//! `acc[m][n] = Σ_k a[m][k] · w[n][k]` with unsigned 8-bit activations (`x + 128`) and signed
+//! 8-bit weights, accumulated in i32, then an epilogue: requantization to int8 (static
+//! quantization), or scaling to float32 (dynamically quantized activations, per-channel or
+//! blockwise weights).
+//!
+//! Weights are packed at init in panels of 16 output channels by groups of 4 inputs, the
+//! layout of AVX-512 VNNI's `vpdpbusd` (16 lanes × 4 byte products per instruction). On CPUs
+//! without it the same layout runs through plain integer loops (same results: the sums are
+//! exact and the float epilogue does the same operations).
+
+use pteron_core::{KernelError, Parallel};
+use pteron_kernels_cpu::par::for_chunks_mut;
+
+/// Output channels per panel.
+pub const NR: usize = 16;
+/// Rows per tile.
+const MR: usize = 8;
+
+/// Packed int8 weights of `n` outputs over `k` inputs.
+pub struct QWeights {
+    pub n: usize,
+    pub k: usize,
+    /// `k` padded to a multiple of 4, divided by 4.
+    pub quads: usize,
+    /// `data[((p·quads + q)·16 + j)·4 + i] = w[p·16 + j][4q + i]` (zero past `n` and `k`).
+    data: Vec<i8>,
+    /// `Σ_k w[j][k]`, per output.
+    pub colsum: Vec<i32>,
+    /// For blockwise weights: `Σ_{k in block b} w[j][k]` at `[j·blocks + b]`.
+    pub blocksum: Vec<i32>,
+    /// Inputs per block (a multiple of 4), 0 when not blockwise.
+    pub block: usize,
+}
+
+impl QWeights {
+    /// Packs the `n × k` matrix whose element (j, kk) is `at(j, kk)` (values in i8 range).
+    pub fn new(
+        n: usize,
+        k: usize,
+        block: usize,
+        at: impl Fn(usize, usize) -> i8,
+    ) -> Result<Self, KernelError> {
+        if block != 0 && (block % 4 != 0 || k % block != 0) {
+            return Err(KernelError::unsupported(format!(
+                "block size {block} for {k} inputs (needs a multiple of 4 dividing the inputs)"
+            )));
+        }
+        let quads = k.div_ceil(4);
+        let panels = n.div_ceil(NR);
+        let len = panels
+            .checked_mul(quads)
+            .and_then(|v| v.checked_mul(NR * 4))
+            .ok_or(KernelError::SizeOverflow)?;
+        let mut data = vec![0i8; len];
+        let mut colsum = vec![0i32; n];
+        let blocks = if block == 0 { 0 } else { k / block };
+        let mut blocksum = vec![0i32; n * blocks];
+        for j in 0..n {
+            let (p, jj) = (j / NR, j % NR);
+            for kk in 0..k {
+                let v = at(j, kk);
+                data[((p * quads + kk / 4) * NR + jj) * 4 + kk % 4] = v;
+                colsum[j] += v as i32;
+                if block != 0 {
+                    blocksum[j * blocks + kk / block] += v as i32;
+                }
+            }
+        }
+        Ok(QWeights {
+            n,
+            k,
+            quads,
+            data,
+            colsum,
+            blocksum,
+            block,
+        })
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.data.len() + (self.colsum.len() + self.blocksum.len()) * 4
+    }
+}
+
+/// What happens to the i32 sums.
+#[derive(Clone, Copy)]
+pub enum Epilogue<'a> {
+    /// Static int8: `q = clamp(round((acc + bias[j]) · scale[j]) + zp)`, where `bias` already
+    /// holds the zero-point corrections (`bias − (zp_in + 128)·colsum`).
+    Requant {
+        bias: &'a [i32],
+        scale: &'a [f32],
+        zp: i32,
+        qmin: i32,
+        qmax: i32,
+    },
+    /// Dynamic int8 rows: `y = (acc − (zp_row + 128)·colsum[j]) · s_row · scale[j] + bias[j]`
+    /// (blockwise: per block, `Σ_b (acc_b − (zp_row + 128)·blocksum[j][b]) · scale[j][b]`,
+    /// then `· s_row + bias[j]`), clamped. `rows[m]`/`zps[m]`: each row's scale and zero
+    /// point.
+    Dequant {
+        rows: &'a [f32],
+        zps: &'a [i32],
+        scale: &'a [f32],
+        bias: Option<&'a [f32]>,
+        lo: f32,
+        hi: f32,
+    },
+}
+
+/// The output of a product.
+pub enum Out<'a> {
+    I8(&'a mut [i8]),
+    F32(&'a mut [f32]),
+}
+
+fn round_ne(v: f32) -> i32 {
+    v.round_ties_even() as i32
+}
+
+/// Requantization of one sum (XNNPACK's fp32 path: scale, clamp above, round to nearest
+/// even, add the zero point, clamp below).
+#[inline(always)]
+pub fn requant(acc: i32, scale: f32, zp: i32, qmin: i32, qmax: i32) -> i32 {
+    let f = (acc as f32 * scale).min((qmax - zp) as f32);
+    (round_ne(f) + zp).max(qmin).min(qmax)
+}
+
+/// `out[m × n] (row stride ldc) = epilogue(a[m × 4·quads] (row stride lda) · Wᵀ)`.
+#[allow(clippy::too_many_arguments)]
+pub fn qgemm(
+    par: &dyn Parallel,
+    a: &[u8],
+    lda: usize,
+    m: usize,
+    w: &QWeights,
+    epi: &Epilogue<'_>,
+    out: Out<'_>,
+    ldc: usize,
+) -> Result<(), KernelError> {
+    let kp = w.quads * 4;
+    if m == 0 || w.n == 0 {
+        return Ok(());
+    }
+    let fits = |len: usize, ld: usize, inner: usize| {
+        ld >= inner
+            && (m - 1)
+                .checked_mul(ld)
+                .and_then(|v| v.checked_add(inner))
+                .is_some_and(|need| need <= len)
+    };
+    let out_len = match &out {
+        Out::I8(o) => o.len(),
+        Out::F32(o) => o.len(),
+    };
+    if !fits(a.len(), lda, kp) || !fits(out_len, ldc, w.n) {
+        return Err(KernelError::invalid("quantized product operands too short"));
+    }
+    match epi {
+        Epilogue::Requant { bias, scale, .. } if bias.len() < w.n || scale.len() < w.n => {
+            return Err(KernelError::invalid("requantization parameters too short"))
+        }
+        Epilogue::Dequant {
+            rows,
+            zps,
+            scale,
+            bias,
+            ..
+        } => {
+            let blocks = if w.block == 0 { 1 } else { w.k / w.block };
+            if rows.len() < m
+                || zps.len() < m
+                || scale.len() < w.n * blocks
+                || bias.is_some_and(|b| b.len() < w.n)
+            {
+                return Err(KernelError::invalid("dequantization parameters too short"));
+            }
+        }
+        _ => {}
+    }
+    let vnni = has_vnni();
+    // Tasks: blocks of MR-row tiles (whole output rows, so that tasks own disjoint rows).
+    let run_rows = |r0: usize, o: Out<'_>| {
+        let rows = match &o {
+            Out::I8(s) => s.len().div_ceil(ldc),
+            Out::F32(s) => s.len().div_ceil(ldc),
+        };
+        let rows = rows.min(m - r0);
+        if vnni {
+            #[cfg(target_arch = "x86_64")]
+            // Safety: the CPU has AVX-512 F/BW/VNNI (checked by `has_vnni`); operands were
+            // checked above to hold `m` rows of `lda`/`ldc` elements.
+            unsafe {
+                x86::rows(a, lda, r0, rows, w, epi, o, ldc)
+            }
+        } else {
+            scalar_rows(a, lda, r0, rows, w, epi, o, ldc)
+        }
+    };
+    let rows_per_task = MR * 4;
+    match out {
+        Out::I8(o) => {
+            let o = &mut o[..(m - 1) * ldc + w.n];
+            // Chunk by rows: each chunk holds `rows_per_task` rows (the last row is short).
+            for_chunks_mut(par, o, rows_per_task * ldc, 1, &|t, c| {
+                run_rows(t * rows_per_task, Out::I8(c))
+            });
+        }
+        Out::F32(o) => {
+            let o = &mut o[..(m - 1) * ldc + w.n];
+            for_chunks_mut(par, o, rows_per_task * ldc, 1, &|t, c| {
+                run_rows(t * rows_per_task, Out::F32(c))
+            });
+        }
+    }
+    Ok(())
+}
+
+fn has_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static V: OnceLock<bool> = OnceLock::new();
+        *V.get_or_init(|| {
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vnni")
+                && std::env::var("PTERON_SIMD").map_or(true, |v| v == "avx512")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Output rows `r0 .. r0 + rows` (`o` starts at row `r0`) with plain integer loops.
+#[allow(clippy::too_many_arguments)]
+fn scalar_rows(
+    a: &[u8],
+    lda: usize,
+    r0: usize,
+    rows: usize,
+    w: &QWeights,
+    epi: &Epilogue<'_>,
+    mut o: Out<'_>,
+    ldc: usize,
+) {
+    let blocks = if w.block == 0 { 1 } else { w.k / w.block };
+    let bq = if w.block == 0 { w.quads } else { w.block / 4 };
+    for r in 0..rows {
+        let ar = &a[(r0 + r) * lda..];
+        for j in 0..w.n {
+            let (p, jj) = (j / NR, j % NR);
+            let mut fsum = 0.0f32;
+            let mut isum = 0i32;
+            for b in 0..blocks {
+                let mut acc = 0i32;
+                for q in b * bq..(b + 1) * bq {
+                    let wp = &w.data[((p * w.quads + q) * NR + jj) * 4..][..4];
+                    for i in 0..4 {
+                        acc += ar[q * 4 + i] as i32 * wp[i] as i32;
+                    }
+                }
+                match epi {
+                    Epilogue::Dequant { zps, scale, .. } if w.block != 0 => {
+                        let zp = zps[r0 + r] + 128;
+                        let corr = acc - zp * w.blocksum[j * blocks + b];
+                        fsum = (corr as f32).mul_add(scale[j * blocks + b], fsum);
+                    }
+                    _ => isum += acc,
+                }
+            }
+            let idx = r * ldc + j;
+            match (epi, &mut o) {
+                (
+                    Epilogue::Requant {
+                        bias,
+                        scale,
+                        zp,
+                        qmin,
+                        qmax,
+                    },
+                    Out::I8(o),
+                ) => {
+                    o[idx] = requant(isum + bias[j], scale[j], *zp, *qmin, *qmax) as i8;
+                }
+                (
+                    Epilogue::Dequant {
+                        rows: rp,
+                        zps,
+                        scale,
+                        bias,
+                        lo,
+                        hi,
+                    },
+                    Out::F32(o),
+                ) => {
+                    let (s_row, zp) = (rp[r0 + r], zps[r0 + r]);
+                    let y = if w.block == 0 {
+                        let corr = isum - (zp + 128) * w.colsum[j];
+                        (corr as f32 * s_row).mul_add(scale[j], bias.map_or(0.0, |b| b[j]))
+                    } else {
+                        fsum.mul_add(s_row, bias.map_or(0.0, |b| b[j]))
+                    };
+                    o[idx] = y.max(*lo).min(*hi);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Epilogue, Out, QWeights, MR, NR};
+    use core::arch::x86_64::*;
+
+    /// Output rows `r0 .. r0 + rows` with `vpdpbusd`.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VNNI must be available; `a` holds rows `r0 .. r0 + rows` of `lda` bytes
+    /// (at least `4·w.quads` each) and `o` holds `rows` rows of `ldc` (at least `w.n`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn rows(
+        a: &[u8],
+        lda: usize,
+        r0: usize,
+        rows: usize,
+        w: &QWeights,
+        epi: &Epilogue<'_>,
+        mut o: Out<'_>,
+        ldc: usize,
+    ) {
+        let panels = w.n.div_ceil(NR);
+        let blocks = if w.block == 0 { 1 } else { w.k / w.block };
+        let bq = if w.block == 0 { w.quads } else { w.block / 4 };
+        let mut t = 0;
+        while t < rows {
+            let mr = MR.min(rows - t);
+            // Row pointers (rows past `mr` repeat the last one; their results are dropped).
+            let mut ap = [a.as_ptr(); MR];
+            for (i, p) in ap.iter_mut().enumerate() {
+                // Safety: row r0 + t + min(i, mr − 1) < r0 + rows lies in `a`.
+                *p = unsafe { a.as_ptr().add((r0 + t + i.min(mr - 1)) * lda) };
+            }
+            for p in 0..panels {
+                let nv = NR.min(w.n - p * NR);
+                let mask: __mmask16 = if nv == NR { !0 } else { (1u16 << nv) - 1 };
+                let wp = w.data.as_ptr();
+                let mut facc = [_mm512_setzero_ps(); MR];
+                let mut iacc = [_mm512_setzero_si512(); MR];
+                for b in 0..blocks {
+                    let mut acc = [_mm512_setzero_si512(); MR];
+                    for q in b * bq..(b + 1) * bq {
+                        // Safety: quad q < quads of panel p lies inside `data`.
+                        let wv = unsafe {
+                            _mm512_loadu_si512(wp.add((p * w.quads + q) * NR * 4) as *const _)
+                        };
+                        for i in 0..MR {
+                            // Safety: 4 bytes at 4q < 4·quads ≤ lda of a row of `a`.
+                            let av = unsafe {
+                                _mm512_set1_epi32(core::ptr::read_unaligned(
+                                    ap[i].add(q * 4) as *const i32
+                                ))
+                            };
+                            acc[i] = _mm512_dpbusd_epi32(acc[i], av, wv);
+                        }
+                    }
+                    match epi {
+                        Epilogue::Dequant { zps, scale, .. } if w.block != 0 => {
+                            // Per block: (acc − (zp + 128)·blocksum) · scale[j][b].
+                            let mut bs = [0i32; NR];
+                            let mut sc = [0f32; NR];
+                            for j in 0..nv {
+                                let c = p * NR + j;
+                                bs[j] = w.blocksum[c * blocks + b];
+                                sc[j] = scale[c * blocks + b];
+                            }
+                            let bsv = _mm512_loadu_si512(bs.as_ptr() as *const _);
+                            let scv = _mm512_loadu_ps(sc.as_ptr());
+                            for i in 0..mr {
+                                let zp = _mm512_set1_epi32(zps[r0 + t + i] + 128);
+                                let corr = _mm512_sub_epi32(acc[i], _mm512_mullo_epi32(zp, bsv));
+                                facc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), scv, facc[i]);
+                            }
+                        }
+                        _ => {
+                            for i in 0..MR {
+                                iacc[i] = _mm512_add_epi32(iacc[i], acc[i]);
+                            }
+                        }
+                    }
+                }
+                let c0 = p * NR;
+                match (epi, &mut o) {
+                    (
+                        Epilogue::Requant {
+                            bias,
+                            scale,
+                            zp,
+                            qmin,
+                            qmax,
+                        },
+                        Out::I8(o),
+                    ) => {
+                        let bv = _mm512_maskz_loadu_epi32(mask, bias[c0..].as_ptr());
+                        let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
+                        let maxlz = _mm512_set1_ps((*qmax - *zp) as f32);
+                        let zpv = _mm512_set1_epi32(*zp);
+                        let minv = _mm512_set1_epi32(*qmin);
+                        for i in 0..mr {
+                            let acc = _mm512_add_epi32(iacc[i], bv);
+                            let f =
+                                _mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), sv), maxlz);
+                            // Round to nearest even (the default MXCSR mode).
+                            let q = _mm512_max_epi32(
+                                _mm512_add_epi32(_mm512_cvtps_epi32(f), zpv),
+                                minv,
+                            );
+                            let bytes = _mm512_cvtsepi32_epi8(q);
+                            let dst = o[(t + i) * ldc + c0..].as_mut_ptr();
+                            // Safety: `nv` bytes of row t + i from column c0 lie inside `o`.
+                            unsafe { _mm_mask_storeu_epi8(dst, mask, bytes) };
+                        }
+                    }
+                    (
+                        Epilogue::Dequant {
+                            rows: rp,
+                            zps,
+                            scale,
+                            bias,
+                            lo,
+                            hi,
+                        },
+                        Out::F32(o),
+                    ) => {
+                        let bv = match bias {
+                            Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
+                            None => _mm512_setzero_ps(),
+                        };
+                        let (lov, hiv) = (_mm512_set1_ps(*lo), _mm512_set1_ps(*hi));
+                        for i in 0..mr {
+                            let (s_row, zp) = (rp[r0 + t + i], zps[r0 + t + i]);
+                            let y = if w.block == 0 {
+                                let cs = _mm512_maskz_loadu_epi32(mask, w.colsum[c0..].as_ptr());
+                                let corr = _mm512_sub_epi32(
+                                    iacc[i],
+                                    _mm512_mullo_epi32(_mm512_set1_epi32(zp + 128), cs),
+                                );
+                                let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
+                                let f =
+                                    _mm512_mul_ps(_mm512_cvtepi32_ps(corr), _mm512_set1_ps(s_row));
+                                _mm512_fmadd_ps(f, sv, bv)
+                            } else {
+                                _mm512_fmadd_ps(facc[i], _mm512_set1_ps(s_row), bv)
+                            };
+                            let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
+                            let dst = o[(t + i) * ldc + c0..].as_mut_ptr();
+                            // Safety: `nv` floats of row t + i from column c0 lie inside `o`.
+                            unsafe { _mm512_mask_storeu_ps(dst, mask, y) };
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            t += MR;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator.
+    fn rng(seed: &mut u64) -> u32 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        (*seed >> 16) as u32
+    }
+
+    /// The VNNI rows match the plain integer rows bit for bit, for every epilogue, odd sizes.
+    #[test]
+    fn vnni_matches_scalar() {
+        if !has_vnni() {
+            return;
+        }
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        for &(m, n, k, block) in &[
+            (1, 1, 1, 0),
+            (3, 17, 13, 0),
+            (9, 33, 64, 32),
+            (17, 40, 96, 0),
+            (5, 16, 128, 64),
+        ] {
+            let w = QWeights::new(n, k, block, |j, kk| ((j * 31 + kk * 7) % 255) as i8).unwrap();
+            let kp = w.quads * 4;
+            let a: Vec<u8> = (0..m * kp).map(|_| rng(&mut seed) as u8).collect();
+            let blocks = if block == 0 { 1 } else { k / block };
+            let bias: Vec<i32> = (0..n).map(|j| j as i32 * 37 - 500).collect();
+            let scale: Vec<f32> = (0..n * blocks).map(|j| 1e-3 * (1 + j % 7) as f32).collect();
+            let fb: Vec<f32> = (0..n).map(|j| j as f32 * 0.25).collect();
+            let rows: Vec<f32> = (0..m).map(|r| 0.01 * (r + 1) as f32).collect();
+            let zps: Vec<i32> = (0..m).map(|r| r as i32 * 9 - 20).collect();
+            let epis = [
+                Epilogue::Requant {
+                    bias: &bias,
+                    scale: &scale,
+                    zp: -3,
+                    qmin: -100,
+                    qmax: 120,
+                },
+                Epilogue::Dequant {
+                    rows: &rows,
+                    zps: &zps,
+                    scale: &scale,
+                    bias: Some(&fb),
+                    lo: -50.0,
+                    hi: 50.0,
+                },
+            ];
+            for (e, epi) in epis.iter().enumerate() {
+                if e == 0 && block != 0 {
+                    continue;
+                }
+                if e == 0 {
+                    let (mut x1, mut x2) = (vec![0i8; m * n], vec![0i8; m * n]);
+                    scalar_rows(&a, kp, 0, m, &w, epi, Out::I8(&mut x1), n);
+                    // Safety: has_vnni() above; operand sizes as `qgemm` checks them.
+                    unsafe { x86::rows(&a, kp, 0, m, &w, epi, Out::I8(&mut x2), n) };
+                    assert_eq!(x1, x2, "m {m} n {n} k {k} block {block}");
+                } else {
+                    let (mut f1, mut f2) = (vec![0f32; m * n], vec![0f32; m * n]);
+                    scalar_rows(&a, kp, 0, m, &w, epi, Out::F32(&mut f1), n);
+                    // Safety: as above.
+                    unsafe { x86::rows(&a, kp, 0, m, &w, epi, Out::F32(&mut f2), n) };
+                    assert_eq!(f1, f2, "m {m} n {n} k {k} block {block}");
+                }
+            }
+        }
+    }
+}
