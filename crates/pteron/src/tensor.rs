@@ -78,9 +78,15 @@ pub enum Value {
 }
 
 /// Running a method on owned tensors.
+///
+/// `Tensor`s are row-major; where a method takes or returns a tensor in another dim order
+/// (channels-last), these convert. (`Method::set_input_tensor` and `Method::output` work on
+/// the bytes as laid out in the method's dim order.)
 pub trait RunMethod {
     /// Sets the tensor inputs in plan order, executes, and copies the outputs out.
     fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Value>>;
+    /// Sets tensor input `i` from a row-major tensor.
+    fn set_input(&mut self, i: usize, t: &Tensor) -> Result<()>;
     /// Copies the outputs of the last execution.
     fn outputs(&self) -> Result<Vec<Value>>;
 }
@@ -99,25 +105,29 @@ impl RunMethod for Method<'_> {
             .into());
         }
         for (i, t) in inputs.iter().enumerate() {
-            // `Tensor` is row-major; an input laid out in another dim order (channels-last)
-            // takes its bytes in that order.
-            let order = match self.input_spec(i) {
-                Some(pteron_core::Value::Tensor(s)) if !is_identity(s.info.dim_order()) => {
-                    Some(s.info.dim_order().to_vec())
-                }
-                _ => None,
-            };
-            match order {
-                Some(order) if order.len() == t.sizes.len() && t.data.len() == t.nbytes() => {
-                    let strides = strides_for(&t.sizes, &order);
-                    let data = reorder(&t.data, &t.sizes, &strides, t.dtype.elem_size(), false);
-                    self.set_input_tensor(i, t.dtype, &t.sizes, &data)?;
-                }
-                _ => self.set_input_tensor(i, t.dtype, &t.sizes, &t.data)?,
-            }
+            self.set_input(i, t)?;
         }
         self.execute()?;
         self.outputs()
+    }
+
+    fn set_input(&mut self, i: usize, t: &Tensor) -> Result<()> {
+        // An input laid out in another dim order (channels-last) takes its bytes in that order.
+        let order = match self.input_spec(i) {
+            Some(pteron_core::Value::Tensor(s)) if !is_identity(s.info.dim_order()) => {
+                Some(s.info.dim_order().to_vec())
+            }
+            _ => None,
+        };
+        match order {
+            Some(order) if order.len() == t.sizes.len() && t.data.len() == t.nbytes() => {
+                let strides = strides_for(&t.sizes, &order);
+                let data = reorder(&t.data, &t.sizes, &strides, t.dtype.elem_size(), false);
+                self.set_input_tensor(i, t.dtype, &t.sizes, &data)?;
+            }
+            _ => self.set_input_tensor(i, t.dtype, &t.sizes, &t.data)?,
+        }
+        Ok(())
     }
 
     fn outputs(&self) -> Result<Vec<Value>> {

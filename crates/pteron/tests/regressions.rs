@@ -242,14 +242,14 @@ fn smoke_execute_inputs() {
 // ------------------------------------------------------------------------------------------
 // Differential findings
 
-fn run_differential(file: &str, input: &Tensor) -> Tensor {
+fn run_differential(file: &str, inputs: &[Tensor]) -> Tensor {
     let bytes = std::fs::read(regressions_dir().join("differential").join(file)).unwrap();
     let f = pteron::ProgramFile::from_bytes(&bytes);
     let program = f.program().unwrap();
     let mut m = program
         .load_method("forward", &pteron::default_kernels())
         .unwrap();
-    match m.run(std::slice::from_ref(input)).unwrap().remove(0) {
+    match m.run(inputs).unwrap().remove(0) {
         Value::Tensor(t) => t,
         v => panic!("{file}: output {v:?}"),
     }
@@ -264,7 +264,7 @@ fn channels_last_inputs_and_outputs_are_row_major() {
     let x: Vec<f32> = (0..24).map(|v| v as f32).collect();
     let input = Tensor::from_f32(&[1, 3, 2, 4], &x);
     // A contiguous input cloned to a channels-last output: the same values.
-    let out = run_differential("to_channels_last_f32.pte", &input);
+    let out = run_differential("to_channels_last_f32.pte", std::slice::from_ref(&input));
     assert_eq!(
         (out.dtype, &out.sizes[..]),
         (ScalarType::Float, &[1, 3, 2, 4][..])
@@ -274,9 +274,31 @@ fn channels_last_inputs_and_outputs_are_row_major() {
         "channels-last output not returned row-major"
     );
     // A channels-last input cloned to a contiguous output.
-    let out = run_differential("to_contiguous_from_cl_f32.pte", &input);
+    let out = run_differential(
+        "to_contiguous_from_cl_f32.pte",
+        std::slice::from_ref(&input),
+    );
     assert_eq!(
         out.data, input.data,
         "row-major input not laid out channels-last"
     );
+}
+
+/// torch.cat of two channels-last tensors along the last dim. ExecuTorch's portable cat ignores
+/// the dim order (its result differs from eager PyTorch; the op suite skips the case); pteron
+/// must give eager PyTorch's values.
+#[test]
+fn channels_last_cat_matches_eager() {
+    let a: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let b: Vec<f32> = (0..4).map(|v| 100.0 + v as f32).collect();
+    let inputs = [
+        Tensor::from_f32(&[1, 2, 2, 3], &a),
+        Tensor::from_f32(&[1, 2, 2, 1], &b),
+    ];
+    let out = run_differential("cat_channels_last_dim3_f32.pte", &inputs);
+    let want: Vec<f32> = vec![
+        0.0, 1.0, 2.0, 100.0, 3.0, 4.0, 5.0, 101.0, 6.0, 7.0, 8.0, 102.0, 9.0, 10.0, 11.0, 103.0,
+    ];
+    assert_eq!(out.sizes, [1, 2, 2, 4]);
+    assert_eq!(out.data, Tensor::from_f32(&[1, 2, 2, 4], &want).data);
 }
