@@ -302,8 +302,8 @@ fn print_profile(p: &pteron::Profiler, runs: usize) {
     let rows = p.summary();
     let total: f64 = rows.iter().map(|r| r.total.as_secs_f64()).sum();
     println!(
-        "{:<48} {:>7} {:>12} {:>7}",
-        "operator", "calls", "ms/run", "share"
+        "{:<48} {:>7} {:>12} {:>7} {:>9}",
+        "operator", "calls", "ms/run", "share", "GFLOP/s"
     );
     for r in &rows {
         let ms = r.total.as_secs_f64() * 1e3 / runs as f64;
@@ -312,8 +312,12 @@ fn print_profile(p: &pteron::Profiler, runs: usize) {
         } else {
             0.0
         };
+        let rate = r
+            .flops_per_second()
+            .map(|f| format!("{:9.1}", f / 1e9))
+            .unwrap_or_default();
         println!(
-            "{:<48} {:>7} {:>12.3} {:>6.1}%",
+            "{:<48} {:>7} {:>12.3} {:>6.1}% {rate}",
             r.op,
             r.calls / runs as u64,
             ms,

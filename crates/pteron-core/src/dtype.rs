@@ -223,7 +223,9 @@ impl DtypeSet {
 
 impl fmt::Debug for DtypeSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.iter().map(|t| t.name())).finish()
+        f.debug_set()
+            .entries(self.iter().map(|t| t.name()))
+            .finish()
     }
 }
 

@@ -783,6 +783,25 @@ impl<'p> Method<'p> {
     pub fn planned_bytes(&self) -> usize {
         self.arenas.iter().map(|a| a.len()).sum()
     }
+    /// Number of instructions in each chain.
+    pub fn chain_lengths(&self) -> impl Iterator<Item = usize> + '_ {
+        self.chains.iter().map(|c| c.len())
+    }
+    /// The kernel call at `(chain, instruction)`: its operator name and a view of its
+    /// arguments (current metadata). `None` for other instructions and removed calls.
+    pub fn kernel_call(&self, chain: usize, instruction: usize) -> Option<(&str, ArgView<'_, 'p>)> {
+        match self.chains.get(chain)?.get(instruction)? {
+            Instr::Kernel { op, args, .. } => Some((
+                self.ops.get(*op as usize)?.name.as_str(),
+                ArgView {
+                    values: &self.values,
+                    pool: &self.pool,
+                    args: self.args.get(args.range())?,
+                },
+            )),
+            _ => None,
+        }
+    }
     /// What load-time planning did: prepared states, their bytes, removed calls.
     pub fn plan_stats(&self) -> PlanStats {
         self.plan_stats

@@ -5,7 +5,8 @@ use pteron_core::INLINE;
 use pteron_kernels_cpu::dwconv::{depthwise, DwGeom};
 
 fn main() {
-    for (c, hw, s) in [
+    let only: Option<usize> = std::env::var("ONLY").ok().and_then(|v| v.parse().ok());
+    let cases = [
         (32, 112, 1),
         (96, 112, 2),
         (144, 56, 1),
@@ -13,7 +14,12 @@ fn main() {
         (192, 28, 1),
         (384, 14, 1),
         (960, 7, 1),
-    ] {
+    ];
+    for (case, (c, hw, s)) in cases.into_iter().enumerate() {
+        if only.is_some_and(|o| o != case) {
+            continue;
+        }
+        let reps = if only.is_some() { 2000 } else { 30 };
         let g = DwGeom {
             channels: c,
             ih: hw,
@@ -31,7 +37,7 @@ fn main() {
         let mut out = vec![0.0f32; c * g.oh() * g.ow()];
         let mut scratch = vec![0.0f32; g.buffer_len()];
         let mut v = Vec::new();
-        for _ in 0..30 {
+        for _ in 0..reps {
             let t = Instant::now();
             depthwise(
                 &INLINE,

@@ -232,10 +232,19 @@ fn fill<S: Simd>(s: S, g: &DwGeom, xp: &[f32], buf: &mut [f32]) {
                 s.st(&mut buf[dodd + i..], o);
                 i += l;
             }
-            for i in i..g.iw.div_ceil(2) {
-                buf[de + i] = src[2 * i];
-                if 2 * i + 1 < g.iw {
-                    buf[dodd + i] = src[2 * i + 1];
+            if i < g.iw.div_ceil(2) {
+                // The rest (fewer than 2·LANES inputs): partial loads, partial stores.
+                let rest = &src[2 * i..];
+                let (lo, hi) = if rest.len() > l {
+                    (s.ld(rest), s.ld_tail(&rest[l..]))
+                } else {
+                    (s.ld_tail(rest), s.zero())
+                };
+                let (e, o) = s.deinterleave(lo, hi);
+                let (ne, no) = (rest.len().div_ceil(2), rest.len() / 2);
+                s.st_tail(&mut buf[de + i..de + i + ne], e);
+                if no > 0 {
+                    s.st_tail(&mut buf[dodd + i..dodd + i + no], o);
                 }
             }
             continue;

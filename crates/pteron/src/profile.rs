@@ -17,7 +17,10 @@ use pteron_core::{ExecutionObserver, KernelEvent, Method};
 /// ```
 pub struct Profiler {
     names: Vec<String>,
-    totals: Vec<(u64, Duration)>,
+    /// Per operator: calls, time, FLOPs of the calls whose work is known.
+    totals: Vec<(u64, Duration, u64)>,
+    /// FLOPs per kernel call site (chain, instruction), where known.
+    work: std::collections::HashMap<(usize, usize), u64>,
     origin: Instant,
     started: Option<Instant>,
     /// (op index, start since origin, duration) of each call, when tracing.
@@ -30,16 +33,67 @@ pub struct OpTime {
     pub op: String,
     pub calls: u64,
     pub total: Duration,
+    /// Floating-point operations of those calls, where the work is known (convolution,
+    /// matrix products: 2 per multiply-add); 0 otherwise.
+    pub flops: u64,
+}
+
+impl OpTime {
+    /// Achieved FLOP/s, where the work is known.
+    pub fn flops_per_second(&self) -> Option<f64> {
+        (self.flops > 0 && !self.total.is_zero())
+            .then(|| self.flops as f64 / self.total.as_secs_f64())
+    }
+}
+
+/// Floating-point operations of one call, for the ops whose work is known from their
+/// argument shapes.
+fn call_flops(op: &str, a: &pteron_core::ArgView<'_, '_>) -> Option<u64> {
+    use pteron_core::ArgAccess;
+    let numel = |i: usize| a.tensor(i).ok().map(|t| t.numel() as u64);
+    let size = |i: usize, d: usize| {
+        a.tensor(i)
+            .ok()
+            .filter(|t| d < t.rank())
+            .map(|t| t.size(d) as u64)
+    };
+    let macs = match op {
+        // out numel × (weight numel / out channels) = out × (C_in/groups · kernel taps)
+        "aten::convolution.out" => {
+            let w = a.tensor(1).ok()?;
+            let per_out = (w.numel() as u64).checked_div(w.size(0) as u64)?;
+            numel(9)? * per_out
+        }
+        "aten::addmm.out" => numel(5)? * size(1, 1)?,
+        "aten::mm.out" => numel(2)? * size(0, 1)?,
+        "aten::bmm.out" => numel(2)? * size(0, 2)?,
+        "aten::linear.out" => numel(3)? * size(1, 1)?,
+        _ => return None,
+    };
+    Some(2 * macs)
 }
 
 impl Profiler {
     /// A profiler for `method`'s operators (aggregates only).
     pub fn new(method: &Method<'_>) -> Self {
         let names: Vec<String> = method.operator_names().map(str::to_string).collect();
-        let totals = vec![(0, Duration::ZERO); names.len()];
+        let totals = vec![(0, Duration::ZERO, 0); names.len()];
+        // Work per call site, from the planned shapes.
+        let mut work = std::collections::HashMap::new();
+        for (c, len) in method.chain_lengths().enumerate() {
+            for pc in 0..len {
+                if let Some(f) = method
+                    .kernel_call(c, pc)
+                    .and_then(|(op, args)| call_flops(op, &args))
+                {
+                    work.insert((c, pc), f);
+                }
+            }
+        }
         Profiler {
             names,
             totals,
+            work,
             origin: Instant::now(),
             started: None,
             events: None,
@@ -58,11 +112,12 @@ impl Profiler {
             .names
             .iter()
             .zip(&self.totals)
-            .filter(|(_, (calls, _))| *calls > 0)
-            .map(|(op, &(calls, total))| OpTime {
+            .filter(|(_, (calls, _, _))| *calls > 0)
+            .map(|(op, &(calls, total, flops))| OpTime {
                 op: op.clone(),
                 calls,
                 total,
+                flops,
             })
             .collect();
         rows.sort_by(|a, b| b.total.cmp(&a.total).then(a.op.cmp(&b.op)));
@@ -106,6 +161,11 @@ impl ExecutionObserver for Profiler {
         if let Some(t) = self.totals.get_mut(event.op_index) {
             t.0 += 1;
             t.1 += dur;
+            t.2 += self
+                .work
+                .get(&(event.chain, event.instruction))
+                .copied()
+                .unwrap_or(0);
         }
         if let Some(events) = &mut self.events {
             events.push((event.op_index, start - self.origin, dur));

@@ -35,6 +35,14 @@ fn profiler_counts_every_kernel_call() {
     assert_eq!(count("aten::addmm.out"), 4);
     assert_eq!(count("aten::permute_copy.out"), 4);
     assert_eq!(count("aten::relu.out"), 3);
+    // Matrix products report their work: 2 · rows · cols · depth per call.
+    let addmm = profiler
+        .summary()
+        .into_iter()
+        .find(|r| r.op == "aten::addmm.out")
+        .unwrap();
+    assert!(addmm.flops > 0 && addmm.flops % 2 == 0, "{addmm:?}");
+    assert!(addmm.flops_per_second().is_some());
     let trace = profiler.chrome_trace();
     assert_eq!(trace.matches("\"ph\":\"X\"").count(), 11);
     assert!(matches!(plain[0], Value::Tensor(_)));
