@@ -22,10 +22,26 @@
 #[rustfmt::skip]
 #[path = "../../crates/pteron/tests/support/program_object_api.rs"]
 mod objapi;
+#[allow(
+    clippy::all,
+    unused_imports,
+    dead_code,
+    non_camel_case_types,
+    non_snake_case,
+    deprecated,
+    mismatched_lifetime_syntaxes,
+    unsafe_op_in_unsafe_fn,
+    unused_mut
+)]
+#[rustfmt::skip]
+#[path = "../../crates/pteron/tests/support/xnnpack_object_api.rs"]
+mod xnnobj;
 #[path = "../../crates/pteron/tests/support/harness.rs"]
 mod harness;
 #[path = "../../crates/pteron/tests/support/mutate.rs"]
 mod mutate;
+#[path = "../../crates/pteron/tests/support/xnn_mutate.rs"]
+mod xnn_mutate;
 
 use std::path::{Path, PathBuf};
 
@@ -51,6 +67,13 @@ fn seeds(out: &Path, max: usize) {
             name,
             &harness::join_ei(name, &[]),
         );
+        if name.starts_with("xnnpack/") || name.starts_with("security/xnnpack") {
+            write(
+                &out.join("xnnpack_payload"),
+                name,
+                &harness::join_lme(&[], pte),
+            );
+        }
         n += 1;
     }
     let ptd = harness::testdata().join("models/external_weights/model.ptd");
@@ -196,6 +219,7 @@ fn replay(target: &str, paths: &[String]) {
         "load_ptd" => harness::load_ptd,
         "load_method_execute" => harness::load_method_execute,
         "execute_inputs" => harness::execute_inputs,
+        "xnnpack_payload" => harness::xnnpack_payload,
         _ => panic!("unknown target {target}"),
     };
     let mut files: Vec<PathBuf> = Vec::new();

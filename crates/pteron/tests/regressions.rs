@@ -25,8 +25,26 @@
 #[path = "support/program_object_api.rs"]
 mod objapi;
 
+#[allow(
+    clippy::all,
+    unused_imports,
+    dead_code,
+    non_camel_case_types,
+    non_snake_case,
+    deprecated,
+    mismatched_lifetime_syntaxes,
+    unsafe_op_in_unsafe_fn,
+    unused_mut
+)]
+#[rustfmt::skip]
+#[path = "support/xnnpack_object_api.rs"]
+mod xnnobj;
+
 #[path = "support/mutate.rs"]
 mod mutate;
+
+#[path = "support/xnn_mutate.rs"]
+mod xnn_mutate;
 
 #[path = "support/harness.rs"]
 mod harness;
@@ -45,6 +63,7 @@ const TARGETS: &[(&str, Target)] = &[
     ("load_ptd", harness::load_ptd),
     ("load_method_execute", harness::load_method_execute),
     ("execute_inputs", harness::execute_inputs),
+    ("xnnpack_payload", harness::xnnpack_payload),
 ];
 
 thread_local! {
@@ -200,6 +219,41 @@ fn smoke_load_method_execute() {
     let (panics, o) = replay(harness::load_method_execute, inputs);
     eprintln!(
         "{n} mutants: {} rejected, {} parsed, {} loaded, {} ran",
+        o[0], o[1], o[2], o[3]
+    );
+    assert!(panics.is_empty(), "{}", panics.join("\n"));
+    assert!(o[3] > n / 20, "too few mutants ran: the smoke tests little");
+}
+
+/// Chains of XNNPACK payload mutants (the `xnnpack_payload` fuzzer's custom mutator) of the
+/// small XNNPACK fixtures, loaded with the XNNPACK backend and run twice. A quarter of the
+/// smoke count: each mutant packs weights and runs a delegate graph.
+#[test]
+fn smoke_xnnpack_payload() {
+    let seeds: Vec<Vec<u8>> = harness::xnn_fixtures(60_000)
+        .into_iter()
+        .map(|(_, pte)| harness::join_lme(&[], pte))
+        .collect();
+    assert!(seeds.len() >= 8, "XNNPACK fixtures missing from testdata/");
+    let n = smoke_count() / 4;
+    let mut inputs = Vec::with_capacity(n);
+    let mut cur = seeds[0].clone();
+    for k in 0..n {
+        if k % 3 == 0 {
+            cur = seeds[k / 3 % seeds.len()].clone();
+        }
+        let seed = 0x0e1e_0000 + k as u64;
+        if let Some(m) = xnn_mutate::mutate_input(&cur, seed, 1 << 20) {
+            cur = m;
+        }
+        inputs.push((
+            format!("xnnpack_payload mutant {k} (seed {seed:#x})"),
+            cur.clone(),
+        ));
+    }
+    let (panics, o) = replay(harness::xnnpack_payload, inputs);
+    eprintln!(
+        "{n} XNNPACK mutants: {} rejected, {} parsed, {} loaded, {} ran",
         o[0], o[1], o[2], o[3]
     );
     assert!(panics.is_empty(), "{}", panics.join("\n"));

@@ -13,6 +13,7 @@
 //! | `load_ptd` | a `.ptd` file, served as the external data of `models/external_weights` |
 //! | `load_method_execute` | `[n: u16 LE][n bytes that choose input shapes and values][.pte file]` |
 //! | `execute_inputs` | `[n: u8][n bytes: a fixture's path under testdata/][bytes that choose input shapes and values]` |
+//! | `xnnpack_payload` | as `load_method_execute`; the program has XNNPACK delegates, whose payloads the custom mutator (`xnn_mutate.rs`) changes |
 
 #![allow(dead_code)]
 
@@ -44,15 +45,15 @@ pub fn testdata() -> PathBuf {
     }
 }
 
-/// Every fixture program: `models/<name>/model.pte`, `ops/<op>/<case>.pte` and
-/// `security/<name>.pte` (programs pteron refuses, such as a delegated one), by path under
-/// testdata/.
+/// Every fixture program: `models/<name>/model.pte`, `ops/<op>/<case>.pte`,
+/// `xnnpack/<name>/model.pte` (XNNPACK-delegated) and `security/<name>.pte` (hostile or
+/// unusual programs), by path under testdata/.
 pub fn fixtures() -> &'static BTreeMap<String, Vec<u8>> {
     static F: OnceLock<BTreeMap<String, Vec<u8>>> = OnceLock::new();
     F.get_or_init(|| {
         let root = testdata();
         let mut out = BTreeMap::new();
-        for sub in ["models", "ops", "security"] {
+        for sub in ["models", "ops", "xnnpack", "security"] {
             let Ok(dirs) = std::fs::read_dir(root.join(sub)) else {
                 continue;
             };
@@ -260,6 +261,23 @@ pub fn load_method_execute(data: &[u8]) -> Outcome {
         return Outcome::Rejected;
     };
     run_all(&program, inputs.last().copied().unwrap_or(2), inputs)
+}
+
+/// `xnnpack_payload`: the same body as [`load_method_execute`] (every method loaded with the
+/// default backends, XNNPACK included, and run twice); the inputs differ, made by
+/// `xnn_mutate::mutate_input` from the XNNPACK fixtures ([`xnn_fixtures`]).
+pub fn xnnpack_payload(data: &[u8]) -> Outcome {
+    load_method_execute(data)
+}
+
+/// The fixtures with XNNPACK delegates, up to `max` bytes.
+pub fn xnn_fixtures(max: usize) -> Vec<(&'static String, &'static Vec<u8>)> {
+    fixtures()
+        .iter()
+        .filter(|(n, b)| {
+            (n.starts_with("xnnpack/") || n.starts_with("security/xnnpack")) && b.len() <= max
+        })
+        .collect()
 }
 
 /// `execute_inputs`: a fixture named by path ([`split_ei`]), run on inputs the rest chooses.
