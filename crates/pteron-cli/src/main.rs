@@ -9,6 +9,7 @@ mod generate;
 mod inspect;
 mod ops;
 mod run;
+mod vad;
 
 #[derive(Parser)]
 #[command(
@@ -45,6 +46,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Chat interactively with an LLM program, using its chat template.
     Chat(generate::ChatArgs),
+    /// Find the speech in a WAV file (Silero VAD): segments with start and end times.
+    Vad(vad::VadArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         Command::Ops { json, filter } => ops::ops(json, filter.as_deref()),
         Command::Generate(args) => generate::generate(&args),
         Command::Chat(args) => generate::chat(&args),
+        Command::Vad(args) => vad::vad(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

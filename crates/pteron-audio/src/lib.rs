@@ -1,0 +1,48 @@
+//! Speech on pteron: read audio, find speech, (transcribe).
+//!
+//! - [`wav`]: RIFF/WAVE reading (8/16/24/32-bit PCM, 32/64-bit float, any channel count mixed
+//!   down to mono), typed errors on malformed files.
+//! - [`resample`]: band-limited (Kaiser-windowed sinc) resampling to any rate, 16 kHz for the
+//!   models here.
+//! - [`vad`]: Silero VAD run as an ExecuTorch program, streaming (samples in, per-frame speech
+//!   probabilities out), and the segmenter that turns probabilities into speech segments like
+//!   `silero_vad.get_speech_timestamps`.
+
+pub mod resample;
+pub mod vad;
+pub mod wav;
+
+pub use resample::{resample, Resampler};
+pub use vad::{segments_from_probs, Segment, SegmentParams, Vad};
+pub use wav::{parse_wav, read_wav, Audio, WavError};
+
+/// The sample rate the speech models take.
+pub const MODEL_RATE: u32 = 16_000;
+
+/// Everything that can go wrong in this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Wav { path: String, source: WavError },
+    #[error(transparent)]
+    Pteron(#[from] pteron::Error),
+    /// A program whose inputs/outputs are not what the runner expects.
+    #[error("model: {0}")]
+    Model(String),
+    /// Arguments that make no sense (a zero sample rate, ...).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<pteron::core::Error> for Error {
+    fn from(e: pteron::core::Error) -> Self {
+        Error::Pteron(e.into())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
