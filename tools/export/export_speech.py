@@ -1,6 +1,7 @@
 """Speech models and goldens for pteron-audio.
 
     /opt/etvenv/bin/python tools/export/export_speech.py vad       # Silero VAD .pte + goldens (committed)
+    /opt/etvenv/bin/python tools/export/export_speech.py features  # Whisper log-mel goldens (committed)
 
 Subcommands write into testdata/speech/ (small, committed) or
 tools/export/out/speech/ (big, on demand). Every golden is produced by
@@ -80,10 +81,43 @@ def cmd_vad(args):
     (SPEECH / "vad_goldens.json").write_text(json.dumps(goldens) + "\n")
 
 
+MEL_FRAMES_KEPT = 700  # the clips are < 7 s; frames after that are the constant floor
+
+
+def whisper_features(audio):
+    """transformers' WhisperFeatureExtractor (numpy, float64) on audio padded to 30 s -> [80, 3000]."""
+    from transformers import WhisperFeatureExtractor
+
+    fe = WhisperFeatureExtractor()
+    padded = np.zeros(fe.n_samples, np.float32)
+    padded[: min(len(audio), fe.n_samples)] = audio[: fe.n_samples]
+    return fe._np_extract_fbank_features(padded[None], "cpu")[0].astype(np.float32)
+
+
+def cmd_features(args):
+    from transformers import WhisperFeatureExtractor
+
+    fe = WhisperFeatureExtractor()
+    meta = {"reference": "transformers WhisperFeatureExtractor (numpy path), 80 mels, 30 s window",
+            "frames_kept": MEL_FRAMES_KEPT, "clips": {}}
+    for clip in CLIPS_16K:
+        audio = read_wav(SPEECH / f"{clip}.wav")[0]
+        feats = whisper_features(audio)
+        # The public __call__ (torch path when torch is installed) for comparison.
+        call = fe(audio, sampling_rate=16000, return_tensors="np").input_features[0]
+        floor = float(feats[:, MEL_FRAMES_KEPT:].min())
+        assert float(feats[:, MEL_FRAMES_KEPT:].max()) == floor, "padded frames are not constant"
+        np.save(SPEECH / f"mel_{clip}.npy", np.ascontiguousarray(feats[:, :MEL_FRAMES_KEPT]))
+        meta["clips"][clip] = {"floor": floor, "max": float(feats.max()), "shape": list(feats.shape)}
+        print(f"{clip}: {feats.shape}, max {feats.max():.4f}, floor {floor:.4f}, |numpy - __call__| {np.abs(call - feats).max():.2e}")
+    (SPEECH / "mel_goldens.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("vad", help="Silero VAD .pte and per-frame goldens").set_defaults(fn=cmd_vad)
+    sub.add_parser("features", help="Whisper log-mel goldens").set_defaults(fn=cmd_features)
     args = p.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     args.fn(args)

@@ -4,10 +4,12 @@
 //!   down to mono), typed errors on malformed files.
 //! - [`resample`]: band-limited (Kaiser-windowed sinc) resampling to any rate, 16 kHz for the
 //!   models here.
+//! - [`mel`]: Whisper's log-mel features (STFT, Slaney mel filters, log10, normalisation).
 //! - [`vad`]: Silero VAD run as an ExecuTorch program, streaming (samples in, per-frame speech
 //!   probabilities out), and the segmenter that turns probabilities into speech segments like
 //!   `silero_vad.get_speech_timestamps`.
 
+pub mod mel;
 pub mod resample;
 pub mod vad;
 pub mod wav;
