@@ -252,7 +252,13 @@ def quantized(fx: models.Fixture, mode: str) -> models.Fixture:
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         q = XNNPACKQuantizer()
-        q.set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=(mode == "dq8")))
+        config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=(mode == "dq8"))
+        if mode == "dq8":
+            # Dynamic quantization applies to linear layers only (a global config would also
+            # annotate embedding lookups and break their integer indices).
+            q.set_module_type(torch.nn.Linear, config)
+        else:
+            q.set_global(config)
         gm = torch.export.export(m, fx.inputs, strict=False).module()
         gm = prepare_pt2e(gm, q)
         gm(*fx.inputs)  # calibration

@@ -28,6 +28,9 @@ pub struct RunArgs {
     /// Print the time spent per operator, most expensive first.
     #[arg(long)]
     profile: bool,
+    /// With --profile: how many of the most expensive call sites to list.
+    #[arg(long, default_value_t = 20)]
+    sites: usize,
     /// Write a Chrome trace (JSON) of every kernel call of the last run to this file.
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -234,7 +237,7 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
     }
     if let Some(p) = &profiler {
         if args.profile {
-            print_profile(p, runs);
+            print_profile(p, runs, args.sites);
         }
         if let Some(path) = &args.trace {
             std::fs::write(path, p.chrome_trace()).map_err(|source| pteron::Error::Io {
@@ -267,8 +270,17 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
         plan.absorbed_calls,
         plan.scratch_bytes
     );
-    if let Some(kib) = peak_rss_kib() {
-        println!("peak memory (VmHWM) {:.1} MiB", kib as f64 / 1024.0);
+    if let Some(kib) = status_kib("VmHWM:") {
+        let mib = |k: u64| k as f64 / 1024.0;
+        let now = match (status_kib("RssAnon:"), status_kib("RssFile:")) {
+            (Some(a), Some(f)) => format!(
+                " (resident now: {:.1} MiB heap, {:.1} MiB file-backed)",
+                mib(a),
+                mib(f)
+            ),
+            _ => String::new(),
+        };
+        println!("peak memory (VmHWM) {:.1} MiB{now}", mib(kib));
     }
     Ok(())
 }
@@ -291,19 +303,19 @@ fn thread_cpu_time() -> Option<Duration> {
 }
 
 /// The process's resident-set high-water mark, from /proc/self/status (Linux).
-fn peak_rss_kib() -> Option<u64> {
+fn status_kib(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The per-operator table: time per run (averaged over `runs`), calls per run, share of the total.
-fn print_profile(p: &pteron::Profiler, runs: usize) {
+fn print_profile(p: &pteron::Profiler, runs: usize, sites: usize) {
     let rows = p.summary();
     let total: f64 = rows.iter().map(|r| r.total.as_secs_f64()).sum();
     println!(
-        "{:<48} {:>7} {:>12} {:>7} {:>9}",
-        "operator", "calls", "ms/run", "share", "GFLOP/s"
+        "{:<48} {:>7} {:>12} {:>7} {:>9} {:>12}",
+        "operator", "calls", "ms/run", "share", "GFLOP/s", "best ms/run"
     );
     for r in &rows {
         let ms = r.total.as_secs_f64() * 1e3 / runs as f64;
@@ -316,18 +328,41 @@ fn print_profile(p: &pteron::Profiler, runs: usize) {
             .flops_per_second()
             .map(|f| format!("{:9.1}", f / 1e9))
             .unwrap_or_default();
+        let best = r.best_total.as_secs_f64() * 1e3 / runs as f64;
         println!(
-            "{:<48} {:>7} {:>12.3} {:>6.1}% {rate}",
+            "{:<48} {:>7} {:>12.3} {:>6.1}% {rate:>9} {best:>12.3}",
             r.op,
             r.calls / runs as u64,
             ms,
             share
         );
     }
+    let best: f64 = rows.iter().map(|r| r.best_total.as_secs_f64()).sum();
     println!(
-        "{:<48} {:>7} {:>12.3}",
+        "{:<48} {:>7} {:>12.3} {:>7} {:>9} {:>12.3}",
         "total (kernels)",
         "",
-        total * 1e3 / runs as f64
+        total * 1e3 / runs as f64,
+        "",
+        "",
+        best * 1e3 / runs as f64
     );
+    println!("\nmost expensive call sites (fastest call of each; shapes of the tensor arguments):");
+    println!(
+        "{:>5} {:<36} {:>10} {:>9}  shapes",
+        "instr", "operator", "best ms", "GFLOP/s"
+    );
+    for s in p.sites().iter().take(sites) {
+        let rate = s
+            .best_flops_per_second()
+            .map(|f| format!("{:9.1}", f / 1e9))
+            .unwrap_or_default();
+        println!(
+            "{:>5} {:<36} {:>10.3} {rate:>9}  {}",
+            s.instruction,
+            s.op.trim_start_matches("aten::"),
+            s.best.as_secs_f64() * 1e3,
+            s.shapes
+        );
+    }
 }

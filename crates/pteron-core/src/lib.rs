@@ -27,7 +27,7 @@ pub use kernel::{
 };
 pub use method::{
     DataSources, ExecutionObserver, KernelEvent, LoadOptions, Method, MethodConfig, Output,
-    PlanStats,
+    PageRelease, PlanStats,
 };
 pub use prepare::{Inline, Parallel, PrepareContext, PrepareFn, Prepared, INLINE};
 pub use tensor::{normalize_dim, Dims, TensorInfo, MAX_RANK};

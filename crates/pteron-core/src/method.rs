@@ -223,6 +223,15 @@ pub fn parse_tensor_info(t: &schema::Tensor<'_>) -> Result<(TensorInfo, Dynamism
 pub struct DataSources<'p> {
     pub program: Program<'p>,
     pub external: Option<DataFile<'p>>,
+    /// Told about constants that load-time planning packed into a layout of its own, so that
+    /// the memory holding them may be given back (e.g. the pages of a memory-mapped file).
+    pub release: Option<&'p dyn PageRelease>,
+}
+
+/// Gives back memory holding bytes the method no longer needs to keep resident. The bytes
+/// must stay readable (a later read may fault them back in): this is a hint, not a free.
+pub trait PageRelease: Sync {
+    fn release(&self, bytes: &[u8]);
 }
 
 impl<'p> Method<'p> {
@@ -237,6 +246,7 @@ impl<'p> Method<'p> {
             DataSources {
                 program: *program,
                 external: None,
+                release: None,
             },
             name,
             registry,
@@ -699,6 +709,7 @@ impl<'p> Method<'p> {
                 &outputs,
                 &stateful,
                 num_threads,
+                src.release,
             )?
         } else {
             Planned::default()
@@ -1113,6 +1124,7 @@ fn plan_calls(
     outputs: &[u32],
     stateful: &[usize],
     num_threads: usize,
+    release: Option<&dyn PageRelease>,
 ) -> Result<Planned> {
     if !ops.iter().any(|o| o.kernel.prepare.is_some()) {
         return Ok(Planned::default());
@@ -1220,6 +1232,7 @@ fn plan_calls(
     // Prepare every call; repeat with constant producers hidden where not every reader
     // absorbed them (hiding only grows, so this ends).
     let mut hidden = vec![false; n];
+    let constants_read = core::cell::RefCell::new(Vec::new());
     let (states, fused_into, absorbed) = loop {
         let graph = Graph {
             values,
@@ -1231,6 +1244,7 @@ fn plan_calls(
             chain_jumps: &chain_jumps,
             hidden: &hidden,
             num_threads,
+            constants_read: Some(&constants_read),
         };
         let mut states: Vec<Option<Prepared>> = (0..calls.len()).map(|_| None).collect();
         // For each call fused into an earlier one: that call.
@@ -1252,7 +1266,24 @@ fn plan_calls(
                 op: op.name.clone(),
                 reason: format!("instruction {}: prepare: {e}", calls[k].pc),
             })?;
+            let read = constants_read
+                .try_borrow_mut()
+                .map(|mut log| core::mem::take(&mut *log))
+                .unwrap_or_default();
             let Some(state) = state else { continue };
+            // The constants this kernel packed: their file pages are not needed any more
+            // (a later read of them pages them back in).
+            if let Some(release) = release {
+                for vi in read {
+                    if let Some(Value::Tensor(Tensor {
+                        storage: Storage::Constant(b),
+                        ..
+                    })) = values.get(vi)
+                    {
+                        release.release(b);
+                    }
+                }
+            }
             let mut cur = k;
             for _ in 0..state.fuses {
                 cur = graph
@@ -1351,6 +1382,7 @@ fn plan_calls(
             chain_jumps: &[],
             hidden: &[],
             num_threads: 1,
+            constants_read: None,
         };
         if graph.overlaps_args(new, k, old) {
             rehome.push(new);
@@ -1485,6 +1517,7 @@ fn final_graph_primary(
         chain_jumps: &[],
         hidden: &[],
         num_threads: 1,
+        constants_read: None,
     };
     graph.primary_output(c)
 }

@@ -164,6 +164,9 @@ pub(crate) struct Graph<'g, 'p> {
     /// Values whose producer is hidden from [`PrepareContext::producer`].
     pub hidden: &'g [bool],
     pub num_threads: usize,
+    /// Where [`PrepareContext::constant`] logs the values it hands out (for releasing the
+    /// file pages of constants a kernel packed).
+    pub constants_read: Option<&'g core::cell::RefCell<Vec<usize>>>,
 }
 
 impl<'p> Graph<'_, 'p> {
@@ -393,6 +396,11 @@ impl<'a, 'p> PrepareContext<'a, 'p> {
         let vi = self.value_index(i).ok()?;
         if !self.graph.is_immutable_constant(vi) {
             return None;
+        }
+        if let Some(log) = self.graph.constants_read {
+            if let Ok(mut log) = log.try_borrow_mut() {
+                log.push(vi);
+            }
         }
         match &self.graph.values[vi] {
             Value::Tensor(t) => match t.storage {

@@ -247,6 +247,7 @@ impl TestCall {
                     chain_jumps: &[false],
                     hidden: &hidden,
                     num_threads: parallel.num_threads(),
+                    constants_read: None,
                 };
                 prepare(&PrepareContext {
                     graph: &graph,

@@ -79,6 +79,7 @@ impl ProgramFile {
         Ok(Program {
             inner: pteron_format::Program::parse(self.bytes())?,
             external: None,
+            file: Some(self),
         })
     }
 
@@ -87,6 +88,7 @@ impl ProgramFile {
         Ok(Program {
             inner: pteron_format::Program::parse_with_limits(self.bytes(), limits)?,
             external: None,
+            file: Some(self),
         })
     }
 
@@ -96,11 +98,48 @@ impl ProgramFile {
     }
 }
 
+/// Constants that a method packed at load no longer need their pages of a memory-mapped
+/// file: they are dropped from the process's resident memory (the mapping stays valid; a later
+/// read pages them back in from the file). Whole pages inside `bytes` only; other sources
+/// (copies in memory) keep their bytes.
+impl pteron_core::PageRelease for ProgramFile {
+    fn release(&self, bytes: &[u8]) {
+        let Bytes::Mapped(map) = &self.bytes else {
+            return;
+        };
+        let base = map.as_ptr() as usize;
+        let start = bytes.as_ptr() as usize;
+        let Some(end) = start.checked_add(bytes.len()) else {
+            return;
+        };
+        if start < base || end > base + map.len() {
+            return;
+        }
+        const PAGE: usize = 4096;
+        let first = (start - base).div_ceil(PAGE) * PAGE;
+        let last = (end - base) / PAGE * PAGE;
+        if last <= first {
+            return;
+        }
+        #[cfg(unix)]
+        // Safety: MADV_DONTNEED on a read-only file mapping drops this process's copies of
+        // the pages; the range stays mapped and reads return the file's bytes again (the same
+        // bytes, unless another process rewrites the file: see `open`). No reference into the
+        // mapping is invalidated. A failure only means the pages stay resident.
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first)
+        };
+        #[cfg(not(unix))]
+        let _ = (map, first, last);
+    }
+}
+
 /// A verified program, borrowing the file's bytes.
 #[derive(Clone, Copy)]
 pub struct Program<'a> {
     inner: pteron_format::Program<'a>,
     external: Option<DataFile<'a>>,
+    file: Option<&'a ProgramFile>,
 }
 
 impl<'a> Program<'a> {
@@ -135,6 +174,9 @@ impl<'a> Program<'a> {
         let src = pteron_core::DataSources {
             program: self.inner,
             external: self.external,
+            release: self
+                .file
+                .map(|f| f as &'a (dyn pteron_core::PageRelease + 'a)),
         };
         let options: MethodOptions = options.into();
         Ok(Method::load_with_options(

@@ -24,7 +24,7 @@ mod threads;
 
 pub use file::{Program, ProgramFile};
 pub use options::MethodOptions;
-pub use profile::{OpTime, Profiler};
+pub use profile::{OpTime, Profiler, SiteTime};
 pub use pteron_core as core;
 pub use pteron_core::{BackendRegistry, MethodConfig, ScalarType};
 pub use pteron_format as format;

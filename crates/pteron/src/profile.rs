@@ -1,5 +1,6 @@
 //! Per-op timing of a method's execution: a table of time per operator, and Chrome-trace events.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use pteron_core::{ExecutionObserver, KernelEvent, Method};
@@ -19,12 +20,22 @@ pub struct Profiler {
     names: Vec<String>,
     /// Per operator: calls, time, FLOPs of the calls whose work is known.
     totals: Vec<(u64, Duration, u64)>,
-    /// FLOPs per kernel call site (chain, instruction), where known.
-    work: std::collections::HashMap<(usize, usize), u64>,
+    /// Per kernel call site (chain, instruction): FLOPs where known, argument shapes, calls
+    /// and the fastest call.
+    sites: HashMap<(usize, usize), Site>,
     origin: Instant,
     started: Option<Instant>,
     /// (op index, start since origin, duration) of each call, when tracing.
     events: Option<Vec<(usize, Duration, Duration)>>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Site {
+    op: String,
+    flops: u64,
+    shapes: String,
+    calls: u64,
+    best: Option<Duration>,
 }
 
 /// Time spent in one operator over all its calls.
@@ -33,6 +44,9 @@ pub struct OpTime {
     pub op: String,
     pub calls: u64,
     pub total: Duration,
+    /// The total if every call had taken as long as the fastest call at its call site: on a
+    /// machine shared with other work, a steadier measure of the kernels' own speed.
+    pub best_total: Duration,
     /// Floating-point operations of those calls, where the work is known (convolution,
     /// matrix products: 2 per multiply-add); 0 otherwise.
     pub flops: u64,
@@ -44,6 +58,44 @@ impl OpTime {
         (self.flops > 0 && !self.total.is_zero())
             .then(|| self.flops as f64 / self.total.as_secs_f64())
     }
+}
+
+/// One kernel call site (an instruction of the method) and its fastest call.
+#[derive(Clone, Debug)]
+pub struct SiteTime {
+    pub chain: usize,
+    pub instruction: usize,
+    pub op: String,
+    /// Sizes of the call's tensor arguments, in argument order (planned shapes).
+    pub shapes: String,
+    pub calls: u64,
+    pub best: Duration,
+    /// FLOPs of one call, where known; 0 otherwise.
+    pub flops: u64,
+}
+
+impl SiteTime {
+    /// FLOP/s of the fastest call, where the work is known.
+    pub fn best_flops_per_second(&self) -> Option<f64> {
+        (self.flops > 0 && !self.best.is_zero())
+            .then(|| self.flops as f64 / self.best.as_secs_f64())
+    }
+}
+
+/// The sizes of a call's tensor arguments, e.g. `[1,32,112,112] [32,1,3,3]`.
+fn call_shapes(a: &pteron_core::ArgView<'_, '_>) -> String {
+    use pteron_core::ArgAccess;
+    let mut out = String::new();
+    for i in 0..a.num_args() {
+        if let Ok(t) = a.tensor(i) {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            let dims: Vec<String> = (0..t.rank()).map(|d| t.size(d).to_string()).collect();
+            out.push_str(&format!("[{}]", dims.join(",")));
+        }
+    }
+    out
 }
 
 /// Floating-point operations of one call, for the ops whose work is known from their
@@ -78,22 +130,25 @@ impl Profiler {
     pub fn new(method: &Method<'_>) -> Self {
         let names: Vec<String> = method.operator_names().map(str::to_string).collect();
         let totals = vec![(0, Duration::ZERO, 0); names.len()];
-        // Work per call site, from the planned shapes.
-        let mut work = std::collections::HashMap::new();
+        // Work and shapes per call site, from the planned shapes.
+        let mut sites = HashMap::new();
         for (c, len) in method.chain_lengths().enumerate() {
             for pc in 0..len {
-                if let Some(f) = method
-                    .kernel_call(c, pc)
-                    .and_then(|(op, args)| call_flops(op, &args))
-                {
-                    work.insert((c, pc), f);
+                if let Some((op, args)) = method.kernel_call(c, pc) {
+                    let site = Site {
+                        op: op.to_string(),
+                        flops: call_flops(op, &args).unwrap_or(0),
+                        shapes: call_shapes(&args),
+                        ..Site::default()
+                    };
+                    sites.insert((c, pc), site);
                 }
             }
         }
         Profiler {
             names,
             totals,
-            work,
+            sites,
             origin: Instant::now(),
             started: None,
             events: None,
@@ -117,10 +172,42 @@ impl Profiler {
                 op: op.clone(),
                 calls,
                 total,
+                best_total: Duration::ZERO,
                 flops,
             })
             .collect();
+        for site in self.sites() {
+            if let Some(row) = rows.iter_mut().find(|r| r.op == site.op) {
+                row.best_total += site.best * site.calls as u32;
+            }
+        }
         rows.sort_by(|a, b| b.total.cmp(&a.total).then(a.op.cmp(&b.op)));
+        rows
+    }
+
+    /// Every call site that ran, by the time of its fastest call × its calls, most expensive
+    /// first.
+    pub fn sites(&self) -> Vec<SiteTime> {
+        let mut rows: Vec<SiteTime> = self
+            .sites
+            .iter()
+            .filter_map(|(&(chain, instruction), s)| {
+                Some(SiteTime {
+                    chain,
+                    instruction,
+                    op: s.op.clone(),
+                    shapes: s.shapes.clone(),
+                    calls: s.calls,
+                    best: s.best?,
+                    flops: s.flops,
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            (b.best * b.calls as u32)
+                .cmp(&(a.best * a.calls as u32))
+                .then((a.chain, a.instruction).cmp(&(b.chain, b.instruction)))
+        });
         rows
     }
 
@@ -161,11 +248,11 @@ impl ExecutionObserver for Profiler {
         if let Some(t) = self.totals.get_mut(event.op_index) {
             t.0 += 1;
             t.1 += dur;
-            t.2 += self
-                .work
-                .get(&(event.chain, event.instruction))
-                .copied()
-                .unwrap_or(0);
+            if let Some(site) = self.sites.get_mut(&(event.chain, event.instruction)) {
+                t.2 += site.flops;
+                site.calls += 1;
+                site.best = Some(site.best.map_or(dur, |b| b.min(dur)));
+            }
         }
         if let Some(events) = &mut self.events {
             events.push((event.op_index, start - self.origin, dur));

@@ -11,8 +11,22 @@ fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/xnnpack")
 }
 
+/// Full-size models written by `tools/export/export_xnnpack.py --full --out DIR` (not
+/// committed): `PTERON_XNNPACK_FULL=DIR`, default tools/export/out/xnnpack_full.
+fn full_models_dir() -> PathBuf {
+    std::env::var_os("PTERON_XNNPACK_FULL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/export/out/xnnpack_full")
+        })
+}
+
 fn fixture_names() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(fixtures_dir())
+    names_in(&fixtures_dir())
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok())
         .filter(|e| e.path().join("model.pte").exists())
@@ -46,8 +60,7 @@ struct Case {
     expected: Vec<Tensor>,
 }
 
-fn load_case(name: &str) -> Case {
-    let dir = fixtures_dir().join(name);
+fn load_case(dir: &Path) -> Case {
     let read_all = |prefix: &str| {
         let mut v = Vec::new();
         for i in 0.. {
@@ -66,13 +79,18 @@ fn load_case(name: &str) -> Case {
 }
 
 fn run(name: &str, options: MethodOptions) -> Vec<f64> {
-    let file = pteron::ProgramFile::open(fixtures_dir().join(name).join("model.pte")).unwrap();
+    run_in(&fixtures_dir(), name, options)
+}
+
+fn run_in(root: &Path, name: &str, options: MethodOptions) -> Vec<f64> {
+    let dir = root.join(name);
+    let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
     let program = file.program().unwrap();
     let kernels = pteron::default_kernels();
     let mut method = program
         .load_method_with("forward", &kernels, options)
         .unwrap_or_else(|e| panic!("{name}: load: {e}"));
-    let case = load_case(name);
+    let case = load_case(&dir);
     let mut errors = Vec::new();
     // Twice: the second run reuses the delegate's planned memory.
     for round in 0..2 {
@@ -116,6 +134,20 @@ fn fixtures_match_executorch() {
 }
 
 #[test]
+#[ignore = "needs tools/export/export_xnnpack.py --full --only mobilenet_v2 mobilenet_v2_int8 \
+            all_minilm_l6_v2 all_minilm_l6_v2_dq8 --out tools/export/out/xnnpack_full"]
+fn full_models_match_executorch() {
+    let root = full_models_dir();
+    let names = names_in(&root);
+    assert!(!names.is_empty(), "no models under {}", root.display());
+    for name in &names {
+        for threads in [1, 2] {
+            run_in(&root, name, MethodOptions::new().threads(threads));
+        }
+    }
+}
+
+#[test]
 fn fixtures_match_with_threads() {
     for name in fixture_names() {
         run(&name, MethodOptions::new().threads(3));
@@ -146,7 +178,7 @@ fn no_backend_registered_is_backend_missing() {
 fn corrupt_payloads_fail_cleanly() {
     for name in ["mlp", "cnn", "unet"] {
         let bytes = std::fs::read(fixtures_dir().join(name).join("model.pte")).unwrap();
-        let case = load_case(name);
+        let case = load_case(&fixtures_dir().join(name));
         let xh = bytes
             .windows(4)
             .position(|w| w == b"XH00")
