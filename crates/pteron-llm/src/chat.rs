@@ -28,6 +28,12 @@ impl Message {
     }
 }
 
+/// Most template instructions one rendering may run (minijinja's fuel): templates come with
+/// the tokenizer files, untrusted; real ones need a few thousand per message.
+pub const TEMPLATE_FUEL: u64 = 20_000_000;
+/// Longest prompt a template may render.
+pub const MAX_RENDERED_BYTES: usize = 64 << 20;
+
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -43,6 +49,7 @@ impl ChatTemplate {
         // Hugging Face templates call Python string methods (.strip(), .startswith()...).
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.add_template_owned("chat", source.to_string())
@@ -62,13 +69,42 @@ impl ChatTemplate {
             .env
             .get_template("chat")
             .map_err(|e| Error::Template(e.to_string()))?;
-        t.render(context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => bos_token.unwrap_or(""),
-            eos_token => eos_token.unwrap_or(""),
-        })
-        .map_err(|e| Error::Template(e.to_string()))
+        let mut out = Capped(Vec::new(), false);
+        t.render_captured_to(
+            context! {
+                messages => messages,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => bos_token.unwrap_or(""),
+                eos_token => eos_token.unwrap_or(""),
+            },
+            &mut out,
+        )
+        .map_err(|e| {
+            Error::Template(if out.1 {
+                format!("the rendered prompt exceeds {MAX_RENDERED_BYTES} bytes")
+            } else {
+                e.to_string()
+            })
+        })?;
+        // minijinja writes only valid UTF-8.
+        String::from_utf8(out.0).map_err(|e| Error::Template(e.to_string()))
+    }
+}
+
+/// A writer that refuses to grow past [`MAX_RENDERED_BYTES`] (and says so in `.1`).
+struct Capped(Vec<u8>, bool);
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_RENDERED_BYTES {
+            self.1 = true;
+            return Err(std::io::Error::other("rendered prompt too long"));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

@@ -47,6 +47,26 @@ impl TokenizerConfig {
     }
 }
 
+/// Largest `tokenizer.json` read (real ones are up to ~35 MB): checked before reading, as the
+/// file is parsed in memory. The `tokenizers` crate itself bounds nothing (vocabulary, merges
+/// and added tokens grow with the file).
+pub const MAX_TOKENIZER_BYTES: u64 = 512 << 20;
+
+/// Runs `f`, turning a panic into an error. The `tokenizers` crate panics on some malformed
+/// `tokenizer.json` files (an `unwrap` of a failed deserialization, an added token missing
+/// from a post-processor's map: found by the `tokenizer` fuzz target) instead of returning an
+/// error; the file is untrusted input. With `panic = "abort"` such a file aborts the process.
+fn guard<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        format!("the tokenizers crate panicked on this tokenizer: {msg}")
+    })
+}
+
 /// A tokenizer with its configuration.
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
@@ -70,18 +90,19 @@ impl Tokenizer {
                 path.display()
             )));
         }
-        let bytes = std::fs::read(&path).map_err(|source| Error::Io {
+        let io = |source| Error::Io {
             path: path.display().to_string(),
             source,
-        })?;
-        if !bytes.starts_with(b"{") {
+        };
+        let len = std::fs::metadata(&path).map_err(io)?.len();
+        if len > MAX_TOKENIZER_BYTES {
             return Err(Error::Tokenizer(format!(
-                "{}: not a tokenizer.json (tiktoken and SentencePiece files are not supported \
-                 yet)",
+                "{}: {len} bytes, over the limit of {MAX_TOKENIZER_BYTES}",
                 path.display()
             )));
         }
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
+        let bytes = std::fs::read(&path).map_err(io)?;
+        let inner = Self::parse_json(&bytes)
             .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
         let cfg_path = path.with_file_name("tokenizer_config.json");
         let mut config = match std::fs::read_to_string(&cfg_path) {
@@ -101,27 +122,53 @@ impl Tokenizer {
         })
     }
 
+    /// A tokenizer from the bytes of a `tokenizer.json` (untrusted input, as from a file).
+    pub fn from_json_bytes(bytes: &[u8], config: TokenizerConfig) -> Result<Self> {
+        Ok(Tokenizer {
+            inner: Self::parse_json(bytes).map_err(Error::Tokenizer)?,
+            config,
+            path: PathBuf::new(),
+        })
+    }
+
+    fn parse_json(bytes: &[u8]) -> std::result::Result<tokenizers::Tokenizer, String> {
+        if bytes.len() as u64 > MAX_TOKENIZER_BYTES {
+            return Err(format!(
+                "{} bytes, over the limit of {MAX_TOKENIZER_BYTES}",
+                bytes.len()
+            ));
+        }
+        if !bytes.starts_with(b"{") {
+            return Err(
+                "not a tokenizer.json (tiktoken and SentencePiece files are not supported yet)"
+                    .into(),
+            );
+        }
+        guard(|| tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| e.to_string()))
+            .and_then(|r| r)
+    }
+
     /// Token ids of `text`; `add_special` applies the tokenizer's post-processor (e.g. a BOS).
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
-        self.inner
-            .encode(text, add_special)
+        guard(|| self.inner.encode(text, add_special))
+            .map_err(Error::Tokenizer)?
             .map(|e| e.get_ids().to_vec())
             .map_err(|e| Error::Tokenizer(e.to_string()))
     }
 
     /// Text of `ids`; `skip_special` leaves out special tokens (`<|im_end|>`...).
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        self.inner
-            .decode(ids, skip_special)
+        guard(|| self.inner.decode(ids, skip_special))
+            .map_err(Error::Tokenizer)?
             .map_err(|e| Error::Tokenizer(e.to_string()))
     }
 
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.inner.token_to_id(token)
+        guard(|| self.inner.token_to_id(token)).ok().flatten()
     }
 
     pub fn id_to_token(&self, id: u32) -> Option<String> {
-        self.inner.id_to_token(id)
+        guard(|| self.inner.id_to_token(id)).ok().flatten()
     }
 
     /// Vocabulary size including added tokens.
