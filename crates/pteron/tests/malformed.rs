@@ -3332,7 +3332,7 @@ mod advisories {
         }
     }
 
-    /// DelegateCall's delegate_index was not validated at load: pteron refuses DelegateCall.
+    /// DelegateCall's delegate_index was not validated at load: pteron checks it at load.
     #[test]
     fn delegate_call_index() {
         let f = bare(security_file("xnnpack_linear.pte"));
@@ -3403,23 +3403,39 @@ mod advisories {
         }
     }
 
-    /// `embedding_2bit/4bit` did not bound-check indices: pteron has no such kernel, so a
-    /// program using one does not load (embedding and embedding_byte kernels check indices
-    /// at run time; see the `execute_inputs` fuzz target).
+    /// `embedding_2bit/4bit` did not bound-check indices. pteron's quantized embeddings
+    /// (8/4/2-bit, fixtures exported by ExecuTorch) check every index at run time: out of
+    /// range, negative and huge ones are refused, naming the index.
     #[test]
-    fn embedding_4bit_not_loaded() {
-        let pte = std::fs::read(models_dir().join("../ops/embedding/embedding_f32.pte")).unwrap();
-        let f = bare(pte);
-        for op in [
-            "quantized_decomposed::embedding_4bit",
-            "quantized_decomposed::embedding_2bit",
+    fn embedding_4bit_2bit_indices_checked() {
+        let kernels = kernels();
+        for file in [
+            "embedding_4bit/embedding_4bit_default_g1_f32.pte",
+            "embedding_4bit/embedding_4bit_dtype_g2_zp_f32.pte",
+            "embedding_2bit/embedding_2bit_default_g1_f32.pte",
         ] {
-            let b = edited(&f, |p| {
-                let o = &mut plan(p).operators.as_mut().unwrap()[0];
-                o.name = Some(op.into());
-                o.overload = Some("out".into());
-            });
-            load_err(&b, op, &[op]);
+            let Ok(pte) = std::fs::read(models_dir().join("../ops").join(file)) else {
+                panic!("{file} missing");
+            };
+            let f = ProgramFile::from_bytes(&pte);
+            let program = f.program().unwrap();
+            let mut m = program.load_method("forward", &kernels).unwrap();
+            let CValue::Tensor(spec) = *m.input_spec(0).unwrap() else {
+                panic!("{file}: indices input");
+            };
+            let sizes = spec.info.sizes().to_vec();
+            let n: usize = sizes.iter().product();
+            for bad in [1i64 << 40, -1, i64::MIN, i64::MAX] {
+                let mut ids = vec![0i64; n];
+                ids[n - 1] = bad;
+                let bytes: Vec<u8> = ids.iter().flat_map(|v| v.to_le_bytes()).collect();
+                m.set_input_tensor(0, ScalarType::Long, &sizes, &bytes).unwrap();
+                let e = m.execute().err().unwrap_or_else(|| panic!("{file}: {bad} accepted"));
+                assert!(
+                    e.to_string().contains(&format!("index {bad} out of range")),
+                    "{file}: {e}"
+                );
+            }
         }
     }
 }
