@@ -82,7 +82,34 @@ fn seeds(out: &Path, max: usize) {
         "external_weights.ptd",
         &std::fs::read(ptd).unwrap(),
     );
+    tokenizer_seeds(&out.join("tokenizer"));
     eprintln!("{n} fixtures written to each of {}/<target>", out.display());
+}
+
+/// `tokenizer` seeds: `[mode][n: u16][A][B]` (see tokenizer_harness.rs).
+fn tokenizer_seeds(dir: &Path) {
+    let join = |mode: u8, a: &[u8], b: &[u8]| {
+        let mut v = vec![mode];
+        v.extend_from_slice(&(a.len() as u16).to_le_bytes());
+        v.extend_from_slice(a);
+        v.extend_from_slice(b);
+        v
+    };
+    let td = harness::testdata();
+    let text = "Hello wörld 😀 <|im_start|>user\n 12345 e\u{301}".as_bytes();
+    let mut jsons = vec![td.join("llm/tiny/tokenizer.json")];
+    if let Ok(rd) = std::fs::read_dir(td.join("security/tokenizers")) {
+        jsons.extend(rd.flatten().map(|e| e.path()));
+    }
+    for (i, p) in jsons.iter().enumerate() {
+        write(
+            dir,
+            &format!("tok{i}"),
+            &join(0, text, &std::fs::read(p).unwrap()),
+        );
+    }
+    let cfg = std::fs::read(td.join("llm/tiny/tokenizer_config.json")).unwrap();
+    write(dir, "config", &join(2, b"hi there", &cfg));
 }
 
 fn mutants(out: &Path, n: usize, seed: u64) {
