@@ -240,7 +240,8 @@ def half(fx: models.Fixture) -> models.Fixture:
 
 def quantized(fx: models.Fixture, mode: str) -> models.Fixture:
     """The fixture with its module quantized for XNNPACK (`int8`: PT2E static, `dq8`: PT2E
-    dynamic linear, `8da4w`: torchao int8 dynamic activations + int4 blockwise weights)."""
+    dynamic linear, `8da8w`: torchao int8 dynamic activations + int8 per-channel weights,
+    `8da4w`: torchao int8 dynamic activations + int4 blockwise weights)."""
     import dataclasses
 
     m = fx.module.eval()
@@ -263,6 +264,12 @@ def quantized(fx: models.Fixture, mode: str) -> models.Fixture:
         gm = prepare_pt2e(gm, q)
         gm(*fx.inputs)  # calibration
         m = convert_pt2e(gm)
+    elif mode == "8da8w":
+        from torchao.quantization import quantize_
+        from torchao.quantization.granularity import PerAxis
+        from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
+
+        quantize_(m, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)))
     elif mode == "8da4w":
         from torchao.quantization import quantize_
         from torchao.quantization.granularity import PerGroup
@@ -420,7 +427,7 @@ def main() -> int:
         if name.endswith("_fp16") and name[: -len("_fp16")] in builders:
             base = builders[name[: -len("_fp16")]]
             builders[name] = lambda base=base: half(base())
-        for mode in ("int8", "dq8", "8da4w"):
+        for mode in ("int8", "dq8", "8da8w", "8da4w"):
             suffix = "_" + mode
             if name.endswith(suffix) and name[: -len(suffix)] in builders:
                 base = builders[name[: -len(suffix)]]

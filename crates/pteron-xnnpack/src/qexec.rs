@@ -155,7 +155,7 @@ impl QPrep {
         match self {
             QPrep::Product(p) => p.w.bytes() + p.bias.len() * 8,
             QPrep::Dynamic(p) => p.w.bytes() + p.scale.len() * 4,
-            QPrep::Depthwise(d) => (d.w.len() + d.bias.len() + d.scale.len()) * 4,
+            QPrep::Depthwise(d) => d.w.len() * 2 + (d.w32.len() + d.bias.len() + d.scale.len()) * 4,
             _ => 0,
         }
     }
@@ -251,7 +251,7 @@ fn pack_filter(
             if b.len() < oc * row {
                 return Err(invalid("4-bit filter too short"));
             }
-            QWeights::new(oc, k, block, |j, kk| {
+            QWeights::new_int4(oc, k, block, |j, kk| {
                 let byte = b[j * row + kk / 2];
                 let nib = if kk % 2 == 0 { byte & 0x0F } else { byte >> 4 };
                 nib as i8 - 8
@@ -417,6 +417,9 @@ pub fn prepare(g: &Graph<'_>, node: &Node) -> Result<Option<QPrep>, KernelError>
                             "int8 depthwise convolution with a channel multiplier",
                         ));
                     }
+                    if !(-128..=127).contains(&qi.zp) {
+                        return Err(invalid(format!("int8 zero point {}", qi.zp)));
+                    }
                     if ws.dims() != [1, conv.win.kh, conv.win.kw, co] {
                         return Err(invalid(format!("filter shape {:?}", ws.dims())));
                     }
@@ -434,10 +437,12 @@ pub fn prepare(g: &Graph<'_>, node: &Node) -> Result<Option<QPrep>, KernelError>
                         },
                     };
                     let (lo, hi) = bounds(clamp, qo);
+                    let w: Vec<i16> = wb[..taps * co].iter().map(|&v| v as i8 as i16).collect();
                     QPrep::Depthwise(QDwWeights {
                         win: conv.win,
                         channels: co,
-                        w: wb[..taps * co].iter().map(|&v| v as i8 as i32).collect(),
+                        w32: w.iter().map(|&v| v as i32).collect(),
+                        w,
                         bias: b,
                         scale: sw.iter().map(|&s| qi.scale * s / qo.scale).collect(),
                         qi,
@@ -500,7 +505,8 @@ pub fn prepare(g: &Graph<'_>, node: &Node) -> Result<Option<QPrep>, KernelError>
                         DType::QC8 { .. } | DType::QC4 { .. } => (0, weight_scales(g, w, oc, 0)?),
                         d => return Err(unsupported(format!("filter of datatype {d:?}"))),
                     };
-                    let wq = pack_filter(g, w, oc, k, block)?;
+                    let mut wq = pack_filter(g, w, oc, k, block)?;
+                    wq.set_block_scales(&scale)?;
                     let bias = bias.map(|b| const_f32(g, b, oc)).transpose()?;
                     let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
                     QPrep::Dynamic(DProduct {

@@ -61,12 +61,16 @@ pub fn quantize(par: &dyn Parallel, x: &[f32], q: Q, out: &mut [i8]) {
     let n = x.len().min(out.len());
     for_chunks_mut(par, &mut out[..n], 1 << 14, 2, &|k, o| {
         let xs = &x[k << 14..];
-        multiversion(|| {
+        #[inline(always)]
+        fn each(o: &mut [i8], xs: &[f32], inv: f32, zp: i32) {
+            // Clamped (NaN → the upper bound, as XNNPACK's min_ps) before rounding: the bounds
+            // are integers, so this equals rounding first.
+            let (lo, hi) = ((-128 - zp) as f32, (127 - zp) as f32);
             for (d, &v) in o.iter_mut().zip(xs) {
-                let f = (v * inv).min((127 - q.zp) as f32);
-                *d = (f.round_ties_even() as i32 + q.zp).clamp(-128, 127) as i8;
+                *d = round_small((v * inv).min(hi).max(lo)).wrapping_add(zp) as i8;
             }
-        })
+        }
+        multiversion(|| each(o, xs, inv, q.zp))
     });
 }
 
@@ -86,19 +90,25 @@ pub fn dequantize(par: &dyn Parallel, x: &[i8], q: Q, out: &mut [f32]) {
 /// int8 → int8 with other parameters (and an optional clamp `lo..=hi`, quantized).
 pub fn requantize(x: &[i8], qi: Q, qo: Q, lo: i32, hi: i32, out: &mut [i8]) {
     if qi == qo {
-        multiversion(|| {
+        #[inline(always)]
+        fn clamp(x: &[i8], lo: i32, hi: i32, out: &mut [i8]) {
+            let (lo, hi) = (lo.clamp(-128, 127) as i8, hi.clamp(-128, 127) as i8);
             for (d, &v) in out.iter_mut().zip(x) {
-                *d = (v as i32).clamp(lo, hi) as i8;
+                *d = v.max(lo).min(hi);
             }
-        });
+        }
+        multiversion(|| clamp(x, lo, hi, out));
         return;
     }
-    let s = qi.scale / qo.scale;
-    multiversion(|| {
+    #[inline(always)]
+    fn each(x: &[i8], zi: i32, s: f32, zo: i32, lo: i32, hi: i32, out: &mut [i8]) {
+        let (lo, hi) = ((lo - zo) as f32, (hi - zo) as f32);
         for (d, &v) in out.iter_mut().zip(x) {
-            *d = requant(v as i32 - qi.zp, s, qo.zp, lo, hi) as i8;
+            *d = requant_vec(v as i32 - zi, s, zo, lo, hi) as i8;
         }
-    });
+    }
+    let s = qi.scale / qo.scale;
+    multiversion(|| each(x, qi.zp, s, qo.zp, lo, hi, out));
 }
 
 /// XNNPACK's per-row parameters of dynamic quantization over `[min, max]` (extended to 0):
@@ -240,6 +250,40 @@ pub fn binary(
         let q = (r * inv).round_ties_even() + qo.zp as f32;
         (q.clamp(lo as f32, hi as f32)) as i8
     };
+    if sa == so && sb == so && !matches!(op, BinaryOp::Div | BinaryOp::Prelu) {
+        /// Same result as `f` (clamped before rounding; the bounds are integers) in a loop
+        /// that vectorizes.
+        #[inline(always)]
+        #[allow(clippy::too_many_arguments)]
+        fn each(
+            out: &mut [i8],
+            a: &[i8],
+            b: &[i8],
+            (qa, qb): (Q, Q),
+            inv: f32,
+            zo: i32,
+            (lo, hi): (i32, i32),
+            op: impl Fn(f32, f32) -> f32,
+        ) {
+            let (lo, hi) = ((lo - zo) as f32, (hi - zo) as f32);
+            for ((d, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                let (xa, yb) = (
+                    (x as i32 - qa.zp) as f32 * qa.scale,
+                    (y as i32 - qb.zp) as f32 * qb.scale,
+                );
+                *d = round_small((op(xa, yb) * inv).min(hi).max(lo)).wrapping_add(zo) as i8;
+            }
+        }
+        let (o, q, z, l) = (&mut out[..n], (qa, qb), qo.zp, (lo, hi));
+        multiversion(|| match op {
+            BinaryOp::Add => each(o, a, b, q, inv, z, l, |x, y| x + y),
+            BinaryOp::Sub => each(o, a, b, q, inv, z, l, |x, y| x - y),
+            BinaryOp::Mul => each(o, a, b, q, inv, z, l, |x, y| x * y),
+            BinaryOp::Min => each(o, a, b, q, inv, z, l, f32::min),
+            _ => each(o, a, b, q, inv, z, l, f32::max),
+        });
+        return Ok(());
+    }
     if sa == so && sb == so {
         multiversion(|| {
             for ((d, &x), &y) in out[..n].iter_mut().zip(a).zip(b) {
@@ -289,12 +333,14 @@ pub fn binary(
     Ok(())
 }
 
-/// Depthwise convolution weights for int8: `w[tap][c]` widened to i32, i32 biases, and the
+/// Depthwise convolution weights for int8: `w[tap][c]` widened to i16, i32 biases, and the
 /// requantization scale per output channel.
 pub struct QDwWeights {
     pub win: Window,
     pub channels: usize,
-    pub w: Vec<i32>,
+    pub w: Vec<i16>,
+    /// The same filter widened to i32 (the AVX-512 kernel loads it without converting).
+    pub w32: Vec<i32>,
     pub bias: Vec<i32>,
     pub scale: Vec<f32>,
     pub qi: Q,
@@ -317,6 +363,94 @@ fn taps(o: usize, stride: usize, dil: usize, pad: usize, k: usize, len: usize) -
     (lo, hi)
 }
 
+/// XNNPACK's fp32 requantization of one sum, written so that loops of it vectorize: the
+/// scaled sum is clamped to the output range (relative to the zero point; the bounds are
+/// integers, so clamping before rounding gives what rounding first gives), rounded to nearest
+/// even with the 1.5·2²³ trick (exact for |v| < 2²²), then shifted by the zero point.
+/// Equal to [`requant`] for every input (`requant_matches_reference` below).
+#[inline(always)]
+fn requant_vec(acc: i32, scale: f32, zp: i32, lo: f32, hi: f32) -> i32 {
+    // min first: a NaN becomes the upper bound, as in `requant` (and XNNPACK's min_ps).
+    let f = (acc as f32 * scale).min(hi).max(lo);
+    round_small(f).wrapping_add(zp)
+}
+
+/// Rounds to nearest even and converts, for |v| < 2²²: adding 1.5·2²³ rounds (in the
+/// default rounding mode) and leaves the integer in the low mantissa bits. Integer-only after
+/// the add, so loops of it vectorize (a float → int `as` cast does not, here).
+#[inline(always)]
+fn round_small(v: f32) -> i32 {
+    const MAGIC: f32 = 12_582_912.0;
+    ((v + MAGIC).to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32)
+}
+
+/// The output position range whose tap `t` (at `t·dil − pad` from `o·stride`) lies in
+/// `0..len`, within `0..out_len`.
+fn valid_outputs(
+    t: usize,
+    stride: usize,
+    dil: usize,
+    pad: usize,
+    len: usize,
+    out_len: usize,
+) -> (usize, usize) {
+    let off = t * dil;
+    // o·stride + off ≥ pad  and  o·stride + off − pad < len
+    let lo = pad.saturating_sub(off).div_ceil(stride);
+    let hi = if off >= pad + len {
+        0
+    } else {
+        (pad + len - off).div_ceil(stride)
+    };
+    (lo.min(out_len), hi.min(out_len).max(lo.min(out_len)))
+}
+
+/// One output row of the int8 depthwise convolution: sums in `acc` (i32, `ow · c`), taps
+/// applied row by row over every valid output position at once, then requantized.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn depthwise_row(
+    wt: &QDwWeights,
+    g: &Geom,
+    x: &[i8],
+    b: usize,
+    oy: usize,
+    acc: &mut [i32],
+    orow: &mut [i8],
+) {
+    let (c, win) = (g.c, &wt.win);
+    let zp = wt.qi.zp as i16;
+    for (ox, a) in acc.chunks_exact_mut(c).enumerate() {
+        let _ = ox;
+        a.copy_from_slice(&wt.bias[..c]);
+    }
+    let (ky0, ky1) = taps(oy, win.sh, win.dh, win.pad_top, win.kh, g.ih);
+    for ky in ky0..ky1 {
+        let y = oy * win.sh + ky * win.dh - win.pad_top;
+        let xrow = &x[(b * g.ih + y) * g.iw * c..][..g.iw * c];
+        for kx in 0..win.kw {
+            let (o0, o1) = valid_outputs(kx, win.sw, win.dw, win.pad_left, g.iw, g.ow);
+            let w = &wt.w[(ky * win.kw + kx) * c..][..c];
+            for ox in o0..o1 {
+                let xx = ox * win.sw + kx * win.dw - win.pad_left;
+                let xs = &xrow[xx * c..][..c];
+                let a = &mut acc[ox * c..][..c];
+                for ((a, &xv), &wv) in a.iter_mut().zip(xs).zip(w) {
+                    // |x − zp| ≤ 255 and |w| ≤ 128: the product fits in i16 (zero points are
+                    // checked to be int8 at preparation; wrapping keeps hostile ones panic-free).
+                    *a += (xv as i16).wrapping_sub(zp).wrapping_mul(wv) as i32;
+                }
+            }
+        }
+    }
+    let (lo, hi) = ((wt.lo - wt.qo.zp) as f32, (wt.hi - wt.qo.zp) as f32);
+    for (o, a) in orow.chunks_exact_mut(c).zip(acc.chunks_exact(c)) {
+        for ((d, &v), &sc) in o.iter_mut().zip(a).zip(&wt.scale[..c]) {
+            *d = requant_vec(v, sc, wt.qo.zp, lo, hi) as i8;
+        }
+    }
+}
+
 /// int8 depthwise convolution (multiplier 1) over NHWC `x` into `out`.
 pub fn depthwise(
     par: &dyn Parallel,
@@ -330,12 +464,16 @@ pub fn depthwise(
         || x.len() < g.n * g.ih * g.iw * c
         || out.len() < g.n * g.oh * g.ow * c
         || wt.w.len() < wt.win.kh * wt.win.kw * c
+        || wt.w32.len() < wt.win.kh * wt.win.kw * c
+        || wt.bias.len() < c
+        || wt.scale.len() < c
+        || wt.win.sw == 0
+        || wt.win.sh == 0
     {
         return Err(KernelError::invalid(
             "quantized depthwise operands too short",
         ));
     }
-    let win = &wt.win;
     let row_len = g.ow * c;
     let rows = g.n * g.oh;
     if row_len == 0 || rows == 0 {
@@ -343,43 +481,109 @@ pub fn depthwise(
     }
     let per = (8192 / row_len).max(1);
     let out = &mut out[..rows * row_len];
-    for_chunks_mut(par, out, per * row_len, 1, &|k, o| {
-        multiversion(|| {
-            let mut acc = [0i32; 256];
+    #[cfg(target_arch = "x86_64")]
+    if pteron_kernels_cpu::simd::level() == pteron_kernels_cpu::simd::Level::Avx512 {
+        // Valid horizontal taps of every output column, computed once.
+        let win = &wt.win;
+        let cols: Vec<(usize, usize)> = (0..g.ow)
+            .map(|ox| taps(ox, win.sw, win.dw, win.pad_left, win.kw, g.iw))
+            .collect();
+        for_chunks_mut(par, out, per * row_len, 1, &|k, o| {
             for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
                 let row = k * per + r;
-                let (b, oy) = (row / g.oh, row % g.oh);
-                let (ky0, ky1) = taps(oy, win.sh, win.dh, win.pad_top, win.kh, g.ih);
-                for ox in 0..g.ow {
-                    let (kx0, kx1) = taps(ox, win.sw, win.dw, win.pad_left, win.kw, g.iw);
-                    let mut c0 = 0;
-                    while c0 < c {
-                        let cn = (c - c0).min(acc.len());
-                        let acc = &mut acc[..cn];
-                        acc.copy_from_slice(&wt.bias[c0..c0 + cn]);
-                        for ky in ky0..ky1 {
-                            let y = oy * win.sh + ky * win.dh - win.pad_top;
-                            for kx in kx0..kx1 {
-                                let xx = ox * win.sw + kx * win.dw - win.pad_left;
-                                let xs = &x[((b * g.ih + y) * g.iw + xx) * c + c0..][..cn];
-                                let ws = &wt.w[(ky * win.kw + kx) * c + c0..][..cn];
-                                for ((a, &xv), &wv) in acc.iter_mut().zip(xs).zip(ws) {
-                                    *a += (xv as i32 - wt.qi.zp) * wv;
-                                }
-                            }
-                        }
-                        let dst = &mut orow[ox * c + c0..ox * c + c0 + cn];
-                        let sc = &wt.scale[c0..c0 + cn];
-                        for ((d, &a), &s) in dst.iter_mut().zip(acc.iter()).zip(sc) {
-                            *d = requant(a, s, wt.qo.zp, wt.lo, wt.hi) as i8;
-                        }
-                        c0 += cn;
-                    }
-                }
+                // Safety: the CPU has AVX-512 (checked above); operand lengths were checked
+                // at the top of `depthwise`.
+                unsafe { avx512::depthwise_row(wt, &g, x, row / g.oh, row % g.oh, &cols, orow) };
+            }
+        });
+        return Ok(());
+    }
+    for_chunks_mut(par, out, per * row_len, 1, &|k, o| {
+        let mut acc = vec![0i32; row_len];
+        multiversion(|| {
+            for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
+                let row = k * per + r;
+                depthwise_row(wt, &g, x, row / g.oh, row % g.oh, &mut acc, orow);
             }
         })
     });
     Ok(())
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use core::arch::x86_64::*;
+
+    use super::{taps, Geom, QDwWeights};
+
+    /// One output row of the int8 depthwise convolution, 16 channels at a time with the sums
+    /// of every tap in a register: widen x to i32, subtract the zero point, multiply by the
+    /// widened filter, add; then XNNPACK's fp32 requantization (convert, scale, clamp, round
+    /// to nearest even by the default rounding mode, add the zero point) and a narrowing
+    /// store.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F/BW/VL; `x`, `wt` and `orow` must hold the sizes `g` and
+    /// `wt.win` imply (checked by `depthwise`), `cols` the valid taps of every column.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub unsafe fn depthwise_row(
+        wt: &QDwWeights,
+        g: &Geom,
+        x: &[i8],
+        b: usize,
+        oy: usize,
+        cols: &[(usize, usize)],
+        orow: &mut [i8],
+    ) {
+        let (c, win) = (g.c, &wt.win);
+        let (ky0, ky1) = taps(oy, win.sh, win.dh, win.pad_top, win.kh, g.ih);
+        let zp = _mm512_set1_epi32(wt.qi.zp);
+        let zo = _mm512_set1_epi32(wt.qo.zp);
+        let lo = _mm512_set1_ps((wt.lo - wt.qo.zp) as f32);
+        let hi = _mm512_set1_ps((wt.hi - wt.qo.zp) as f32);
+        for (ox, &(kx0, kx1)) in cols.iter().enumerate().take(g.ow) {
+            let mut c0 = 0;
+            while c0 < c {
+                let n = (c - c0).min(16);
+                let m: __mmask16 = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
+                // Safety: `m` covers channels c0..c0 + n < c of each slice below.
+                unsafe {
+                    let mut acc =
+                        _mm512_maskz_loadu_epi32(m, wt.bias.as_ptr().add(c0) as *const i32);
+                    for ky in ky0..ky1 {
+                        let y = oy * win.sh + ky * win.dh - win.pad_top;
+                        let xrow = x.as_ptr().add((b * g.ih + y) * g.iw * c + c0);
+                        let wrow = wt.w32.as_ptr().add(ky * win.kw * c + c0);
+                        for kx in kx0..kx1 {
+                            let xx = ox * win.sw + kx * win.dw - win.pad_left;
+                            let xv = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(
+                                m,
+                                xrow.add(xx * c) as *const i8,
+                            ));
+                            let wv = _mm512_maskz_loadu_epi32(m, wrow.add(kx * c));
+                            acc = _mm512_add_epi32(
+                                acc,
+                                _mm512_mullo_epi32(_mm512_sub_epi32(xv, zp), wv),
+                            );
+                        }
+                    }
+                    let sc = _mm512_maskz_loadu_ps(m, wt.scale.as_ptr().add(c0));
+                    // min first: NaN → upper bound, as `requant`.
+                    let f = _mm512_max_ps(
+                        _mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), sc), hi),
+                        lo,
+                    );
+                    let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), zo);
+                    _mm512_mask_cvtepi32_storeu_epi8(
+                        orow.as_mut_ptr().add(ox * c + c0) as *mut i8,
+                        m,
+                        q,
+                    );
+                }
+                c0 += n;
+            }
+        }
+    }
 }
 
 /// int8 max pooling (same parameters in and out), clamped to `lo..=hi`.
@@ -478,4 +682,149 @@ pub fn global_mean(
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pteron_core::INLINE;
+
+    #[test]
+    fn requant_matches_reference() {
+        let mut state = 0x1234_5678u32;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        for _ in 0..200_000 {
+            let acc = (next() as i32) >> (next() % 24);
+            let scale = f32::from_bits(0x3000_0000 + (next() % 0x0C00_0000));
+            let zp = (next() % 256) as i32 - 128;
+            let (qmin, qmax) = if next() % 2 == 0 {
+                (-128, 127)
+            } else {
+                (zp, 100.max(zp))
+            };
+            let want = requant(acc, scale, zp, qmin, qmax);
+            let got = requant_vec(acc, scale, zp, (qmin - zp) as f32, (qmax - zp) as f32);
+            assert_eq!(
+                got, want,
+                "acc {acc} scale {scale:e} zp {zp} [{qmin}, {qmax}]"
+            );
+        }
+        // Ties round to even.
+        for acc in -20..20 {
+            assert_eq!(
+                requant_vec(acc, 0.5, 0, -128.0, 127.0),
+                requant(acc, 0.5, 0, -128, 127)
+            );
+        }
+    }
+
+    /// The direct sum of every tap, as XNNPACK defines it.
+    fn naive(wt: &QDwWeights, g: &Geom, x: &[i8]) -> Vec<i8> {
+        let w = &wt.win;
+        let mut out = vec![0i8; g.n * g.oh * g.ow * g.c];
+        for b in 0..g.n {
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    for ch in 0..g.c {
+                        let mut acc = wt.bias[ch];
+                        for ky in 0..w.kh {
+                            for kx in 0..w.kw {
+                                let y = (oy * w.sh + ky * w.dh) as isize - w.pad_top as isize;
+                                let xx = (ox * w.sw + kx * w.dw) as isize - w.pad_left as isize;
+                                if y < 0 || xx < 0 || y >= g.ih as isize || xx >= g.iw as isize {
+                                    continue;
+                                }
+                                let xv =
+                                    x[((b * g.ih + y as usize) * g.iw + xx as usize) * g.c + ch];
+                                acc += (xv as i32 - wt.qi.zp)
+                                    * wt.w[(ky * w.kw + kx) * g.c + ch] as i32;
+                            }
+                        }
+                        out[((b * g.oh + oy) * g.ow + ox) * g.c + ch] =
+                            requant(acc, wt.scale[ch], wt.qo.zp, wt.lo, wt.hi) as i8;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn depthwise_matches_naive() {
+        let mut seed = 7u32;
+        let mut next = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            seed >> 8
+        };
+        // (c, ih, iw, k, stride, dilation, pads t/l/b/r)
+        let cases = [
+            (16, 9, 9, 3, 1, 1, [1, 1, 1, 1]),
+            (24, 10, 7, 3, 2, 1, [0, 1, 1, 0]),
+            (5, 8, 8, 5, 1, 2, [4, 4, 4, 4]),
+            (33, 6, 11, 3, 3, 1, [2, 0, 0, 2]),
+            (64, 4, 4, 1, 1, 1, [0, 0, 0, 0]),
+        ];
+        for (c, ih, iw, k, s, d, p) in cases {
+            let win = Window {
+                pad_top: p[0],
+                pad_left: p[1],
+                pad_bottom: p[2],
+                pad_right: p[3],
+                kh: k,
+                kw: k,
+                sh: s,
+                sw: s,
+                dh: d,
+                dw: d,
+            };
+            let oh = (ih + p[0] + p[2] - (k - 1) * d - 1) / s + 1;
+            let ow = (iw + p[1] + p[3] - (k - 1) * d - 1) / s + 1;
+            let g = Geom {
+                n: 2,
+                ih,
+                iw,
+                oh,
+                ow,
+                c,
+            };
+            let w: Vec<i16> = (0..k * k * c)
+                .map(|_| (next() % 256) as i16 - 128)
+                .collect();
+            let wt = QDwWeights {
+                win,
+                channels: c,
+                w32: w.iter().map(|&v| v as i32).collect(),
+                w,
+                bias: (0..c).map(|_| (next() % 20000) as i32 - 10000).collect(),
+                scale: (0..c)
+                    .map(|_| 1e-4 + (next() % 1000) as f32 * 1e-6)
+                    .collect(),
+                qi: Q {
+                    scale: 0.1,
+                    zp: (next() % 256) as i32 - 128,
+                },
+                qo: Q {
+                    scale: 0.2,
+                    zp: (next() % 256) as i32 - 128,
+                },
+                lo: -120,
+                hi: 110,
+            };
+            let x: Vec<i8> = (0..2 * ih * iw * c)
+                .map(|_| (next() % 256) as u8 as i8)
+                .collect();
+            let mut out = vec![0i8; 2 * oh * ow * c];
+            depthwise(&INLINE, &wt, g, &x, &mut out).unwrap();
+            assert_eq!(
+                out,
+                naive(&wt, &g, &x),
+                "case c{c} {ih}x{iw} k{k} s{s} d{d} {p:?}"
+            );
+        }
+    }
 }
