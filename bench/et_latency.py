@@ -81,8 +81,8 @@ def time_et(pte: Path, inputs, repeat: int, warmup: int):
     return statistics.median(times) * 1e3, statistics.median(cpu) * 1e3
 
 
-def time_pteron(binary: str, name: str, threads: int, repeat: int) -> float:
-    d = OUT / name
+def time_pteron(binary: str, name: str, threads: int, repeat: int, root: Path = OUT) -> float:
+    d = root / name
     args = [binary, "run", str(d / "model.pte"), "--threads", str(threads), "--repeat", str(repeat)]
     for i in range(len(list(d.glob("input*.npy")))):
         args += ["-i", str(d / f"input{i}.npy")]
@@ -104,9 +104,20 @@ def main() -> None:
     ap.add_argument("--no-portable", action="store_true", help="skip ExecuTorch's portable program")
     ap.add_argument("--pteron", help="path of the pteron binary to time alongside")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument(
+        "--same-file",
+        metavar="DIR",
+        help="instead: for every model directory in DIR (model.pte lowered to XNNPACK, input*.npy; "
+        "e.g. tools/export/out/xnnpack_full from export_xnnpack.py --full), time ExecuTorch's XNNPACK "
+        "and pteron's XNNPACK backend on that same file",
+    )
     args = ap.parse_args()
 
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+
+    if args.same_file:
+        same_file(args, Path(args.same_file), _unsafe_reset_threadpool)
+        return
 
     results = {}
     for name in args.models:
@@ -137,6 +148,38 @@ def main() -> None:
                 if n == 1:
                     line += f", thread CPU {p[1] / x[1]:.2f}x"
                 print(line)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+
+
+def same_file(args, root: Path, reset_threadpool) -> None:
+    """ExecuTorch's XNNPACK and pteron's XNNPACK backend on the same XNNPACK-lowered files."""
+    results = {}
+    for d in sorted(p for p in root.iterdir() if (p / "model.pte").exists()):
+        n_in = len(list(d.glob("input*.npy")))
+        inputs = [torch.from_numpy(np.load(d / f"input{i}.npy")) for i in range(n_in)]
+        rows = {}
+        for _ in range(args.rounds):
+            for n in args.threads:
+                reset_threadpool(n)
+                rows.setdefault(f"executorch-xnnpack/{n}", []).append(time_et(d / "model.pte", inputs, args.repeat, 3))
+                if args.pteron:
+                    rows.setdefault(f"pteron-xnnpack/{n}", []).append(
+                        time_pteron(args.pteron, d.name, n, args.repeat, root)
+                    )
+        med = {k: [statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)] for k, v in rows.items()}
+        results[d.name] = med
+        print(f"== {d.name} (same XNNPACK .pte; medians over {args.rounds} rounds x {args.repeat} runs; ms)")
+        print(f"   {'engine/threads':<26} {'wall':>10} {'thread CPU':>12}")
+        for k, (w, c) in med.items():
+            print(f"   {k:<26} {w:10.2f} {c:12.2f}")
+        if args.pteron:
+            for n in args.threads:
+                p, x = med[f"pteron-xnnpack/{n}"], med[f"executorch-xnnpack/{n}"]
+                line = f"   pteron / executorch, {n} thread(s): wall {p[0] / x[0]:.2f}x"
+                if n == 1:
+                    line += f", thread CPU {p[1] / x[1]:.2f}x"
+                print(line, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 

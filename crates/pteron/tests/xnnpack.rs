@@ -55,6 +55,26 @@ fn max_error(got: &Tensor, want: &Tensor) -> (f64, f64) {
     (err, scale)
 }
 
+/// For deep models with dynamically quantized activations (`_8da8w`, `_8da4w`, `_dq8`; not
+/// the small committed fixtures, which match exactly): each activation row is re-quantized
+/// from float values computed outside the integer kernels (layer norm, softmax, …), so a
+/// float difference of one ulp can move a quantized value by a step, and that propagates
+/// through the layers. There the bound is the spread ExecuTorch itself shows against eager
+/// PyTorch on the same quantized model (`et_vs_eager_max_abs` in meta.json).
+fn dynamic_spread(dir: &Path, name: &str, output: usize) -> f64 {
+    let dynamic = ["_8da8w", "_8da4w", "_dq8"].iter().any(|m| name.ends_with(m));
+    if !dynamic || dir.starts_with(fixtures_dir()) {
+        return 0.0;
+    }
+    let Ok(text) = std::fs::read_to_string(dir.join("meta.json")) else {
+        return 0.0;
+    };
+    let meta: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    meta["et_vs_eager_max_abs"][format!("base/out{output}")]
+        .as_f64()
+        .unwrap_or(0.0)
+}
+
 struct Case {
     inputs: Vec<Tensor>,
     expected: Vec<Tensor>,
@@ -115,9 +135,10 @@ fn run_in(root: &Path, name: &str, options: MethodOptions) -> Vec<f64> {
             } else {
                 1e-4
             };
+            let bound = (tol * scale).max(dynamic_spread(&dir, name, k));
             assert!(
-                err <= tol * scale,
-                "{name} output {k}: max abs error {err:e} over {tol} × {scale}"
+                err <= bound,
+                "{name} output {k}: max abs error {err:e} over {bound:e} (scale {scale:e})"
             );
         }
     }
