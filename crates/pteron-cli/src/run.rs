@@ -328,9 +328,14 @@ fn print_profile(p: &pteron::Profiler, runs: usize, sites: usize) {
             .flops_per_second()
             .map(|f| format!("{:9.1}", f / 1e9))
             .unwrap_or_default();
-        let best = r.best_total.as_secs_f64() * 1e3 / runs as f64;
+        // Delegate calls are not kernel call sites: no per-site minimum.
+        let best = if r.best_total.is_zero() {
+            "-".to_string()
+        } else {
+            format!("{:.3}", r.best_total.as_secs_f64() * 1e3 / runs as f64)
+        };
         println!(
-            "{:<48} {:>7} {:>12.3} {:>6.1}% {rate:>9} {best:>12.3}",
+            "{:<48} {:>7} {:>12.3} {:>6.1}% {rate:>9} {best:>12}",
             r.op,
             r.calls / runs as u64,
             ms,

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use pteron_core::INLINE;
 use pteron_xnnpack::graph::Window;
-use pteron_xnnpack::kernels::quant::{depthwise, requantize, QDwWeights, Q};
+use pteron_xnnpack::kernels::quant::{depthwise, quantize_rows, requantize, QDwWeights, Q};
 use pteron_xnnpack::kernels::spatial::Geom;
 
 fn best(mut f: impl FnMut()) -> f64 {
@@ -85,4 +85,9 @@ fn main() {
     println!("clamp (same params) {n}: {:8.1} us", t * 1e6);
     let t = best(|| requantize(&x, qi, qo, -128, 127, &mut out));
     println!("requantize {n}: {:8.1} us", t * 1e6);
+    let (rows, k) = (128, 1536);
+    let xf: Vec<f32> = (0..rows * k).map(|i| ((i * 7919) % 1000) as f32 / 100.0 - 5.0).collect();
+    let (mut q, mut sc, mut zp) = (vec![0i8; rows * k], vec![0f32; rows], vec![0i32; rows]);
+    let t = best(|| quantize_rows(&xf, k, &mut q, &mut sc, &mut zp));
+    println!("dynamic quantization {rows}x{k}: {:8.1} us", t * 1e6);
 }

@@ -133,6 +133,30 @@ pub fn qd8_params(min: f32, max: f32) -> (f32, i32) {
     (mult, zp)
 }
 
+/// Smallest and largest value (NaNs ignored), 16 lanes at a time so that it vectorizes.
+#[inline(always)]
+fn min_max(x: &[f32]) -> (f32, f32) {
+    let (mut lo, mut hi) = ([f32::INFINITY; 16], [f32::NEG_INFINITY; 16]);
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        let Ok(c) = <&[f32; 16]>::try_from(c) else {
+            continue;
+        };
+        for i in 0..16 {
+            lo[i] = lo[i].min(c[i]);
+            hi[i] = hi[i].max(c[i]);
+        }
+    }
+    for &v in chunks.remainder() {
+        lo[0] = if v < lo[0] { v } else { lo[0] };
+        hi[0] = if v > hi[0] { v } else { hi[0] };
+    }
+    (
+        lo.iter().fold(f32::INFINITY, |a, &b| a.min(b)),
+        hi.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)),
+    )
+}
+
 /// Dynamic quantization of the rows of `x`: int8 values, and each row's scale and zero point.
 pub fn quantize_rows(x: &[f32], row: usize, out: &mut [i8], scales: &mut [f32], zps: &mut [i32]) {
     if row == 0 {
@@ -140,18 +164,17 @@ pub fn quantize_rows(x: &[f32], row: usize, out: &mut [i8], scales: &mut [f32], 
     }
     let rows = x.chunks_exact(row).zip(out.chunks_exact_mut(row));
     for ((xr, or), (s, z)) in rows.zip(scales.iter_mut().zip(zps.iter_mut())) {
-        let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
-        for &v in xr {
-            lo = lo.min(v);
-            hi = hi.max(v);
-        }
+        let (lo, hi) = multiversion(|| min_max(xr));
         let (mult, zp) = qd8_params(lo, hi);
-        multiversion(|| {
+        #[inline(always)]
+        fn each(or: &mut [i8], xr: &[f32], mult: f32, zp: i32) {
+            // Clamped before rounding (integer bounds: same result; NaN → the upper bound).
+            let (lo, hi) = ((-128 - zp) as f32, (127 - zp) as f32);
             for (d, &v) in or.iter_mut().zip(xr) {
-                let f = (v * mult).min((127 - zp) as f32);
-                *d = (f.round_ties_even() as i32 + zp).clamp(-128, 127) as i8;
+                *d = round_small((v * mult).min(hi).max(lo)).wrapping_add(zp) as i8;
             }
-        });
+        }
+        multiversion(|| each(or, xr, mult, zp));
         *s = 1.0 / mult;
         *z = zp;
     }
