@@ -23,8 +23,11 @@ What it does:
    and optionally as JSON.
 
 Engines: pteron (the `pteron run` CLI on the portable .pte; release build), pteron-xnnpack
-(the CLI on the XNNPACK .pte, once pteron can run it), et-portable, et-xnnpack (ExecuTorch's
-Python runtime, `executorch.runtime`, threads set with `_unsafe_reset_threadpool`), ort
+(the CLI on the XNNPACK .pte, through pteron's own XNNPACK backend), et-portable, et-xnnpack
+(ExecuTorch's Python runtime, `executorch.runtime`, threads set with
+`_unsafe_reset_threadpool`), et-cpp (ExecuTorch's C++ runtime on the XNNPACK .pte:
+bench/et_runner.cpp built with g++ against the wheel's own headers and libraries; the fair
+peak-RSS and load-time reference, since the Python engines carry the interpreter), ort
 (ONNX Runtime, intra-op threads), torch (PyTorch eager, `torch.set_num_threads`).
 """
 
@@ -47,7 +50,7 @@ EXPORT = REPO / "tools" / "export"
 OUT = EXPORT / "out"
 
 DEFAULT_MODELS = ["mobilenet_v2", "all_minilm_l6_v2"]
-ENGINES = ["pteron", "pteron-xnnpack", "et-portable", "et-xnnpack", "ort", "torch"]
+ENGINES = ["pteron", "pteron-xnnpack", "et-portable", "et-xnnpack", "et-cpp", "ort", "torch"]
 
 
 # --------------------------------------------------------------------------
@@ -237,11 +240,34 @@ def parse_pteron(out: str) -> Dict[str, Any]:
     return rep
 
 
+def build_et_runner() -> Path:
+    """bench/et_runner.cpp compiled against the executorch wheel's own headers and libraries
+    (ExecuTorch's C++ runtime with its XNNPACK backend, no Python in the process)."""
+    import executorch
+
+    et = Path(executorch.__file__).resolve().parent
+    out = OUT / "et_runner"
+    src = HERE / "et_runner.cpp"
+    if out.exists() and out.stat().st_mtime > src.stat().st_mtime:
+        return out
+    print("[build] bench/et_runner.cpp (g++)", flush=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    cmd = ["g++", "-O2", "-std=c++17", "-DC10_USING_CUSTOM_GENERATED_MACROS", "-DET_EVENT_TRACER_ENABLED"]
+    cmd += [f"-I{et / 'include'}", f"-I{et / 'include/executorch/runtime/core/portable_type/c10'}"]
+    cmd += [str(src), f"-L{et / 'lib'}", "-lexecutorch", "-Wl,--no-as-needed", "-lexecutorch_backend_xnnpack"]
+    cmd += ["-lexecutorch_kernels_optimized", "-lexecutorch_threadpool", f"-Wl,-rpath,{et / 'lib'}", "-o", str(out)]
+    subprocess.run(cmd, check=True)
+    return out
+
+
 def measure(args, engine: str, name: str, threads: int, binary: Path, has_threads: bool) -> Dict[str, Any]:
     """Runs one engine in a fresh process; returns its report plus peak RSS (bytes)."""
     if engine.startswith("pteron"):
         pte = "model.pte" if engine == "pteron" else "model_xnnpack.pte"
         cmd = pteron_cmd(binary, name, pte, threads, args.warmup, args.iters, has_threads)
+    elif engine == "et-cpp":
+        cmd = [str(args.et_runner), str(model_dir(name) / "model_xnnpack.pte"), str(args.warmup + args.iters), str(threads)]
+        cmd += [str(f) for f in input_files(name)]
     else:
         cmd = [sys.executable, __file__, "--worker", engine, name, str(threads), str(args.warmup), str(args.iters)]
     env = dict(os.environ)
@@ -253,7 +279,7 @@ def measure(args, engine: str, name: str, threads: int, binary: Path, has_thread
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         return {"error": out.strip().splitlines()[-1][:300] if out.strip() else f"exit {p.returncode}"}
-    if engine.startswith("pteron"):
+    if engine.startswith("pteron") or engine == "et-cpp":
         rep = parse_pteron(out)
     else:
         rep = json.loads(out.strip().splitlines()[-1])
@@ -350,9 +376,10 @@ def main() -> int:
     for name in args.models:
         ensure_exports(
             name,
-            want_xnnpack=any(e in args.engines for e in ("et-xnnpack", "pteron-xnnpack")),
+            want_xnnpack=any(e in args.engines for e in ("et-xnnpack", "pteron-xnnpack", "et-cpp")),
             want_onnx="ort" in args.engines,
         )
+    args.et_runner = build_et_runner() if "et-cpp" in args.engines else None
     binary = build_pteron(args.pteron) if any(e.startswith("pteron") for e in args.engines) else Path("pteron")
     has_threads = False
     if any(e.startswith("pteron") for e in args.engines):
