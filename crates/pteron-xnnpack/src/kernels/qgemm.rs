@@ -31,6 +31,15 @@ pub struct QWeights {
     pub blocksum: Vec<i32>,
     /// Inputs per block (a multiple of 4), 0 when not blockwise.
     pub block: usize,
+    /// Blockwise sums panel by panel: `[(p·blocks + b)·16 + jj]` (the one-row path reads them
+    /// with the weights instead of gathering them).
+    pbsum: Vec<i32>,
+    /// Blockwise scales panel by panel, as `pbsum` (set by `set_block_scales`; empty until).
+    pscale: Vec<f32>,
+    /// 4-bit weights (`new_int4`): `data`'s 64 bytes of panel `p`, quad `q` as 32 bytes at
+    /// `(p·quads + q)·32`, byte `i` holding `w + 8` of byte `i` (low nibble) and of byte
+    /// `i + 32` (high nibble). The one-row path streams these: half the bytes per token.
+    nib: Vec<u8>,
 }
 
 impl QWeights {
@@ -67,6 +76,12 @@ impl QWeights {
                 }
             }
         }
+        let mut pbsum = vec![0i32; panels * blocks * NR];
+        for j in 0..n {
+            for b in 0..blocks {
+                pbsum[((j / NR) * blocks + b) * NR + j % NR] = blocksum[j * blocks + b];
+            }
+        }
         Ok(QWeights {
             n,
             k,
@@ -75,11 +90,57 @@ impl QWeights {
             colsum,
             blocksum,
             block,
+            pbsum,
+            pscale: Vec::new(),
+            nib: Vec::new(),
         })
     }
 
+    /// As `new`, for values in -8..=7, also kept as packed nibbles for the one-row path.
+    pub fn new_int4(
+        n: usize,
+        k: usize,
+        block: usize,
+        at: impl Fn(usize, usize) -> i8,
+    ) -> Result<Self, KernelError> {
+        let mut w = Self::new(n, k, block, &at)?;
+        if w.data.iter().any(|&v| !(-8..=7).contains(&v)) {
+            return Err(KernelError::invalid("4-bit weight out of range"));
+        }
+        let mut nib = vec![0u8; w.data.len() / 2];
+        for (src, dst) in w.data.chunks_exact(64).zip(nib.chunks_exact_mut(32)) {
+            for i in 0..32 {
+                dst[i] = ((src[i] + 8) as u8) | (((src[i + 32] + 8) as u8) << 4);
+            }
+        }
+        w.nib = nib;
+        Ok(w)
+    }
+
+    /// Keeps blockwise scales (`[j·blocks + b]`, as the epilogue takes them) panel by panel
+    /// for the one-row path.
+    pub fn set_block_scales(&mut self, scale: &[f32]) -> Result<(), KernelError> {
+        if self.block == 0 {
+            return Ok(());
+        }
+        let blocks = self.k / self.block;
+        if scale.len() < self.n * blocks {
+            return Err(KernelError::invalid("block scales too short"));
+        }
+        let mut ps = vec![0f32; self.n.div_ceil(NR) * blocks * NR];
+        for j in 0..self.n {
+            for b in 0..blocks {
+                ps[((j / NR) * blocks + b) * NR + j % NR] = scale[j * blocks + b];
+            }
+        }
+        self.pscale = ps;
+        Ok(())
+    }
+
     pub fn bytes(&self) -> usize {
-        self.data.len() + (self.colsum.len() + self.blocksum.len()) * 4
+        self.data.len()
+            + self.nib.len()
+            + (self.colsum.len() + self.blocksum.len() + self.pbsum.len() + self.pscale.len()) * 4
     }
 }
 
@@ -180,6 +241,19 @@ pub fn qgemm(
         _ => {}
     }
     let vnni = has_vnni();
+    // One row (decoding): a product over the output panels, in parallel, streaming each
+    // weight once (4-bit weights as nibbles).
+    let one_row = vnni
+        && m == 1
+        && matches!(epi, Epilogue::Dequant { .. })
+        && (w.block == 0 || w.pscale.len() == w.pbsum.len());
+    let out = match out {
+        Out::F32(o) if one_row => {
+            gemv(par, a, w, epi, &mut o[..w.n]);
+            return Ok(());
+        }
+        other => other,
+    };
     // Tasks: blocks of MR-row tiles (whole output rows, so that tasks own disjoint rows).
     let run_rows = |r0: usize, o: Out<'_>| {
         let rows = match &o {
@@ -215,6 +289,25 @@ pub fn qgemm(
         }
     }
     Ok(())
+}
+
+/// Panels per task of the one-row product (about 64 KiB of int8 weights per task at k 1024).
+const GEMV_PANELS: usize = 4;
+
+/// `out[0 .. n] = epilogue(a[0 .. 4·quads] · Wᵀ)` for one row with a `Dequant` epilogue;
+/// the caller checked the operands (`qgemm`) and that the CPU has VNNI.
+fn gemv(par: &dyn Parallel, a: &[u8], w: &QWeights, epi: &Epilogue<'_>, out: &mut [f32]) {
+    for_chunks_mut(par, out, GEMV_PANELS * NR, 1, &|t, c| {
+        #[cfg(target_arch = "x86_64")]
+        // Safety: `qgemm` checked AVX-512 F/BW/VNNI (`has_vnni`), that `a` holds one row of
+        // 4·quads bytes and the epilogue's lengths; `c` is columns t·GEMV_PANELS·NR.. of the
+        // output.
+        unsafe {
+            x86::gemv(a, w, epi, t * GEMV_PANELS, c)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (a, w, epi, t, c);
+    });
 }
 
 fn has_vnni() -> bool {
@@ -316,6 +409,115 @@ fn scalar_rows(
 mod x86 {
     use super::{Epilogue, Out, QWeights, MR, NR};
     use core::arch::x86_64::*;
+
+    /// The 64 weight bytes of panel `p`, quad `q` (from nibbles for 4-bit weights).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    unsafe fn wquad(w: &QWeights, p: usize, q: usize) -> __m512i {
+        let i = p * w.quads + q;
+        if w.nib.is_empty() {
+            // Safety (caller): quad q < quads of panel p lies inside `data` (64 bytes).
+            unsafe { _mm512_loadu_si512(w.data.as_ptr().add(i * NR * 4) as *const _) }
+        } else {
+            // Safety (caller): as above; `nib` holds 32 bytes per quad.
+            let v = unsafe { _mm256_loadu_si256(w.nib.as_ptr().add(i * 32) as *const _) };
+            let m = _mm256_set1_epi8(0x0F);
+            let lo = _mm256_and_si256(v, m);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m);
+            let u = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+            _mm512_sub_epi8(u, _mm512_set1_epi8(8))
+        }
+    }
+
+    /// Sum of `a[4q ..]` · panel `p` over quads `q0 .. q1`, two independent chains.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    unsafe fn dot(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m512i {
+        let (mut x, mut y) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        let mut q = q0;
+        while q + 2 <= q1 {
+            // Safety (caller): 4·q1 ≤ 4·quads bytes of `a`; quads < quads of panel p.
+            unsafe {
+                let a0 = _mm512_set1_epi32(core::ptr::read_unaligned(a.add(q * 4) as *const i32));
+                let a1 =
+                    _mm512_set1_epi32(core::ptr::read_unaligned(a.add(q * 4 + 4) as *const i32));
+                x = _mm512_dpbusd_epi32(x, a0, wquad(w, p, q));
+                y = _mm512_dpbusd_epi32(y, a1, wquad(w, p, q + 1));
+            }
+            q += 2;
+        }
+        if q < q1 {
+            // Safety: as above.
+            unsafe {
+                let a0 = _mm512_set1_epi32(core::ptr::read_unaligned(a.add(q * 4) as *const i32));
+                x = _mm512_dpbusd_epi32(x, a0, wquad(w, p, q));
+            }
+        }
+        _mm512_add_epi32(x, y)
+    }
+
+    /// Columns of panels `p0 ..` into `o` (whole panels; the last may be partial) for one
+    /// row with a `Dequant` epilogue, the same arithmetic as `rows`.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VNNI; `a` holds 4·quads bytes; the epilogue's slices are as `qgemm`
+    /// checks them; blockwise weights have `pscale`; `o` lies inside columns `p0·16 .. n`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mut [f32]) {
+        let Epilogue::Dequant {
+            rows,
+            zps,
+            scale,
+            bias,
+            lo,
+            hi,
+        } = epi
+        else {
+            return;
+        };
+        let (s_row, zp) = (_mm512_set1_ps(rows[0]), zps[0] + 128);
+        let zpv = _mm512_set1_epi32(zp);
+        let (lov, hiv) = (_mm512_set1_ps(*lo), _mm512_set1_ps(*hi));
+        let blocks = if w.block == 0 { 1 } else { w.k / w.block };
+        let bq = if w.block == 0 { w.quads } else { w.block / 4 };
+        let ap = a.as_ptr();
+        for (i, oc) in o.chunks_mut(NR).enumerate() {
+            let p = p0 + i;
+            let c0 = p * NR;
+            let nv = oc.len();
+            let mask: __mmask16 = if nv == NR { !0 } else { (1u16 << nv) - 1 };
+            let bv = match bias {
+                Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
+                None => _mm512_setzero_ps(),
+            };
+            let y = if w.block == 0 {
+                // Safety: quads 0 .. quads of panel p (p < panels since `o` lies before n).
+                let acc = unsafe { dot(ap, w, p, 0, w.quads) };
+                let cs = _mm512_maskz_loadu_epi32(mask, w.colsum[c0..].as_ptr());
+                let corr = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zpv, cs));
+                let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
+                _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(corr), s_row), sv, bv)
+            } else {
+                let mut facc = _mm512_setzero_ps();
+                for b in 0..blocks {
+                    // Safety: block b's quads lie in panel p; pbsum/pscale hold
+                    // panels·blocks·16 values.
+                    unsafe {
+                        let acc = dot(ap, w, p, b * bq, (b + 1) * bq);
+                        let at = (p * blocks + b) * NR;
+                        let bsv = _mm512_loadu_si512(w.pbsum.as_ptr().add(at) as *const _);
+                        let scv = _mm512_loadu_ps(w.pscale.as_ptr().add(at));
+                        let corr = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zpv, bsv));
+                        facc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), scv, facc);
+                    }
+                }
+                _mm512_fmadd_ps(facc, s_row, bv)
+            };
+            let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
+            // Safety: `nv` floats of `oc`.
+            unsafe { _mm512_mask_storeu_ps(oc.as_mut_ptr(), mask, y) };
+        }
+    }
 
     /// Output rows `r0 .. r0 + rows` with `vpdpbusd`.
     ///
@@ -540,6 +742,70 @@ mod tests {
                     unsafe { x86::rows(&a, kp, 0, m, &w, epi, Out::F32(&mut f2), n) };
                     assert_eq!(f1, f2, "m {m} n {n} k {k} block {block}");
                 }
+            }
+        }
+    }
+
+    /// Three "threads" run one after another: exercises the task split.
+    struct Split;
+    impl Parallel for Split {
+        fn num_threads(&self) -> usize {
+            3
+        }
+        fn parallel_for(&self, n: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+            for t in 0..n {
+                f(t..t + 1);
+            }
+        }
+    }
+
+    /// The one-row path (panels in parallel, 4-bit weights from nibbles) gives the plain
+    /// integer rows' results bit for bit.
+    #[test]
+    fn one_row_matches_scalar() {
+        if !has_vnni() {
+            return;
+        }
+        let mut seed = 0x0bad_cafe_f00d_1234u64;
+        for &(n, k, block, int4) in &[
+            (1, 4, 0, false),
+            (17, 13, 0, false),
+            (200, 64, 32, true),
+            (100, 96, 0, true),
+            (576, 576, 32, true),
+            (33, 128, 64, false),
+        ] {
+            let at = |j: usize, kk: usize| {
+                if int4 {
+                    ((j * 5 + kk * 3) % 16) as i8 - 8
+                } else {
+                    ((j * 31 + kk * 7) % 255) as i8
+                }
+            };
+            let mut w = if int4 {
+                QWeights::new_int4(n, k, block, at).unwrap()
+            } else {
+                QWeights::new(n, k, block, at).unwrap()
+            };
+            let kp = w.quads * 4;
+            let a: Vec<u8> = (0..kp).map(|_| rng(&mut seed) as u8).collect();
+            let blocks = if block == 0 { 1 } else { k / block };
+            let scale: Vec<f32> = (0..n * blocks).map(|j| 1e-3 * (1 + j % 7) as f32).collect();
+            w.set_block_scales(&scale).unwrap();
+            let fb: Vec<f32> = (0..n).map(|j| j as f32 * 0.25).collect();
+            for bias in [Some(&fb[..]), None] {
+                let epi = Epilogue::Dequant {
+                    rows: &[0.02],
+                    zps: &[-7],
+                    scale: &scale,
+                    bias,
+                    lo: -50.0,
+                    hi: 50.0,
+                };
+                let (mut f1, mut f2) = (vec![0f32; n], vec![0f32; n]);
+                scalar_rows(&a, kp, 0, 1, &w, &epi, Out::F32(&mut f1), n);
+                qgemm(&Split, &a, kp, 1, &w, &epi, Out::F32(&mut f2), n).unwrap();
+                assert_eq!(f1, f2, "n {n} k {k} block {block} int4 {int4}");
             }
         }
     }
