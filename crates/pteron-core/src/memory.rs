@@ -6,24 +6,27 @@ use alloc::vec::Vec;
 /// Alignment of every arena (enough for any SIMD load the kernels use).
 pub const ARENA_ALIGN: usize = 64;
 
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-#[repr(C, align(64))]
-struct Block([u8; ARENA_ALIGN]);
-
 /// One zero-initialised, 64-byte aligned buffer.
+///
+/// Held as 8-byte words with the aligned start found inside: the allocator hands out zeroed
+/// memory of that alignment with `calloc`, whose large blocks are fresh pages that become
+/// resident only when written (an over-aligned zeroed allocation is `memset` instead, which
+/// makes every page of every arena resident at load).
 pub struct Arena {
-    blocks: Vec<Block>,
+    words: Vec<u64>,
+    /// Byte offset of the 64-byte aligned start within `words`.
+    start: usize,
     len: usize,
 }
 
 impl Arena {
     /// Allocates `len` zeroed bytes; `None` when the allocation fails or its size overflows.
-    /// The memory comes zeroed from the allocator, so pages a method never touches are
-    /// typically never made resident.
+    /// Pages a method never writes are typically never made resident.
     pub fn new(len: usize) -> Option<Self> {
-        let n = len.checked_add(ARENA_ALIGN - 1)? / ARENA_ALIGN;
-        let blocks = bytemuck::allocation::try_zeroed_vec::<Block>(n).ok()?;
-        Some(Arena { blocks, len })
+        let n = len.checked_add(2 * ARENA_ALIGN - 1)? / 8;
+        let words = bytemuck::allocation::try_zeroed_vec::<u64>(n).ok()?;
+        let start = (words.as_ptr() as usize).wrapping_neg() % ARENA_ALIGN;
+        Some(Arena { words, start, len })
     }
     pub fn len(&self) -> usize {
         self.len
@@ -32,10 +35,10 @@ impl Arena {
         self.len == 0
     }
     pub fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.blocks)[..self.len]
+        &bytemuck::cast_slice(&self.words)[self.start..self.start + self.len]
     }
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.blocks)[..self.len]
+        &mut bytemuck::cast_slice_mut(&mut self.words)[self.start..self.start + self.len]
     }
 }
 

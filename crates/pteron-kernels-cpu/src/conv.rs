@@ -252,23 +252,30 @@ fn prepare(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError
         bias.copy_from_slice(&b[..g.cout]);
     }
     let per_out = w.len() / g.cout.max(1);
-    let mut w = w.to_vec();
-    // Fuse the consumers: a batch norm, then a clamp (or just a clamp).
+    // Fuse the consumers: a batch norm, then a clamp (or just a clamp). The batch norm's scale
+    // is applied while packing (no transient copy of the weights: freed copies stay in the
+    // allocator's heap and raise the process's resident memory).
     let mut fused = 0;
     let mut clamp = None;
     let mut next = ctx.consumer();
+    let mut scale: Option<Vec<f32>> = None;
     if let Some(bn) = &next {
-        if let Some((scale, shift)) = batch_norm_of(bn, g.cout) {
+        if let Some((sc, shift)) = batch_norm_of(bn, g.cout) {
             for co in 0..g.cout {
-                for v in &mut w[co * per_out..(co + 1) * per_out] {
-                    *v *= scale[co];
-                }
-                bias[co] = bias[co] * scale[co] + shift[co];
+                bias[co] = bias[co] * sc[co] + shift[co];
             }
+            scale = Some(sc);
             fused = 1;
             next = bn.consumer();
         }
     }
+    let w_at = |i: usize, kk: usize| -> f32 {
+        let v = w[i * per_out + kk];
+        match &scale {
+            Some(sc) => v * sc[i],
+            None => v,
+        }
+    };
     if let Some(c) = &next {
         if let Some(cl) = clamp_of(c) {
             clamp = Some(cl);
@@ -283,13 +290,13 @@ fn prepare(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError
         let Some(bytes) = dg.buffer_len().checked_mul(tasks * 4) else {
             return Ok(None);
         };
+        let w = (0..g.cout * per_out)
+            .map(|j| w_at(j / per_out, j % per_out))
+            .collect();
         (Variant::Depthwise(w), bytes)
     } else if g.groups == 1 {
         if g.pointwise() {
-            (
-                Variant::Pointwise(PackedA::new(g.cout, k, |i, kk| w[i * k + kk])),
-                0,
-            )
+            (Variant::Pointwise(PackedA::new(g.cout, k, w_at)), 0)
         } else {
             let phases = if (g.dh, g.dw) == (1, 1) && g.dw_geom().supported() {
                 g.dw_geom().buffer_len() * 4
@@ -303,10 +310,7 @@ fn prepare(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError
             else {
                 return Ok(None);
             };
-            (
-                Variant::Im2col(PackedA::new(g.cout, k, |i, kk| w[i * k + kk])),
-                bytes,
-            )
+            (Variant::Im2col(PackedA::new(g.cout, k, w_at)), bytes)
         }
     } else {
         return Ok(None);
