@@ -69,9 +69,13 @@ fn replay(inputs: &[(String, Vec<u8>)]) -> Vec<usize> {
     contained
 }
 
+/// `testdata/regressions/tokenizer/`, or the directory `PTERON_REPLAY_DIR` names (a fuzz
+/// corpus: the panics the `tokenizers` crate raised and pteron contained are then printed).
 #[test]
 fn regression_corpus() {
-    let dir = testdata().join("regressions/tokenizer");
+    let dir = std::env::var("PTERON_REPLAY_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| testdata().join("regressions/tokenizer"));
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return;
     };
