@@ -14,7 +14,9 @@ use alloc::vec::Vec;
 
 use pteron_format::{schema, DataFile, Program};
 
-use crate::backend::{BackendInit, BackendRegistry, CompileSpec, DelegateHandle, ProgramNamedData};
+use crate::backend::{
+    BackendInit, BackendRegistry, CompileSpec, DelegateHandle, NamedDataMap, ProgramNamedData,
+};
 use crate::dtype::ScalarType;
 use crate::error::{Error, KernelError, Result};
 use crate::kernel::{ArgView, Kernel, KernelContext, KernelRegistry, TensorRef};
@@ -1523,6 +1525,23 @@ fn final_graph_primary(
 }
 
 /// Looks up each delegate's backend and initialises it (payload, compile specs, named data).
+/// Named data that remembers the bytes it handed out (to release their pages after a backend
+/// packed them).
+struct RecordingNamedData<'p> {
+    inner: ProgramNamedData<'p>,
+    handed_out: core::cell::RefCell<Vec<&'p [u8]>>,
+}
+
+impl<'p> NamedDataMap<'p> for RecordingNamedData<'p> {
+    fn get(&self, key: &str) -> core::result::Result<Option<&'p [u8]>, pteron_format::FormatError> {
+        let got = self.inner.get(key)?;
+        if let (Some(b), Ok(mut log)) = (got, self.handed_out.try_borrow_mut()) {
+            log.push(b);
+        }
+        Ok(got)
+    }
+}
+
 fn init_delegates<'p>(
     src: &DataSources<'p>,
     plan: &schema::ExecutionPlan<'p>,
@@ -1531,9 +1550,12 @@ fn init_delegates<'p>(
 ) -> Result<(Vec<Box<dyn DelegateHandle + 'p>>, Vec<String>)> {
     let mut handles: Vec<Box<dyn DelegateHandle + 'p>> = Vec::new();
     let mut names = Vec::new();
-    let named = ProgramNamedData {
-        program: src.program,
-        external: src.external,
+    let named = RecordingNamedData {
+        inner: ProgramNamedData {
+            program: src.program,
+            external: src.external,
+        },
+        handed_out: core::cell::RefCell::new(Vec::new()),
     };
     let num_threads = options
         .parallel
@@ -1574,6 +1596,19 @@ fn init_delegates<'p>(
         };
         handles.push(backend.init(&init).map_err(fail)?);
         names.push(name);
+        // A backend packs what it needs at init: the payload and the named data it read may
+        // leave resident memory (pages a handle still reads fault back in).
+        if let Some(release) = src.release {
+            release.release(processed);
+            let read = named
+                .handed_out
+                .try_borrow_mut()
+                .map(|mut v| core::mem::take(&mut *v))
+                .unwrap_or_default();
+            for bytes in read {
+                release.release(bytes);
+            }
+        }
     }
     Ok((handles, names))
 }

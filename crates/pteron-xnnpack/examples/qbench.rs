@@ -86,7 +86,9 @@ fn main() {
     let t = best(|| requantize(&x, qi, qo, -128, 127, &mut out));
     println!("requantize {n}: {:8.1} us", t * 1e6);
     let (rows, k) = (128, 1536);
-    let xf: Vec<f32> = (0..rows * k).map(|i| ((i * 7919) % 1000) as f32 / 100.0 - 5.0).collect();
+    let xf: Vec<f32> = (0..rows * k)
+        .map(|i| ((i * 7919) % 1000) as f32 / 100.0 - 5.0)
+        .collect();
     let (mut q, mut sc, mut zp) = (vec![0i8; rows * k], vec![0f32; rows], vec![0i32; rows]);
     let t = best(|| quantize_rows(&xf, k, &mut q, &mut sc, &mut zp));
     println!("dynamic quantization {rows}x{k}: {:8.1} us", t * 1e6);

@@ -56,26 +56,37 @@ impl Shape {
 }
 
 /// 64-byte aligned bytes (so that every element type can be viewed in place).
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-#[repr(C, align(64))]
-struct Block([u8; 64]);
-
-#[derive(Clone, Default)]
+///
+/// Held as 8-byte words with the aligned start found inside: zeroed words come from `calloc`,
+/// whose large blocks are fresh pages, resident only once written (a 64-byte aligned zeroed
+/// allocation is filled with zeros instead, making every page resident at once).
+#[derive(Default)]
 pub struct Buf {
-    blocks: Vec<Block>,
+    words: Vec<u64>,
+    /// Byte offset of the aligned start within `words`.
+    start: usize,
     len: usize,
+}
+
+impl Clone for Buf {
+    fn clone(&self) -> Self {
+        // The copy's allocation has its own alignment: find its aligned start again.
+        let mut b = Self::zeroed(self.len).unwrap_or_default();
+        if b.len == self.len {
+            b.bytes_mut().copy_from_slice(self.bytes());
+        }
+        b
+    }
 }
 
 impl Buf {
     /// `len` zero bytes; an error (not an abort) when the memory cannot be had.
     pub fn zeroed(len: usize) -> Result<Self, KernelError> {
-        let n = len.div_ceil(64);
-        let mut blocks = Vec::new();
-        blocks
-            .try_reserve_exact(n)
-            .map_err(|_| KernelError::unsupported(format!("cannot allocate {len} bytes")))?;
-        blocks.resize(n, Block([0; 64]));
-        Ok(Buf { blocks, len })
+        let err = || KernelError::unsupported(format!("cannot allocate {len} bytes"));
+        let n = len.checked_add(127).ok_or_else(err)? / 8;
+        let words = bytemuck::allocation::try_zeroed_vec::<u64>(n).map_err(|_| err())?;
+        let start = (words.as_ptr() as usize).wrapping_neg() % 64;
+        Ok(Buf { words, start, len })
     }
     pub fn from_bytes(b: &[u8]) -> Result<Self, KernelError> {
         let mut s = Self::zeroed(b.len())?;
@@ -89,10 +100,15 @@ impl Buf {
         self.len
     }
     pub fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.blocks)[..self.len]
+        bytemuck::cast_slice(&self.words)
+            .get(self.start..self.start + self.len)
+            .unwrap_or(&[])
     }
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.blocks)[..self.len]
+        let (a, b) = (self.start, self.start + self.len);
+        bytemuck::cast_slice_mut(&mut self.words)
+            .get_mut(a..b)
+            .unwrap_or(&mut [])
     }
     pub fn f32(&self) -> &[f32] {
         bytemuck::cast_slice(&self.bytes()[..self.len / 4 * 4])
