@@ -505,7 +505,10 @@ pub fn depthwise(
     let per = (8192 / row_len).max(1);
     let out = &mut out[..rows * row_len];
     #[cfg(target_arch = "x86_64")]
-    if pteron_kernels_cpu::simd::level() == pteron_kernels_cpu::simd::Level::Avx512 {
+    // (The AVX-512 row kernel keeps up to 16 filter rows.)
+    if pteron_kernels_cpu::simd::level() == pteron_kernels_cpu::simd::Level::Avx512
+        && wt.win.kh <= 16
+    {
         // Valid horizontal taps of every output column, computed once.
         let win = &wt.win;
         let cols: Vec<(usize, usize)> = (0..g.ow)
@@ -564,26 +567,48 @@ mod avx512 {
         let zo = _mm512_set1_epi32(wt.qo.zp);
         let lo = _mm512_set1_ps((wt.lo - wt.qo.zp) as f32);
         let hi = _mm512_set1_ps((wt.hi - wt.qo.zp) as f32);
+        let ky1 = ky1.min(ky0 + 16); // kh ≤ 16 (checked by `depthwise`)
+                                     // Rows of x for each valid kernel row, and the matching filter rows.
+        let mut xrows = [core::ptr::null::<i8>(); 16];
+        let mut wrows = [core::ptr::null::<i32>(); 16];
+        for (j, ky) in (ky0..ky1).enumerate() {
+            let y = oy * win.sh + ky * win.dh - win.pad_top;
+            // Safety: y < ih (`taps`), so the row lies inside x; the filter row inside w32.
+            unsafe {
+                xrows[j] = x.as_ptr().add((b * g.ih + y) * g.iw * c);
+                wrows[j] = wt.w32.as_ptr().add(ky * win.kw * c);
+            }
+        }
+        let nrows = ky1 - ky0;
+        let full = c / 16 * 16;
         for (ox, &(kx0, kx1)) in cols.iter().enumerate().take(g.ow) {
+            let base = ox * win.sw;
             let mut c0 = 0;
             while c0 < c {
                 let n = (c - c0).min(16);
                 let m: __mmask16 = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
-                // Safety: `m` covers channels c0..c0 + n < c of each slice below.
+                // Safety: channels c0..c0 + n < c of rows inside x, w32, bias, scale and orow
+                // (full vectors only below `full`; the tail is masked).
                 unsafe {
                     let mut acc =
                         _mm512_maskz_loadu_epi32(m, wt.bias.as_ptr().add(c0) as *const i32);
-                    for ky in ky0..ky1 {
-                        let y = oy * win.sh + ky * win.dh - win.pad_top;
-                        let xrow = x.as_ptr().add((b * g.ih + y) * g.iw * c + c0);
-                        let wrow = wt.w32.as_ptr().add(ky * win.kw * c + c0);
+                    for j in 0..nrows {
+                        let (xr, wr) = (xrows[j].add(c0), wrows[j].add(c0));
                         for kx in kx0..kx1 {
-                            let xx = ox * win.sw + kx * win.dw - win.pad_left;
-                            let xv = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(
-                                m,
-                                xrow.add(xx * c) as *const i8,
-                            ));
-                            let wv = _mm512_maskz_loadu_epi32(m, wrow.add(kx * c));
+                            let xx = base + kx * win.dw - win.pad_left;
+                            let (xv, wv) = if c0 < full {
+                                (
+                                    _mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                        xr.add(xx * c) as *const __m128i
+                                    )),
+                                    _mm512_loadu_si512(wr.add(kx * c) as *const __m512i),
+                                )
+                            } else {
+                                (
+                                    _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, xr.add(xx * c))),
+                                    _mm512_maskz_loadu_epi32(m, wr.add(kx * c)),
+                                )
+                            };
                             acc = _mm512_add_epi32(
                                 acc,
                                 _mm512_mullo_epi32(_mm512_sub_epi32(xv, zp), wv),
