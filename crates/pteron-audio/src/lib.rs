@@ -11,8 +11,10 @@
 
 pub mod mel;
 pub mod resample;
+pub mod transcribe;
 pub mod vad;
 pub mod wav;
+pub mod whisper;
 
 pub use resample::{resample, Resampler};
 pub use vad::{segments_from_probs, Segment, SegmentParams, Vad};

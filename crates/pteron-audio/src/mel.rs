@@ -43,6 +43,7 @@ impl Fft {
         let mut factors = Vec::new();
         let mut m = n;
         for p in [4, 2, 3, 5] {
+            #[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87; MSRV 1.80
             while m % p == 0 && m > 1 {
                 factors.push(p);
                 m /= p;

@@ -9,6 +9,7 @@ mod generate;
 mod inspect;
 mod ops;
 mod run;
+mod transcribe;
 mod vad;
 
 #[derive(Parser)]
@@ -48,6 +49,8 @@ enum Command {
     Chat(generate::ChatArgs),
     /// Find the speech in a WAV file (Silero VAD): segments with start and end times.
     Vad(vad::VadArgs),
+    /// Transcribe a WAV file with a Whisper program (encode/decode methods).
+    Transcribe(transcribe::TranscribeArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::generate(&args),
         Command::Chat(args) => generate::chat(&args),
         Command::Vad(args) => vad::vad(&args),
+        Command::Transcribe(args) => transcribe::transcribe(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
