@@ -3,6 +3,7 @@
     /opt/etvenv/bin/python tools/export/export_speech.py vad       # Silero VAD .pte + goldens (committed)
     /opt/etvenv/bin/python tools/export/export_speech.py features  # Whisper log-mel goldens (committed)
     /opt/etvenv/bin/python tools/export/export_speech.py whisper   # Whisper tiny.en -> out/speech/whisper_tiny_en/
+    /opt/etvenv/bin/python tools/export/export_speech.py whisper-tiny  # random-weight fixture (committed)
 
 Subcommands write into testdata/speech/ (small, committed) or
 tools/export/out/speech/ (big, on demand). Every golden is produced by
@@ -259,6 +260,50 @@ def cmd_whisper(args):
     (SPEECH / "whisper_tiny_en_tokens.json").write_text(json.dumps(results, indent=1) + "\n")
 
 
+def cmd_whisper_tiny(args):
+    """A random-weight Whisper-architecture fixture (2 s window, 128-token vocabulary), committed."""
+    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = WhisperConfig(
+        vocab_size=128, num_mel_bins=80, d_model=64, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128,
+        max_source_positions=100, max_target_positions=24, pad_token_id=120, bos_token_id=120,
+        eos_token_id=120, decoder_start_token_id=121, suppress_tokens=[1, 2], begin_suppress_tokens=[120],
+        init_std=0.2,
+    )
+    hf = WhisperForConditionalGeneration(config).eval()
+    meta = whisper_sidecar(hf)
+    meta.update(no_timestamps=122, timestamp_begin=123)
+    dst = SPEECH / "whisper_tiny_random"
+    pte = export_whisper(hf, dst, meta["n_frames"])
+    (dst / "whisper.json").write_text(json.dumps(meta, indent=1) + "\n")
+    fe = WhisperFeatureExtractor(chunk_length=2)
+    audio = read_wav(SPEECH / "hello_16k.wav")[0]
+    padded = np.zeros(fe.n_samples, np.float32)
+    padded[: min(len(audio), fe.n_samples)] = audio[: fe.n_samples]
+    mel = torch.from_numpy(fe._np_extract_fbank_features(padded[None], "cpu").astype(np.float32))
+    et = EtWhisper(pte)
+    kv = et.encode(mel)
+    prompt = [meta["sot"], meta["no_timestamps"]]
+    logits = None
+    for i, t in enumerate(prompt):
+        logits = et.decode(t, i, kv)
+    tokens = greedy(et.encode, et.decode, mel, prompt, meta, 20)
+    from speech_whisper import WhisperDecoderExport, WhisperEncoderExport
+
+    with torch.no_grad():
+        eager = greedy(lambda m: WhisperEncoderExport(hf)(m),
+                       lambda t, p, k, d=WhisperDecoderExport(hf): d(torch.tensor([[t]]), torch.tensor([p]), k),
+                       mel, prompt, meta, 20)
+    np.save(dst / "mel.npy", mel[0].numpy())
+    np.save(dst / "cross_kv.npy", kv.numpy())
+    np.save(dst / "logits0.npy", logits.numpy())
+    golden = {"prompt": prompt, "tokens": tokens, "eager_tokens": eager, "clip": "hello_16k", "window_s": 2}
+    (dst / "goldens.json").write_text(json.dumps(golden) + "\n")
+    print(f"tokens {tokens} (eager {'same' if eager == tokens else eager})")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -267,6 +312,7 @@ def main():
     w = sub.add_parser("whisper", help="Whisper tiny.en: convert, check, export to tools/export/out/speech/")
     w.add_argument("--skip-export", action="store_true", help="reuse the exported model.pte")
     w.set_defaults(fn=cmd_whisper)
+    sub.add_parser("whisper-tiny", help="random-weight Whisper fixture (committed)").set_defaults(fn=cmd_whisper_tiny)
     args = p.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     args.fn(args)

@@ -240,6 +240,11 @@ impl<'a> Whisper<'a> {
         Ok(())
     }
 
+    /// The encoder's output for the current window: cross-attention K/V, row-major.
+    pub fn cross_kv(&self) -> &[f32] {
+        &self.cross
+    }
+
     /// Feeds `token` at `pos`; returns the next token's logits.
     pub fn step(&mut self, token: u32, pos: usize) -> Result<&[f32]> {
         if pos >= self.config.max_target_positions {
