@@ -1340,7 +1340,10 @@ fn plan_calls(
                     all = false;
                 }
             }
-            if all {
+            // At least one reader must have absorbed it: a call whose output no instruction
+            // reads by value may still write memory that another value aliases (the memory
+            // plan can give several values one buffer), so it stays.
+            if all && any {
                 absorbed[p] = true;
             } else if any {
                 newly_hidden.push(v);

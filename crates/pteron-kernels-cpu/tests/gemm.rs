@@ -152,6 +152,22 @@ fn threads_split_the_work_correctly() {
     }
 }
 
+/// One-row products (decode steps of LLMs and speech decoders): wide, with column tails.
+#[test]
+fn one_row_products() {
+    for l in levels() {
+        with_level(l, || {
+            for (i, &(m, n, k)) in [(1, 1063, 384), (1, 1000, 160), (2, 389, 300)]
+                .iter()
+                .enumerate()
+            {
+                check(m, n, k, &INLINE, 200 + i as u64);
+                check(m, n, k, &Scoped(2), 300 + i as u64);
+            }
+        });
+    }
+}
+
 #[test]
 fn rejects_short_operands() {
     let a = vec![0.0f32; 5];
