@@ -3429,8 +3429,12 @@ mod advisories {
                 let mut ids = vec![0i64; n];
                 ids[n - 1] = bad;
                 let bytes: Vec<u8> = ids.iter().flat_map(|v| v.to_le_bytes()).collect();
-                m.set_input_tensor(0, ScalarType::Long, &sizes, &bytes).unwrap();
-                let e = m.execute().err().unwrap_or_else(|| panic!("{file}: {bad} accepted"));
+                m.set_input_tensor(0, ScalarType::Long, &sizes, &bytes)
+                    .unwrap();
+                let e = m
+                    .execute()
+                    .err()
+                    .unwrap_or_else(|| panic!("{file}: {bad} accepted"));
                 assert!(
                     e.to_string().contains(&format!("index {bad} out of range")),
                     "{file}: {e}"
