@@ -182,11 +182,7 @@ impl<'a> Whisper<'a> {
         config: WhisperConfig,
     ) -> Result<Self> {
         let encode = program.load_method_with("encode", kernels, options.clone())?;
-        // Workaround: with load-time preparation (weight packing, absorbed permutes) the
-        // decode method of the exported Whisper tiny.en computes wrong logits (max error 10
-        // against ExecuTorch; correct without preparation and with the portable kernels).
-        // Until that is fixed in the preparation, decode runs unprepared.
-        let decode = program.load_method_with("decode", kernels, options.prepare(false))?;
+        let decode = program.load_method_with("decode", kernels, options)?;
         let mel_shape = [1, config.n_mels, config.n_frames];
         match encode.input_spec(0) {
             Some(Value::Tensor(t)) if t.info.sizes() == mel_shape && t.info.dtype() == ScalarType::Float => {}
