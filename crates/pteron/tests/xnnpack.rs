@@ -62,7 +62,9 @@ fn max_error(got: &Tensor, want: &Tensor) -> (f64, f64) {
 /// through the layers. There the bound is the spread ExecuTorch itself shows against eager
 /// PyTorch on the same quantized model (`et_vs_eager_max_abs` in meta.json).
 fn dynamic_spread(dir: &Path, name: &str, output: usize) -> f64 {
-    let dynamic = ["_8da8w", "_8da4w", "_dq8"].iter().any(|m| name.ends_with(m));
+    let dynamic = ["_8da8w", "_8da4w", "_dq8"]
+        .iter()
+        .any(|m| name.ends_with(m));
     if !dynamic || dir.starts_with(fixtures_dir()) {
         return 0.0;
     }
