@@ -245,7 +245,7 @@ def build_et_runner() -> Path:
     (ExecuTorch's C++ runtime with its XNNPACK backend, no Python in the process)."""
     import executorch
 
-    et = Path(executorch.__file__).resolve().parent
+    et = Path(list(executorch.__path__)[0]).resolve()  # a namespace package: no __file__
     out = OUT / "et_runner"
     src = HERE / "et_runner.cpp"
     if out.exists() and out.stat().st_mtime > src.stat().st_mtime:
@@ -406,7 +406,7 @@ def main() -> int:
     if args.json:
         info = {
             "machine": {"cpus": os.cpu_count(), "uname": " ".join(os.uname())},
-            "settings": {k: v for k, v in vars(args).items() if k != "json"},
+            "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "json"},
         }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({**info, "summary": summary, "runs": results}, indent=1) + "\n")
