@@ -50,7 +50,11 @@ fn greedy_tokens_match_executorch_xnnpack() {
                     prompt
                 );
                 let got = gen.greedy_ids(&prompt, n).unwrap();
-                assert_eq!(got, ids(&p["generated_ids"]), "{name}/{pname} ({threads} threads)");
+                assert_eq!(
+                    got,
+                    ids(&p["generated_ids"]),
+                    "{name}/{pname} ({threads} threads)"
+                );
                 assert_eq!(
                     tok.decode(&got, false).unwrap(),
                     p["generated_text"].as_str().unwrap()
