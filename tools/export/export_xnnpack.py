@@ -264,18 +264,13 @@ def quantized(fx: models.Fixture, mode: str) -> models.Fixture:
         gm = prepare_pt2e(gm, q)
         gm(*fx.inputs)  # calibration
         m = convert_pt2e(gm)
-    elif mode == "8da8w":
+    elif mode in ("8da8w", "8da4w"):
         from torchao.quantization import quantize_
-        from torchao.quantization.granularity import PerAxis
+        from torchao.quantization.granularity import PerAxis, PerGroup
         from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 
-        quantize_(m, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)))
-    elif mode == "8da4w":
-        from torchao.quantization import quantize_
-        from torchao.quantization.granularity import PerGroup
-        from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
-
-        quantize_(m, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+        weight_dtype, granularity = (torch.int8, PerAxis(0)) if mode == "8da8w" else (torch.int4, PerGroup(32))
+        quantize_(m, Int8DynamicActivationIntxWeightConfig(weight_dtype=weight_dtype, weight_granularity=granularity))
     else:
         raise ValueError(mode)
     return dataclasses.replace(

@@ -156,7 +156,7 @@ impl SimdOp for TaskOp<'_, '_> {
 
 #[inline(always)]
 fn task<S: Simd>(s: S, job: &Job<'_>, t: usize) {
-    let g = &job.g.clone();
+    let g = &job.g;
     let (oh, ow) = (g.oh(), g.ow());
     let (rows, pcols) = (g.rows(), g.pcols());
     let plane_len = rows * pcols;

@@ -715,7 +715,7 @@ fn resolve_indices(
         bshape = broadcast_shapes(&bshape, shape)?;
     }
     for (item, shape) in items.iter_mut().zip(&shapes[..n_items]) {
-        item.bstrides = broadcast_strides(shape, &bshape);
+        item.bstrides = broadcast_strides(shape, &bshape)?;
     }
     let xst = xt.strides();
     let mut rest = Dims::new();
@@ -769,7 +769,7 @@ fn index_put_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         )));
     }
     // Read along the result shape, these strides give each result position's offset in `values`.
-    let vst = broadcast_strides(v.sizes(), &rs);
+    let vst = broadcast_strides(v.sizes(), &rs)?;
     copy_input_to_out(ctx, 0, 4)?;
     let (vv, ov) = (ctx.value_index(2)?, ctx.value_index(4)?);
     let (ins, [mut o]) = ctx.io_values(adv.borrow_list(vv), [ov])?;

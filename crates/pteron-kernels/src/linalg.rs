@@ -287,7 +287,7 @@ fn addmm_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         "addmm",
         &[dt, sv.info.dtype(), b.info.dtype(), o.info.dtype()],
     )?;
-    let st = broadcast_strides(s.sizes(), &[n, m]);
+    let st = broadcast_strides(s.sizes(), &[n, m])?;
     fn run<T: Acc>(
         s: &[T],
         st: &[usize],

@@ -487,15 +487,15 @@ fn narrow_copy_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
 }
 
 /// Removes dim `d` from a view.
-fn remove_dim(v: &View, d: usize) -> View {
+fn remove_dim(v: &View, d: usize) -> Result<View, KernelError> {
     let mut o = View::empty();
     o.offset = v.offset;
     for k in 0..v.sizes.len() {
         if k != d {
-            o.push(v.sizes[k], v.strides[k]).expect("rank only shrinks");
+            o.push(v.sizes[k], v.strides[k])?;
         }
     }
-    o
+    Ok(o)
 }
 
 fn select_copy_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
@@ -517,7 +517,7 @@ fn select_copy_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         i += n;
     }
     let src = View::of(&x);
-    let mut v = remove_dim(&src, d);
+    let mut v = remove_dim(&src, d)?;
     v.offset = i as isize * src.strides[d];
     copy_view_out(ctx, "select_copy", 0, 3, &v)
 }
@@ -1253,7 +1253,7 @@ fn split_into(
         v.offset = start as isize * src.strides[dim];
         v.sizes.as_mut_slice()[dim] = len;
         if drop_dim {
-            v = remove_dim(&v, dim);
+            v = remove_dim(&v, dim)?;
         }
         ctx.resize_value(vi, &v.sizes)?;
         let dst = crate::util::istrides(ctx.tensor_at(vi)?);

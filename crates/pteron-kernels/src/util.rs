@@ -37,10 +37,14 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Dims, KernelError> {
 }
 
 /// Strides (in elements) to read a contiguous tensor of shape `src` as if it had the broadcast
-/// shape `out`: 0 where the dim is stretched or missing.
-pub fn broadcast_strides(src: &[usize], out: &[usize]) -> Dims {
-    let mut strides = Dims::from_slice(out).expect("out rank already checked");
-    let off = out.len() - src.len();
+/// shape `out`: 0 where the dim is stretched or missing. An error when `src` has more dims than
+/// `out` or `out` more than [`pteron_core::MAX_RANK`].
+pub fn broadcast_strides(src: &[usize], out: &[usize]) -> Result<Dims, KernelError> {
+    let mut strides = Dims::from_slice(out)?;
+    let off = out
+        .len()
+        .checked_sub(src.len())
+        .ok_or_else(|| KernelError::shape(format!("cannot broadcast {src:?} to {out:?}")))?;
     let mut stride = 1usize;
     for i in (0..out.len()).rev() {
         if i < off {
@@ -51,7 +55,7 @@ pub fn broadcast_strides(src: &[usize], out: &[usize]) -> Dims {
             stride *= s.max(1);
         }
     }
-    strides
+    Ok(strides)
 }
 
 /// Errors unless every tensor has the default (contiguous) dim order.
@@ -169,7 +173,7 @@ mod tests {
         assert_eq!(broadcast_shapes(&[], &[3]).unwrap().as_slice(), &[3]);
         assert!(broadcast_shapes(&[2], &[3]).is_err());
         assert_eq!(
-            broadcast_strides(&[4, 1], &[2, 4, 3]).as_slice(),
+            broadcast_strides(&[4, 1], &[2, 4, 3]).unwrap().as_slice(),
             &[0, 1, 0]
         );
     }
@@ -177,8 +181,8 @@ mod tests {
     #[test]
     fn strided_walk() {
         let out = [2, 3];
-        let sa = broadcast_strides(&[3], &out);
-        let sb = broadcast_strides(&[2, 1], &out);
+        let sa = broadcast_strides(&[3], &out).unwrap();
+        let sb = broadcast_strides(&[2, 1], &out).unwrap();
         let mut seen = vec![];
         for_each_strided(&out, [&sa, &sb], |lin, [a, b]| seen.push((lin, a, b)));
         assert_eq!(

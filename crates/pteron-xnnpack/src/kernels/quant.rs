@@ -61,17 +61,18 @@ pub fn quantize(par: &dyn Parallel, x: &[f32], q: Q, out: &mut [i8]) {
     let n = x.len().min(out.len());
     for_chunks_mut(par, &mut out[..n], 1 << 14, 2, &|k, o| {
         let xs = &x[k << 14..];
-        #[inline(always)]
-        fn each(o: &mut [i8], xs: &[f32], inv: f32, zp: i32) {
-            // Clamped (NaN → the upper bound, as XNNPACK's min_ps) before rounding: the bounds
-            // are integers, so this equals rounding first.
-            let (lo, hi) = ((-128 - zp) as f32, (127 - zp) as f32);
-            for (d, &v) in o.iter_mut().zip(xs) {
-                *d = round_small((v * inv).min(hi).max(lo)).wrapping_add(zp) as i8;
-            }
-        }
-        multiversion(|| each(o, xs, inv, q.zp))
+        multiversion(|| quantize_slice(o, xs, inv, q.zp))
     });
+}
+
+/// `out[i] = clamp(round(x[i] · inv) + zp)`, clamped before rounding (the bounds are integers,
+/// so this equals rounding first; NaN → the upper bound, as XNNPACK's min_ps).
+#[inline(always)]
+fn quantize_slice(out: &mut [i8], x: &[f32], inv: f32, zp: i32) {
+    let (lo, hi) = ((-128 - zp) as f32, (127 - zp) as f32);
+    for (d, &v) in out.iter_mut().zip(x) {
+        *d = round_small((v * inv).min(hi).max(lo)).wrapping_add(zp) as i8;
+    }
 }
 
 /// int8 → float: `x = scale · (q − zp)`.
@@ -166,15 +167,7 @@ pub fn quantize_rows(x: &[f32], row: usize, out: &mut [i8], scales: &mut [f32], 
     for ((xr, or), (s, z)) in rows.zip(scales.iter_mut().zip(zps.iter_mut())) {
         let (lo, hi) = multiversion(|| min_max(xr));
         let (mult, zp) = qd8_params(lo, hi);
-        #[inline(always)]
-        fn each(or: &mut [i8], xr: &[f32], mult: f32, zp: i32) {
-            // Clamped before rounding (integer bounds: same result; NaN → the upper bound).
-            let (lo, hi) = ((-128 - zp) as f32, (127 - zp) as f32);
-            for (d, &v) in or.iter_mut().zip(xr) {
-                *d = round_small((v * mult).min(hi).max(lo)).wrapping_add(zp) as i8;
-            }
-        }
-        multiversion(|| each(or, xr, mult, zp));
+        multiversion(|| quantize_slice(or, xr, mult, zp));
         *s = 1.0 / mult;
         *z = zp;
     }
@@ -428,49 +421,58 @@ fn valid_outputs(
     (lo.min(out_len), hi.min(out_len).max(lo.min(out_len)))
 }
 
-/// One output row of the int8 depthwise convolution: sums in `acc` (i32, `ow · c`), taps
-/// applied row by row over every valid output position at once, then requantized.
+/// Sums held on the stack by the portable row kernel (channels × output columns per block).
+const ROW_ACC: usize = 1024;
+
+/// One output row of the int8 depthwise convolution, in blocks of channels and output
+/// columns whose sums fit [`ROW_ACC`]: taps applied row by row over every valid output
+/// position of the block at once, then requantized.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn depthwise_row(
-    wt: &QDwWeights,
-    g: &Geom,
-    x: &[i8],
-    b: usize,
-    oy: usize,
-    acc: &mut [i32],
-    orow: &mut [i8],
-) {
+fn depthwise_row(wt: &QDwWeights, g: &Geom, x: &[i8], b: usize, oy: usize, orow: &mut [i8]) {
     let (c, win) = (g.c, &wt.win);
     let zp = wt.qi.zp as i16;
-    for (ox, a) in acc.chunks_exact_mut(c).enumerate() {
-        let _ = ox;
-        a.copy_from_slice(&wt.bias[..c]);
-    }
     let (ky0, ky1) = taps(oy, win.sh, win.dh, win.pad_top, win.kh, g.ih);
-    for ky in ky0..ky1 {
-        let y = oy * win.sh + ky * win.dh - win.pad_top;
-        let xrow = &x[(b * g.ih + y) * g.iw * c..][..g.iw * c];
-        for kx in 0..win.kw {
-            let (o0, o1) = valid_outputs(kx, win.sw, win.dw, win.pad_left, g.iw, g.ow);
-            let w = &wt.w[(ky * win.kw + kx) * c..][..c];
-            for ox in o0..o1 {
-                let xx = ox * win.sw + kx * win.dw - win.pad_left;
-                let xs = &xrow[xx * c..][..c];
-                let a = &mut acc[ox * c..][..c];
-                for ((a, &xv), &wv) in a.iter_mut().zip(xs).zip(w) {
-                    // |x − zp| ≤ 255 and |w| ≤ 128: the product fits in i16 (zero points are
-                    // checked to be int8 at preparation; wrapping keeps hostile ones panic-free).
-                    *a += (xv as i16).wrapping_sub(zp).wrapping_mul(wv) as i32;
+    let (lo, hi) = ((wt.lo - wt.qo.zp) as f32, (wt.hi - wt.qo.zp) as f32);
+    let mut acc = [0i32; ROW_ACC];
+    let mut c0 = 0;
+    while c0 < c {
+        let cn = (c - c0).min(ROW_ACC);
+        let nb = ROW_ACC / cn;
+        let mut ox0 = 0;
+        while ox0 < g.ow {
+            let ox1 = (ox0 + nb).min(g.ow);
+            let acc = &mut acc[..(ox1 - ox0) * cn];
+            for a in acc.chunks_exact_mut(cn) {
+                a.copy_from_slice(&wt.bias[c0..c0 + cn]);
+            }
+            for ky in ky0..ky1 {
+                let y = oy * win.sh + ky * win.dh - win.pad_top;
+                let xrow = &x[(b * g.ih + y) * g.iw * c..][..g.iw * c];
+                for kx in 0..win.kw {
+                    let (o0, o1) = valid_outputs(kx, win.sw, win.dw, win.pad_left, g.iw, g.ow);
+                    let w = &wt.w[(ky * win.kw + kx) * c + c0..][..cn];
+                    for ox in o0.max(ox0)..o1.min(ox1) {
+                        let xx = ox * win.sw + kx * win.dw - win.pad_left;
+                        let xs = &xrow[xx * c + c0..][..cn];
+                        let a = &mut acc[(ox - ox0) * cn..][..cn];
+                        for ((a, &xv), &wv) in a.iter_mut().zip(xs).zip(w) {
+                            // |x − zp| ≤ 255 and |w| ≤ 128: the product fits in i16 (zero
+                            // points are checked to be int8 at preparation; wrapping keeps
+                            // hostile ones panic-free).
+                            *a += (xv as i16).wrapping_sub(zp).wrapping_mul(wv) as i32;
+                        }
+                    }
                 }
             }
+            for (ox, a) in (ox0..ox1).zip(acc.chunks_exact(cn)) {
+                let o = &mut orow[ox * c + c0..][..cn];
+                for ((d, &v), &sc) in o.iter_mut().zip(a).zip(&wt.scale[c0..c0 + cn]) {
+                    *d = requant_vec(v, sc, wt.qo.zp, lo, hi) as i8;
+                }
+            }
+            ox0 = ox1;
         }
-    }
-    let (lo, hi) = ((wt.lo - wt.qo.zp) as f32, (wt.hi - wt.qo.zp) as f32);
-    for (o, a) in orow.chunks_exact_mut(c).zip(acc.chunks_exact(c)) {
-        for ((d, &v), &sc) in o.iter_mut().zip(a).zip(&wt.scale[..c]) {
-            *d = requant_vec(v, sc, wt.qo.zp, lo, hi) as i8;
-        }
+        c0 += cn;
     }
 }
 
@@ -509,27 +511,21 @@ pub fn depthwise(
     if pteron_kernels_cpu::simd::level() == pteron_kernels_cpu::simd::Level::Avx512
         && wt.win.kh <= 16
     {
-        // Valid horizontal taps of every output column, computed once.
-        let win = &wt.win;
-        let cols: Vec<(usize, usize)> = (0..g.ow)
-            .map(|ox| taps(ox, win.sw, win.dw, win.pad_left, win.kw, g.iw))
-            .collect();
         for_chunks_mut(par, out, per * row_len, 1, &|k, o| {
             for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
                 let row = k * per + r;
                 // Safety: the CPU has AVX-512 (checked above); operand lengths were checked
                 // at the top of `depthwise`.
-                unsafe { avx512::depthwise_row(wt, &g, x, row / g.oh, row % g.oh, &cols, orow) };
+                unsafe { avx512::depthwise_row(wt, &g, x, row / g.oh, row % g.oh, orow) };
             }
         });
         return Ok(());
     }
     for_chunks_mut(par, out, per * row_len, 1, &|k, o| {
-        let mut acc = vec![0i32; row_len];
         multiversion(|| {
             for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
                 let row = k * per + r;
-                depthwise_row(wt, &g, x, row / g.oh, row % g.oh, &mut acc, orow);
+                depthwise_row(wt, &g, x, row / g.oh, row % g.oh, orow);
             }
         })
     });
@@ -550,7 +546,7 @@ mod avx512 {
     ///
     /// # Safety
     /// The CPU must have AVX-512F/BW/VL; `x`, `wt` and `orow` must hold the sizes `g` and
-    /// `wt.win` imply (checked by `depthwise`), `cols` the valid taps of every column.
+    /// `wt.win` imply (checked by `depthwise`).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     pub unsafe fn depthwise_row(
         wt: &QDwWeights,
@@ -558,7 +554,6 @@ mod avx512 {
         x: &[i8],
         b: usize,
         oy: usize,
-        cols: &[(usize, usize)],
         orow: &mut [i8],
     ) {
         let (c, win) = (g.c, &wt.win);
@@ -581,7 +576,8 @@ mod avx512 {
         }
         let nrows = ky1 - ky0;
         let full = c / 16 * 16;
-        for (ox, &(kx0, kx1)) in cols.iter().enumerate().take(g.ow) {
+        for ox in 0..g.ow {
+            let (kx0, kx1) = taps(ox, win.sw, win.dw, win.pad_left, win.kw, g.iw);
             let base = ox * win.sw;
             let mut c0 = 0;
             while c0 < c {
@@ -736,6 +732,7 @@ pub fn global_mean(
 mod tests {
     use super::*;
     use pteron_core::INLINE;
+    use pteron_kernels_cpu::simd::{with_level, Level};
 
     #[test]
     fn requant_matches_reference() {
@@ -816,6 +813,7 @@ mod tests {
             (5, 8, 8, 5, 1, 2, [4, 4, 4, 4]),
             (33, 6, 11, 3, 3, 1, [2, 0, 0, 2]),
             (64, 4, 4, 1, 1, 1, [0, 0, 0, 0]),
+            (1030, 4, 5, 3, 1, 1, [1, 1, 1, 1]),
         ];
         for (c, ih, iw, k, s, d, p) in cases {
             let win = Window {
@@ -866,13 +864,16 @@ mod tests {
             let x: Vec<i8> = (0..2 * ih * iw * c)
                 .map(|_| (next() % 256) as u8 as i8)
                 .collect();
-            let mut out = vec![0i8; 2 * oh * ow * c];
-            depthwise(&INLINE, &wt, g, &x, &mut out).unwrap();
-            assert_eq!(
-                out,
-                naive(&wt, &g, &x),
-                "case c{c} {ih}x{iw} k{k} s{s} d{d} {p:?}"
-            );
+            let want = naive(&wt, &g, &x);
+            // Every SIMD level this CPU has (the AVX-512 row kernel and the portable one).
+            for level in [Level::Avx512, Level::Avx2, Level::Portable] {
+                let mut out = vec![0i8; 2 * oh * ow * c];
+                with_level(level, || depthwise(&INLINE, &wt, g, &x, &mut out)).unwrap();
+                assert_eq!(
+                    out, want,
+                    "case c{c} {ih}x{iw} k{k} s{s} d{d} {p:?} {level:?}"
+                );
+            }
         }
     }
 }
