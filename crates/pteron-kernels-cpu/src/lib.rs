@@ -10,6 +10,7 @@
 //! everywhere (see [`simd`]). Work is split over the method's threads through
 //! [`pteron_core::Parallel`].
 
+pub mod attention;
 pub mod conv;
 pub mod copy;
 pub mod dwconv;
@@ -62,6 +63,7 @@ pub(crate) fn register_over(r: &mut KernelRegistry, name: &str, kernel: Kernel) 
 pub fn register(r: &mut KernelRegistry) {
     // Built now, so that falling back never allocates at run time.
     let _ = portable();
+    attention::register(r);
     conv::register(r);
     copy::register(r);
     elementwise::register(r);

@@ -25,7 +25,7 @@
 use half::{bf16, f16};
 use pteron_core::{
     ArgAccess, ArgView, DtypeSet, Element, Kernel, KernelContext, KernelError, KernelRegistry,
-    ScalarType, TensorInfo,
+    Parallel, ScalarType, TensorInfo,
 };
 
 use crate::util::require_contiguous;
@@ -307,19 +307,82 @@ fn check_sdpa_with_kv_cache(a: &ArgView) -> Result<(), KernelError> {
 
 /// Shapes and options of one attention call, validated against the tensors.
 #[derive(Clone, Copy, Debug)]
-struct Attn {
-    batch: usize,
-    q_len: usize,
-    heads: usize,
-    kv_heads: usize,
-    dim: usize,
+pub struct Attn {
+    pub batch: usize,
+    pub q_len: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub dim: usize,
     /// Rows of the caches (the row stride of a batch).
-    kv_rows: usize,
+    pub kv_rows: usize,
     /// Keys scored: `start + q_len` without a mask, every cache row with one.
-    num_keys: usize,
-    start: usize,
-    causal: bool,
-    scale: f32,
+    pub num_keys: usize,
+    pub start: usize,
+    pub causal: bool,
+    pub scale: f32,
+}
+
+impl Attn {
+    /// Keys query row `m` attends to: `0..limit(m)`.
+    pub fn limit(&self, m: usize) -> usize {
+        if self.causal {
+            (self.start + m + 1).min(self.num_keys)
+        } else {
+            self.num_keys
+        }
+    }
+
+    /// Checks that the data slices (element counts) hold the shapes.
+    pub fn check_lens(
+        &self,
+        q: usize,
+        k: usize,
+        v: usize,
+        mask: Option<usize>,
+        out: usize,
+    ) -> Result<(), KernelError> {
+        let d = self.dim;
+        let q_need = self.batch * self.q_len * self.heads * d;
+        let kv_need = self.batch * self.kv_rows * self.kv_heads * d;
+        if q < q_need || out < q_need || k < kv_need || v < kv_need {
+            return Err(KernelError::invalid(
+                "sdpa: tensor data shorter than its shape",
+            ));
+        }
+        if mask.is_some_and(|m| m < self.q_len * self.kv_rows) {
+            return Err(KernelError::invalid(
+                "sdpa: mask data shorter than its shape",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// An f32 attention implementation, for faster kernel libraries to plug into the ops with
+/// [`custom_sdpa_with`] / [`sdpa_with_kv_cache_with`]: `(plan, threads, q, k, v, mask, out)`,
+/// layouts as in [`attend_f32`].
+pub type AttendF32 = fn(
+    &Attn,
+    &dyn Parallel,
+    &[f32],
+    &[f32],
+    &[f32],
+    Option<&[f32]>,
+    &mut [f32],
+) -> Result<(), KernelError>;
+
+/// The reference f32 attention (single-threaded): `k`/`v` `[batch, kv_rows, kv_heads, dim]`,
+/// `mask` `[q_len, kv_rows]` (additive), `q`/`out` `[batch, q_len, heads, dim]`.
+pub fn attend_f32(
+    at: &Attn,
+    _par: &dyn Parallel,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    mask: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    attend(at, q, k, v, mask, out)
 }
 
 fn plan_attention<'p>(
@@ -421,30 +484,13 @@ fn attend<T: Real>(
 ) -> Result<(), KernelError> {
     let d = at.dim;
     let reps = at.heads / at.kv_heads;
-    let q_need = at.batch * at.q_len * at.heads * d;
-    let kv_need = at.batch * at.kv_rows * at.kv_heads * d;
-    if q.len() < q_need || out.len() < q_need || k.len() < kv_need || v.len() < kv_need {
-        return Err(KernelError::invalid(
-            "sdpa: tensor data shorter than its shape",
-        ));
-    }
-    if let Some(m) = mask {
-        if m.len() < at.q_len * at.kv_rows {
-            return Err(KernelError::invalid(
-                "sdpa: mask data shorter than its shape",
-            ));
-        }
-    }
+    at.check_lens(q.len(), k.len(), v.len(), mask.map(|m| m.len()), out.len())?;
     let mut scores = [0f32; KV_BLOCK];
     let mut acc = [0f32; MAX_HEAD_DIM];
     let acc = &mut acc[..d];
     for b in 0..at.batch {
         for m in 0..at.q_len {
-            let limit = if at.causal {
-                (at.start + m + 1).min(at.num_keys)
-            } else {
-                at.num_keys
-            };
+            let limit = at.limit(m);
             let mask_row = mask.map(|mk| &mk[m * at.kv_rows..(m + 1) * at.kv_rows]);
             for h in 0..at.heads {
                 let hk = h / reps;
@@ -513,8 +559,11 @@ fn attend<T: Real>(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_attention(
     at: &Attn,
+    par: &dyn Parallel,
+    f32_attend: AttendF32,
     q: pteron_core::TensorRef<'_>,
     k: &[u8],
     v: &[u8],
@@ -529,8 +578,9 @@ fn run_attention(
         bytemuck::try_cast_slice(b).map_err(|_| KernelError::Misaligned { dtype: T::DTYPE })
     }
     match q.info.dtype() {
-        ScalarType::Float => attend::<f32>(
+        ScalarType::Float => f32_attend(
             at,
+            par,
             q.as_slice()?,
             cast(k)?,
             cast(v)?,
@@ -558,20 +608,34 @@ fn run_attention(
 }
 
 fn custom_sdpa_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    custom_sdpa_with(ctx, attend_f32)
+}
+
+/// `llama::custom_sdpa.out` with `f32_attend` computing float32 calls (others: the reference).
+pub fn custom_sdpa_with(ctx: &mut KernelContext, f32_attend: AttendF32) -> Result<(), KernelError> {
     let p = &CUSTOM_SDPA;
     let (at, has_mask) = plan_attention("custom_sdpa", ctx, p)?;
     let qs = ctx.tensor(p.q)?.dims();
     ctx.resize(p.out, &qs)?;
+    let par = ctx.parallel();
     if has_mask {
         let ([q, k, v, m], [mut o]) = ctx.io([p.q, p.k, p.v, p.mask], [p.out])?;
-        run_attention(&at, q, k.bytes, v.bytes, Some(m), &mut o)
+        run_attention(&at, par, f32_attend, q, k.bytes, v.bytes, Some(m), &mut o)
     } else {
         let ([q, k, v], [mut o]) = ctx.io([p.q, p.k, p.v], [p.out])?;
-        run_attention(&at, q, k.bytes, v.bytes, None, &mut o)
+        run_attention(&at, par, f32_attend, q, k.bytes, v.bytes, None, &mut o)
     }
 }
 
 fn sdpa_with_kv_cache_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    sdpa_with_kv_cache_with(ctx, attend_f32)
+}
+
+/// `llama::sdpa_with_kv_cache.out` with `f32_attend` computing float32 calls.
+pub fn sdpa_with_kv_cache_with(
+    ctx: &mut KernelContext,
+    f32_attend: AttendF32,
+) -> Result<(), KernelError> {
     const OP: &str = "sdpa_with_kv_cache";
     let p = &SDPA_WITH_KV_CACHE;
     let start = start_pos(OP, ctx.int(5)?)?;
@@ -586,18 +650,30 @@ fn sdpa_with_kv_cache_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let (at, has_mask) = plan_attention(OP, ctx, p)?;
     let qs = ctx.tensor(p.q)?.dims();
     ctx.resize(p.out, &qs)?;
+    let par = ctx.parallel();
     // The caches are borrowed writable: updated in place, then read in place by the attention.
     if has_mask {
         let ([q, k, v, m], [mut kc_b, mut vc_b, mut o]) =
             ctx.io([p.q, 1, 2, p.mask], [3, 4, p.out])?;
         copy_into_cache(k.bytes, &mut kc_b.bytes, kp.size(0), kplan)?;
         copy_into_cache(v.bytes, &mut vc_b.bytes, vp.size(0), vplan)?;
-        run_attention(&at, q, kc_b.bytes, vc_b.bytes, Some(m), &mut o)
+        run_attention(
+            &at,
+            par,
+            f32_attend,
+            q,
+            kc_b.bytes,
+            vc_b.bytes,
+            Some(m),
+            &mut o,
+        )
     } else {
         let ([q, k, v], [mut kc_b, mut vc_b, mut o]) = ctx.io([p.q, 1, 2], [3, 4, p.out])?;
         copy_into_cache(k.bytes, &mut kc_b.bytes, kp.size(0), kplan)?;
         copy_into_cache(v.bytes, &mut vc_b.bytes, vp.size(0), vplan)?;
-        run_attention(&at, q, kc_b.bytes, vc_b.bytes, None, &mut o)
+        run_attention(
+            &at, par, f32_attend, q, kc_b.bytes, vc_b.bytes, None, &mut o,
+        )
     }
 }
 

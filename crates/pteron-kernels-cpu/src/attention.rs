@@ -1,0 +1,322 @@
+//! `llama::custom_sdpa` and `llama::sdpa_with_kv_cache` in float32 as blocked ("flash")
+//! attention: the scores of a block of query rows never leave the cache.
+//!
+//! A task takes up to [`Q_BLOCK`] query rows that read the same kv head (the rows of one head,
+//! or for grouped-query attention the heads sharing a kv head), copied into a packed block.
+//! Keys go in blocks of [`KV_BLOCK`] (ExecuTorch's `kv_split_size`): scores `S = Q·Kᵀ` by the
+//! GEMM micro-kernels, reading the cache in place; scale, mask and causal limit, then the
+//! online softmax with SIMD `exp` (running max and sum per row, the running output rescaled
+//! when the max grows); `O += P·V` by the GEMM. The output is `O` times the reciprocal of the
+//! sum, as ExecuTorch computes it. Tasks split over the method's threads; the buffers of a
+//! task live on its stack (nothing is allocated). Head dims over [`MAX_DIM`] and the other
+//! dtypes run the portable kernel.
+
+use core::ops::Range;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use pteron_core::{Kernel, KernelContext, KernelError, KernelRegistry, Parallel, INLINE};
+use pteron_kernels::llm::{attend_f32, custom_sdpa_with, sdpa_with_kv_cache_with, Attn};
+
+use crate::gemm::{gemm, Epilogue, GemmError, Init, MatA, MatB};
+use crate::math;
+use crate::par::SharedMut;
+use crate::register_over;
+use crate::simd::{level, run_op_at, Level, Simd, SimdOp};
+
+/// Query rows per task block.
+pub const Q_BLOCK: usize = 32;
+/// Keys per online-softmax block.
+pub const KV_BLOCK: usize = 512;
+/// The largest head dimension of the blocked path.
+pub const MAX_DIM: usize = 256;
+
+pub fn register(r: &mut KernelRegistry) {
+    register_over(r, "llama::custom_sdpa.out", Kernel::new(custom_sdpa_out));
+    register_over(
+        r,
+        "llama::sdpa_with_kv_cache.out",
+        Kernel::new(sdpa_with_kv_cache_out),
+    );
+}
+
+fn custom_sdpa_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    custom_sdpa_with(ctx, attend_blocked)
+}
+
+fn sdpa_with_kv_cache_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    sdpa_with_kv_cache_with(ctx, attend_blocked)
+}
+
+/// Blocked attention; same contract and layouts as [`attend_f32`]
+/// (`q`/`out` `[batch, q_len, heads, dim]`, `k`/`v` `[batch, kv_rows, kv_heads, dim]`,
+/// `mask` `[q_len, kv_rows]`).
+pub fn attend_blocked(
+    at: &Attn,
+    par: &dyn Parallel,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    mask: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    at.check_lens(q.len(), k.len(), v.len(), mask.map(|m| m.len()), out.len())?;
+    if at.dim == 0 || at.dim > MAX_DIM || at.kv_heads == 0 || at.heads % at.kv_heads != 0 {
+        return attend_f32(at, par, q, k, v, mask, out);
+    }
+    let reps = at.heads / at.kv_heads;
+    // Rows of one kv head: (query position, head of the group), position-major.
+    let rows = at.q_len * reps;
+    let blocks = rows.div_ceil(Q_BLOCK);
+    let items = at.batch * at.kv_heads * blocks;
+    if items == 0 {
+        return Ok(());
+    }
+    let job = Job {
+        at,
+        l: level(),
+        q,
+        k,
+        v,
+        mask,
+        out: SharedMut::new(out),
+        reps,
+        rows,
+        blocks,
+    };
+    let work = items as u64 * at.num_keys as u64 * Q_BLOCK.min(rows) as u64 * at.dim as u64;
+    let failed = AtomicBool::new(false);
+    let run = |r: Range<usize>| {
+        // ~200 KB on this thread's stack (nothing is allocated while executing).
+        let mut buf = Buffers {
+            q: [0.0; Q_BLOCK * MAX_DIM],
+            s: [0.0; Q_BLOCK * KV_BLOCK],
+            acc: [0.0; Q_BLOCK * MAX_DIM],
+            max: [0.0; Q_BLOCK],
+            sum: [0.0; Q_BLOCK],
+        };
+        for item in r {
+            if job.item(item, &mut buf).is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
+        }
+    };
+    // Small calls (decode over a short context) are not worth waking the other threads.
+    if par.num_threads() <= 1 || items == 1 || work < (1 << 18) {
+        run(0..items);
+    } else {
+        par.parallel_for(items, &run);
+    }
+    if failed.load(Ordering::Relaxed) {
+        return Err(KernelError::invalid(
+            "sdpa: a GEMM operand did not match its shape",
+        ));
+    }
+    Ok(())
+}
+
+/// One task's working set.
+struct Buffers {
+    /// Packed query rows, `[Q_BLOCK, dim]`.
+    q: [f32; Q_BLOCK * MAX_DIM],
+    /// Scores, then probabilities, `[Q_BLOCK, KV_BLOCK]`.
+    s: [f32; Q_BLOCK * KV_BLOCK],
+    /// Running output, `[Q_BLOCK, dim]`.
+    acc: [f32; Q_BLOCK * MAX_DIM],
+    /// Running max and sum of each row.
+    max: [f32; Q_BLOCK],
+    sum: [f32; Q_BLOCK],
+}
+
+struct Job<'a> {
+    at: &'a Attn,
+    l: Level,
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    mask: Option<&'a [f32]>,
+    out: SharedMut<f32>,
+    /// Query heads per kv head.
+    reps: usize,
+    /// Query rows per (batch, kv head): `q_len * reps`.
+    rows: usize,
+    /// Row blocks per (batch, kv head).
+    blocks: usize,
+}
+
+impl Job<'_> {
+    /// Offset in `q`/`out` of row `i` of (batch `b`, kv head `hk`).
+    fn row_offset(&self, b: usize, hk: usize, i: usize) -> usize {
+        let at = self.at;
+        let (m, g) = (i / self.reps, i % self.reps);
+        ((b * at.q_len + m) * at.heads + hk * self.reps + g) * at.dim
+    }
+
+    /// Attention of one block of rows.
+    fn item(&self, item: usize, buf: &mut Buffers) -> Result<(), GemmError> {
+        let at = self.at;
+        let d = at.dim;
+        let (bh, blk) = (item / self.blocks, item % self.blocks);
+        let (b, hk) = (bh / at.kv_heads, bh % at.kv_heads);
+        let r0 = blk * Q_BLOCK;
+        let nr = (self.rows - r0).min(Q_BLOCK);
+        for i in 0..nr {
+            let qo = self.row_offset(b, hk, r0 + i);
+            buf.q[i * d..(i + 1) * d].copy_from_slice(&self.q[qo..qo + d]);
+        }
+        buf.max[..nr].fill(f32::NEG_INFINITY);
+        buf.sum[..nr].fill(0.0);
+        buf.acc[..nr * d].fill(0.0);
+        // The last row sees the most keys (the causal limit grows with the position).
+        let keys = at.limit((r0 + nr - 1) / self.reps);
+        let kv_stride = at.kv_heads * d;
+        let kv_base = b * at.kv_rows * kv_stride + hk * d;
+        let mut j0 = 0;
+        while j0 < keys {
+            let n = (keys - j0).min(KV_BLOCK);
+            let kv = kv_base + j0 * kv_stride;
+            gemm(
+                &INLINE,
+                nr,
+                n,
+                d,
+                MatA::Rows {
+                    data: &buf.q[..nr * d],
+                    lda: d,
+                },
+                MatB::Cols {
+                    data: &self.k[kv..],
+                    ldb: kv_stride,
+                },
+                &mut buf.s,
+                KV_BLOCK,
+                &Epilogue::default(),
+            )?;
+            for i in 0..nr {
+                let m = (r0 + i) / self.reps;
+                let valid = at.limit(m).saturating_sub(j0).min(n);
+                let mask = self
+                    .mask
+                    .map(|mk| &mk[m * at.kv_rows + j0..m * at.kv_rows + j0 + n]);
+                let run_max = buf.max[i];
+                let (new_max, bsum) = run_op_at(
+                    self.l,
+                    RowSoftmax {
+                        row: &mut buf.s[i * KV_BLOCK..i * KV_BLOCK + n],
+                        valid,
+                        scale: at.scale,
+                        mask,
+                        run_max,
+                    },
+                );
+                if new_max == f32::NEG_INFINITY {
+                    // Every key so far masked out: nothing added (the row was zeroed).
+                    continue;
+                }
+                let corr = (run_max - new_max).exp();
+                buf.sum[i] = bsum + corr * buf.sum[i];
+                buf.max[i] = new_max;
+                if corr != 1.0 {
+                    for a in &mut buf.acc[i * d..(i + 1) * d] {
+                        *a *= corr;
+                    }
+                }
+            }
+            gemm(
+                &INLINE,
+                nr,
+                d,
+                n,
+                MatA::Rows {
+                    data: &buf.s,
+                    lda: KV_BLOCK,
+                },
+                MatB::Rows {
+                    data: &self.v[kv..],
+                    ldb: kv_stride,
+                },
+                &mut buf.acc[..nr * d],
+                d,
+                &Epilogue {
+                    init: Init::Accumulate,
+                    clamp: None,
+                },
+            )?;
+            j0 += n;
+        }
+        for i in 0..nr {
+            let qo = self.row_offset(b, hk, r0 + i);
+            // ExecuTorch multiplies by the reciprocal (no key: 0 · inf = NaN, as there).
+            let r = 1.0 / buf.sum[i];
+            // Safety: `check_lens` made `out` hold every row; each (batch, position, head)
+            // row belongs to exactly one row of one item, so no two tasks write it.
+            let o = unsafe { self.out.slice(qo..qo + d) };
+            for (x, a) in o.iter_mut().zip(&buf.acc[i * d..(i + 1) * d]) {
+                *x = a * r;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One row of a key block: scale (plus mask) the first `valid` scores, zero the rest, and
+/// replace the scores by `exp(score - new max)`, where the new max also covers `run_max`.
+/// Returns (new max, sum of the block's exps); a new max of -inf leaves the row all zero.
+struct RowSoftmax<'a> {
+    row: &'a mut [f32],
+    valid: usize,
+    scale: f32,
+    mask: Option<&'a [f32]>,
+    run_max: f32,
+}
+
+impl SimdOp for RowSoftmax<'_> {
+    type Output = (f32, f32);
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) -> (f32, f32) {
+        let l = S::LANES;
+        let (x, rest) = self.row.split_at_mut(self.valid.min(self.row.len()));
+        rest.fill(0.0);
+        let sc = s.splat(self.scale);
+        let mut mx = s.splat(f32::NEG_INFINITY);
+        let full = x.len() - x.len() % l;
+        for i in (0..full).step_by(l) {
+            let mut v = s.mul(s.ld(&x[i..]), sc);
+            if let Some(m) = self.mask {
+                v = s.add(v, s.ld(&m[i..]));
+            }
+            s.st(&mut x[i..], v);
+            mx = s.max(mx, v);
+        }
+        let mut bmax = s.reduce_max(mx);
+        for i in full..x.len() {
+            let mut t = x[i] * self.scale;
+            if let Some(m) = self.mask {
+                t += m[i];
+            }
+            x[i] = t;
+            bmax = if t > bmax { t } else { bmax };
+        }
+        let new_max = if self.run_max > bmax {
+            self.run_max
+        } else {
+            bmax
+        };
+        if new_max == f32::NEG_INFINITY {
+            x.fill(0.0);
+            return (new_max, 0.0);
+        }
+        let nm = s.splat(new_max);
+        let mut acc = s.zero();
+        for i in (0..full).step_by(l) {
+            let e = math::exp(s, s.sub(s.ld(&x[i..]), nm));
+            s.st(&mut x[i..], e);
+            acc = s.add(acc, e);
+        }
+        let mut sum = s.reduce_add(acc);
+        for v in &mut x[full..] {
+            *v = (*v - new_max).exp();
+            sum += *v;
+        }
+        (new_max, sum)
+    }
+}
