@@ -155,7 +155,7 @@ def export_whisper(hf, dst_dir, n_frames):
         kv = enc(mel)
     token, pos = torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long)
     with torch.no_grad():
-        pte = to_pte(None, None, methods={"encode": (enc, (mel,)), "decode": (dec, (token, pos, kv))})
+        pte = to_pte(None, None, methods={"encode": (enc, (mel,)), "decode": (dec, (token, pos, *kv))})
     dst_dir.mkdir(parents=True, exist_ok=True)
     (dst_dir / "model.pte").write_bytes(pte)
     print(f"{dst_dir / 'model.pte'}: {len(pte) / 1e6:.1f} MB")
@@ -174,10 +174,10 @@ class EtWhisper:
         self.decode_m = self.program.load_method("decode")
 
     def encode(self, mel):
-        return self.encode_m.execute([mel.contiguous()])[0]
+        return list(self.encode_m.execute([mel.contiguous()]))
 
     def decode(self, token, pos, kv):
-        return self.decode_m.execute([torch.tensor([[token]]), torch.tensor([pos]), kv])[0]
+        return self.decode_m.execute([torch.tensor([[token]]), torch.tensor([pos]), *kv])[0]
 
 
 def greedy(encode, decode, mel, prompt, meta, max_tokens):
@@ -243,7 +243,7 @@ def cmd_whisper(args):
             hidden = hf.model.encoder(mel).last_hidden_state
             ct2_hidden = np.array(ct2.encode(ctranslate2.StorageView.from_array(mel.numpy()), to_cpu=True))
             d_enc = float(np.abs(ct2_hidden - hidden.numpy()).max())
-            torch_tokens = greedy(lambda m: enc(m), lambda t, p, kv: dec(torch.tensor([[t]]), torch.tensor([p]), kv), mel, prompt, meta, 200)
+            torch_tokens = greedy(lambda m: enc(m), lambda t, p, kv: dec(torch.tensor([[t]]), torch.tensor([p]), *kv), mel, prompt, meta, 200)
         et_tokens = greedy(et.encode, et.decode, mel, prompt, meta, 200)
         segs, _ = fw.transcribe(audio, beam_size=1, temperature=0.0, without_timestamps=True,
                                 condition_on_previous_text=False, vad_filter=False, language="en")
@@ -294,10 +294,11 @@ def cmd_whisper_tiny(args):
 
     with torch.no_grad():
         eager = greedy(lambda m: WhisperEncoderExport(hf)(m),
-                       lambda t, p, k, d=WhisperDecoderExport(hf): d(torch.tensor([[t]]), torch.tensor([p]), k),
+                       lambda t, p, k, d=WhisperDecoderExport(hf): d(torch.tensor([[t]]), torch.tensor([p]), *k),
                        mel, prompt, meta, 20)
     np.save(dst / "mel.npy", mel[0].numpy())
-    np.save(dst / "cross_kv.npy", kv.numpy())
+    # The encoder's outputs k0, v0, k1, v1, ... stacked: [2 * layers, 1, frames/2, heads, head_dim].
+    np.save(dst / "cross_kv.npy", np.stack([t.numpy() for t in kv]))
     np.save(dst / "logits0.npy", logits.numpy())
     golden = {"prompt": prompt, "tokens": tokens, "eager_tokens": eager, "clip": "hello_16k", "window_s": 2}
     (dst / "goldens.json").write_text(json.dumps(golden) + "\n")

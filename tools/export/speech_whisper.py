@@ -5,11 +5,18 @@
 - `hf_from_ct2` builds a transformers `WhisperForConditionalGeneration` with those weights
   (CTranslate2 fuses q/k/v; Whisper's k projections have no bias, so CTranslate2's fused bias
   is zero there).
-- `WhisperEncoderExport`: mel [1, n_mels, frames] -> cross-attention keys and values of every
-  decoder layer, [layers, 2, heads, frames/2, head_dim] (computed once per 30 s window).
-- `WhisperDecoderExport`: one token per call with a static self-attention KV cache held in
-  mutable buffers (`index_copy_` at `pos`), cross K/V as an input: (token [1, 1] int64,
-  pos [1] int64, cross_kv) -> logits [1, vocab].
+- `WhisperEncoderExport`: mel [1, n_mels, frames] -> the cross-attention keys and values of
+  every decoder layer, 2 x layers tensors [1, frames/2, heads, head_dim] (k0, v0, k1, v1, ...;
+  computed once per 30 s window).
+- `WhisperDecoderExport`: one token per call, (token [1, 1] int64, pos [1] int64, k0, v0, ...)
+  -> logits [1, vocab]; the self-attention K/V of each layer in a static cache
+  [1, max_target_positions, heads, head_dim] held in mutable buffers.
+
+Attention is ExecuTorch's LLM custom ops (`executorch.extension.llm.custom_ops`), as its LLM
+recipe exports it: `llama::update_cache` writes a position's K/V into the cache in place, and
+`llama::custom_sdpa` attends over the [batch, seq, heads, head_dim] layout the projections
+produce (no transposes, no [T, T] score matrix in the graph): causal over the cache up to
+`pos` in the decoder, over every frame in the encoder and in cross attention.
 """
 
 import struct
@@ -156,11 +163,27 @@ def _conv_as_matmul(x, weight, bias, stride):
     return F.linear(cols, weight, bias)
 
 
+def _custom_ops():
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  (registers llama::*)
+
+
+def _heads(x, heads):
+    """[1, n, d] -> [1, n, heads, d / heads] (a view)."""
+    return x.view(x.shape[0], x.shape[1], heads, x.shape[2] // heads)
+
+
+def _sdpa(q, k, v, start_pos, causal):
+    """Attention of q [1, n, H, hd] over the first start_pos + n rows of k/v -> [1, n, H * hd]."""
+    o = torch.ops.llama.custom_sdpa(q, k, v, start_pos, None, 0, causal)
+    return o.reshape(o.shape[0], o.shape[1], -1)
+
+
 class WhisperEncoderExport(nn.Module):
-    """mel [1, n_mels, frames] -> cross K/V [layers, 2, heads, frames/2, head_dim]."""
+    """mel [1, n_mels, frames] -> (k0, v0, k1, v1, ...), each [1, frames/2, heads, head_dim]."""
 
     def __init__(self, hf):
         super().__init__()
+        _custom_ops()
         self.encoder = hf.model.encoder
         self.layers = hf.model.decoder.layers
         self.heads = hf.config.decoder_attention_heads
@@ -177,70 +200,58 @@ class WhisperEncoderExport(nn.Module):
         heads = self.encoder.config.encoder_attention_heads
         for layer in self.encoder.layers:
             h = layer.self_attn_layer_norm(x)
-            x = x + layer.self_attn.out_proj(_attend(layer.self_attn, h, h, heads))
+            a = layer.self_attn
+            q = _heads(a.q_proj(h), heads)
+            k = _heads(a.k_proj(h), heads)
+            v = _heads(a.v_proj(h), heads)
+            x = x + a.out_proj(_sdpa(q, k, v, 0, False))
             x = x + layer.fc2(F.gelu(layer.fc1(layer.final_layer_norm(x))))
         x = self.encoder.layer_norm(x)
-        n, d = x.shape[1], x.shape[2]
         kv = []
         for layer in self.layers:
             a = layer.encoder_attn
-            k = a.k_proj(x).view(n, self.heads, d // self.heads).transpose(0, 1)
-            v = a.v_proj(x).view(n, self.heads, d // self.heads).transpose(0, 1)
-            kv.append(torch.stack([k, v]))
-        return torch.stack(kv)
-
-
-def _attend(attn, xq, xkv, heads):
-    b, n, d = xq.shape
-    hd = d // heads
-    q = attn.q_proj(xq).view(b, n, heads, hd).transpose(1, 2)
-    k = attn.k_proj(xkv).view(b, -1, heads, hd).transpose(1, 2)
-    v = attn.v_proj(xkv).view(b, -1, heads, hd).transpose(1, 2)
-    w = torch.softmax((q * hd**-0.5) @ k.transpose(-1, -2), dim=-1)
-    return (w @ v).transpose(1, 2).reshape(b, n, d)
+            kv += [_heads(a.k_proj(x), self.heads), _heads(a.v_proj(x), self.heads)]
+        return tuple(kv)
 
 
 class WhisperDecoderExport(nn.Module):
-    """(token [1, 1], pos [1], cross_kv) -> logits [1, vocab]; self K/V cached in buffers."""
+    """(token [1, 1], pos [1], k0, v0, k1, v1, ...) -> logits [1, vocab]; self K/V cached in buffers."""
 
     def __init__(self, hf):
         super().__init__()
+        _custom_ops()
         self.decoder = hf.model.decoder
         self.proj = hf.proj_out
         c = hf.config
         self.heads = c.decoder_attention_heads
         hd = c.d_model // self.heads
         self.max_len = c.max_target_positions
-        shape = (c.decoder_layers, self.heads, self.max_len, hd)
-        self.register_buffer("k_cache", torch.zeros(shape), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(shape), persistent=False)
+        shape = (1, self.max_len, self.heads, hd)
+        for i in range(c.decoder_layers):
+            self.register_buffer(f"k_cache_{i}", torch.zeros(shape), persistent=False)
+            self.register_buffer(f"v_cache_{i}", torch.zeros(shape), persistent=False)
 
-    def forward(self, token, pos, cross_kv):
+    def forward(self, token, pos, *cross):
         d = self.decoder
         x = d.embed_tokens(token) + d.embed_positions.weight.index_select(0, pos)  # [1, 1, D]
+        start = pos[0].item()
+        torch._check_is_size(start)
+        torch._check(start < self.max_len)
         heads = self.heads
-        hd = x.shape[-1] // heads
-        # Positions after `pos` are not written yet: mask them.
-        visible = torch.arange(self.max_len) <= pos  # [T]
         for i, layer in enumerate(d.layers):
             h = layer.self_attn_layer_norm(x)
             a = layer.self_attn
-            q = a.q_proj(h).view(heads, 1, hd)
-            k = a.k_proj(h).view(heads, 1, hd)
-            v = a.v_proj(h).view(heads, 1, hd)
-            self.k_cache[i].index_copy_(1, pos, k)
-            self.v_cache[i].index_copy_(1, pos, v)
-            s = (q * hd**-0.5) @ self.k_cache[i].transpose(-1, -2)  # [H, 1, T]
-            s = torch.where(visible, s, torch.tensor(float("-inf")))
-            o = torch.softmax(s, dim=-1) @ self.v_cache[i]  # [H, 1, hd]
-            x = x + a.out_proj(o.transpose(0, 1).reshape(1, 1, heads * hd))
+            k_cache, v_cache = getattr(self, f"k_cache_{i}"), getattr(self, f"v_cache_{i}")
+            torch.ops.llama.update_cache(_heads(a.k_proj(h), heads), k_cache, start)
+            torch.ops.llama.update_cache(_heads(a.v_proj(h), heads), v_cache, start)
+            x = x + a.out_proj(_sdpa(_heads(a.q_proj(h), heads), k_cache, v_cache, start, True))
 
             h = layer.encoder_attn_layer_norm(x)
             c = layer.encoder_attn
-            q = c.q_proj(h).view(heads, 1, hd)
-            s = (q * hd**-0.5) @ cross_kv[i, 0].transpose(-1, -2)
-            o = torch.softmax(s, dim=-1) @ cross_kv[i, 1]
-            x = x + c.out_proj(o.transpose(0, 1).reshape(1, 1, heads * hd))
+            ck, cv = cross[2 * i], cross[2 * i + 1]
+            # Not causal; start_pos + 1 query row = every encoder frame.
+            o = _sdpa(_heads(c.q_proj(h), heads), ck, cv, ck.shape[1] - 1, False)
+            x = x + c.out_proj(o)
             x = x + layer.fc2(F.gelu(layer.fc1(layer.final_layer_norm(x))))
         x = d.layer_norm(x)
         return self.proj(x).view(1, -1)

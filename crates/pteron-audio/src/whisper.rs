@@ -1,11 +1,11 @@
 //! Whisper transcription on an ExecuTorch program with two methods
 //! (`tools/export/export_speech.py whisper`):
 //!
-//! - `encode`: mel [1, n_mels, n_frames] -> cross-attention keys and values of every decoder
-//!   layer, [layers, 2, heads, n_frames / 2, head_dim] — once per 30 s window;
-//! - `decode`: (token [1, 1] int64, pos [1] int64, cross K/V) -> logits [1, vocab], one token
-//!   per call; the self-attention KV cache lives in the program's mutable buffers, written at
-//!   `pos`, so a new window simply starts again at position 0.
+//! - `encode`: mel [1, n_mels, n_frames] -> the cross-attention keys and values of every
+//!   decoder layer (any number of float tensors: k0, v0, k1, v1, ...) — once per 30 s window;
+//! - `decode`: (token [1, 1] int64, pos [1] int64, then the encoder's outputs in order) ->
+//!   logits [1, vocab], one token per call; the self-attention KV cache lives in the program's
+//!   mutable buffers, written at `pos`, so a new window simply starts again at position 0.
 //!
 //! [`WhisperConfig`] (the exporter's `whisper.json`) names the special tokens and the
 //! suppression lists. Decoding is greedy with OpenAI Whisper's logit rules: suppressed tokens,
@@ -150,8 +150,11 @@ pub struct Whisper<'a> {
     decode: Method<'a>,
     pub config: WhisperConfig,
     mel: LogMel,
+    /// The encoder's outputs, concatenated; `cross_shapes[i]` is the shape of part `i`.
     cross: Vec<f32>,
-    cross_shape: Vec<usize>,
+    cross_shapes: Vec<Vec<usize>>,
+    /// Scratch for one output.
+    part: Vec<f32>,
     logits: Vec<f32>,
 }
 
@@ -192,22 +195,38 @@ impl<'a> Whisper<'a> {
                 )))
             }
         }
-        if encode.num_inputs() != 1 || decode.num_inputs() != 3 || decode.num_outputs() != 1 {
-            return Err(Error::Model(
-                "decode must take (token, pos, cross_kv) and return logits".into(),
-            ));
+        let parts = encode.num_outputs();
+        if encode.num_inputs() != 1
+            || parts == 0
+            || decode.num_inputs() != 2 + parts
+            || decode.num_outputs() != 1
+        {
+            return Err(Error::Model(format!(
+                "decode must take (token, pos) and the encoder's {parts} outputs, and return logits"
+            )));
         }
-        let cross_shape = match decode.input_spec(2) {
-            Some(Value::Tensor(t)) => t.info.sizes().to_vec(),
-            _ => return Err(Error::Model("decode's third input is not a tensor".into())),
-        };
+        let mut cross_shapes = Vec::with_capacity(parts);
+        for i in 0..parts {
+            match decode.input_spec(2 + i) {
+                Some(Value::Tensor(t)) if t.info.dtype() == ScalarType::Float => {
+                    cross_shapes.push(t.info.sizes().to_vec())
+                }
+                _ => {
+                    return Err(Error::Model(format!(
+                        "decode's input {} is not a float tensor",
+                        2 + i
+                    )))
+                }
+            }
+        }
         Ok(Whisper {
             mel: LogMel::new(config.n_mels),
             encode,
             decode,
             config,
             cross: Vec::new(),
-            cross_shape,
+            cross_shapes,
+            part: Vec::new(),
             logits: Vec::new(),
         })
     }
@@ -224,19 +243,21 @@ impl<'a> Whisper<'a> {
         self.encode
             .set_input_tensor(0, ScalarType::Float, &shape, bytemuck::cast_slice(feats))?;
         self.encode.execute()?;
-        let mut cross = std::mem::take(&mut self.cross);
-        let shape = out_f32(&self.encode, 0, "encode", &mut cross)?;
-        if shape != self.cross_shape {
-            return Err(Error::Model(format!(
-                "encode returns {shape:?}, decode takes {:?}",
-                self.cross_shape
-            )));
+        self.cross.clear();
+        for i in 0..self.cross_shapes.len() {
+            let shape = out_f32(&self.encode, i, "encode", &mut self.part)?;
+            if shape != self.cross_shapes[i] {
+                return Err(Error::Model(format!(
+                    "encode output {i} is {shape:?}, decode takes {:?}",
+                    self.cross_shapes[i]
+                )));
+            }
+            self.cross.extend_from_slice(&self.part);
         }
-        self.cross = cross;
         Ok(())
     }
 
-    /// The encoder's output for the current window: cross-attention K/V, row-major.
+    /// The encoder's outputs for the current window (cross-attention K/V), concatenated.
     pub fn cross_kv(&self) -> &[f32] {
         &self.cross
     }
@@ -257,12 +278,21 @@ impl<'a> Whisper<'a> {
             .set_input_tensor(1, ScalarType::Long, &[1], bytemuck::cast_slice(&p))?;
         // Planned memory may reuse an input's bytes after its last use within a run, so the
         // cross K/V (the same for the whole window) is set again at every step.
-        self.decode.set_input_tensor(
-            2,
-            ScalarType::Float,
-            &self.cross_shape,
-            bytemuck::cast_slice(&self.cross),
-        )?;
+        let mut at = 0;
+        for (i, shape) in self.cross_shapes.iter().enumerate() {
+            let n: usize = shape.iter().product();
+            let part = self
+                .cross
+                .get(at..at + n)
+                .ok_or_else(|| Error::Invalid("step before the window was encoded".into()))?;
+            self.decode.set_input_tensor(
+                2 + i,
+                ScalarType::Float,
+                shape,
+                bytemuck::cast_slice(part),
+            )?;
+            at += n;
+        }
         self.decode.execute()?;
         let mut logits = std::mem::take(&mut self.logits);
         out_f32(&self.decode, 0, "decode", &mut logits)?;

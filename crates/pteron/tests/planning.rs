@@ -109,15 +109,15 @@ fn mobilenet_folds_batch_norm_and_clamp_and_packs_weights() {
 /// instruction reads by value index was "absorbed" (removed) although no reader had taken it
 /// over; the memory plan gives that output's buffer to another value, read later, so the
 /// Whisper decoder's logits came out wrong by up to 2.2 (9.4 on Whisper tiny.en). Three
-/// decode steps of the random-weight Whisper fixture (static KV cache in mutable buffers)
-/// must give the same logits planned and on the portable kernels.
+/// decode steps of a random-weight Whisper decoder (the fixture's first export: static KV
+/// cache in mutable buffers updated by `index_copy_`, a causal mask `arange(T) <= pos`) must
+/// give the same logits planned and on the portable kernels.
 #[test]
 fn unread_constant_calls_are_kept() {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/speech/whisper_tiny_random");
-    let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/regressions/planning");
+    let file = pteron::ProgramFile::open(dir.join("whisper_where_mask.pte")).unwrap();
     let program = file.program().unwrap();
-    let cross = npy::read(dir.join("cross_kv.npy")).unwrap();
+    let cross = npy::read(dir.join("whisper_where_mask_cross_kv.npy")).unwrap();
     let steps = |kernels: &pteron::core::KernelRegistry| -> Vec<Vec<Value>> {
         let mut m = program
             .load_method_with("decode", kernels, MethodOptions::new().threads(1))
