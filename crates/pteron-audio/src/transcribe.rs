@@ -31,7 +31,7 @@ impl<'a> Transcriber<'a> {
     /// Transcribes one stretch of at most a window, `offset` samples into the stream.
     pub fn window(&mut self, samples: &[f32], offset: usize) -> Result<(Vec<Piece>, Option<f64>)> {
         self.whisper.encode_window(samples)?;
-        let r = self.whisper.decode_greedy(&self.options)?;
+        let r = self.whisper.decode(&self.options)?;
         let t0 = offset as f64 / RATE;
         let len = samples.len().min(self.whisper.config.window_samples()) as f64 / RATE;
         let eot = self.whisper.config.eot;

@@ -122,6 +122,9 @@ pub struct DecodeOptions {
     pub timestamps: bool,
     /// Most tokens to generate per window (0 = up to the context).
     pub max_tokens: usize,
+    /// Beams of beam search (0 or 1: greedy). Needs a decoder whose self-attention caches
+    /// are written by `llama::update_cache` (the exporter's), which are saved per beam.
+    pub beam_size: usize,
 }
 
 /// A piece of text with its times in seconds (relative to the window's start).
@@ -346,6 +349,171 @@ impl<'a> Whisper<'a> {
         Ok(self.split_segments(out, timestamps))
     }
 
+    /// Decodes the encoded window: greedy, or beam search when `opts.beam_size > 1`.
+    pub fn decode(&mut self, opts: &DecodeOptions) -> Result<WindowResult> {
+        if opts.beam_size > 1 {
+            self.decode_beam(opts)
+        } else {
+            self.decode_greedy(opts)
+        }
+    }
+
+    /// Beam search as OpenAI Whisper's `BeamSearchDecoder` (patience 1, no length penalty):
+    /// each step extends every beam by its `beam_size + 1` most likely tokens (log-softmax of
+    /// the filtered logits, summed along the beam); the best `beam_size` unfinished
+    /// extensions go on, end-of-text ones ranked above them are kept as finished, until
+    /// `beam_size` are finished or the length limit; the result is the finished (else
+    /// unfinished) sequence with the best sum of log-probabilities per token.
+    ///
+    /// The decoder runs one beam at a time: before each step the beam's rows of the
+    /// self-attention caches are written back into the method, after it the new row is saved.
+    pub fn decode_beam(&mut self, opts: &DecodeOptions) -> Result<WindowResult> {
+        let size = opts.beam_size.max(1);
+        let timestamps = opts.timestamps && self.config.timestamp_begin.is_some();
+        let prompt = self.prompt(timestamps);
+        let max_pos = self.config.max_target_positions;
+        let limit = if opts.max_tokens == 0 {
+            max_pos / 2
+        } else {
+            opts.max_tokens
+        };
+        let caches = self.cache_layout()?;
+        let mut logits = Vec::new();
+        for (i, &t) in prompt.iter().enumerate() {
+            logits.clear();
+            logits.extend_from_slice(self.step(t, i)?);
+        }
+        let n0 = prompt.len();
+        let mut beams = vec![Beam {
+            tokens: Vec::new(),
+            logprob: 0.0,
+            rows: self.save_rows(&caches, n0)?,
+            logits,
+        }];
+        let mut finished: Vec<(Vec<u32>, f64)> = Vec::new();
+        let eot = self.config.eot;
+        loop {
+            // (score, beam, token) of every beam's best size + 1 tokens.
+            let mut cands: Vec<(f64, usize, u32)> = Vec::new();
+            for (bi, b) in beams.iter_mut().enumerate() {
+                self.apply_rules(&mut b.logits, &b.tokens, timestamps);
+                for (tok, lp) in top_logprobs(&b.logits, size + 1) {
+                    cands.push((b.logprob + lp, bi, tok));
+                }
+            }
+            cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+            let mut next: Vec<(usize, u32, f64)> = Vec::new();
+            let mut new_finished = Vec::new();
+            for &(score, bi, tok) in &cands {
+                if tok == eot {
+                    new_finished.push((bi, score));
+                } else {
+                    next.push((bi, tok, score));
+                    if next.len() == size {
+                        break;
+                    }
+                }
+            }
+            for (bi, score) in new_finished {
+                if finished.len() >= size {
+                    break;
+                }
+                let mut t = beams[bi].tokens.clone();
+                t.push(eot);
+                finished.push((t, score));
+            }
+            let len = beams[0].tokens.len() + 1;
+            if finished.len() >= size || next.is_empty() || len >= limit || n0 + len >= max_pos {
+                // Unfinished beams count when too few finished (OpenAI's finalize).
+                if finished.len() < size {
+                    for &(bi, tok, score) in &next {
+                        if finished.len() >= size {
+                            break;
+                        }
+                        let mut t = beams[bi].tokens.clone();
+                        t.push(tok);
+                        finished.push((t, score));
+                    }
+                }
+                break;
+            }
+            let mut grown = Vec::with_capacity(next.len());
+            for (bi, tok, score) in next {
+                // The parent fed every token of its own: `tok` goes at the next position.
+                let parent = &beams[bi];
+                let pos = n0 + parent.tokens.len();
+                self.restore_rows(&caches, &parent.rows)?;
+                let lg = self.step(tok, pos)?.to_vec();
+                let mut tokens = parent.tokens.clone();
+                tokens.push(tok);
+                grown.push(Beam {
+                    tokens,
+                    logprob: score,
+                    rows: self.save_rows(&caches, pos + 1)?,
+                    logits: lg,
+                });
+            }
+            beams = grown;
+        }
+        // Length-normalised (tokens without the end-of-text), OpenAI's default ranker.
+        // The first of equal scores wins.
+        let mut best: Option<(f64, Vec<u32>)> = None;
+        for (t, lp) in finished {
+            let n = t.iter().filter(|&&x| x != eot).count().max(1);
+            let score = lp / n as f64;
+            if best.as_ref().map_or(true, |(b, _)| score > *b) {
+                best = Some((score, t));
+            }
+        }
+        let best = best.map(|(_, t)| t).unwrap_or_default();
+        Ok(self.split_segments(best, timestamps))
+    }
+
+    /// Each self-attention cache of the decoder: (value, bytes per position).
+    fn cache_layout(&self) -> Result<Vec<(usize, usize)>> {
+        let vals = self.decode.cache_tensors();
+        if vals.is_empty() {
+            return Err(Error::Model(
+                "beam search needs a decoder whose caches are written by llama::update_cache \
+                 (re-export with tools/export/export_speech.py)"
+                    .into(),
+            ));
+        }
+        let mut out = Vec::with_capacity(vals.len());
+        for v in vals {
+            let t = self.decode.state(v)?;
+            let sizes = t.info.sizes();
+            if sizes.len() < 2 || sizes[0] != 1 || sizes[1] < self.config.max_target_positions {
+                return Err(Error::Model(format!(
+                    "cache {sizes:?} is not [1, positions >= {}, ...]",
+                    self.config.max_target_positions
+                )));
+            }
+            out.push((v, t.bytes.len() / sizes[1]));
+        }
+        Ok(out)
+    }
+
+    /// The first `n` positions of every cache.
+    fn save_rows(&self, caches: &[(usize, usize)], n: usize) -> Result<Vec<Vec<u8>>> {
+        caches
+            .iter()
+            .map(|&(v, row)| {
+                let t = self.decode.state(v)?;
+                Ok(t.bytes[..(n * row).min(t.bytes.len())].to_vec())
+            })
+            .collect()
+    }
+
+    fn restore_rows(&mut self, caches: &[(usize, usize)], rows: &[Vec<u8>]) -> Result<()> {
+        for (&(v, _), r) in caches.iter().zip(rows) {
+            let dst = self.decode.state_mut(v)?;
+            let n = r.len().min(dst.len());
+            dst[..n].copy_from_slice(&r[..n]);
+        }
+        Ok(())
+    }
+
     /// OpenAI Whisper's logit filters: SuppressBlank, SuppressTokens, ApplyTimestampRules.
     fn apply_rules(&self, logits: &mut [f32], seq: &[u32], timestamps: bool) {
         let cfg = &self.config;
@@ -453,6 +621,41 @@ impl<'a> Whisper<'a> {
             last_timestamp,
         }
     }
+}
+
+/// One beam: generated tokens, their summed log-probability, the caches' rows so far, and
+/// the logits for its next token.
+struct Beam {
+    tokens: Vec<u32>,
+    logprob: f64,
+    rows: Vec<Vec<u8>>,
+    logits: Vec<f32>,
+}
+
+/// The `k` most likely tokens with their log-probabilities (log-softmax in f64), best first.
+fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    if max == f64::NEG_INFINITY {
+        return Vec::new();
+    }
+    let lse = logits
+        .iter()
+        .map(|&l| (l as f64 - max).exp())
+        .sum::<f64>()
+        .ln()
+        + max;
+    let mut idx: Vec<u32> = (0..logits.len() as u32)
+        .filter(|&i| logits[i as usize] > f32::NEG_INFINITY)
+        .collect();
+    idx.sort_by(|&a, &b| {
+        logits[b as usize]
+            .total_cmp(&logits[a as usize])
+            .then(a.cmp(&b))
+    });
+    idx.truncate(k);
+    idx.into_iter()
+        .map(|i| (i, logits[i as usize] as f64 - lse))
+        .collect()
 }
 
 fn argmax(v: &[f32]) -> u32 {

@@ -81,9 +81,44 @@ fn random_fixture_matches_executorch() {
             .decode_greedy(&DecodeOptions {
                 timestamps: false,
                 max_tokens: 20,
+                ..Default::default()
             })
             .unwrap();
         assert_eq!(r.tokens, ids(&golden["tokens"]));
+    }
+}
+
+/// Beam search (3 beams, 12 tokens) gives ExecuTorch's: the reference runs OpenAI's beam
+/// search in Python with every beam's logits from ExecuTorch's runtime (feeding the beam from
+/// position 0), pteron saves and restores each beam's cache rows instead.
+#[test]
+fn random_fixture_beam_search_matches_executorch() {
+    let dir = root().join("testdata/speech/whisper_tiny_random");
+    let config = WhisperConfig::from_file(dir.join("whisper.json")).unwrap();
+    let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
+    let program = file.program().unwrap();
+    let kernels = pteron::default_kernels();
+    let golden = &json(&dir.join("goldens.json"))["beam"];
+    let audio = read_wav(root().join("testdata/speech/hello_16k.wav")).unwrap();
+    for threads in [1, 2] {
+        let options = pteron::MethodOptions::new().threads(threads);
+        let mut w = Whisper::new(&program, &kernels, options, config.clone()).unwrap();
+        w.encode_window(&audio.samples).unwrap();
+        let opts = DecodeOptions {
+            timestamps: false,
+            max_tokens: golden["max_tokens"].as_u64().unwrap() as usize,
+            beam_size: golden["beam_size"].as_u64().unwrap() as usize,
+        };
+        let r = w.decode(&opts).unwrap();
+        assert_eq!(r.tokens, ids(&golden["tokens"]), "{threads} thread(s)");
+        // Greedy after beam search starts from a clean state (each step rewrites its row).
+        let g = w
+            .decode(&DecodeOptions {
+                max_tokens: 20,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(g.tokens, ids(&json(&dir.join("goldens.json"))["tokens"]));
     }
 }
 
@@ -110,6 +145,7 @@ fn random_fixture_timestamp_rules_hold() {
         .decode_greedy(&DecodeOptions {
             timestamps: true,
             max_tokens: 20,
+            ..Default::default()
         })
         .unwrap();
     assert!(

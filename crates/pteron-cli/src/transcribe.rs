@@ -37,6 +37,9 @@ pub struct TranscribeArgs {
     /// Most tokens per window (0 = half the decoder's context).
     #[arg(long, default_value_t = 0)]
     pub max_tokens: usize,
+    /// Beam search with this many beams (1 = greedy decoding).
+    #[arg(long, default_value_t = 1)]
+    pub beam_size: usize,
 }
 
 fn err(e: impl std::fmt::Display) -> pteron::Error {
@@ -70,6 +73,7 @@ pub fn transcribe(args: &TranscribeArgs) -> pteron::Result<()> {
     let decode = DecodeOptions {
         timestamps: args.timestamps,
         max_tokens: args.max_tokens,
+        beam_size: args.beam_size,
     };
     let mut transcriber = Transcriber::new(whisper, decode);
     let eot = transcriber.whisper.config.eot;

@@ -1088,6 +1088,80 @@ impl<'p> Method<'p> {
         })
     }
 
+    /// The caches this method writes in place and keeps across runs: the cache arguments of
+    /// its `llama::update_cache` and `llama::sdpa_with_kv_cache` calls, as value indices, each
+    /// once, in call order. A runner saves and restores them ([`Method::state`],
+    /// [`Method::state_mut`]) to run several sequences through one method (beam search).
+    pub fn cache_tensors(&self) -> Vec<usize> {
+        const WRITERS: [(&str, &[usize]); 2] = [
+            ("llama::update_cache.out", &[1]),
+            ("llama::sdpa_with_kv_cache.out", &[3, 4]),
+        ];
+        let mut out: Vec<usize> = Vec::new();
+        for chain in &self.chains {
+            for ins in chain {
+                let Instr::Kernel { op, args, .. } = ins else {
+                    continue;
+                };
+                let Some(name) = self.ops.get(*op as usize).map(|o| o.name.as_str()) else {
+                    continue;
+                };
+                let Some((_, pos)) = WRITERS.iter().find(|(n, _)| *n == name) else {
+                    continue;
+                };
+                let Some(args) = self.args.get(args.range()) else {
+                    continue;
+                };
+                for &p in pos.iter() {
+                    if let Some(&v) = args.get(p) {
+                        let v = v as usize;
+                        let planned = matches!(
+                            self.values.get(v),
+                            Some(Value::Tensor(Tensor {
+                                storage: Storage::Planned { .. },
+                                ..
+                            }))
+                        );
+                        if planned && !out.contains(&v) {
+                            out.push(v);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// A planned tensor (such as one of [`Method::cache_tensors`]): metadata and bytes.
+    pub fn state(&self, v: usize) -> Result<TensorRef<'_>> {
+        match self.values.get(v) {
+            Some(Value::Tensor(t)) if matches!(t.storage, Storage::Planned { .. }) => {
+                self.tensor_ref(v, t).map_err(|source| Error::Kernel {
+                    op: "state".into(),
+                    instruction: 0,
+                    source,
+                })
+            }
+            _ => Err(invalid(format!("value {v} is not a planned tensor"))),
+        }
+    }
+
+    /// The bytes of a planned tensor, writable (to restore saved state).
+    pub fn state_mut(&mut self, v: usize) -> Result<&mut [u8]> {
+        let (arena, offset, n) = match self.values.get(v) {
+            Some(Value::Tensor(Tensor {
+                storage: Storage::Planned { arena, offset },
+                info,
+                ..
+            })) => (*arena as usize, *offset, info.nbytes()),
+            _ => return Err(invalid(format!("value {v} is not a planned tensor"))),
+        };
+        self.arenas
+            .get_mut(arena)
+            .and_then(|a| a.bytes_mut().get_mut(offset..offset.checked_add(n)?))
+            .ok_or_else(|| invalid(format!("value {v} lies outside its arena")))
+    }
+
     /// Output `i` after `execute`: a tensor (metadata and bytes) or a scalar.
     pub fn output(&self, i: usize) -> Result<Output<'_>> {
         let vi = *self
