@@ -24,11 +24,14 @@ use crate::register_over;
 use crate::simd::{level, run_op_at, Level, Simd, SimdOp};
 
 /// Query rows per task block.
-pub const Q_BLOCK: usize = 32;
+pub const Q_BLOCK: usize = 64;
 /// Keys per online-softmax block.
 pub const KV_BLOCK: usize = 512;
 /// The largest head dimension of the blocked path.
 pub const MAX_DIM: usize = 256;
+/// Row blocks up to this many rows (decode) use dot products over the keys in place of the
+/// GEMM: each key and value row is read once, nothing is packed.
+const FEW_ROWS: usize = 4;
 
 pub fn register(r: &mut KernelRegistry) {
     register_over(r, "llama::custom_sdpa.out", Kernel::new(custom_sdpa_out));
@@ -174,23 +177,38 @@ impl Job<'_> {
         while j0 < keys {
             let n = (keys - j0).min(KV_BLOCK);
             let kv = kv_base + j0 * kv_stride;
-            gemm(
-                &INLINE,
-                nr,
-                n,
-                d,
-                MatA::Rows {
-                    data: &buf.q[..nr * d],
-                    lda: d,
-                },
-                MatB::Cols {
-                    data: &self.k[kv..],
-                    ldb: kv_stride,
-                },
-                &mut buf.s,
-                KV_BLOCK,
-                &Epilogue::default(),
-            )?;
+            if nr <= FEW_ROWS {
+                // Decode: read each key once, no packing.
+                run_op_at(
+                    self.l,
+                    Scores {
+                        q: &buf.q[..nr * d],
+                        d,
+                        k: &self.k[kv..],
+                        stride: kv_stride,
+                        n,
+                        s: &mut buf.s,
+                    },
+                );
+            } else {
+                gemm(
+                    &INLINE,
+                    nr,
+                    n,
+                    d,
+                    MatA::Rows {
+                        data: &buf.q[..nr * d],
+                        lda: d,
+                    },
+                    MatB::Cols {
+                        data: &self.k[kv..],
+                        ldb: kv_stride,
+                    },
+                    &mut buf.s,
+                    KV_BLOCK,
+                    &Epilogue::default(),
+                )?;
+            }
             for i in 0..nr {
                 let m = (r0 + i) / self.reps;
                 let valid = at.limit(m).saturating_sub(j0).min(n);
@@ -221,26 +239,40 @@ impl Job<'_> {
                     }
                 }
             }
-            gemm(
-                &INLINE,
-                nr,
-                d,
-                n,
-                MatA::Rows {
-                    data: &buf.s,
-                    lda: KV_BLOCK,
-                },
-                MatB::Rows {
-                    data: &self.v[kv..],
-                    ldb: kv_stride,
-                },
-                &mut buf.acc[..nr * d],
-                d,
-                &Epilogue {
-                    init: Init::Accumulate,
-                    clamp: None,
-                },
-            )?;
+            if nr <= FEW_ROWS {
+                run_op_at(
+                    self.l,
+                    WeightedValues {
+                        p: &buf.s,
+                        d,
+                        v: &self.v[kv..],
+                        stride: kv_stride,
+                        n,
+                        acc: &mut buf.acc[..nr * d],
+                    },
+                );
+            } else {
+                gemm(
+                    &INLINE,
+                    nr,
+                    d,
+                    n,
+                    MatA::Rows {
+                        data: &buf.s,
+                        lda: KV_BLOCK,
+                    },
+                    MatB::Rows {
+                        data: &self.v[kv..],
+                        ldb: kv_stride,
+                    },
+                    &mut buf.acc[..nr * d],
+                    d,
+                    &Epilogue {
+                        init: Init::Accumulate,
+                        clamp: None,
+                    },
+                )?;
+            }
             j0 += n;
         }
         for i in 0..nr {
@@ -318,5 +350,76 @@ impl SimdOp for RowSoftmax<'_> {
             sum += *v;
         }
         (new_max, sum)
+    }
+}
+
+/// `s[i][j] = q_i · k_j` for the `q.len() / d` rows of `q` and the first `n` keys (row `j` of
+/// `k` at `j * stride`); rows of `s` are `KV_BLOCK` apart.
+struct Scores<'a> {
+    q: &'a [f32],
+    d: usize,
+    k: &'a [f32],
+    stride: usize,
+    n: usize,
+    s: &'a mut [f32],
+}
+
+impl SimdOp for Scores<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) {
+        let (l, d) = (S::LANES, self.d);
+        let full = d - d % l;
+        for j in 0..self.n {
+            let kr = &self.k[j * self.stride..j * self.stride + d];
+            for (i, qr) in self.q.chunks_exact(d).enumerate() {
+                let mut acc = s.zero();
+                for c in (0..full).step_by(l) {
+                    acc = s.fma(s.ld(&qr[c..]), s.ld(&kr[c..]), acc);
+                }
+                if full < d {
+                    acc = s.fma(s.ld_tail(&qr[full..]), s.ld_tail(&kr[full..]), acc);
+                }
+                self.s[i * KV_BLOCK + j] = s.reduce_add(acc);
+            }
+        }
+    }
+}
+
+/// `acc_i += Σ_j p[i][j] · v_j` over the first `n` value rows (row `j` at `j * stride`); rows
+/// of `p` are `KV_BLOCK` apart, rows of `acc` `d`.
+struct WeightedValues<'a> {
+    p: &'a [f32],
+    d: usize,
+    v: &'a [f32],
+    stride: usize,
+    n: usize,
+    acc: &'a mut [f32],
+}
+
+impl SimdOp for WeightedValues<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) {
+        let (l, d) = (S::LANES, self.d);
+        let full = d - d % l;
+        for j in 0..self.n {
+            let vr = &self.v[j * self.stride..j * self.stride + d];
+            for (i, a) in self.acc.chunks_exact_mut(d).enumerate() {
+                let p = self.p[i * KV_BLOCK + j];
+                if p == 0.0 {
+                    continue;
+                }
+                let pv = s.splat(p);
+                for c in (0..full).step_by(l) {
+                    let x = s.fma(pv, s.ld(&vr[c..]), s.ld(&a[c..]));
+                    s.st(&mut a[c..], x);
+                }
+                if full < d {
+                    let x = s.fma(pv, s.ld_tail(&vr[full..]), s.ld_tail(&a[full..]));
+                    s.st_tail(&mut a[full..], x);
+                }
+            }
+        }
     }
 }
