@@ -23,16 +23,25 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from speech_common import CLIPS_16K, OUT, SPEECH, read_wav  # noqa: E402
 
 
-def to_pte(module, inputs, methods=None):
-    """torch.export + to_edge + to_executorch (portable kernels, no delegates) -> bytes."""
-    from executorch.exir import EdgeCompileConfig, to_edge
+def to_pte(module, inputs, methods=None, caller_inputs=()):
+    """torch.export + to_edge + to_executorch (portable kernels, no delegates) -> bytes.
+
+    Methods named in `caller_inputs` leave their inputs unplanned (`alloc_graph_input=False`):
+    the runtime gives each its own memory, so an input that stays the same across calls (the
+    encoder's output fed to every decoder step) need not be copied in again.
+    """
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
+    from executorch.exir.passes import MemoryPlanningPass
 
     if methods is None:
         eps = torch.export.export(module, inputs, strict=False)
+        config = ExecutorchBackendConfig()
     else:
         eps = {name: torch.export.export(m, i, strict=False) for name, (m, i) in methods.items()}
+        config = ExecutorchBackendConfig(memory_planning_pass={
+            name: MemoryPlanningPass(alloc_graph_input=name not in caller_inputs) for name in methods})
     edge = to_edge(eps, compile_config=EdgeCompileConfig(_check_ir_validity=True))
-    return edge.to_executorch().buffer
+    return edge.to_executorch(config).buffer
 
 
 def cmd_vad(args):
@@ -155,7 +164,8 @@ def export_whisper(hf, dst_dir, n_frames):
         kv = enc(mel)
     token, pos = torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long)
     with torch.no_grad():
-        pte = to_pte(None, None, methods={"encode": (enc, (mel,)), "decode": (dec, (token, pos, *kv))})
+        pte = to_pte(None, None, methods={"encode": (enc, (mel,)), "decode": (dec, (token, pos, *kv))},
+                     caller_inputs=("decode",))
     dst_dir.mkdir(parents=True, exist_ok=True)
     (dst_dir / "model.pte").write_bytes(pte)
     print(f"{dst_dir / 'model.pte'}: {len(pte) / 1e6:.1f} MB")

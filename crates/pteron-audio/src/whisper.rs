@@ -156,6 +156,10 @@ pub struct Whisper<'a> {
     /// The encoder's outputs, concatenated; `cross_shapes[i]` is the shape of part `i`.
     cross: Vec<f32>,
     cross_shapes: Vec<Vec<usize>>,
+    /// The decoder's cross K/V inputs are not yet this window's.
+    cross_stale: bool,
+    /// Which cross K/V inputs the decoder keeps across steps ([`Method::input_is_preserved`]).
+    cross_kept: Vec<bool>,
     /// Scratch for one output.
     part: Vec<f32>,
     logits: Vec<f32>,
@@ -222,6 +226,9 @@ impl<'a> Whisper<'a> {
                 }
             }
         }
+        let cross_kept = (0..parts)
+            .map(|i| decode.input_is_preserved(2 + i))
+            .collect();
         Ok(Whisper {
             mel: LogMel::new(config.n_mels),
             encode,
@@ -229,6 +236,8 @@ impl<'a> Whisper<'a> {
             config,
             cross: Vec::new(),
             cross_shapes,
+            cross_stale: true,
+            cross_kept,
             part: Vec::new(),
             logits: Vec::new(),
         })
@@ -257,6 +266,7 @@ impl<'a> Whisper<'a> {
             }
             self.cross.extend_from_slice(&self.part);
         }
+        self.cross_stale = true;
         Ok(())
     }
 
@@ -279,10 +289,15 @@ impl<'a> Whisper<'a> {
             .set_input_tensor(0, ScalarType::Long, &[1, 1], bytemuck::cast_slice(&tok))?;
         self.decode
             .set_input_tensor(1, ScalarType::Long, &[1], bytemuck::cast_slice(&p))?;
-        // Planned memory may reuse an input's bytes after its last use within a run, so the
-        // cross K/V (the same for the whole window) is set again at every step.
+        // The cross K/V are the same for the whole window: set once per window when the
+        // method keeps inputs (the exporter leaves them unplanned), else at every step
+        // (planned memory may reuse an input's bytes after its last use within a run).
         let mut at = 0;
         for (i, shape) in self.cross_shapes.iter().enumerate() {
+            if !self.cross_stale && self.cross_kept[i] {
+                at += shape.iter().product::<usize>();
+                continue;
+            }
             let n: usize = shape.iter().product();
             let part = self
                 .cross
@@ -296,6 +311,7 @@ impl<'a> Whisper<'a> {
             )?;
             at += n;
         }
+        self.cross_stale = false;
         self.decode.execute()?;
         let mut logits = std::mem::take(&mut self.logits);
         out_f32(&self.decode, 0, "decode", &mut logits)?;

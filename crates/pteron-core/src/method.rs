@@ -1132,6 +1132,51 @@ impl<'p> Method<'p> {
         out
     }
 
+    /// Whether tensor input `i` keeps what [`Method::set_input_tensor`] wrote across runs, so
+    /// that a runner may set an input that does not change (an encoder's output fed to every
+    /// decoder step) once. True when the program left the input to the caller (exported with
+    /// `alloc_graph_input=False`): it then has memory of its own, which no planned value
+    /// shares; and when no instruction writes it (it is no call's `out` argument, no cache or
+    /// `copy_` destination, no move target, not freed, not passed to a delegate).
+    pub fn input_is_preserved(&self, i: usize) -> bool {
+        let Some(&vi) = self.inputs.get(i) else {
+            return false;
+        };
+        let io_arena = self.arenas.len().saturating_sub(1);
+        match self.values.get(vi as usize) {
+            Some(Value::Tensor(Tensor {
+                storage: Storage::Planned { arena, .. },
+                ..
+            })) if *arena as usize == io_arena => {}
+            _ => return false,
+        }
+        if self.cache_tensors().contains(&(vi as usize)) {
+            return false;
+        }
+        for ins in self.chains.iter().flatten() {
+            let written = match ins {
+                Instr::Kernel { op, args, .. } => {
+                    let a = self.args.get(args.range()).unwrap_or(&[]);
+                    let copy_dest = self.ops.get(*op as usize).is_some_and(|o| {
+                        o.name.starts_with("aten::copy_") && a.first() == Some(&vi)
+                    });
+                    a.last() == Some(&vi) || copy_dest
+                }
+                Instr::Move { to, .. } => *to == vi,
+                Instr::Free { value } => *value == vi,
+                Instr::Delegate { args, .. } => self
+                    .args
+                    .get(args.range())
+                    .map_or(true, |a| a.contains(&vi)),
+                Instr::Nop | Instr::JumpFalse { .. } => false,
+            };
+            if written {
+                return false;
+            }
+        }
+        true
+    }
+
     /// A planned tensor (such as one of [`Method::cache_tensors`]): metadata and bytes.
     pub fn state(&self, v: usize) -> Result<TensorRef<'_>> {
         match self.values.get(v) {

@@ -141,3 +141,30 @@ fn unread_constant_calls_are_kept() {
         assert_same("whisper_tiny_random decode", &format!("step {k}"), b, a);
     }
 }
+
+/// Inputs the exporter leaves to the caller (`alloc_graph_input=False`) get memory of their
+/// own and keep their contents across runs; planned inputs may be overwritten after their
+/// last use, so a runner must set them again.
+#[test]
+fn unplanned_inputs_are_preserved() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata");
+    let kernels = pteron::default_kernels();
+    let file =
+        pteron::ProgramFile::open(root.join("speech/whisper_tiny_random/model.pte")).unwrap();
+    let program = file.program().unwrap();
+    let m = program
+        .load_method_with("decode", &kernels, MethodOptions::new())
+        .unwrap();
+    assert!(m.num_inputs() > 2);
+    assert!((0..m.num_inputs()).all(|i| m.input_is_preserved(i)));
+    // The caches written by llama::update_cache are the method's state, not inputs.
+    assert_eq!(m.cache_tensors().len(), 4);
+    let old = pteron::ProgramFile::open(root.join("regressions/planning/whisper_where_mask.pte"))
+        .unwrap();
+    let program = old.program().unwrap();
+    let m = program
+        .load_method_with("decode", &kernels, MethodOptions::new())
+        .unwrap();
+    assert!(!m.input_is_preserved(2));
+    assert!(m.cache_tensors().is_empty());
+}
