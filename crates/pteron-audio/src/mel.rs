@@ -92,17 +92,28 @@ impl Fft {
             let (sub, rest) = scratch[r * m..].split_at_mut(m);
             self.rec(input, stride * p, offset + r * stride, sub, rest, level + 1);
         }
-        // Combine: X[k] = sum_r W_len^(r k) Y_r[k mod m]; W_len^j = twiddles[j * stride].
+        // Combine: X[k] = sum_r W_len^(r k) Y_r[k mod m]; W_len^j = twiddles[j * stride mod n].
+        // The twiddle indices advance by additions (no division in the loop).
+        let n = self.n;
+        let mut step = 0; // k * stride mod n
         for (k, o) in out.iter_mut().enumerate() {
-            let mut acc = scratch[k % m];
+            let km = k % m;
+            let mut acc = scratch[km];
+            let mut idx = step;
             for r in 1..p {
-                let w = self.twiddles[(r * k * stride) % self.n];
-                let y = scratch[r * m + k % m];
-                let t = y.mul(w);
+                let t = scratch[r * m + km].mul(self.twiddles[idx]);
                 acc.0 += t.0;
                 acc.1 += t.1;
+                idx += step;
+                if idx >= n {
+                    idx -= n;
+                }
             }
             *o = acc;
+            step += stride;
+            if step >= n {
+                step -= n;
+            }
         }
     }
 }
@@ -223,19 +234,34 @@ impl LogMel {
         let mut buf = vec![C::default(); N_FFT];
         let mut spec = vec![C::default(); N_FFT];
         let mut scratch = vec![C::default(); 2 * N_FFT];
-        let mut power = vec![0.0f64; BINS];
-        for t in 0..frames {
-            let start = (t * HOP) as isize - half as isize;
+        let mut power = [vec![0.0f64; BINS], vec![0.0f64; BINS]];
+        // Two real frames per complex FFT: z = x1 + i x2, then X1[k] = (Z[k] + conj Z[-k]) / 2
+        // and X2[k] = (Z[k] - conj Z[-k]) / 2i.
+        for t in (0..frames).step_by(2) {
+            let pair = (frames - t).min(2);
             for (i, b) in buf.iter_mut().enumerate() {
-                *b = C(sample(start + i as isize) * self.window[i], 0.0);
+                let x = |f: usize| -> f64 {
+                    if f >= pair {
+                        return 0.0;
+                    }
+                    let start = ((t + f) * HOP) as isize - half as isize;
+                    sample(start + i as isize) * self.window[i]
+                };
+                *b = C(x(0), x(1));
             }
             self.fft.run(&buf, &mut spec, &mut scratch);
-            for (p, s) in power.iter_mut().zip(&spec) {
-                *p = s.0 * s.0 + s.1 * s.1;
+            for k in 0..BINS {
+                let (z, w) = (spec[k], spec[(N_FFT - k) % N_FFT]);
+                let (re1, im1) = (0.5 * (z.0 + w.0), 0.5 * (z.1 - w.1));
+                let (re2, im2) = (0.5 * (z.1 + w.1), -0.5 * (z.0 - w.0));
+                power[0][k] = re1 * re1 + im1 * im1;
+                power[1][k] = re2 * re2 + im2 * im2;
             }
-            for (m, (first, w)) in self.filters.iter().enumerate() {
-                let e: f64 = w.iter().zip(&power[*first..]).map(|(a, b)| a * b).sum();
-                mel[m * frames + t] = e;
+            for (f, pw) in power.iter().enumerate().take(pair) {
+                for (m, (first, w)) in self.filters.iter().enumerate() {
+                    let e: f64 = w.iter().zip(&pw[*first..]).map(|(a, b)| a * b).sum();
+                    mel[m * frames + t + f] = e;
+                }
             }
         }
         let mut max = f64::NEG_INFINITY;
