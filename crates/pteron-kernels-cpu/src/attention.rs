@@ -173,7 +173,11 @@ impl Job<'_> {
         let keys = at.limit((r0 + nr - 1) / self.reps);
         let kv_stride = at.kv_heads * d;
         let kv_base = b * at.kv_rows * kv_stride + hk * d;
-        let mut j0 = 0;
+        let keys_major = nr > FEW_ROWS && self.mask.is_none();
+        if keys_major {
+            self.keys_major(buf, r0, nr, keys, kv_base, kv_stride)?;
+        }
+        let mut j0 = if keys_major { keys } else { 0 };
         while j0 < keys {
             let n = (keys - j0).min(KV_BLOCK);
             let kv = kv_base + j0 * kv_stride;
@@ -287,6 +291,151 @@ impl Job<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The rows of a block without a mask, scores kept key-major (`sᵀ`, `[keys, Q_BLOCK]`):
+    /// `Sᵀ = K·Qᵀ` reads the keys in place as the GEMM's A operand (only the small query block
+    /// is packed, instead of every key block for every query block), the softmax runs down
+    /// the columns with a lane per query row, and `O += P·V` reads `Sᵀ` as a column-major A.
+    fn keys_major(
+        &self,
+        buf: &mut Buffers,
+        r0: usize,
+        nr: usize,
+        keys: usize,
+        kv_base: usize,
+        kv_stride: usize,
+    ) -> Result<(), GemmError> {
+        let at = self.at;
+        let d = at.dim;
+        // Keys each row sees, as floats for the lane compare (exact below 2^24).
+        let mut limit = [0f32; Q_BLOCK];
+        for (i, l) in limit.iter_mut().enumerate().take(nr) {
+            *l = at.limit((r0 + i) / self.reps) as f32;
+        }
+        let mut j0 = 0;
+        while j0 < keys {
+            let n = (keys - j0).min(KV_BLOCK);
+            let kv = kv_base + j0 * kv_stride;
+            gemm(
+                &INLINE,
+                n,
+                nr,
+                d,
+                MatA::Rows {
+                    data: &self.k[kv..],
+                    lda: kv_stride,
+                },
+                MatB::Cols {
+                    data: &buf.q[..nr * d],
+                    ldb: d,
+                },
+                &mut buf.s,
+                Q_BLOCK,
+                &Epilogue::default(),
+            )?;
+            let mut corr = [1f32; Q_BLOCK];
+            run_op_at(
+                self.l,
+                ColumnSoftmax {
+                    s: &mut buf.s,
+                    n,
+                    nr,
+                    j0: j0 as f32,
+                    scale: at.scale,
+                    limit: &limit,
+                    max: &mut buf.max,
+                    sum: &mut buf.sum,
+                    corr: &mut corr,
+                },
+            );
+            for (i, &c) in corr.iter().enumerate().take(nr) {
+                if c != 1.0 {
+                    for a in &mut buf.acc[i * d..(i + 1) * d] {
+                        *a *= c;
+                    }
+                }
+            }
+            gemm(
+                &INLINE,
+                nr,
+                d,
+                n,
+                MatA::Cols {
+                    data: &buf.s,
+                    lda: Q_BLOCK,
+                },
+                MatB::Rows {
+                    data: &self.v[kv..],
+                    ldb: kv_stride,
+                },
+                &mut buf.acc[..nr * d],
+                d,
+                &Epilogue {
+                    init: Init::Accumulate,
+                    clamp: None,
+                },
+            )?;
+            j0 += n;
+        }
+        Ok(())
+    }
+}
+
+/// The online softmax of one key block held key-major (`s[j * Q_BLOCK + i]`: key `j`, row
+/// `i`), a lane per row: scale the scores, mask keys at or past each row's `limit` (key
+/// index `j0 + j`), update the running max, replace the scores by `exp(score - max)`, add
+/// their sum to the running sum rescaled by `corr = exp(old max - new max)`, returned per row
+/// for the running output. A row whose keys are all masked so far stays all zero.
+struct ColumnSoftmax<'a> {
+    s: &'a mut [f32],
+    n: usize,
+    nr: usize,
+    j0: f32,
+    scale: f32,
+    limit: &'a [f32; Q_BLOCK],
+    max: &'a mut [f32; Q_BLOCK],
+    sum: &'a mut [f32; Q_BLOCK],
+    corr: &'a mut [f32; Q_BLOCK],
+}
+
+impl SimdOp for ColumnSoftmax<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) {
+        let l = S::LANES;
+        let ninf = s.splat(f32::NEG_INFINITY);
+        let sc = s.splat(self.scale);
+        for i0 in (0..self.nr).step_by(l) {
+            let w = (self.nr - i0).min(l);
+            let ld = |x: &[f32]| s.ld_tail(&x[..w]);
+            let lim = ld(&self.limit[i0..]);
+            let mut mx = ninf;
+            for j in 0..self.n {
+                let o = j * Q_BLOCK + i0;
+                let v = s.mul(ld(&self.s[o..]), sc);
+                // Key index below the row's limit, else -inf.
+                let v = s.select_lt(s.splat(self.j0 + j as f32), lim, v, ninf);
+                s.st_tail(&mut self.s[o..o + w], v);
+                mx = s.max(mx, v);
+            }
+            let old = ld(&self.max[i0..]);
+            let new = s.max(old, mx);
+            // All masked so far: exponents against 0 give zeros, the correction is 0 · 0.
+            let safe = s.select_lt(new, s.splat(f32::MIN), s.zero(), new);
+            let mut bsum = s.zero();
+            for j in 0..self.n {
+                let o = j * Q_BLOCK + i0;
+                let e = math::exp(s, s.sub(ld(&self.s[o..]), safe));
+                s.st_tail(&mut self.s[o..o + w], e);
+                bsum = s.add(bsum, e);
+            }
+            let corr = math::exp(s, s.sub(old, safe));
+            let sum = s.fma(corr, ld(&self.sum[i0..]), bsum);
+            s.st_tail(&mut self.sum[i0..i0 + w], sum);
+            s.st_tail(&mut self.max[i0..i0 + w], new);
+            s.st_tail(&mut self.corr[i0..i0 + w], corr);
+        }
     }
 }
 
