@@ -1,7 +1,9 @@
 //! Reductions over dims (sum, mean, amax/amin, argmax/argmin, var), softmax and log-softmax.
 //!
 //! Floating reductions accumulate in f64 and round once when storing (at least as accurate as
-//! PyTorch's float accumulation); integer sums accumulate in i64 with wrapping, as C++ does.
+//! PyTorch's float accumulation), except the mean of float32/half/bfloat16 outputs, which sums
+//! in float32 in index order as ExecuTorch's portable kernel does; integer sums accumulate in
+//! i64 with wrapping, as C++ does.
 
 use pteron_core::DtypeSet;
 use pteron_core::{
@@ -211,8 +213,24 @@ fn sum_into<X: Element, O: Element>(
 ) {
     let count = xi.numel() / out.len().max(1);
     let float = O::DTYPE.is_floating() || mean;
+    // ExecuTorch's mean.out sums float32 (and half/bfloat16) outputs in float32, element by
+    // element in index order, and divides by the count in float32: the same operations give
+    // the same bits (an RMSNorm whose output is quantized dynamically next is sensitive to its
+    // last bit).
+    let f32_mean = mean && O::DTYPE.is_floating() && O::DTYPE != ScalarType::Double;
+    let x_float = X::DTYPE.is_floating();
     for_each_group(xi, p, oi, |o, each| {
-        if float {
+        if f32_mean {
+            let mut acc = 0f32;
+            each(&mut |i| {
+                acc += if x_float {
+                    x[i].to_f64() as f32
+                } else {
+                    x[i].to_i64() as f32
+                }
+            });
+            out[o] = O::from_f64((acc / count as f32) as f64);
+        } else if float {
             let mut acc = 0f64;
             each(&mut |i| acc += x[i].to_f64());
             if mean {
@@ -611,6 +629,34 @@ mod tests {
                 let w: Vec<f32> = want.iter().map(|v| if mean { v / n } else { *v }).collect();
                 close(&c.output::<f32>(o), &w);
             }
+        }
+    }
+
+    /// A float32 mean sums in float32, in index order, and divides in float32, as ExecuTorch's
+    /// portable mean.out: near 1e8 float32 values are multiples of 8, so 1e8 + 1 and 1e8 + 3
+    /// round back to 1e8 (a float64 sum keeps them: 0.5 and 1.25 instead of 0.25 and 0.625).
+    #[test]
+    fn float32_mean_sums_in_float32_in_order() {
+        let x = [1e8f32, 3., 1., 1., -1e8, 2., 1., 2.];
+        let cases: [(Option<&[i64]>, &[usize], &[f32]); 2] = [
+            // Columns of the 4 x 2 tensor: (1e8 + 1 - 1e8 + 1) / 4, (3 + 1 + 2 + 2) / 4.
+            (Some(&[0]), &[2], &[0.25, 2.0]),
+            // Everything, in memory order: ((((1e8 + 3) + 1) + 1) - 1e8 + 2 + 1 + 2) / 8.
+            (None, &[], &[0.625]),
+        ];
+        for (dims, sizes, want) in cases {
+            let mut c = TestCall::new();
+            c.tensor(&[4, 2], &x);
+            match dims {
+                Some(d) => c.int_list(d),
+                None => c.none(),
+            };
+            c.bool(false);
+            c.none();
+            let o = c.out(ScalarType::Float, sizes);
+            c.ret(o);
+            c.run(mean_out).unwrap();
+            assert_eq!(c.output::<f32>(o), want);
         }
     }
 
