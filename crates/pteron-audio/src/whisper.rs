@@ -147,8 +147,23 @@ pub struct WindowResult {
     pub last_timestamp: Option<f64>,
 }
 
+/// Where transcription time went, accumulated over calls.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WhisperStats {
+    /// Log-mel features.
+    pub features_s: f64,
+    /// Encoder runs (one per window).
+    pub encode_s: f64,
+    pub windows: usize,
+    /// Decoder steps (prompt and generated tokens, every beam).
+    pub decode_s: f64,
+    pub steps: usize,
+}
+
 /// A loaded Whisper program.
 pub struct Whisper<'a> {
+    /// Time spent so far.
+    pub stats: WhisperStats,
     encode: Method<'a>,
     decode: Method<'a>,
     pub config: WhisperConfig,
@@ -230,6 +245,7 @@ impl<'a> Whisper<'a> {
             .map(|i| decode.input_is_preserved(2 + i))
             .collect();
         Ok(Whisper {
+            stats: WhisperStats::default(),
             mel: LogMel::new(config.n_mels),
             encode,
             decode,
@@ -245,13 +261,16 @@ impl<'a> Whisper<'a> {
 
     /// Computes the features of one window (padded/cut to the window) and runs the encoder.
     pub fn encode_window(&mut self, samples: &[f32]) -> Result<()> {
+        let t = std::time::Instant::now();
         let feats = self.mel.features(samples, self.config.window_samples());
+        self.stats.features_s += t.elapsed().as_secs_f64();
         self.encode_features(&feats)
     }
 
     /// Runs the encoder on features [n_mels, n_frames].
     pub fn encode_features(&mut self, feats: &[f32]) -> Result<()> {
         let shape = [1, self.config.n_mels, self.config.n_frames];
+        let t = std::time::Instant::now();
         self.encode
             .set_input_tensor(0, ScalarType::Float, &shape, bytemuck::cast_slice(feats))?;
         self.encode.execute()?;
@@ -267,6 +286,8 @@ impl<'a> Whisper<'a> {
             self.cross.extend_from_slice(&self.part);
         }
         self.cross_stale = true;
+        self.stats.encode_s += t.elapsed().as_secs_f64();
+        self.stats.windows += 1;
         Ok(())
     }
 
@@ -283,6 +304,7 @@ impl<'a> Whisper<'a> {
                 self.config.max_target_positions
             )));
         }
+        let t = std::time::Instant::now();
         let tok = [token as i64];
         let p = [pos as i64];
         self.decode
@@ -323,6 +345,8 @@ impl<'a> Whisper<'a> {
             )));
         }
         self.logits = logits;
+        self.stats.decode_s += t.elapsed().as_secs_f64();
+        self.stats.steps += 1;
         Ok(&self.logits)
     }
 

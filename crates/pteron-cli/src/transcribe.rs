@@ -96,6 +96,7 @@ pub fn transcribe(args: &TranscribeArgs) -> pteron::Result<()> {
 
     let t0 = Instant::now();
     let mut pieces = Vec::new();
+    let st;
     if args.vad {
         let vad_file = pteron::ProgramFile::from_bytes(SILERO_VAD_PTE);
         let vad_program = vad_file.program()?;
@@ -115,6 +116,7 @@ pub fn transcribe(args: &TranscribeArgs) -> pteron::Result<()> {
             show(&p)?;
             pieces.push(p);
         }
+        st = stream.transcriber.whisper.stats;
     } else {
         let mut shown_err = None;
         pieces = transcriber
@@ -132,6 +134,7 @@ pub fn transcribe(args: &TranscribeArgs) -> pteron::Result<()> {
         if let Some(e) = shown_err {
             return Err(e);
         }
+        st = transcriber.whisper.stats;
     }
     let elapsed = t0.elapsed().as_secs_f64();
     let rtf = elapsed / duration.max(1e-9);
@@ -157,11 +160,18 @@ pub fn transcribe(args: &TranscribeArgs) -> pteron::Result<()> {
             "load_s": load_s,
             "transcribe_s": elapsed,
             "real_time_factor": rtf,
+            "features_s": st.features_s,
+            "encode_s": st.encode_s,
+            "windows": st.windows,
+            "decode_s": st.decode_s,
+            "decoder_steps": st.steps,
         });
         println!("{}", serde_json::to_string_pretty(&out).map_err(err)?);
     } else {
         eprintln!(
-            "{duration:.2} s of audio in {elapsed:.3} s: real-time factor {rtf:.4} (load {load_s:.3} s)"
+            "{duration:.2} s of audio in {elapsed:.3} s: real-time factor {rtf:.4} (load {load_s:.3} s; \
+             features {:.3} s, encoder {:.3} s for {} window(s), decoder {:.3} s for {} steps)",
+            st.features_s, st.encode_s, st.windows, st.decode_s, st.steps
         );
     }
     Ok(())
