@@ -256,6 +256,10 @@ pub fn gemm(
         reference(m, n, k, a, b, c, ldc, epi);
         return Ok(());
     }
+    if let (1, MatA::Rows { data, .. }, MatB::Packed(p)) = (m, a, b) {
+        gemv_packed(l, par, &data[..k], p, &mut c[..n], epi);
+        return Ok(());
+    }
     let c = SharedMut::new(c);
     let job = Job {
         m,
@@ -269,6 +273,111 @@ pub fn gemm(
     };
     run_op_at(l, TilesOp { l, par, job: &job });
     Ok(())
+}
+
+/// One row of A times packed B (decode steps): each panel of B is streamed once with one
+/// accumulator row, where the micro-kernels would compute MR rows; panels split over the
+/// threads. The sums run in the same order as the micro-kernels' (same results).
+fn gemv_packed(
+    l: Level,
+    par: &dyn Parallel,
+    a: &[f32],
+    b: &PackedB,
+    c: &mut [f32],
+    epi: &Epilogue<'_>,
+) {
+    let panels = b.n.div_ceil(b.nr);
+    // At least ~64 K multiply-adds per task.
+    let tasks = crate::par::tasks_for(par, panels, (1usize << 16).div_ceil(b.k.max(1)));
+    let c = SharedMut::new(c);
+    let run = |r: Range<usize>| {
+        for t in r {
+            let op = GemvOp {
+                l,
+                a,
+                b,
+                panels: crate::par::part(panels, tasks, t),
+                c: &c,
+                epi,
+            };
+            run_op_at(l, op);
+        }
+    };
+    if tasks <= 1 {
+        run(0..1);
+    } else {
+        par.parallel_for(tasks, &run);
+    }
+}
+
+struct GemvOp<'a, 'b> {
+    l: Level,
+    a: &'a [f32],
+    b: &'a PackedB,
+    panels: Range<usize>,
+    c: &'a SharedMut<f32>,
+    epi: &'a Epilogue<'b>,
+}
+
+impl SimdOp for GemvOp<'_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) {
+        match tile_for(self.l) {
+            (_, 32) if S::LANES == 16 => gemv::<S, 2>(s, &self),
+            (_, 16) if S::LANES == 8 => gemv::<S, 2>(s, &self),
+            _ => gemv::<Portable, 1>(Portable, &self),
+        }
+    }
+}
+
+#[inline(always)]
+fn gemv<S: Simd, const NV: usize>(s: S, op: &GemvOp<'_, '_>) {
+    let (l, b, k) = (S::LANES, op.b, op.b.k);
+    let nr = NV * l;
+    if b.nr != nr {
+        return;
+    }
+    for p in op.panels.clone() {
+        let j0 = p * nr;
+        let w = (b.n - j0).min(nr);
+        let panel = &b.data[p * k * nr..(p + 1) * k * nr];
+        // Safety: panels are disjoint column ranges of C, each handled by one task.
+        let cs = unsafe { op.c.slice(j0..j0 + w) };
+        let lanes = |v: usize| w.saturating_sub(v * l).min(l);
+        let mut acc = [s.zero(); NV];
+        for (v, x) in acc.iter_mut().enumerate() {
+            let n = lanes(v);
+            if n == 0 {
+                continue;
+            }
+            *x = match op.epi.init {
+                Init::Zero => s.zero(),
+                Init::Accumulate => s.ld_tail(&cs[v * l..v * l + n]),
+                Init::RowBias(bias) => s.splat(bias[0]),
+                Init::ColBias(bias) => s.ld_tail(&bias[j0 + v * l..j0 + v * l + n]),
+            };
+        }
+        for (kk, &x) in op.a.iter().enumerate() {
+            let av = s.splat(x);
+            let row = &panel[kk * nr..kk * nr + nr];
+            for (v, y) in acc.iter_mut().enumerate() {
+                *y = s.fma(av, s.ld(&row[v * l..]), *y);
+            }
+        }
+        if let Some((lo, hi)) = op.epi.clamp {
+            let (lo, hi) = (s.splat(lo), s.splat(hi));
+            for x in acc.iter_mut() {
+                *x = crate::math::clamp(s, *x, lo, hi);
+            }
+        }
+        for (v, x) in acc.iter().enumerate() {
+            let n = lanes(v);
+            if n > 0 {
+                s.st_tail(&mut cs[v * l..v * l + n], *x);
+            }
+        }
+    }
 }
 
 /// Plain loops over any operands (for k = 0 and for packed data made for another SIMD level).

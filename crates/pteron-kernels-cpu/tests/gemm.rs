@@ -157,9 +157,14 @@ fn threads_split_the_work_correctly() {
 fn one_row_products() {
     for l in levels() {
         with_level(l, || {
-            for (i, &(m, n, k)) in [(1, 1063, 384), (1, 1000, 160), (2, 389, 300)]
-                .iter()
-                .enumerate()
+            for (i, &(m, n, k)) in [
+                (1, 1063, 384),
+                (1, 1000, 160),
+                (2, 389, 300),
+                (1, 70, 2 * KC + 5),
+            ]
+            .iter()
+            .enumerate()
             {
                 check(m, n, k, &INLINE, 200 + i as u64);
                 check(m, n, k, &Scoped(2), 300 + i as u64);
