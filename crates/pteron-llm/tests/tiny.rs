@@ -275,8 +275,12 @@ fn chat_keeps_the_cache_across_turns() {
 }
 
 /// SmolLM2-135M-Instruct (tools/export/export_llm.py smollm2, not committed): in every exported
-/// variant (fp32 portable, XNNPACK 8da4w, ...), 64 greedy tokens equal ExecuTorch's. Run with
-/// `cargo test --release -p pteron-llm --test tiny -- --ignored` after the export.
+/// variant (fp32 portable, XNNPACK 8da4w, ...), the greedy tokens equal ExecuTorch's: all 64,
+/// or, where tools/export/llm_et_spread.py recorded it, as many as ExecuTorch's own runs agree
+/// on when only its float summation order changes (`et_self_agreement.prefix`: MKL's code path
+/// inside ExecuTorch's attention; with dynamically quantized activations last-bit differences
+/// become logit differences of ~2, so ExecuTorch's ids past that step depend on the CPU). Run
+/// with `cargo test --release -p pteron-llm --test tiny -- --ignored` after the export.
 #[test]
 #[ignore]
 fn smollm2_greedy_matches_executorch() {
@@ -305,7 +309,16 @@ fn smollm2_greedy_matches_executorch() {
         let mut gen = Generator::new(model, &tok);
         let got = gen.greedy_ids(&prompt, want.len()).unwrap();
         eprintln!("{name}: {:?}", tok.decode(&got, false).unwrap());
-        assert_eq!(got, want, "{name}");
+        let same = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
+        let need = v["et_self_agreement"]["prefix"]
+            .as_u64()
+            .map_or(want.len(), |p| (p as usize).min(want.len()));
+        eprintln!(
+            "{name}: the first {same} of {} ids equal ExecuTorch's (ExecuTorch agrees with \
+             itself on the first {need})",
+            want.len()
+        );
+        assert_eq!(got[..need], want[..need], "{name}");
         // The chat template renders the golden's prompt.
         let chat = Chat::new(&mut gen, None, None).unwrap();
         let user = "What is the capital of France? Answer in one sentence.";

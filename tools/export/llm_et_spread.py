@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""How far ExecuTorch's greedy tokens agree with themselves when only the floating-point
+summation order inside ExecuTorch changes, for the LLM goldens of export_llm.py.
+
+ExecuTorch's pip runtime computes the products of `llama::custom_sdpa` with MKL's sgemm (its
+custom-ops library takes `sgemm_` from libtorch_cpu), whose kernels and summation order depend
+on the CPU: AVX-512 on one machine, AVX2 on another. The fp32 model barely notices (logits move
+by ~5e-5), but in a model with dynamically quantized activations (8da4w) a last-bit difference
+in a float that is quantized next moves an int8 value by one step, and the layers amplify that
+to logit differences of ~2 (SmolLM2-135M: 30 layers); where the top-2 gap of a greedy step is
+smaller, the token differs. So ExecuTorch's own greedy ids for such a model are reproducible
+only up to some step, and that step is the most any other runtime can be asked to match.
+
+For each variant of goldens.json this reruns ExecuTorch's greedy loop (export_llm.py's
+`greedy_with_et_runtime`, same .pte and prompt) in subprocesses with MKL told to use other
+code paths (`MKL_ENABLE_INSTRUCTIONS=AVX2`, `MKL_CBWR=COMPATIBLE`: environment variables only
+MKL reads), and records in the variant's entry of goldens.json:
+
+    "et_self_agreement": {"runs": {"<env>": {"agree": n, "generated_ids": [...]}, ...},
+                          "prefix": min n}
+
+where `agree` is the number of leading ids equal to the golden's `generated_ids`.
+
+    /opt/etvenv/bin/python tools/export/llm_et_spread.py [tools/export/out/smollm2]
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RUNS = [{"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, {"MKL_CBWR": "COMPATIBLE"}]
+
+
+def worker(pte: str, prompt_ids: str, n: str):
+    sys.path.insert(0, str(HERE))
+    import export_llm as L
+
+    L.load_custom_ops()
+    gen, _, _ = L.greedy_with_et_runtime(Path(pte), json.loads(prompt_ids), int(n))
+    print("IDS " + json.dumps(gen))
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(*sys.argv[2:5])
+        return
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "out" / "smollm2"
+    gold_path = out / "goldens.json"
+    golden = json.loads(gold_path.read_text())
+    prompt = golden["prompt_ids"]
+    for name, v in golden["variants"].items():
+        want = v["generated_ids"]
+        runs = {}
+        for extra in RUNS:
+            env = dict(os.environ, **extra)
+            label = ",".join(f"{k}={x}" for k, x in extra.items())
+            res = subprocess.run(
+                [sys.executable, __file__, "--worker", str(out / v["pte"]), json.dumps(prompt),
+                 str(len(want))],
+                env=env, capture_output=True, text=True, check=True,
+            )
+            line = next(l for l in res.stdout.splitlines() if l.startswith("IDS "))
+            ids = json.loads(line[4:])
+            agree = next((i for i, (a, b) in enumerate(zip(ids, want)) if a != b), len(want))
+            runs[label] = {"agree": agree, "generated_ids": ids}
+            print(f"{name} [{label}]: agrees with the golden on the first {agree} of {len(want)}")
+        v["et_self_agreement"] = {
+            "runs": runs,
+            "prefix": min(r["agree"] for r in runs.values()),
+        }
+        gold_path.write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {gold_path}")
+
+
+if __name__ == "__main__":
+    main()
