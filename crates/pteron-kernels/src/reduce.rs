@@ -638,7 +638,8 @@ mod tests {
     #[test]
     fn float32_mean_sums_in_float32_in_order() {
         let x = [1e8f32, 3., 1., 1., -1e8, 2., 1., 2.];
-        let cases: [(Option<&[i64]>, &[usize], &[f32]); 2] = [
+        type Case<'a> = (Option<&'a [i64]>, &'a [usize], &'a [f32]);
+        let cases: [Case; 2] = [
             // Columns of the 4 x 2 tensor: (1e8 + 1 - 1e8 + 1) / 4, (3 + 1 + 2 + 2) / 4.
             (Some(&[0]), &[2], &[0.25, 2.0]),
             // Everything, in memory order: ((((1e8 + 3) + 1) + 1) - 1e8 + 2 + 1 + 2) / 8.

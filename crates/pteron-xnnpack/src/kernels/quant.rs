@@ -734,6 +734,51 @@ mod tests {
     use pteron_core::INLINE;
     use pteron_kernels_cpu::simd::{with_level, Level};
 
+    /// Dynamic row quantization gives XNNPACK's qd8 parameters (`scale = 255 / (max − min)`
+    /// over the range extended to 0; the zero point from the min when `(−128 + min·scale) +
+    /// (127 + max·scale) > 0`, else from the max; clamped, rounded to nearest even) and rounds
+    /// values to nearest even. Expected values worked out by hand from those formulas (rows D
+    /// and the ties of B also checked against ExecuTorch's XNNPACK on a 4-bit linear layer).
+    #[test]
+    fn dynamic_rows_follow_xnnpack_qd8() {
+        let (d_min, d_max) = (f32::from_bits(0xc072_e5bb), f32::from_bits(0x3fe8_562d));
+        #[rustfmt::skip]
+        let x = [
+            // A: scale 63.75, zero point −128 + 63.75 = −64.25 → −64.
+            -1.0, 0.5, 3.0,
+            // B: scale 64 (exact), zero point −128; 0.0390625·64 = 2.5 ties to 2 (not 3).
+            0.0, 3.984375, 0.0390625,
+            // C: negative only, scale 127.5, zero point from the max: 127 − 0 = 127.
+            -2.0, -0.5, 0.0,
+            // D: −3.7952716, 1.8151299: scale 45.45129, min·scale = −172.49998, max·scale =
+            // 82.49999; the sum test picks the max: 127 − 82.49999 = 44.500008 → 45 (the min
+            // would give −128 + 172.49998 = 44.499985 → 44, as XNNPACK's unsigned qdu8 form).
+            d_min, d_max, 0.0,
+            // E: all zero: scale 1, zero point 127 (−128 + 127 is not > 0).
+            0.0, 0.0, 0.0,
+        ];
+        let want_q: [i8; 15] = [
+            -128, -32, 127, //
+            -128, 127, -126, //
+            -128, 63, 127, //
+            -127, 127, 45, //
+            127, 127, 127,
+        ];
+        let want_zp = [-64, -128, 127, 45, 127];
+        let mult = [63.75f32, 64.0, 127.5, 255.0 / (d_max - d_min), 1.0];
+        for lv in [Level::Portable, Level::Avx2, Level::Avx512] {
+            with_level(lv, || {
+                let (mut q, mut s, mut z) = ([0i8; 15], [0f32; 5], [0i32; 5]);
+                quantize_rows(&x, 3, &mut q, &mut s, &mut z);
+                assert_eq!(q, want_q, "{lv:?}");
+                assert_eq!(z, want_zp, "{lv:?}");
+                for (got, m) in s.iter().zip(mult) {
+                    assert_eq!(*got, 1.0 / m, "{lv:?}");
+                }
+            });
+        }
+    }
+
     #[test]
     fn requant_matches_reference() {
         let mut state = 0x1234_5678u32;
