@@ -748,7 +748,7 @@ impl<'p> Method<'p> {
             limit: config.max_planned_bytes,
         })?;
 
-        Ok(Method {
+        let mut method = Method {
             name: name.to_string(),
             values,
             pool,
@@ -767,7 +767,24 @@ impl<'p> Method<'p> {
             plan_stats,
             delegates,
             delegate_names,
-        })
+        };
+        method.commit_caches();
+        Ok(method)
+    }
+
+    /// Makes the pages of the KV caches resident now (the arenas are zeroed lazily by the
+    /// OS): a generation's memory then stays flat instead of growing by one cache row per
+    /// token, and a cache too big for the machine fails at load, not mid-generation.
+    /// Contents are unchanged (each page's first byte is read and written back).
+    fn commit_caches(&mut self) {
+        const PAGE: usize = 4096;
+        for v in self.cache_tensors() {
+            if let Ok(bytes) = self.state_mut(v) {
+                for chunk in bytes.chunks_mut(PAGE) {
+                    chunk[0] = core::hint::black_box(chunk[0]);
+                }
+            }
+        }
     }
 
     pub fn name(&self) -> &str {
