@@ -287,8 +287,9 @@ fn gemv_packed(
     epi: &Epilogue<'_>,
 ) {
     let panels = b.n.div_ceil(b.nr);
-    // At least ~64 K multiply-adds per task.
-    let tasks = crate::par::tasks_for(par, panels, (1usize << 16).div_ceil(b.k.max(1)));
+    // Memory-bound: worth splitting from ~100 KB of weights per task (a 576 x 576 layer
+    // goes to two threads).
+    let tasks = crate::par::tasks_for(par, panels, (1usize << 12).div_ceil(b.k.max(1)));
     let c = SharedMut::new(c);
     let run = |r: Range<usize>| {
         for t in r {

@@ -36,9 +36,11 @@ pub struct QWeights {
     pbsum: Vec<i32>,
     /// Blockwise scales panel by panel, as `pbsum` (set by `set_block_scales`; empty until).
     pscale: Vec<f32>,
-    /// 4-bit weights (`new_int4`): `data`'s 64 bytes of panel `p`, quad `q` as 32 bytes at
-    /// `(p·quads + q)·32`, byte `i` holding `w + 8` of byte `i` (low nibble) and of byte
-    /// `i + 32` (high nibble). The one-row path streams these: half the bytes per token.
+    /// 4-bit weights (`new_int4`), two quads per 64 bytes: quads `2t`, `2t + 1` of panel `p`
+    /// at `(p·pairs + t)·64`, byte `i` holding `w + 8` of byte `i` of quad `2t` (low nibble)
+    /// and of quad `2t + 1` (high nibble; 8, a zero weight, past the last quad), where
+    /// `pairs = ⌈quads / 2⌉`. The one-row path streams these: half the bytes per token, and
+    /// one 64-byte load, two masks and a shift unpack two quads.
     nib: Vec<u8>,
 }
 
@@ -107,10 +109,22 @@ impl QWeights {
         if w.data.iter().any(|&v| !(-8..=7).contains(&v)) {
             return Err(KernelError::invalid("4-bit weight out of range"));
         }
-        let mut nib = vec![0u8; w.data.len() / 2];
-        for (src, dst) in w.data.chunks_exact(64).zip(nib.chunks_exact_mut(32)) {
-            for i in 0..32 {
-                dst[i] = ((src[i] + 8) as u8) | (((src[i + 32] + 8) as u8) << 4);
+        let (panels, quads) = (w.n.div_ceil(NR), w.quads);
+        let pairs = quads.div_ceil(2);
+        let mut nib = vec![0u8; panels * pairs * 64];
+        for p in 0..panels {
+            for q in 0..quads {
+                let src = &w.data[(p * quads + q) * 64..][..64];
+                let dst = &mut nib[(p * pairs + q / 2) * 64..][..64];
+                for (d, &v) in dst.iter_mut().zip(src) {
+                    *d |= ((v + 8) as u8) << (4 * (q % 2));
+                }
+            }
+            if quads % 2 == 1 {
+                let dst = &mut nib[(p * pairs + quads / 2) * 64..][..64];
+                for d in dst.iter_mut() {
+                    *d |= 8 << 4;
+                }
             }
         }
         w.nib = nib;
@@ -410,48 +424,82 @@ mod x86 {
     use super::{Epilogue, Out, QWeights, MR, NR};
     use core::arch::x86_64::*;
 
-    /// The 64 weight bytes of panel `p`, quad `q` (from nibbles for 4-bit weights).
+    /// The 64 weight bytes of panel `p`, quad `q` (int8 weights).
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     #[inline]
     unsafe fn wquad(w: &QWeights, p: usize, q: usize) -> __m512i {
         let i = p * w.quads + q;
-        if w.nib.is_empty() {
-            // Safety (caller): quad q < quads of panel p lies inside `data` (64 bytes).
-            unsafe { _mm512_loadu_si512(w.data.as_ptr().add(i * NR * 4) as *const _) }
-        } else {
-            // Safety (caller): as above; `nib` holds 32 bytes per quad.
-            let v = unsafe { _mm256_loadu_si256(w.nib.as_ptr().add(i * 32) as *const _) };
-            let m = _mm256_set1_epi8(0x0F);
-            let lo = _mm256_and_si256(v, m);
-            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m);
-            let u = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-            _mm512_sub_epi8(u, _mm512_set1_epi8(8))
-        }
+        // Safety (caller): quad q < quads of panel p lies inside `data` (64 bytes).
+        unsafe { _mm512_loadu_si512(w.data.as_ptr().add(i * NR * 4) as *const _) }
+    }
+
+    /// The broadcast activation bytes `a[4q .. 4q + 4]`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    unsafe fn aquad(a: *const u8, q: usize) -> __m512i {
+        // Safety (caller): 4·q + 4 ≤ the bytes of `a`.
+        unsafe { _mm512_set1_epi32(core::ptr::read_unaligned(a.add(q * 4) as *const i32)) }
     }
 
     /// Sum of `a[4q ..]` · panel `p` over quads `q0 .. q1`, two independent chains.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     #[inline]
     unsafe fn dot(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m512i {
+        if !w.nib.is_empty() {
+            // Safety: as for `dot4`.
+            return unsafe { dot4(a, w, p, q0, q1) };
+        }
         let (mut x, mut y) = (_mm512_setzero_si512(), _mm512_setzero_si512());
         let mut q = q0;
         while q + 2 <= q1 {
             // Safety (caller): 4·q1 ≤ 4·quads bytes of `a`; quads < quads of panel p.
             unsafe {
-                let a0 = _mm512_set1_epi32(core::ptr::read_unaligned(a.add(q * 4) as *const i32));
-                let a1 =
-                    _mm512_set1_epi32(core::ptr::read_unaligned(a.add(q * 4 + 4) as *const i32));
-                x = _mm512_dpbusd_epi32(x, a0, wquad(w, p, q));
-                y = _mm512_dpbusd_epi32(y, a1, wquad(w, p, q + 1));
+                x = _mm512_dpbusd_epi32(x, aquad(a, q), wquad(w, p, q));
+                y = _mm512_dpbusd_epi32(y, aquad(a, q + 1), wquad(w, p, q + 1));
             }
             q += 2;
         }
         if q < q1 {
             // Safety: as above.
+            unsafe { x = _mm512_dpbusd_epi32(x, aquad(a, q), wquad(w, p, q)) };
+        }
+        _mm512_add_epi32(x, y)
+    }
+
+    /// `dot` over 4-bit weights: a pair of quads per 64-byte load (see `QWeights::nib`).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VNNI; 4·q1 ≤ the bytes of `a`; q1 ≤ quads; panel p exists.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    unsafe fn dot4(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m512i {
+        let pairs = w.quads.div_ceil(2);
+        let base = w.nib[p * pairs * 64..].as_ptr();
+        let (m, eight) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(8));
+        // Safety (all loads): pair q/2 < pairs of panel p lies inside `nib` (64 bytes).
+        let pair = |q: usize| unsafe { _mm512_loadu_si512(base.add(q / 2 * 64) as *const _) };
+        let lo = |v: __m512i| _mm512_sub_epi8(_mm512_and_si512(v, m), eight);
+        let hi =
+            |v: __m512i| _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(v), m), eight);
+        let (mut x, mut y) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        let mut q = q0;
+        if q % 2 == 1 && q < q1 {
+            // Safety (activation loads): 4·q + 4 ≤ 4·q1 bytes of `a`.
+            x = _mm512_dpbusd_epi32(x, unsafe { aquad(a, q) }, hi(pair(q)));
+            q += 1;
+        }
+        while q + 2 <= q1 {
+            let v = pair(q);
+            // Safety: as above.
             unsafe {
-                let a0 = _mm512_set1_epi32(core::ptr::read_unaligned(a.add(q * 4) as *const i32));
-                x = _mm512_dpbusd_epi32(x, a0, wquad(w, p, q));
+                x = _mm512_dpbusd_epi32(x, aquad(a, q), lo(v));
+                y = _mm512_dpbusd_epi32(y, aquad(a, q + 1), hi(v));
             }
+            q += 2;
+        }
+        if q < q1 {
+            // Safety: as above.
+            x = _mm512_dpbusd_epi32(x, unsafe { aquad(a, q) }, lo(pair(q)));
         }
         _mm512_add_epi32(x, y)
     }
@@ -774,6 +822,9 @@ mod tests {
             (100, 96, 0, true),
             (576, 576, 32, true),
             (33, 128, 64, false),
+            // Odd quads per block and in all: pairs of 4-bit quads cut at either end.
+            (40, 36, 12, true),
+            (20, 20, 0, true),
         ] {
             let at = |j: usize, kk: usize| {
                 if int4 {
