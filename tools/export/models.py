@@ -452,6 +452,35 @@ def build_llama_tiny() -> Fixture:
     )
 
 
+def build_llama_110m_full() -> Fixture:
+    """Issue 4's prefill benchmark: a 110M-parameter Llama (stories110M's shape), random weights."""
+    seed_all(11)
+    m = TinyLlama(vocab=32000, dim=768, n_layers=12, n_heads=12, hidden=2048, max_seq=128).eval()
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, nn.Linear):
+                mod.weight.normal_(0.0, 0.02)
+        m.tok_embeddings.weight.normal_(0.0, 1.0)
+    # Tied output layer, as stories110M: 110M parameters in all.
+    m.output.weight = m.tok_embeddings.weight
+    tokens = i64(rng(111).integers(0, 32000, size=(1, 128)))
+    return Fixture(
+        name="llama_110m",
+        description=(
+            "110M-parameter Llama (dim 768, 12 layers, 12 heads, SwiGLU 2048, vocab 32000, tied "
+            "output), plain matmul/softmax attention, random weights; prefill of 128 tokens -> "
+            "logits 1x128x32000"
+        ),
+        module=m,
+        inputs=(tokens,),
+        atol=1e-3,
+        rtol=1e-3,
+        input_names=["tokens"],
+        output_names=["logits"],
+        committed=False,
+    )
+
+
 # --------------------------------------------------------------------------
 # dynamic_mlp
 # --------------------------------------------------------------------------
@@ -956,4 +985,5 @@ FULL: Dict[str, Callable[[], Fixture]] = {
     "all_minilm_l6_v2": build_minilm_full,
     "resnet18": build_resnet18_full,
     "vit_b_16": build_vit_b16_full,
+    "llama_110m": build_llama_110m_full,
 }
