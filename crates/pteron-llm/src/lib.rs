@@ -11,7 +11,8 @@
 //!   per call. Nothing is allocated per token; the KV cache lives in the method's planned memory
 //!   and is read in place by the attention kernel.
 //! - [`Tokenizer`]: Hugging Face `tokenizer.json` (the `tokenizers` crate, built without its C
-//!   dependencies) and `tokenizer_config.json` (chat template, special tokens).
+//!   dependencies), SentencePiece `.model` and tiktoken files, and `tokenizer_config.json`
+//!   (chat template, special tokens).
 //! - [`Sampler`]: greedy, temperature, top-k, top-p, min-p, repetition penalty; seeded.
 //! - [`Generator`]: prompt → streamed text (incremental, UTF-8 safe detokenization), stop on EOS
 //!   ids or stop strings, statistics (time to first token, prefill and decode tok/s, peak RSS).
@@ -23,17 +24,21 @@
 //! [`FinishReason::ContextFull`]); a chat turn that no longer fits is an error that asks for a
 //! reset. There is no sliding window.
 
+mod base64;
 pub mod chat;
 mod detok;
 mod generate;
 mod model;
 mod sampler;
+mod sentencepiece;
+pub mod tiktoken;
 mod tokenizer;
 
 pub use detok::{StopMatcher, TextStream};
 pub use generate::{FinishReason, GenerateOptions, Generation, Generator, Stats};
 pub use model::{Metadata, Model};
 pub use sampler::{Rng, Sampler, SamplerConfig};
+pub use tiktoken::TiktokenOptions;
 pub use tokenizer::{Tokenizer, TokenizerConfig};
 
 /// Errors of text generation.

@@ -1,5 +1,8 @@
 //! Tokenizers: Hugging Face `tokenizer.json` through the `tokenizers` crate (built without
-//! Oniguruma and without the C++ suffix-array code: pure Rust), plus the `tokenizer_config.json`
+//! Oniguruma and without the C++ suffix-array code: pure Rust), SentencePiece `.model` files
+//! (turned into a `tokenizers` pipeline, [`crate::sentencepiece`]) and tiktoken files (their own
+//! byte-pair merge, [`crate::tiktoken`]); the format is told by the content. Plus the
+//! `tokenizer_config.json`
 //! beside it (chat template, BOS/EOS token strings; a `chat_template.jinja` beside it supplies the
 //! template when the config has none, as transformers 5 saves it).
 
@@ -7,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value as Json;
 
-use crate::{Error, Result};
+use crate::tiktoken::{self, Tiktoken, TiktokenOptions};
+use crate::{sentencepiece, Error, Result};
 
 /// The parts of `tokenizer_config.json` generation uses.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -67,9 +71,15 @@ fn guard<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
     })
 }
 
+/// The tokenizer proper.
+enum Inner {
+    Hf(Box<tokenizers::Tokenizer>),
+    Tiktoken(Box<Tiktoken>),
+}
+
 /// A tokenizer with its configuration.
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
+    inner: Inner,
     pub config: TokenizerConfig,
     pub path: PathBuf,
 }
@@ -81,14 +91,6 @@ impl Tokenizer {
         let mut path = path.as_ref().to_path_buf();
         if path.is_dir() {
             path.push("tokenizer.json");
-        }
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.ends_with(".model") {
-            return Err(Error::Tokenizer(format!(
-                "{}: SentencePiece .model files are not supported yet; use the model's \
-                 tokenizer.json",
-                path.display()
-            )));
         }
         let io = |source| Error::Io {
             path: path.display().to_string(),
@@ -102,7 +104,11 @@ impl Tokenizer {
             )));
         }
         let bytes = std::fs::read(&path).map_err(io)?;
-        let inner = Self::parse_json(&bytes)
+        // A tiktoken file may have a sidecar `<file>.json` with its pattern and special tokens.
+        let mut sidecar = path.clone().into_os_string();
+        sidecar.push(".json");
+        let sidecar = std::fs::read_to_string(&sidecar).ok();
+        let inner = Self::parse_any(&bytes, sidecar.as_deref())
             .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
         let cfg_path = path.with_file_name("tokenizer_config.json");
         let mut config = match std::fs::read_to_string(&cfg_path) {
@@ -124,11 +130,80 @@ impl Tokenizer {
 
     /// A tokenizer from the bytes of a `tokenizer.json` (untrusted input, as from a file).
     pub fn from_json_bytes(bytes: &[u8], config: TokenizerConfig) -> Result<Self> {
+        Self::with(
+            Inner::Hf(Box::new(Self::parse_json(bytes).map_err(Error::Tokenizer)?)),
+            config,
+        )
+    }
+
+    /// A tokenizer from the bytes of a SentencePiece `.model` file.
+    pub fn from_sentencepiece_bytes(bytes: &[u8], config: TokenizerConfig) -> Result<Self> {
+        Self::with(
+            Self::parse_sentencepiece(bytes).map_err(Error::Tokenizer)?,
+            config,
+        )
+    }
+
+    /// A tokenizer from the bytes of a tiktoken file, with its pattern and special tokens.
+    pub fn from_tiktoken_bytes(
+        bytes: &[u8],
+        opts: &TiktokenOptions,
+        config: TokenizerConfig,
+    ) -> Result<Self> {
+        let t = Tiktoken::parse(bytes, opts).map_err(Error::Tokenizer)?;
+        Self::with(Inner::Tiktoken(Box::new(t)), config)
+    }
+
+    /// A tokenizer from the bytes of any supported file, told apart by content: JSON
+    /// (tokenizer.json), a tiktoken file (with Llama 3's pattern and special tokens), or a
+    /// SentencePiece protobuf.
+    pub fn from_bytes(bytes: &[u8], config: TokenizerConfig) -> Result<Self> {
+        Self::with(
+            Self::parse_any(bytes, None).map_err(Error::Tokenizer)?,
+            config,
+        )
+    }
+
+    fn with(inner: Inner, config: TokenizerConfig) -> Result<Self> {
         Ok(Tokenizer {
-            inner: Self::parse_json(bytes).map_err(Error::Tokenizer)?,
+            inner,
             config,
             path: PathBuf::new(),
         })
+    }
+
+    fn parse_any(bytes: &[u8], sidecar: Option<&str>) -> std::result::Result<Inner, String> {
+        if bytes.len() as u64 > MAX_TOKENIZER_BYTES {
+            return Err(format!(
+                "{} bytes, over the limit of {MAX_TOKENIZER_BYTES}",
+                bytes.len()
+            ));
+        }
+        let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+        if first == Some(&b'{') {
+            return Ok(Inner::Hf(Box::new(Self::parse_json(bytes)?)));
+        }
+        if tiktoken::looks_like(bytes) {
+            let n = tiktoken::count_ranks(bytes);
+            let opts = match sidecar {
+                Some(text) => TiktokenOptions::from_json(text, n)?,
+                None => TiktokenOptions::llama3(n),
+            };
+            return Ok(Inner::Tiktoken(Box::new(Tiktoken::parse(bytes, &opts)?)));
+        }
+        // A SentencePiece ModelProto starts with its first piece: field 1, length-delimited.
+        if bytes.first() == Some(&0x0a) {
+            return Self::parse_sentencepiece(bytes);
+        }
+        Err("not a tokenizer.json, a tiktoken file or a SentencePiece .model".into())
+    }
+
+    fn parse_sentencepiece(bytes: &[u8]) -> std::result::Result<Inner, String> {
+        let json = sentencepiece::to_tokenizer_json(bytes)
+            .map_err(|e| format!("SentencePiece model: {e}"))?;
+        let text = serde_json::to_vec(&json).map_err(|e| e.to_string())?;
+        let t = Self::parse_json(&text).map_err(|e| format!("SentencePiece model: {e}"))?;
+        Ok(Inner::Hf(Box::new(t)))
     }
 
     fn parse_json(bytes: &[u8]) -> std::result::Result<tokenizers::Tokenizer, String> {
@@ -139,40 +214,53 @@ impl Tokenizer {
             ));
         }
         if !bytes.starts_with(b"{") {
-            return Err(
-                "not a tokenizer.json (tiktoken and SentencePiece files are not supported yet)"
-                    .into(),
-            );
+            return Err("not a tokenizer.json".into());
         }
         guard(|| tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| e.to_string()))
             .and_then(|r| r)
     }
 
-    /// Token ids of `text`; `add_special` applies the tokenizer's post-processor (e.g. a BOS).
+    /// Token ids of `text`; `add_special` applies the tokenizer's post-processor (e.g. a BOS;
+    /// tiktoken and SentencePiece files have none: add the BOS id yourself).
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
-        guard(|| self.inner.encode(text, add_special))
-            .map_err(Error::Tokenizer)?
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|e| Error::Tokenizer(e.to_string()))
+        match &self.inner {
+            Inner::Hf(t) => guard(|| t.encode(text, add_special))
+                .map_err(Error::Tokenizer)?
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| Error::Tokenizer(e.to_string())),
+            Inner::Tiktoken(t) => t.encode(text).map_err(Error::Tokenizer),
+        }
     }
 
     /// Text of `ids`; `skip_special` leaves out special tokens (`<|im_end|>`...).
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        guard(|| self.inner.decode(ids, skip_special))
-            .map_err(Error::Tokenizer)?
-            .map_err(|e| Error::Tokenizer(e.to_string()))
+        match &self.inner {
+            Inner::Hf(t) => guard(|| t.decode(ids, skip_special))
+                .map_err(Error::Tokenizer)?
+                .map_err(|e| Error::Tokenizer(e.to_string())),
+            Inner::Tiktoken(t) => Ok(t.decode(ids, skip_special)),
+        }
     }
 
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        guard(|| self.inner.token_to_id(token)).ok().flatten()
+        match &self.inner {
+            Inner::Hf(t) => guard(|| t.token_to_id(token)).ok().flatten(),
+            Inner::Tiktoken(t) => t.token_to_id(token),
+        }
     }
 
     pub fn id_to_token(&self, id: u32) -> Option<String> {
-        guard(|| self.inner.id_to_token(id)).ok().flatten()
+        match &self.inner {
+            Inner::Hf(t) => guard(|| t.id_to_token(id)).ok().flatten(),
+            Inner::Tiktoken(t) => t.id_to_token(id),
+        }
     }
 
     /// Vocabulary size including added tokens.
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        match &self.inner {
+            Inner::Hf(t) => t.get_vocab_size(true),
+            Inner::Tiktoken(t) => t.vocab_size(),
+        }
     }
 }

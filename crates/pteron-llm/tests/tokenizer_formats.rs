@@ -1,0 +1,170 @@
+//! SentencePiece `.model` and tiktoken files against their reference libraries: the ids of
+//! varied strings and their decoded text, from `tools/export/export_tokenizers.py`
+//! (sentencepiece 0.2.x, tiktoken 0.14) in `testdata/llm/tokenizers/goldens.json`; and
+//! malformed files, which must be errors, not panics.
+
+use std::path::{Path, PathBuf};
+
+use pteron_llm::{TiktokenOptions, Tokenizer, TokenizerConfig};
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/llm/tokenizers")
+}
+
+fn goldens() -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir().join("goldens.json")).unwrap()).unwrap()
+}
+
+fn check(name: &str) {
+    let g = &goldens()["tokenizers"][name];
+    let tok = Tokenizer::from_file(dir().join(g["file"].as_str().unwrap())).unwrap();
+    assert_eq!(
+        tok.vocab_size() as u64,
+        g["vocab_size"].as_u64().unwrap(),
+        "{name}"
+    );
+    let skip = g["decode_skips_special"].as_bool().unwrap();
+    let mut bad = Vec::new();
+    let cases = g["cases"].as_array().unwrap();
+    for c in cases {
+        let text = c["text"].as_str().unwrap();
+        let want: Vec<u32> = c["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let ids = tok.encode(text, false).unwrap();
+        if ids != want {
+            bad.push(format!("{text:?}: ids {ids:?}, reference {want:?}"));
+        }
+        let decoded = tok.decode(&want, skip).unwrap();
+        if decoded != c["decoded"].as_str().unwrap() {
+            bad.push(format!(
+                "{text:?}: decoded {decoded:?}, reference {:?}",
+                c["decoded"]
+            ));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{name}: {} of {} cases differ:\n{}",
+        bad.len(),
+        cases.len(),
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn sentencepiece_bpe_matches_sentencepiece() {
+    check("sp_bpe");
+}
+
+#[test]
+fn sentencepiece_unigram_matches_sentencepiece() {
+    check("sp_unigram");
+}
+
+#[test]
+fn tiktoken_matches_tiktoken() {
+    check("tiny_tiktoken");
+}
+
+#[test]
+fn tiktoken_api_and_llama3_defaults() {
+    let bytes = std::fs::read(dir().join("tiny.tiktoken")).unwrap();
+    // Without a sidecar: Llama 3's special tokens numbered after the 509 ranks.
+    let t = Tokenizer::from_bytes(&bytes, TokenizerConfig::default()).unwrap();
+    assert_eq!(t.token_to_id("<|begin_of_text|>"), Some(509));
+    assert_eq!(t.token_to_id("<|eot_id|>"), Some(518));
+    assert_eq!(
+        t.token_to_id("<|reserved_special_token_246|>"),
+        Some(509 + 255)
+    );
+    assert_eq!(t.vocab_size(), 509 + 256);
+    assert_eq!(t.encode("<|eot_id|>", false).unwrap(), vec![518]);
+    assert_eq!(t.id_to_token(518).as_deref(), Some("<|eot_id|>"));
+    assert_eq!(t.id_to_token(72).as_deref(), Some("H"));
+    let opts = TiktokenOptions {
+        pattern: r"\S+|\s+".into(),
+        special_tokens: vec![],
+    };
+    let t = Tokenizer::from_tiktoken_bytes(&bytes, &opts, TokenizerConfig::default()).unwrap();
+    assert_eq!(
+        t.decode(&t.encode("a b", false).unwrap(), false).unwrap(),
+        "a b"
+    );
+}
+
+#[test]
+fn streaming_decode_of_multibyte_text() {
+    for f in ["tiny.tiktoken", "sp_bpe.model"] {
+        let tok = Tokenizer::from_file(dir().join(f)).unwrap();
+        let text = "emoji: 😀🎉 and 你好 x";
+        let ids = tok.encode(text, false).unwrap();
+        let mut s = pteron_llm::TextStream::new(true);
+        let mut out = String::new();
+        for id in ids {
+            out += &s.push(&tok, id).unwrap();
+        }
+        out += &s.flush(&tok).unwrap();
+        assert_eq!(out, text, "{f}");
+    }
+}
+
+fn errs(bytes: &[u8]) -> String {
+    match Tokenizer::from_bytes(bytes, TokenizerConfig::default()) {
+        Ok(_) => panic!(
+            "accepted {:?}",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(40)])
+        ),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn malformed_sentencepiece_models_are_errors() {
+    let good = std::fs::read(dir().join("sp_bpe.model")).unwrap();
+    // Every truncation: an error or (cut at a field boundary) a smaller valid model; no panic.
+    let mut errors = 0;
+    for n in (0..good.len()).step_by(7) {
+        if Tokenizer::from_bytes(&good[..n], TokenizerConfig::default()).is_err() {
+            errors += 1;
+        }
+    }
+    assert!(errors > 0);
+    // A piece with a huge length; a length past the end; a varint of 11 bytes.
+    let mut huge = vec![0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f];
+    huge.extend_from_slice(&good[..64]);
+    assert!(errs(&huge).contains("protobuf"));
+    assert!(errs(&[0x0a, 0x40, 0x0a, 0x02, b'a']).contains("protobuf"));
+    assert!(errs(&[0x0a, 0x03, 0x0a, 0x01, b'a']).contains("unknown piece"));
+    // Unsupported model type (3 = word) in the trainer spec.
+    let mut word = vec![0x0a, 0x05, 0x0a, 0x01, b'a', 0x18, 0x02];
+    word.extend_from_slice(&[0x12, 0x02, 0x18, 0x03]);
+    assert!(errs(&word).contains("not supported"));
+    // Flipped bytes: never a panic.
+    let mut m = good.clone();
+    for i in (0..m.len()).step_by(13) {
+        m[i] ^= 0x5a;
+        let _ = Tokenizer::from_bytes(&m, TokenizerConfig::default());
+    }
+}
+
+#[test]
+fn malformed_tiktoken_files_are_errors() {
+    assert!(errs(b"YQ== 0\nYQ== 1\n").contains("twice"));
+    assert!(errs(b"YQ== 0\nYg== 0\n").contains("twice"));
+    assert!(errs(b"YQ== 0\nY!== 1\n").contains("base64"));
+    assert!(errs(b"YQ== 0\nYg== 99999999999999\n").contains("rank"));
+    // A token of no byte: encoding text that needs it is an error, not a panic.
+    let t = Tokenizer::from_bytes(b"YQ== 0\n", TokenizerConfig::default()).unwrap();
+    assert!(t.encode("ab", false).is_err());
+    assert_eq!(t.encode("aa", false).unwrap(), vec![0, 0]);
+}
+
+#[test]
+fn unknown_content_is_an_error() {
+    assert!(errs(b"hello world").contains("not a tokenizer.json"));
+    assert!(errs(b"").contains("not a tokenizer.json"));
+}
