@@ -1181,10 +1181,10 @@ impl<'p> Method<'p> {
                 }
                 Instr::Move { to, .. } => *to == vi,
                 Instr::Free { value } => *value == vi,
-                Instr::Delegate { args, .. } => self
-                    .args
-                    .get(args.range())
-                    .map_or(true, |a| a.contains(&vi)),
+                Instr::Delegate { args, .. } => match self.args.get(args.range()) {
+                    Some(a) => a.contains(&vi),
+                    None => true,
+                },
                 Instr::Nop | Instr::JumpFalse { .. } => false,
             };
             if written {
