@@ -7,7 +7,8 @@
 //! The file has neither the pattern nor the special tokens: [`TiktokenOptions`] gives them,
 //! Llama 3's by default.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use fancy_regex::Regex;
 
@@ -116,6 +117,8 @@ pub struct Tiktoken {
     /// Alternation of the special tokens, longest first (`None` without any).
     special_re: Option<Regex>,
     vocab_size: usize,
+    /// Longest token in bytes: longer pairs need no lookup.
+    max_token_len: usize,
 }
 
 impl Tiktoken {
@@ -182,7 +185,9 @@ impl Tiktoken {
             .max()
             .copied()
             .unwrap_or(0);
+        let max_token_len = encoder.keys().map(Vec::len).max().unwrap_or(0);
         Ok(Tiktoken {
+            max_token_len,
             encoder,
             decoder,
             special,
@@ -224,33 +229,54 @@ impl Tiktoken {
         Ok(())
     }
 
-    /// tiktoken's byte-pair merge of one piece (O(n²), as tiktoken's own).
+    /// tiktoken's byte-pair merge of one piece: the same choices as its scan (lowest rank,
+    /// leftmost on ties), found with a heap of candidate pairs so that a long piece (a run of
+    /// one character) costs O(n log n), not O(n²).
     fn merge(&self, piece: &[u8], ids: &mut Vec<u32>) -> Res<()> {
-        // Boundaries of the current parts: parts are piece[b[i]..b[i + 1]].
-        let mut b: Vec<usize> = (0..=piece.len()).collect();
-        loop {
-            let mut best: Option<(u32, usize)> = None;
-            for i in 0..b.len().saturating_sub(2) {
-                if let Some(&r) = self.encoder.get(&piece[b[i]..b[i + 2]]) {
-                    if best.is_none_or(|(br, _)| r < br) {
-                        best = Some((r, i));
-                    }
-                }
+        let n = piece.len();
+        // Parts are linked by their start offsets: next[i] is the start of the part after the
+        // one starting at i (n past the last); removed parts are marked dead.
+        let mut next: Vec<usize> = (1..=n).collect();
+        let mut prev: Vec<Option<usize>> = (0..n).map(|i| i.checked_sub(1)).collect();
+        let mut alive = vec![true; n];
+        let mut heap = BinaryHeap::new();
+        let pair = |next: &[usize], start: usize| -> Option<Reverse<(u32, usize, usize)>> {
+            let mid = next[start];
+            let end = *next.get(mid)?;
+            if end - start > self.max_token_len {
+                return None;
             }
-            match best {
-                Some((_, i)) => {
-                    b.remove(i + 1);
-                }
-                None => break,
-            }
+            let rank = *self.encoder.get(&piece[start..end])?;
+            Some(Reverse((rank, start, end)))
+        };
+        for i in 0..n {
+            heap.extend(pair(&next, i));
         }
-        for w in b.windows(2) {
-            let part = &piece[w[0]..w[1]];
+        while let Some(Reverse((_, start, end))) = heap.pop() {
+            // Stale: the part is gone, or its right neighbour changed.
+            let mid = next[start];
+            if !alive[start] || next.get(mid) != Some(&end) {
+                continue;
+            }
+            alive[mid] = false;
+            next[start] = end;
+            if end < n {
+                prev[end] = Some(start);
+            }
+            if let Some(p) = prev[start] {
+                heap.extend(pair(&next, p));
+            }
+            heap.extend(pair(&next, start));
+        }
+        let mut at = 0;
+        while at < n {
+            let part = &piece[at..next[at]];
             let id = self
                 .encoder
                 .get(part)
                 .ok_or_else(|| format!("tiktoken: byte {:#04x} has no token", part[0]))?;
             ids.push(*id);
+            at = next[at];
         }
         Ok(())
     }
@@ -323,6 +349,63 @@ mod tests {
         assert_eq!(t.vocab_size(), 11);
         // "c" has no byte token.
         assert!(t.encode("c").is_err());
+    }
+
+    /// tiktoken's own scan: merge the lowest-ranked adjacent pair, leftmost first.
+    fn scan_merge(t: &Tiktoken, piece: &[u8]) -> Vec<u32> {
+        let mut b: Vec<usize> = (0..=piece.len()).collect();
+        loop {
+            let mut best: Option<(u32, usize)> = None;
+            for i in 0..b.len().saturating_sub(2) {
+                if let Some(&r) = t.encoder.get(&piece[b[i]..b[i + 2]]) {
+                    if best.is_none_or(|(br, _)| r < br) {
+                        best = Some((r, i));
+                    }
+                }
+            }
+            let Some((_, i)) = best else { break };
+            b.remove(i + 1);
+        }
+        b.windows(2)
+            .map(|w| t.encoder[&piece[w[0]..w[1]]])
+            .collect()
+    }
+
+    #[test]
+    fn heap_merge_equals_tiktokens_scan() {
+        // Tokens over a 3-letter alphabet with ranks in a scrambled order.
+        let mut toks: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()];
+        let mut x = 12345u32;
+        while toks.len() < 60 {
+            x = x.wrapping_mul(1103515245).wrapping_add(12345);
+            let l = toks[(x >> 8) as usize % toks.len()].clone();
+            let r = toks[(x >> 20) as usize % toks.len()].clone();
+            let t = [l, r].concat();
+            if t.len() <= 6 && !toks.contains(&t) {
+                toks.push(t);
+            }
+        }
+        let refs: Vec<&[u8]> = toks.iter().map(Vec::as_slice).collect();
+        let opts = TiktokenOptions {
+            pattern: r"\S+".into(),
+            special_tokens: vec![],
+        };
+        let t = Tiktoken::parse(&file(&refs), &opts).unwrap();
+        for _ in 0..500 {
+            x = x.wrapping_mul(1103515245).wrapping_add(12345);
+            let len = 1 + (x >> 16) as usize % 24;
+            let piece: Vec<u8> = (0..len)
+                .map(|k| b"abc"[((x >> (k % 24)) as usize + k * 7) % 3])
+                .collect();
+            let mut ids = Vec::new();
+            t.merge(&piece, &mut ids).unwrap();
+            assert_eq!(
+                ids,
+                scan_merge(&t, &piece),
+                "{:?}",
+                String::from_utf8_lossy(&piece)
+            );
+        }
     }
 
     #[test]

@@ -112,6 +112,24 @@ fn streaming_decode_of_multibyte_text() {
     }
 }
 
+#[test]
+fn long_runs_encode_quickly() {
+    // One 200 KB piece each: merging must not be quadratic (a hang guard, not a timing).
+    for f in ["tiny.tiktoken", "sp_bpe.model", "sp_unigram.model"] {
+        let tok = Tokenizer::from_file(dir().join(f)).unwrap();
+        for text in [
+            "x".repeat(200_000),
+            " ".repeat(200_000),
+            "ab".repeat(100_000),
+        ] {
+            let t = std::time::Instant::now();
+            let ids = tok.encode(&text, false).unwrap();
+            assert_eq!(tok.decode(&ids, true).unwrap().trim(), text.trim(), "{f}");
+            assert!(t.elapsed().as_secs() < 20, "{f}: {:?}", t.elapsed());
+        }
+    }
+}
+
 fn errs(bytes: &[u8]) -> String {
     match Tokenizer::from_bytes(bytes, TokenizerConfig::default()) {
         Ok(_) => panic!(
