@@ -3,6 +3,9 @@
 Writes testdata/llm/tokenizers/:
 - sp_bpe.model      SentencePiece BPE (vocab 400, byte_fallback, identity normalization, extra
                     whitespace kept: Llama 2 style), with control symbols <|im_start|>, <|im_end|>;
+- sp_bpe_nodummy.model  SentencePiece BPE as Gemma's: no dummy prefix, byte_fallback, identity
+                    normalization, whitespace-only pieces, user-defined <sep>, <start_of_turn>,
+                    <end_of_turn>;
 - sp_unigram.model  SentencePiece Unigram (vocab 400, nmt_nfkc normalization: a precompiled
                     charsmap, extra whitespace removed), with a user-defined symbol <sep>;
 - tiny.tiktoken     a tiktoken file (base64 token, rank) made from the tiny LLM's byte-level BPE
@@ -54,6 +57,7 @@ TEXTS = [
     "ends with spaces   ",
     "<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n",
     "a <sep> b<sep>c",
+    "<start_of_turn>user\nhello  there<end_of_turn>\n",
     "x" * 40 + " " + "ab" * 20,
 ]
 
@@ -142,6 +146,24 @@ def main():
     cases, n = spm_cases(bpe, chat)
     goldens["tokenizers"]["sp_bpe"] = {
         "file": "sp_bpe.model",
+        "vocab_size": n,
+        "decode_skips_special": True,
+        "cases": cases,
+    }
+
+    gemma = train_spm(
+        "bpe",
+        byte_fallback=True,
+        normalization_rule_name="identity",
+        add_dummy_prefix=False,
+        remove_extra_whitespaces=False,
+        allow_whitespace_only_pieces=True,
+        user_defined_symbols=["<sep>", "<start_of_turn>", "<end_of_turn>"],
+    )
+    (OUT / "sp_bpe_nodummy.model").write_bytes(gemma)
+    cases, n = spm_cases(gemma, [])
+    goldens["tokenizers"]["sp_bpe_nodummy"] = {
+        "file": "sp_bpe_nodummy.model",
         "vocab_size": n,
         "decode_skips_special": True,
         "cases": cases,

@@ -17,8 +17,10 @@
 //! is prepended to non-empty text. Control pieces (`<s>`, `<|im_start|>`...) are special tokens
 //! matched in the text, as transformers' Llama tokenizer does (sentencepiece itself would spell
 //! them out; text around them is encoded segment by segment, each with its dummy prefix);
-//! user-defined pieces win in a Unigram lattice as in sentencepiece, and are cut out of the raw
-//! text in a BPE model (text after one then gets a dummy prefix, unlike sentencepiece). Decoding: `▁`
+//! user-defined pieces win in a Unigram lattice as in sentencepiece, and are matched in the
+//! normalized text of a BPE model without dummy prefix (Gemma's kind), but cut out of the raw
+//! text of one with a dummy prefix (text after one then gets a dummy prefix, unlike
+//! sentencepiece). Decoding: `▁`
 //! → space, `<0xNN>` pieces → bytes, the unknown piece → ` ⁇ `, the first dummy space removed.
 //! Not covered: the denormalizer spec (decode-time rules; none in the common models), unused
 //! pieces are not excluded from the model (sentencepiece never emits them), BPE merges of two
@@ -291,9 +293,9 @@ pub fn to_tokenizer_json(bytes: &[u8]) -> Res<Json> {
 
     // Control pieces are special tokens cut out of the raw text. User-defined pieces: in a
     // Unigram model, sentencepiece scores them `chars × max normal score − 0.1` in its lattice
-    // (so they always win); in a BPE model they are cut out of the raw text (sentencepiece
-    // matches them first too, but in the normalized text: the text after one gets no dummy
-    // prefix there, it does here).
+    // (so they always win); in a BPE model sentencepiece matches them first in the normalized
+    // text: so here without a dummy prefix; with one they are cut out of the raw text (the text
+    // after one then gets a dummy prefix, which sentencepiece does not add).
     let max_score = m
         .pieces
         .iter()
@@ -313,8 +315,12 @@ pub fn to_tokenizer_json(bytes: &[u8]) -> Res<Json> {
             p.kind == PieceType::Control || (m.bpe && p.kind == PieceType::UserDefined)
         })
         .map(|(id, p)| {
+            // Matched in the normalized text, as sentencepiece does, unless the dummy prefix
+            // would be added to the token's own text when the crate normalizes it.
+            let normalized = p.kind == PieceType::UserDefined && !m.add_dummy_prefix;
             json!({"id": id, "content": p.text, "single_word": false, "lstrip": false,
-                   "rstrip": false, "normalized": false, "special": p.kind == PieceType::Control})
+                   "rstrip": false, "normalized": normalized,
+                   "special": p.kind == PieceType::Control})
         })
         .collect();
     let unigram_score = |p: &Piece| match p.kind {

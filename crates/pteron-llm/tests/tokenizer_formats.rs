@@ -61,6 +61,11 @@ fn sentencepiece_bpe_matches_sentencepiece() {
 }
 
 #[test]
+fn sentencepiece_bpe_without_dummy_prefix_matches_sentencepiece() {
+    check("sp_bpe_nodummy");
+}
+
+#[test]
 fn sentencepiece_unigram_matches_sentencepiece() {
     check("sp_unigram");
 }
