@@ -20,6 +20,9 @@ fn testdata() -> PathBuf {
 fn seeds() -> Vec<Vec<u8>> {
     let text = "Hello wörld 😀 <|im_start|>user\n 12345 e\u{301}".as_bytes();
     let mut jsons = vec![testdata().join("llm/tiny/tokenizer.json")];
+    for f in ["sp_bpe.model", "sp_unigram.model", "tiny.tiktoken"] {
+        jsons.push(testdata().join("llm/tokenizers").join(f));
+    }
     let mut more: Vec<PathBuf> = std::fs::read_dir(testdata().join("security/tokenizers"))
         .expect("testdata/security/tokenizers")
         .flatten()

@@ -3,7 +3,7 @@
 //!
 //! Input: `[mode: u8][n: u16 LE][n bytes: A][B]`. By `mode % 3`:
 //!
-//! * 0: B is a `tokenizer.json`, A a text: the tokenizer is built, A encoded (with and
+//! * 0: B is a `tokenizer.json` (or a SentencePiece `.model` or a tiktoken file), A a text: the tokenizer is built, A encoded (with and
 //!   without special tokens), the ids decoded at once and token by token (`TextStream`), and
 //!   ids taken from A's bytes (in and out of the vocabulary) decoded and looked up;
 //! * 1: A is a chat template, B messages separated by NUL bytes: the template is compiled and
@@ -63,7 +63,7 @@ fn contained<T>(r: &pteron_llm::Result<T>) -> bool {
 }
 
 fn tokenizer(text: &[u8], json: &[u8]) -> bool {
-    let tok = match Tokenizer::from_json_bytes(json, TokenizerConfig::default()) {
+    let tok = match Tokenizer::from_bytes(json, TokenizerConfig::default()) {
         Ok(t) => t,
         Err(e) => return e.to_string().contains("tokenizers crate panicked"),
     };
