@@ -53,7 +53,26 @@ enum Command {
     Transcribe(transcribe::TranscribeArgs),
 }
 
+/// `print!` panics when stdout is a pipe whose reader has gone (`pteron ops | head`): end
+/// quietly then, with the status a process killed by SIGPIPE has (128 + 13), as Unix tools do.
+fn exit_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect { model, json } => inspect::inspect(&model, json),

@@ -151,3 +151,28 @@ fn transcribe_errors_are_reported() {
     assert!(!ok);
     assert!(err.contains("encode"), "{err}");
 }
+
+/// Output cut short by the reader (`pteron ops | head -1`) ends the process quietly.
+#[test]
+fn closed_stdout_is_not_a_panic() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pteron"))
+        .arg("ops")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Hang up before the listing is written.
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(status.code() == Some(141) || status.success(), "{status:?}");
+}
