@@ -103,7 +103,9 @@ def spm_cases(model: bytes, specials: list):
             elif part:
                 ids.extend(sp.encode(part))
         cases.append({"text": text, "ids": ids, "decoded": sp.decode(ids)})
-    return cases, sp.get_piece_size()
+    # add_bos: the ids of one text with sentencepiece's BOS.
+    bos = {"text": TEXTS[1], "ids": sp.encode(TEXTS[1], add_bos=True)}
+    return cases, sp.get_piece_size(), bos
 
 
 def tiny_ranks():
@@ -143,11 +145,12 @@ def main():
         control_symbols=chat,
     )
     (OUT / "sp_bpe.model").write_bytes(bpe)
-    cases, n = spm_cases(bpe, chat)
+    cases, n, bos = spm_cases(bpe, chat)
     goldens["tokenizers"]["sp_bpe"] = {
         "file": "sp_bpe.model",
         "vocab_size": n,
         "decode_skips_special": True,
+        "with_bos": bos,
         "cases": cases,
     }
 
@@ -161,21 +164,23 @@ def main():
         user_defined_symbols=["<sep>", "<start_of_turn>", "<end_of_turn>"],
     )
     (OUT / "sp_bpe_nodummy.model").write_bytes(gemma)
-    cases, n = spm_cases(gemma, [])
+    cases, n, bos = spm_cases(gemma, [])
     goldens["tokenizers"]["sp_bpe_nodummy"] = {
         "file": "sp_bpe_nodummy.model",
         "vocab_size": n,
         "decode_skips_special": True,
+        "with_bos": bos,
         "cases": cases,
     }
 
     uni = train_spm("unigram", user_defined_symbols=["<sep>"])
     (OUT / "sp_unigram.model").write_bytes(uni)
-    cases, n = spm_cases(uni, [])
+    cases, n, bos = spm_cases(uni, [])
     goldens["tokenizers"]["sp_unigram"] = {
         "file": "sp_unigram.model",
         "vocab_size": n,
         "decode_skips_special": True,
+        "with_bos": bos,
         "cases": cases,
     }
 
@@ -185,7 +190,7 @@ def main():
         for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
             f.write(f"{base64.b64encode(tok).decode()} {rank}\n")
     (OUT / "tiny.tiktoken.json").write_text(
-        json.dumps({"pattern": LLAMA3_PATTERN, "special_tokens": special}, indent=1) + "\n"
+        json.dumps({"pattern": LLAMA3_PATTERN, "special_tokens": special, "bos_token": None}, indent=1) + "\n"
     )
     enc = tiktoken.Encoding("tiny", pat_str=LLAMA3_PATTERN, mergeable_ranks=ranks, special_tokens=special)
     cases = []

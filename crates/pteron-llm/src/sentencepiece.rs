@@ -7,7 +7,8 @@
 //! - `SentencePiece`: 1 piece, 2 score, 3 type (1 normal, 2 unknown, 3 control, 4 user defined,
 //!   5 unused, 6 byte);
 //! - `TrainerSpec`: 3 model_type (1 unigram, 2 BPE; word/char are unsupported), 24
-//!   treat_whitespace_as_suffix (unsupported when set), 35 byte_fallback;
+//!   treat_whitespace_as_suffix (unsupported when set), 35 byte_fallback, 41 bos_id (added by
+//!   `encode(text, add_special = true)`, as sentencepiece's `add_bos`);
 //! - `NormalizerSpec`: 1 name, 2 precompiled_charsmap (applied with the `tokenizers` crate's
 //!   `Precompiled` normalizer: nmt_nfkc and the other built-in rules), 3 add_dummy_prefix,
 //!   4 remove_extra_whitespaces, 5 escape_whitespaces (must be on).
@@ -140,6 +141,8 @@ struct Model {
     bpe: bool,
     byte_fallback: bool,
     charsmap: Vec<u8>,
+    /// The BOS piece (TrainerSpec bos_id, 1 unless set; -1: none).
+    bos_id: i64,
     add_dummy_prefix: bool,
     remove_extra_whitespaces: bool,
 }
@@ -187,6 +190,7 @@ fn parse(bytes: &[u8]) -> Res<Model> {
         bpe: false,
         byte_fallback: false,
         charsmap: Vec::new(),
+        bos_id: 1,
         add_dummy_prefix: true,
         remove_extra_whitespaces: true,
     };
@@ -212,6 +216,8 @@ fn parse(bytes: &[u8]) -> Res<Model> {
                             return Err("treat_whitespace_as_suffix is not supported".into())
                         }
                         (35, _) => m.byte_fallback = as_bool(&f, "byte_fallback")?,
+                        // int32: a negative value is a 10-byte varint.
+                        (41, Field::Varint(v)) => m.bos_id = *v as i64,
                         _ => {}
                     }
                 }
@@ -372,6 +378,24 @@ pub fn to_tokenizer_json(bytes: &[u8]) -> Res<Json> {
         dec.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
     }
 
+    // BOS for add_special, when the model has one (a control piece).
+    let bos = usize::try_from(m.bos_id)
+        .ok()
+        .and_then(|id| m.pieces.get(id).map(|p| (id, p)))
+        .filter(|(_, p)| p.kind == PieceType::Control);
+    let post = match bos {
+        Some((id, p)) => json!({
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": p.text, "type_id": 0}},
+                       {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": p.text, "type_id": 0}},
+                     {"Sequence": {"id": "A", "type_id": 0}},
+                     {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {p.text.as_str(): {"id": p.text, "ids": [id], "tokens": [p.text]}},
+        }),
+        None => Json::Null,
+    };
+
     Ok(json!({
         "version": "1.0",
         "truncation": null,
@@ -379,7 +403,7 @@ pub fn to_tokenizer_json(bytes: &[u8]) -> Res<Json> {
         "added_tokens": added,
         "normalizer": {"type": "Sequence", "normalizers": norm},
         "pre_tokenizer": null,
-        "post_processor": null,
+        "post_processor": post,
         "decoder": {"type": "Sequence", "decoders": dec},
         "model": model,
     }))

@@ -24,6 +24,8 @@ pub struct TiktokenOptions {
     pub pattern: String,
     /// Special tokens and their ids (outside the file's ranks).
     pub special_tokens: Vec<(String, u32)>,
+    /// The special token `encode(text, add_special = true)` puts first.
+    pub bos_token: Option<String>,
 }
 
 impl TiktokenOptions {
@@ -32,7 +34,7 @@ impl TiktokenOptions {
     /// `<|reserved_special_token_0|>`, `<|reserved_special_token_1|>`,
     /// `<|finetune_right_pad_id|>`, `<|step_id|>`, `<|start_header_id|>`, `<|end_header_id|>`,
     /// `<|eom_id|>`, `<|eot_id|>`, `<|python_tag|>`, then `<|reserved_special_token_2|>` ...
-    /// `<|reserved_special_token_246|>`.
+    /// `<|reserved_special_token_246|>`; BOS `<|begin_of_text|>`.
     pub fn llama3(n_ranks: u32) -> Self {
         let mut names: Vec<String> = [
             "<|begin_of_text|>",
@@ -54,11 +56,12 @@ impl TiktokenOptions {
         TiktokenOptions {
             pattern: LLAMA3_PATTERN.to_string(),
             special_tokens: names.into_iter().zip(n_ranks..).collect(),
+            bos_token: Some("<|begin_of_text|>".into()),
         }
     }
 
-    /// Options from a sidecar JSON `{"pattern": "...", "special_tokens": {"<|x|>": id, ...}}`;
-    /// a missing key takes Llama 3's value.
+    /// Options from a sidecar JSON `{"pattern": "...", "special_tokens": {"<|x|>": id, ...},
+    /// "bos_token": "<|x|>" or null}`; a missing key takes Llama 3's value.
     pub fn from_json(text: &str, n_ranks: u32) -> Res<Self> {
         let v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| format!("tiktoken sidecar JSON: {e}"))?;
@@ -80,6 +83,16 @@ impl TiktokenOptions {
                     Ok((k.clone(), id))
                 })
                 .collect::<Res<_>>()?;
+        }
+        if let Some(b) = v.get("bos_token") {
+            o.bos_token = match b {
+                serde_json::Value::Null => None,
+                b => Some(
+                    b.as_str()
+                        .ok_or("sidecar: bos_token is not a string")?
+                        .into(),
+                ),
+            };
         }
         Ok(o)
     }
@@ -117,6 +130,8 @@ pub struct Tiktoken {
     /// Alternation of the special tokens, longest first (`None` without any).
     special_re: Option<Regex>,
     vocab_size: usize,
+    /// Put first by `encode(.., true)`: the BOS token's id, if it is a special token.
+    bos: Option<u32>,
     /// Longest token in bytes: longer pairs need no lookup.
     max_token_len: usize,
 }
@@ -186,7 +201,16 @@ impl Tiktoken {
             .copied()
             .unwrap_or(0);
         let max_token_len = encoder.keys().map(Vec::len).max().unwrap_or(0);
+        let bos = match &opts.bos_token {
+            Some(b) => Some(
+                *special
+                    .get(b)
+                    .ok_or_else(|| format!("tiktoken: BOS {b:?} is not a special token"))?,
+            ),
+            None => None,
+        };
         Ok(Tiktoken {
+            bos,
             max_token_len,
             encoder,
             decoder,
@@ -198,8 +222,9 @@ impl Tiktoken {
         })
     }
 
-    pub fn encode(&self, text: &str) -> Res<Vec<u32>> {
-        let mut ids = Vec::new();
+    /// Token ids of `text`, special tokens in it included; `add_bos` puts the BOS first.
+    pub fn encode(&self, text: &str, add_bos: bool) -> Res<Vec<u32>> {
+        let mut ids: Vec<u32> = self.bos.filter(|_| add_bos).into_iter().collect();
         let mut at = 0;
         while at < text.len() {
             let found = match &self.special_re {
@@ -337,18 +362,20 @@ mod tests {
         let opts = TiktokenOptions {
             pattern: r"\S+|\s+".into(),
             special_tokens: vec![("<x>".into(), 10)],
+            bos_token: Some("<x>".into()),
         };
         let t = Tiktoken::parse(&f, &opts).unwrap();
         // "ababa": ab|ab|a (rank 2 twice, leftmost first), then abab (4).
-        assert_eq!(t.encode("ababa").unwrap(), vec![4, 0]);
+        assert_eq!(t.encode("ababa", false).unwrap(), vec![4, 0]);
         // "babb": b|ab|b -> bab|b.
-        assert_eq!(t.encode("babb").unwrap(), vec![3, 1]);
-        assert_eq!(t.encode("a<x>b").unwrap(), vec![0, 10, 1]);
+        assert_eq!(t.encode("babb", false).unwrap(), vec![3, 1]);
+        assert_eq!(t.encode("a<x>b", false).unwrap(), vec![0, 10, 1]);
+        assert_eq!(t.encode("a", true).unwrap(), vec![10, 0]);
         assert_eq!(t.decode(&[4, 10, 0], false), "abab<x>a");
         assert_eq!(t.decode(&[4, 10, 0], true), "ababa");
         assert_eq!(t.vocab_size(), 11);
         // "c" has no byte token.
-        assert!(t.encode("c").is_err());
+        assert!(t.encode("c", false).is_err());
     }
 
     /// tiktoken's own scan: merge the lowest-ranked adjacent pair, leftmost first.
@@ -389,6 +416,7 @@ mod tests {
         let opts = TiktokenOptions {
             pattern: r"\S+".into(),
             special_tokens: vec![],
+            bos_token: None,
         };
         let t = Tiktoken::parse(&file(&refs), &opts).unwrap();
         for _ in 0..500 {
@@ -431,6 +459,7 @@ mod tests {
         let o = TiktokenOptions {
             pattern: ".".into(),
             special_tokens: vec![("<s>".into(), 0)],
+            bos_token: None,
         };
         assert!(Tiktoken::parse(b"YQ== 0\n", &o).is_err());
     }

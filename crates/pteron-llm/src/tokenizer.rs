@@ -221,14 +221,14 @@ impl Tokenizer {
     }
 
     /// Token ids of `text`; `add_special` applies the tokenizer's post-processor (e.g. a BOS;
-    /// tiktoken and SentencePiece files have none: add the BOS id yourself).
+    /// for SentencePiece its bos_id, for tiktoken the options' BOS).
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
         match &self.inner {
             Inner::Hf(t) => guard(|| t.encode(text, add_special))
                 .map_err(Error::Tokenizer)?
                 .map(|e| e.get_ids().to_vec())
                 .map_err(|e| Error::Tokenizer(e.to_string())),
-            Inner::Tiktoken(t) => t.encode(text).map_err(Error::Tokenizer),
+            Inner::Tiktoken(t) => t.encode(text, add_special).map_err(Error::Tokenizer),
         }
     }
 

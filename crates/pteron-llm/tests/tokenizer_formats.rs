@@ -90,9 +90,17 @@ fn tiktoken_api_and_llama3_defaults() {
     assert_eq!(t.encode("<|eot_id|>", false).unwrap(), vec![518]);
     assert_eq!(t.id_to_token(518).as_deref(), Some("<|eot_id|>"));
     assert_eq!(t.id_to_token(72).as_deref(), Some("H"));
+    assert_eq!(t.encode("Hello", true).unwrap()[0], 509);
+    // The fixture's sidecar: no BOS.
+    let t = Tokenizer::from_file(dir().join("tiny.tiktoken")).unwrap();
+    assert_eq!(
+        t.encode("Hello", true).unwrap(),
+        t.encode("Hello", false).unwrap()
+    );
     let opts = TiktokenOptions {
         pattern: r"\S+|\s+".into(),
         special_tokens: vec![],
+        bos_token: None,
     };
     let t = Tokenizer::from_tiktoken_bytes(&bytes, &opts, TokenizerConfig::default()).unwrap();
     assert_eq!(
