@@ -22,7 +22,9 @@ pieces are matched in the text as Hugging Face transformers' (legacy) Llama toke
 (sentencepiece itself would spell them out): the reference splits the text on them and encodes
 each other segment with sentencepiece.
 
-Run: /opt/etvenv/bin/python tools/export/export_tokenizers.py
+Run: /opt/etvenv/bin/python tools/export/export_tokenizers.py [--big]
+(--big: the same tokenizers with ~thousands of strings into tools/export/out/tokenizers_big/, for
+the ignored Rust test big_goldens.)
 """
 
 import base64
@@ -87,6 +89,26 @@ def train_spm(model_type: str, **kw) -> bytes:
     return buf.getvalue()
 
 
+def big_texts():
+    """Many more strings for --big: every docstring line of some stdlib modules (not the training
+    corpus) and mixed-script/whitespace strings."""
+    import importlib
+
+    texts = []
+    for name in ["os", "re", "email", "http.client", "unittest", "inspect", "typing", "decimal"]:
+        mod = importlib.import_module(name)
+        for obj in [mod, *vars(mod).values()]:
+            doc = getattr(obj, "__doc__", None)
+            if isinstance(doc, str):
+                texts.extend(doc.splitlines())
+                texts.append(doc[:400])
+    extra = ["  \t\n x", "日本語 text ①②③ ｶﾀｶﾅ", "Ｈｅｌｌｏ　ｗｏｒｌｄ", "\u00e9\u0065\u0301",
+             "🏳️‍🌈 family: 👨‍👩‍👧", "\r\n\r\n", "x" * 300, "1" * 50, "a  b   c    d"]
+    texts.extend(extra)
+    seen = set()
+    return [t for t in texts if not (t in seen or seen.add(t))]
+
+
 def spm_cases(model: bytes, specials: list):
     import sentencepiece as spm
 
@@ -128,6 +150,14 @@ def tiny_ranks():
 def main():
     import sentencepiece
     import tiktoken
+
+    global TEXTS, OUT
+    big = "--big" in sys.argv
+    if big:
+        # Not committed: tools/export/out/tokenizers_big/ (the models are the same; the
+        # ignored test big_goldens in crates/pteron-llm/tests/tokenizer_formats.rs reads it).
+        TEXTS = TEXTS + big_texts()
+        OUT = ROOT / "tools/export/out/tokenizers_big"
 
     OUT.mkdir(parents=True, exist_ok=True)
     goldens = {

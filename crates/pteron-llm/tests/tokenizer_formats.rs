@@ -11,13 +11,17 @@ fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/llm/tokenizers")
 }
 
-fn goldens() -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir().join("goldens.json")).unwrap()).unwrap()
+fn goldens(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("goldens.json")).unwrap()).unwrap()
 }
 
 fn check(name: &str) {
-    let g = &goldens()["tokenizers"][name];
-    let tok = Tokenizer::from_file(dir().join(g["file"].as_str().unwrap())).unwrap();
+    check_in(&dir(), name)
+}
+
+fn check_in(dir: &Path, name: &str) {
+    let g = &goldens(dir)["tokenizers"][name];
+    let tok = Tokenizer::from_file(dir.join(g["file"].as_str().unwrap())).unwrap();
     assert_eq!(
         tok.vocab_size() as u64,
         g["vocab_size"].as_u64().unwrap(),
@@ -73,6 +77,22 @@ fn sentencepiece_unigram_matches_sentencepiece() {
 #[test]
 fn tiktoken_matches_tiktoken() {
     check("tiny_tiktoken");
+}
+
+/// The same tokenizers on thousands of strings (stdlib docstrings):
+/// `tools/export/export_tokenizers.py --big` writes them to tools/export/out/tokenizers_big/.
+/// Last run: 2943 strings, all equal but one for sp_unigram: a run of dashes whose two
+/// segmentations score exactly the same ("-","--","--" vs "--","--","-"); sentencepiece sums
+/// lattice scores in f32, the `tokenizers` crate in f64, and the tie goes the other way.
+#[test]
+#[ignore = "needs tools/export/out/tokenizers_big/ from tools/export/export_tokenizers.py --big"]
+fn big_goldens() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/export/out/tokenizers_big");
+    let failed: Vec<&str> = ["sp_bpe", "sp_bpe_nodummy", "sp_unigram", "tiny_tiktoken"]
+        .into_iter()
+        .filter(|name| std::panic::catch_unwind(|| check_in(&dir, name)).is_err())
+        .collect();
+    assert!(failed.is_empty(), "differ: {failed:?}");
 }
 
 #[test]
