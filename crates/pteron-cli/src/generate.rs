@@ -11,7 +11,8 @@ use pteron_llm::{GenerateOptions, Generation, Generator, Model, SamplerConfig, T
 #[derive(Args, Clone, Debug)]
 pub struct SampleArgs {
     /// Tokenizer: a Hugging Face tokenizer.json (its tokenizer_config.json, if beside it,
-    /// supplies the chat template and special tokens).
+    /// supplies the chat template and special tokens), a SentencePiece .model, or a tiktoken
+    /// file (Llama 3's pattern and special tokens unless a FILE.json beside it says otherwise).
     #[arg(long)]
     pub tokenizer: PathBuf,
     /// Most tokens to generate (per answer in chat).
