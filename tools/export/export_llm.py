@@ -22,10 +22,20 @@ Two targets:
   `xnnpack_fp32`. goldens.json: 64 greedy ids per variant from ExecuTorch's runtime for a chat
   prompt, the text of ExecuTorch's C++ runner up to EOS, and eager transformers' ids.
 
+* `stories` (not committed, tools/export/out/stories15m/ or stories110m/): random-weight Llamas
+  with the shapes of llama2.c's "stories" models (15M: dim 288, 6 layers, 6 heads, hidden 768;
+  110M: dim 768, 12 layers, 12 heads, hidden 2048; vocab 32000), for speed comparisons only.
+  fp32 portable export as smollm2's `fp32` variant; a byte-level BPE tokenizer trained on the
+  Python standard library's docstrings, padded to 32000 ids with never-produced `<unusedN>`
+  pieces; and `stories*_f32.gguf`, the same weights for llama.cpp (written by the `gguf`
+  package, tokenizer model `gpt2` with the same vocabulary and merges). goldens.json: greedy ids
+  of ExecuTorch's runtime and of llama.cpp (llama-cpp-python) from the same prompt ids.
+
 Usage (from the repository root):
 
     /opt/etvenv/bin/python tools/export/export_llm.py tiny
     /opt/etvenv/bin/python tools/export/export_llm.py smollm2 [--variants fp32 xnnpack_8da4w]
+    /opt/etvenv/bin/python tools/export/export_llm.py stories --size 15m|110m
 """
 
 import argparse
@@ -465,7 +475,9 @@ def versions():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("target", choices=["tiny", "smollm2"])
+    ap.add_argument("target", choices=["tiny", "smollm2", "stories"])
+    ap.add_argument("--size", choices=list(STORIES), default="15m", help="stories: model size")
+    ap.add_argument("--pteron", help="stories: also check this `pteron` binary's greedy ids")
     ap.add_argument("--variants", nargs="*", help="only these variants (default: all)")
     ap.add_argument("--group-size", type=int, default=32, help="smollm2: 8da4w group (divides 576)")
     ap.add_argument("--skip-convert", action="store_true", help="smollm2: reuse checkpoint.pth")
@@ -474,6 +486,8 @@ def main():
     args = ap.parse_args()
     if args.target == "tiny":
         export_tiny(args)
+    elif args.target == "stories":
+        export_stories(args)
     else:
         export_smollm2(args)
 
@@ -645,6 +659,225 @@ def export_smollm2(args):
         }
         gold_path.write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
     tokenizer_goldens(out / "tokenizer.json", out / "tokenizer_goldens.json", [prompt])
+    print(f"wrote {out}")
+
+
+# ---------------------------------------------------------------------------------------------
+# stories (random weights, llama2.c's "stories" shapes)
+
+# name: (params, max_context_len). llama2.c's stories15M has a 256-token context; 512 here so
+# that the benchmark's prompt (147 tokens with this tokenizer) plus 128 new tokens fit.
+STORIES = {
+    "15m": ({"dim": 288, "n_layers": 6, "n_heads": 6, "n_kv_heads": 6, "hidden_dim": 768}, 512),
+    "110m": ({"dim": 768, "n_layers": 12, "n_heads": 12, "n_kv_heads": 12, "hidden_dim": 2048}, 1024),
+}
+STORIES_VOCAB = 32000
+STORIES_BPE = 8000  # trained pieces; the rest of the vocabulary is padding
+STORIES_PROMPT = "Once upon a time, there was a little robot who loved to read books about the sea."
+STORIES_CHECK_TOKENS = 16
+
+
+def stdlib_docstrings():
+    """Deterministic English text for a given Python: docstrings of the stdlib's top modules."""
+    import ast
+    import sysconfig
+
+    docs = []
+    for f in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        try:
+            tree = ast.parse(f.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                d = ast.get_docstring(n)
+                if d:
+                    docs.append(d)
+    return docs
+
+
+def stories_tokenizer(out: Path):
+    """Byte-level BPE of STORIES_BPE pieces, padded to STORIES_VOCAB ids with `<unusedN>`
+    vocabulary entries that no merge produces (they only decode). EOS `<|endoftext|>` = 0."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=STORIES_BPE,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(stdlib_docstrings(), trainer=trainer)
+    doc = json.loads(tok.to_str())
+    vocab = doc["model"]["vocab"]
+    i = 0
+    while len(vocab) < STORIES_VOCAB:
+        piece = f"<unused{i}>"
+        i += 1
+        if piece not in vocab:
+            vocab[piece] = len(vocab)
+    assert sorted(vocab.values()) == list(range(STORIES_VOCAB))
+    path = out / "tokenizer.json"
+    path.write_text(json.dumps(doc, ensure_ascii=False))
+    return Tokenizer.from_file(str(path)), doc
+
+
+def write_stories_gguf(path: Path, sd, params, max_ctx, tok_doc, eos):
+    """The checkpoint as an F32 GGUF for llama.cpp's `llama` architecture. ExecuTorch's
+    checkpoint keeps Meta's interleaved RoPE layout, which is llama.cpp's too (its converter
+    permutes Hugging Face's rotate-half Q/K rows back to it), so Q/K go in unchanged."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), arch="llama")
+    w.add_name(path.stem)
+    w.add_context_length(max_ctx)
+    w.add_embedding_length(params["dim"])
+    w.add_block_count(params["n_layers"])
+    w.add_feed_forward_length(params["hidden_dim"])
+    w.add_head_count(params["n_heads"])
+    w.add_head_count_kv(params["n_kv_heads"])
+    w.add_rope_dimension_count(params["dim"] // params["n_heads"])
+    w.add_rope_freq_base(params["rope_theta"])
+    w.add_layer_norm_rms_eps(params["norm_eps"])
+    w.add_vocab_size(params["vocab_size"])
+    w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    vocab = tok_doc["model"]["vocab"]
+    tokens = sorted(vocab, key=vocab.get)
+    specials = {a["content"] for a in tok_doc["added_tokens"]}
+    types = [
+        gguf.TokenType.CONTROL if t in specials
+        else gguf.TokenType.UNUSED if t.startswith("<unused") and vocab[t] >= STORIES_BPE
+        else gguf.TokenType.NORMAL
+        for t in tokens
+    ]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok_doc["model"]["merges"]]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(eos)
+    w.add_eos_token_id(eos)
+    w.add_add_bos_token(False)
+    names = {
+        "tok_embeddings.weight": "token_embd.weight",
+        "norm.weight": "output_norm.weight",
+        "output.weight": "output.weight",
+    }
+    per_layer = {
+        "attention.wq.weight": "attn_q.weight",
+        "attention.wk.weight": "attn_k.weight",
+        "attention.wv.weight": "attn_v.weight",
+        "attention.wo.weight": "attn_output.weight",
+        "attention_norm.weight": "attn_norm.weight",
+        "ffn_norm.weight": "ffn_norm.weight",
+        "feed_forward.w1.weight": "ffn_gate.weight",
+        "feed_forward.w2.weight": "ffn_down.weight",
+        "feed_forward.w3.weight": "ffn_up.weight",
+    }
+    for k, v in sd.items():
+        if k in names:
+            name = names[k]
+        else:
+            _, i, rest = k.split(".", 2)
+            name = f"blk.{i}.{per_layer[rest]}"
+        # numpy shape (out, in) = GGUF dims (in, out), what llama.cpp expects.
+        w.add_tensor(name, v.float().contiguous().numpy(), raw_dtype=gguf.GGMLQuantizationType.F32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def llamacpp_greedy(gguf_path: Path, prompt_ids, new_tokens):
+    """Greedy ids of llama.cpp (llama-cpp-python) from prompt ids, plus the first step's top 5."""
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(gguf_path), n_ctx=512, n_threads=1, verbose=False)
+
+    def last_logits():
+        # llama-cpp-python's `scores` holds nothing unless logits_all: read the context's.
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
+
+    llm.eval(prompt_ids)
+    first = last_logits()
+    gen = [int(np.argmax(first))]
+    for _ in range(new_tokens - 1):
+        llm.eval([gen[-1]])
+        gen.append(int(np.argmax(last_logits())))
+    return gen, np.argsort(-first)[:5].tolist(), llm.tokenize(STORIES_PROMPT.encode(), add_bos=False)
+
+
+def export_stories(args):
+    load_custom_ops()
+    shape, max_ctx = STORIES[args.size]
+    name = f"stories{args.size}"
+    out = OUT_DIR / name
+    out.mkdir(parents=True, exist_ok=True)
+    tok, tok_doc = stories_tokenizer(out)
+    eos = tok.token_to_id("<|endoftext|>")
+    params = dict(shape, vocab_size=STORIES_VOCAB, norm_eps=1e-5, rope_theta=10000.0,
+                  use_scaled_rope=False)
+    print(f"params: {params}")
+    # Output rows zeroed (logit 0, below the max of the others) for EOS, so that ExecuTorch's
+    # runner (no ignore-EOS option) always generates the requested count, and for pieces that
+    # are not valid UTF-8 alone, which its Python bindings cannot hand to a `str` callback.
+    never = [i for i in range(STORIES_BPE) if not valid_piece(tok, i)] + [eos]
+    sd = tiny_checkpoint(params, never, seed=15 if args.size == "15m" else 110)
+    ckpt = out / "checkpoint.pth"
+    torch.save(sd, ckpt)
+    (out / "params.json").write_text(json.dumps(params, indent=1))
+    metadata = {"get_bos_id": eos, "get_eos_ids": [eos]}
+    cfg = llm_config(ckpt, out / "params.json", out, f"{name}_fp32", 256, max_ctx, metadata)
+    pte = Path(export(cfg))
+    ops, methods, bound = program_info(pte)
+    print(f"  ops: {ops}")
+    gguf_path = out / f"{name}_f32.gguf"
+    write_stories_gguf(gguf_path, sd, params, max_ctx, tok_doc, eos)
+    print(f"  wrote {gguf_path} ({gguf_path.stat().st_size} bytes)")
+
+    # Same model in both engines: greedy ids from the same prompt ids.
+    prompt_ids = tok.encode(STORIES_PROMPT).ids
+    et_gen, margins, meta = greedy_with_et_runtime(pte, prompt_ids, STORIES_CHECK_TOKENS)
+    cpp_gen, cpp_top5, cpp_prompt = llamacpp_greedy(gguf_path, prompt_ids, STORIES_CHECK_TOKENS)
+    same = next((i for i, (a, b) in enumerate(zip(et_gen, cpp_gen)) if a != b), len(et_gen))
+    print(f"  ExecuTorch greedy: {et_gen}")
+    print(f"  llama.cpp greedy:  {cpp_gen} (first-step top 5 {cpp_top5})")
+    print(f"  agree on the first {same} of {len(et_gen)} tokens; min top-2 margin {min(margins):.4f}")
+    print(f"  llama.cpp tokenizes the prompt the same: {cpp_prompt == prompt_ids}")
+    pteron_gen = None
+    if args.pteron:
+        import subprocess
+
+        cmd = [args.pteron, "generate", str(pte), "--tokenizer", str(out / "tokenizer.json"),
+               "--prompt", STORIES_PROMPT, "--json", "--ignore-eos",
+               "--max-new-tokens", str(STORIES_CHECK_TOKENS)]
+        doc = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+        pteron_gen = doc["tokens"]
+        print(f"  pteron greedy ids equal ExecuTorch's: {pteron_gen == et_gen} "
+              f"(prompt ids equal: {doc['prompt_ids'] == prompt_ids})")
+    golden = {
+        "params": params,
+        "max_context_len": max_ctx,
+        "pteron_generated_ids": pteron_gen,
+        "pte": pte.name,
+        "gguf": gguf_path.name,
+        "operators": ops,
+        "metadata": meta,
+        "prompt": STORIES_PROMPT,
+        "prompt_ids": prompt_ids,
+        "et_generated_ids": et_gen,
+        "llamacpp_generated_ids": cpp_gen,
+        "llamacpp_first_top5": cpp_top5,
+        "agree_tokens": same,
+        "min_top2_margin": min(margins),
+        "llamacpp_prompt_ids_match": cpp_prompt == prompt_ids,
+        "versions": versions(),
+    }
+    (out / "goldens.json").write_text(json.dumps(golden, indent=1) + "\n")
     print(f"wrote {out}")
 
 
