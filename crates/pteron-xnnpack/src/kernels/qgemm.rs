@@ -449,75 +449,6 @@ mod x86 {
         unsafe { _mm512_set1_epi32(core::ptr::read_unaligned(a.add(q * 4) as *const i32)) }
     }
 
-    /// Sum of `a[4q ..]` · panel `p` over quads `q0 .. q1`, two independent chains.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    #[inline]
-    unsafe fn dot(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m512i {
-        if !w.nib.is_empty() {
-            // Safety: as for `dot4`.
-            return unsafe { dot4(a, w, p, q0, q1) };
-        }
-        let (mut x, mut y) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-        let mut q = q0;
-        while q + 2 <= q1 {
-            prefetch(
-                w.data
-                    .as_ptr()
-                    .wrapping_add((p * w.quads + q) * NR * 4 + PREFETCH),
-            );
-            // Safety (caller): 4·q1 ≤ 4·quads bytes of `a`; quads < quads of panel p.
-            unsafe {
-                x = _mm512_dpbusd_epi32(x, aquad(a, q), wquad(w, p, q));
-                y = _mm512_dpbusd_epi32(y, aquad(a, q + 1), wquad(w, p, q + 1));
-            }
-            q += 2;
-        }
-        if q < q1 {
-            // Safety: as above.
-            unsafe { x = _mm512_dpbusd_epi32(x, aquad(a, q), wquad(w, p, q)) };
-        }
-        _mm512_add_epi32(x, y)
-    }
-
-    /// `dot` over 4-bit weights: a pair of quads per 64-byte load (see `QWeights::nib`).
-    ///
-    /// # Safety
-    /// AVX-512 F/BW/VNNI; 4·q1 ≤ the bytes of `a`; q1 ≤ quads; panel p exists.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    #[inline]
-    unsafe fn dot4(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m512i {
-        let pairs = w.quads.div_ceil(2);
-        let base = w.nib[p * pairs * 64..].as_ptr();
-        let (m, eight) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(8));
-        // Safety (all loads): pair q/2 < pairs of panel p lies inside `nib` (64 bytes).
-        let pair = |q: usize| unsafe { _mm512_loadu_si512(base.add(q / 2 * 64) as *const _) };
-        let lo = |v: __m512i| _mm512_sub_epi8(_mm512_and_si512(v, m), eight);
-        let hi =
-            |v: __m512i| _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(v), m), eight);
-        let (mut x, mut y) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-        let mut q = q0;
-        if q % 2 == 1 && q < q1 {
-            // Safety (activation loads): 4·q + 4 ≤ 4·q1 bytes of `a`.
-            x = _mm512_dpbusd_epi32(x, unsafe { aquad(a, q) }, hi(pair(q)));
-            q += 1;
-        }
-        while q + 2 <= q1 {
-            prefetch(base.wrapping_add(q / 2 * 64 + PREFETCH));
-            let v = pair(q);
-            // Safety: as above.
-            unsafe {
-                x = _mm512_dpbusd_epi32(x, aquad(a, q), lo(v));
-                y = _mm512_dpbusd_epi32(y, aquad(a, q + 1), hi(v));
-            }
-            q += 2;
-        }
-        if q < q1 {
-            // Safety: as above.
-            x = _mm512_dpbusd_epi32(x, unsafe { aquad(a, q) }, lo(pair(q)));
-        }
-        _mm512_add_epi32(x, y)
-    }
-
     /// Bytes ahead of the weight being read that the one-row path prefetches: the hardware
     /// prefetcher alone leaves the weight stream latency-bound (SmolLM2 8da4w decode on one
     /// thread ~70 -> ~130 tok/s).
@@ -531,14 +462,16 @@ mod x86 {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
     }
 
-    /// `dot` and the sums of the same weights (the block's `Σ w`, by `vpdpbusd` against ones:
-    /// the weights are in registers anyway, the product is memory-bound).
+    /// Sum of `a[4q ..]` · panel `p` over quads `q0 .. q1` (two independent chains) and, with
+    /// `SUMS`, the sums of the same weights (a block's `Σ w`, by `vpdpbusd` against ones: the
+    /// weights are in registers anyway and the product is memory-bound; zero without `SUMS`).
+    /// 4-bit weights come a pair of quads per 64-byte load (see `QWeights::nib`).
     ///
     /// # Safety
-    /// As `dot`.
+    /// AVX-512 F/BW/VNNI; 4·q1 ≤ the bytes of `a`; q1 ≤ quads; panel p exists.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     #[inline]
-    unsafe fn dot_sum(
+    unsafe fn dot<const SUMS: bool>(
         a: *const u8,
         w: &QWeights,
         p: usize,
@@ -548,56 +481,53 @@ mod x86 {
         let ones = _mm512_set1_epi8(1);
         let (mut x, mut y) = (_mm512_setzero_si512(), _mm512_setzero_si512());
         let (mut sx, mut sy) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        // Adds quad q's products (and weight sums) into one chain.
+        let step = |acc: &mut __m512i, sum: &mut __m512i, q: usize, v: __m512i| {
+            // Safety (activation loads): 4·q + 4 ≤ 4·q1 bytes of `a`.
+            *acc = _mm512_dpbusd_epi32(*acc, unsafe { aquad(a, q) }, v);
+            if SUMS {
+                *sum = _mm512_dpbusd_epi32(*sum, ones, v);
+            }
+        };
+        let mut q = q0;
         if w.nib.is_empty() {
-            for q in q0..q1 {
+            // Safety (weight loads): quads < quads of panel p lie inside `data`.
+            while q + 2 <= q1 {
                 prefetch(
                     w.data
                         .as_ptr()
                         .wrapping_add((p * w.quads + q) * NR * 4 + PREFETCH),
                 );
-                // Safety (caller): 4·q1 ≤ the bytes of `a`; quads < quads of panel p.
-                unsafe {
-                    let v = wquad(w, p, q);
-                    x = _mm512_dpbusd_epi32(x, aquad(a, q), v);
-                    sx = _mm512_dpbusd_epi32(sx, ones, v);
-                }
+                step(&mut x, &mut sx, q, unsafe { wquad(w, p, q) });
+                step(&mut y, &mut sy, q + 1, unsafe { wquad(w, p, q + 1) });
+                q += 2;
             }
-            return (x, sx);
-        }
-        let pairs = w.quads.div_ceil(2);
-        let base = w.nib[p * pairs * 64..].as_ptr();
-        let (m, eight) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(8));
-        // Safety (all loads): pair q/2 < pairs of panel p lies inside `nib` (64 bytes).
-        let pair = |q: usize| unsafe { _mm512_loadu_si512(base.add(q / 2 * 64) as *const _) };
-        let lo = |v: __m512i| _mm512_sub_epi8(_mm512_and_si512(v, m), eight);
-        let hi =
-            |v: __m512i| _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(v), m), eight);
-        let mut q = q0;
-        if q % 2 == 1 && q < q1 {
-            let v = hi(pair(q));
-            // Safety (activation loads): 4·q + 4 ≤ 4·q1 bytes of `a`.
-            x = _mm512_dpbusd_epi32(x, unsafe { aquad(a, q) }, v);
-            sx = _mm512_dpbusd_epi32(sx, ones, v);
-            q += 1;
-        }
-        while q + 2 <= q1 {
-            prefetch(base.wrapping_add(q / 2 * 64 + PREFETCH));
-            let pv = pair(q);
-            let (v0, v1) = (lo(pv), hi(pv));
-            // Safety: as above.
-            unsafe {
-                x = _mm512_dpbusd_epi32(x, aquad(a, q), v0);
-                y = _mm512_dpbusd_epi32(y, aquad(a, q + 1), v1);
+            if q < q1 {
+                step(&mut x, &mut sx, q, unsafe { wquad(w, p, q) });
             }
-            sx = _mm512_dpbusd_epi32(sx, ones, v0);
-            sy = _mm512_dpbusd_epi32(sy, ones, v1);
-            q += 2;
-        }
-        if q < q1 {
-            let v = lo(pair(q));
-            // Safety: as above.
-            x = _mm512_dpbusd_epi32(x, unsafe { aquad(a, q) }, v);
-            sx = _mm512_dpbusd_epi32(sx, ones, v);
+        } else {
+            let pairs = w.quads.div_ceil(2);
+            let base = w.nib[p * pairs * 64..].as_ptr();
+            let (m, eight) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(8));
+            // Safety (all loads): pair q/2 < pairs of panel p lies inside `nib` (64 bytes).
+            let pair = |q: usize| unsafe { _mm512_loadu_si512(base.add(q / 2 * 64) as *const _) };
+            let lo = |v: __m512i| _mm512_sub_epi8(_mm512_and_si512(v, m), eight);
+            let hi =
+                |v: __m512i| _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(v), m), eight);
+            if q % 2 == 1 && q < q1 {
+                step(&mut x, &mut sx, q, hi(pair(q)));
+                q += 1;
+            }
+            while q + 2 <= q1 {
+                prefetch(base.wrapping_add(q / 2 * 64 + PREFETCH));
+                let v = pair(q);
+                step(&mut x, &mut sx, q, lo(v));
+                step(&mut y, &mut sy, q + 1, hi(v));
+                q += 2;
+            }
+            if q < q1 {
+                step(&mut x, &mut sx, q, lo(pair(q)));
+            }
         }
         (_mm512_add_epi32(x, y), _mm512_add_epi32(sx, sy))
     }
@@ -638,7 +568,7 @@ mod x86 {
             };
             let y = if w.block == 0 {
                 // Safety: quads 0 .. quads of panel p (p < panels since `o` lies before n).
-                let acc = unsafe { dot(ap, w, p, 0, w.quads) };
+                let (acc, _) = unsafe { dot::<false>(ap, w, p, 0, w.quads) };
                 let cs = _mm512_maskz_loadu_epi32(mask, w.colsum[c0..].as_ptr());
                 let corr = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zpv, cs));
                 let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
@@ -649,7 +579,7 @@ mod x86 {
                     // Safety: block b's quads lie in panel p; the scales hold
                     // panels·blocks·16 values (`one_row_ready`).
                     unsafe {
-                        let (acc, bsv) = dot_sum(ap, w, p, b * bq, (b + 1) * bq);
+                        let (acc, bsv) = dot::<true>(ap, w, p, b * bq, (b + 1) * bq);
                         let at = (p * blocks + b) * NR;
                         let scv = if w.pscale16.is_empty() {
                             _mm512_loadu_ps(w.pscale.as_ptr().add(at))
