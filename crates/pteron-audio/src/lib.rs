@@ -50,3 +50,29 @@ impl From<pteron::core::Error> for Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Float output `i` of `method` copied into `out`; returns its shape. `what` names the method
+/// in errors.
+pub(crate) fn output_f32<'m>(
+    method: &'m pteron::core::Method<'_>,
+    i: usize,
+    what: &str,
+    out: &mut Vec<f32>,
+) -> Result<&'m [usize]> {
+    let pteron::core::Output::Tensor(t) = method.output(i)? else {
+        return Err(Error::Model(format!("{what}: output {i} is not a tensor")));
+    };
+    if t.info.dtype() != pteron::core::ScalarType::Float {
+        return Err(Error::Model(format!(
+            "{what}: output {i} is {}, not float",
+            t.info.dtype()
+        )));
+    }
+    out.clear();
+    out.extend(
+        t.bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+    );
+    Ok(t.info.sizes())
+}

@@ -6,10 +6,10 @@
 //! [`Vad`] keeps the context and the state between calls, as the package's wrapper does, so
 //! feeding audio in any pieces gives the same probabilities as feeding it whole.
 
-use pteron::core::{KernelRegistry, Method, Output, ScalarType, Value};
+use pteron::core::{KernelRegistry, Method, ScalarType, Value};
 use pteron::{MethodOptions, Program};
 
-use crate::{Error, Result};
+use crate::{output_f32, Error, Result};
 
 /// Samples per VAD frame at 16 kHz (32 ms).
 pub const FRAME: usize = 512;
@@ -44,25 +44,6 @@ fn tensor_spec(method: &Method<'_>, i: usize, want: &[usize]) -> Result<()> {
         ))),
         _ => Err(Error::Model(format!("VAD input {i} is not a tensor"))),
     }
-}
-
-fn read_f32(method: &Method<'_>, i: usize, out: &mut Vec<f32>) -> Result<()> {
-    let Output::Tensor(t) = method.output(i)? else {
-        return Err(Error::Model(format!("VAD output {i} is not a tensor")));
-    };
-    if t.info.dtype() != ScalarType::Float {
-        return Err(Error::Model(format!(
-            "VAD output {i} is {}",
-            t.info.dtype()
-        )));
-    }
-    out.clear();
-    out.extend(
-        t.bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-    );
-    Ok(())
 }
 
 impl<'a> Vad<'a> {
@@ -154,9 +135,9 @@ impl<'a> Vad<'a> {
         )?;
         self.method.execute()?;
         let mut prob = Vec::with_capacity(1);
-        read_f32(&self.method, 0, &mut prob)?;
+        output_f32(&self.method, 0, "VAD", &mut prob)?;
         let mut state = std::mem::take(&mut self.state);
-        read_f32(&self.method, 1, &mut state)?;
+        output_f32(&self.method, 1, "VAD", &mut state)?;
         if prob.len() != 1 || state.len() != STATE.iter().product::<usize>() {
             return Err(Error::Model(format!(
                 "VAD returned {} probabilities and a state of {} values",

@@ -15,11 +15,11 @@
 
 use std::path::Path;
 
-use pteron::core::{KernelRegistry, Method, Output, ScalarType, Value};
+use pteron::core::{KernelRegistry, Method, ScalarType, Value};
 use pteron::{MethodOptions, Program};
 
 use crate::mel::{LogMel, HOP};
-use crate::{Error, Result};
+use crate::{output_f32, Error, Result};
 
 /// Seconds per timestamp token step.
 pub const TIME_PRECISION: f64 = 0.02;
@@ -180,25 +180,6 @@ pub struct Whisper<'a> {
     logits: Vec<f32>,
 }
 
-fn out_f32(m: &Method<'_>, i: usize, what: &str, out: &mut Vec<f32>) -> Result<Vec<usize>> {
-    let Output::Tensor(t) = m.output(i)? else {
-        return Err(Error::Model(format!("{what}: output {i} is not a tensor")));
-    };
-    if t.info.dtype() != ScalarType::Float {
-        return Err(Error::Model(format!(
-            "{what}: output is {}, not float",
-            t.info.dtype()
-        )));
-    }
-    out.clear();
-    out.extend(
-        t.bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-    );
-    Ok(t.info.sizes().to_vec())
-}
-
 impl<'a> Whisper<'a> {
     pub fn new(
         program: &Program<'a>,
@@ -276,7 +257,7 @@ impl<'a> Whisper<'a> {
         self.encode.execute()?;
         self.cross.clear();
         for i in 0..self.cross_shapes.len() {
-            let shape = out_f32(&self.encode, i, "encode", &mut self.part)?;
+            let shape = output_f32(&self.encode, i, "encode", &mut self.part)?;
             if shape != self.cross_shapes[i] {
                 return Err(Error::Model(format!(
                     "encode output {i} is {shape:?}, decode takes {:?}",
@@ -336,7 +317,7 @@ impl<'a> Whisper<'a> {
         self.cross_stale = false;
         self.decode.execute()?;
         let mut logits = std::mem::take(&mut self.logits);
-        out_f32(&self.decode, 0, "decode", &mut logits)?;
+        output_f32(&self.decode, 0, "decode", &mut logits)?;
         if logits.len() != self.config.vocab_size {
             return Err(Error::Model(format!(
                 "decode returns {} logits for a vocabulary of {}",
@@ -359,13 +340,13 @@ impl<'a> Whisper<'a> {
         p
     }
 
-    /// Greedy decoding of the encoded window.
-    pub fn decode_greedy(&mut self, opts: &DecodeOptions) -> Result<WindowResult> {
+    /// Feeds the prompt of a window: its timestamp mode, the prompt, the token limit and the
+    /// logits for the first generated token.
+    fn start(&mut self, opts: &DecodeOptions) -> Result<Start> {
         let timestamps = opts.timestamps && self.config.timestamp_begin.is_some();
         let prompt = self.prompt(timestamps);
-        let max_pos = self.config.max_target_positions;
         let limit = if opts.max_tokens == 0 {
-            max_pos / 2
+            self.config.max_target_positions / 2
         } else {
             opts.max_tokens
         };
@@ -374,6 +355,23 @@ impl<'a> Whisper<'a> {
             logits.clear();
             logits.extend_from_slice(self.step(t, i)?);
         }
+        Ok(Start {
+            timestamps,
+            prompt,
+            limit,
+            logits,
+        })
+    }
+
+    /// Greedy decoding of the encoded window.
+    pub fn decode_greedy(&mut self, opts: &DecodeOptions) -> Result<WindowResult> {
+        let Start {
+            timestamps,
+            prompt,
+            limit,
+            mut logits,
+        } = self.start(opts)?;
+        let max_pos = self.config.max_target_positions;
         let mut out: Vec<u32> = Vec::new();
         loop {
             self.apply_rules(&mut logits, &out, timestamps);
@@ -409,20 +407,14 @@ impl<'a> Whisper<'a> {
     /// self-attention caches are written back into the method, after it the new row is saved.
     pub fn decode_beam(&mut self, opts: &DecodeOptions) -> Result<WindowResult> {
         let size = opts.beam_size.max(1);
-        let timestamps = opts.timestamps && self.config.timestamp_begin.is_some();
-        let prompt = self.prompt(timestamps);
-        let max_pos = self.config.max_target_positions;
-        let limit = if opts.max_tokens == 0 {
-            max_pos / 2
-        } else {
-            opts.max_tokens
-        };
         let caches = self.cache_layout()?;
-        let mut logits = Vec::new();
-        for (i, &t) in prompt.iter().enumerate() {
-            logits.clear();
-            logits.extend_from_slice(self.step(t, i)?);
-        }
+        let Start {
+            timestamps,
+            prompt,
+            limit,
+            logits,
+        } = self.start(opts)?;
+        let max_pos = self.config.max_target_positions;
         let n0 = prompt.len();
         let mut beams = vec![Beam {
             tokens: Vec::new(),
@@ -661,6 +653,14 @@ impl<'a> Whisper<'a> {
             last_timestamp,
         }
     }
+}
+
+/// A window after its prompt (see [`Whisper::start`]).
+struct Start {
+    timestamps: bool,
+    prompt: Vec<u32>,
+    limit: usize,
+    logits: Vec<f32>,
 }
 
 /// One beam: generated tokens, their summed log-probability, the caches' rows so far, and
