@@ -198,14 +198,7 @@ def greedy(encode, decode, mel, prompt, meta, max_tokens):
         logits = decode(t, i, kv)
     out = []
     while len(prompt) + len(out) < meta["max_target_positions"] and len(out) < max_tokens:
-        lg = logits.reshape(-1).clone()
-        lg[meta["suppress"]] = float("-inf")
-        if not out:
-            lg[meta["suppress_begin"]] = float("-inf")
-        if "timestamp_begin" in meta:
-            lg[meta["timestamp_begin"]:] = float("-inf")
-            lg[meta["no_timestamps"]] = float("-inf")
-        nxt = int(torch.argmax(lg))
+        nxt = int(torch.argmax(filter_logits(logits, out, meta)))
         out.append(nxt)
         if nxt == meta["eot"]:
             break
@@ -214,7 +207,7 @@ def greedy(encode, decode, mel, prompt, meta, max_tokens):
 
 
 def filter_logits(logits, out, meta):
-    """Whisper's suppression rules without timestamps (as in `greedy`)."""
+    """Whisper's suppression rules without timestamps (greedy and beam search)."""
     lg = logits.reshape(-1).clone()
     lg[meta["suppress"]] = float("-inf")
     if not out:
