@@ -19,16 +19,18 @@ fn best_ms(reps: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    for (name, q_len, kv, start, causal) in [
-        ("encoder 1500x1500", 1500, 1500, 0, false),
-        ("cross 1x1500", 1, 1500, 1499, false),
-        ("prefill 128 causal", 128, 128, 0, true),
+    for (name, q_len, kv, start, causal, heads) in [
+        ("encoder 1500x1500", 1500, 1500, 0, false, 6),
+        ("cross 1x1500", 1, 1500, 1499, false, 6),
+        ("prefill 128 causal", 128, 128, 0, true, 6),
+        ("llama decode at 200 (12 heads)", 1, 1024, 200, true, 12),
     ] {
+        let width = heads * 64;
         let at = Attn {
             batch: 1,
             q_len,
-            heads: 6,
-            kv_heads: 6,
+            heads,
+            kv_heads: heads,
             dim: 64,
             kv_rows: kv,
             num_keys: start + q_len,
@@ -36,14 +38,14 @@ fn main() {
             causal,
             scale: 0.125,
         };
-        let q: Vec<f32> = (0..q_len * 384)
+        let q: Vec<f32> = (0..q_len * width)
             .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
             .collect();
-        let k: Vec<f32> = (0..kv * 384)
+        let k: Vec<f32> = (0..kv * width)
             .map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.1)
             .collect();
         let mut out = vec![0.0; q.len()];
-        let flop = 4.0 * (q_len * 6) as f64 * (start + q_len) as f64 * 64.0;
+        let flop = 4.0 * (q_len * heads) as f64 * (start + q_len) as f64 * 64.0;
         let reps = if q_len > 1000 { 3 } else { 50 };
         let fast = best_ms(reps, || {
             attend_blocked(&at, &INLINE, &q, &k, &k, None, &mut out).unwrap()

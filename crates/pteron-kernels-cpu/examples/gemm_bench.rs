@@ -1,9 +1,9 @@
 //! GFLOP/s of the GEMM on the shapes of MiniLM's linears and MobileNetV2's 1×1 convolutions.
-//! `cargo run --release -p pteron-kernels-cpu --example gemm_bench`
+//! `cargo run --release -p pteron-kernels-cpu --example gemm_bench [THREADS]`
 
 use std::time::Instant;
 
-use pteron_core::INLINE;
+use pteron::ThreadPool;
 use pteron_kernels_cpu::gemm::{gemm, Epilogue, Init, MatA, MatB, PackedA, PackedB};
 
 fn rand_vec(n: usize) -> Vec<f32> {
@@ -25,6 +25,9 @@ fn time(mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
+    let threads = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1);
+    let pool = ThreadPool::new(threads).unwrap();
+    println!("{threads} thread(s)");
     println!("simd level {:?}", pteron_kernels_cpu::simd::level());
     // Linear: A = activations (rows), B = packed weights.
     for (m, k, n) in [
@@ -40,7 +43,7 @@ fn main() {
         let mut c = vec![0.0; m * n];
         let t = time(|| {
             gemm(
-                &INLINE,
+                &pool,
                 m,
                 n,
                 k,
@@ -79,7 +82,7 @@ fn main() {
         let mut c = vec![0.0; m * n];
         let t = time(|| {
             gemm(
-                &INLINE,
+                &pool,
                 m,
                 n,
                 k,

@@ -89,13 +89,42 @@ pub fn attend_blocked(
     let work = items as u64 * at.num_keys as u64 * Q_BLOCK.min(rows) as u64 * at.dim as u64;
     let failed = AtomicBool::new(false);
     let run = |r: Range<usize>| {
+        if rows <= FEW_ROWS {
+            // Decode: every item has at most FEW_ROWS rows (16 KB of buffers, where the full
+            // set would be 200 KB to clear for every item).
+            let (mut q, mut s, mut acc) = (
+                [0.0; FEW_ROWS * MAX_DIM],
+                [0.0; FEW_ROWS * KV_BLOCK],
+                [0.0; FEW_ROWS * MAX_DIM],
+            );
+            let (mut max, mut sum) = ([0.0; FEW_ROWS], [0.0; FEW_ROWS]);
+            let mut buf = Buffers {
+                q: &mut q,
+                s: &mut s,
+                acc: &mut acc,
+                max: &mut max,
+                sum: &mut sum,
+            };
+            for item in r {
+                if job.item(item, &mut buf).is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+            }
+            return;
+        }
         // ~200 KB on this thread's stack (nothing is allocated while executing).
+        let (mut q, mut s, mut acc) = (
+            [0.0; Q_BLOCK * MAX_DIM],
+            [0.0; Q_BLOCK * KV_BLOCK],
+            [0.0; Q_BLOCK * MAX_DIM],
+        );
+        let (mut max, mut sum) = ([0.0; Q_BLOCK], [0.0; Q_BLOCK]);
         let mut buf = Buffers {
-            q: [0.0; Q_BLOCK * MAX_DIM],
-            s: [0.0; Q_BLOCK * KV_BLOCK],
-            acc: [0.0; Q_BLOCK * MAX_DIM],
-            max: [0.0; Q_BLOCK],
-            sum: [0.0; Q_BLOCK],
+            q: &mut q,
+            s: &mut s,
+            acc: &mut acc,
+            max: &mut max,
+            sum: &mut sum,
         };
         for item in r {
             if job.item(item, &mut buf).is_err() {
@@ -103,8 +132,10 @@ pub fn attend_blocked(
             }
         }
     };
-    // Small calls (decode over a short context) are not worth waking the other threads.
-    if par.num_threads() <= 1 || items == 1 || work < (1 << 18) {
+    // Small calls are not worth waking the other threads. Decode is memory-bound (keys and
+    // values come from memory after the weights have streamed through the caches), so it is
+    // split from a few dozen keys on.
+    if par.num_threads() <= 1 || items == 1 || work < (1 << 15) {
         run(0..items);
     } else {
         par.parallel_for(items, &run);
@@ -117,17 +148,18 @@ pub fn attend_blocked(
     Ok(())
 }
 
-/// One task's working set.
-struct Buffers {
-    /// Packed query rows, `[Q_BLOCK, dim]`.
-    q: [f32; Q_BLOCK * MAX_DIM],
-    /// Scores, then probabilities, `[Q_BLOCK, KV_BLOCK]`.
-    s: [f32; Q_BLOCK * KV_BLOCK],
-    /// Running output, `[Q_BLOCK, dim]`.
-    acc: [f32; Q_BLOCK * MAX_DIM],
+/// One task's working set, for up to `max.len()` rows (`Q_BLOCK`, or `FEW_ROWS` when every
+/// block is a decode block).
+struct Buffers<'a> {
+    /// Packed query rows, `[rows, dim]`.
+    q: &'a mut [f32],
+    /// Scores, then probabilities, `[rows, KV_BLOCK]`.
+    s: &'a mut [f32],
+    /// Running output, `[rows, dim]`.
+    acc: &'a mut [f32],
     /// Running max and sum of each row.
-    max: [f32; Q_BLOCK],
-    sum: [f32; Q_BLOCK],
+    max: &'a mut [f32],
+    sum: &'a mut [f32],
 }
 
 struct Job<'a> {
@@ -155,7 +187,7 @@ impl Job<'_> {
     }
 
     /// Attention of one block of rows.
-    fn item(&self, item: usize, buf: &mut Buffers) -> Result<(), GemmError> {
+    fn item(&self, item: usize, buf: &mut Buffers<'_>) -> Result<(), GemmError> {
         let at = self.at;
         let d = at.dim;
         let (bh, blk) = (item / self.blocks, item % self.blocks);
@@ -191,7 +223,7 @@ impl Job<'_> {
                         k: &self.k[kv..],
                         stride: kv_stride,
                         n,
-                        s: &mut buf.s,
+                        s: buf.s,
                     },
                 );
             } else {
@@ -208,7 +240,7 @@ impl Job<'_> {
                         data: &self.k[kv..],
                         ldb: kv_stride,
                     },
-                    &mut buf.s,
+                    buf.s,
                     KV_BLOCK,
                     &Epilogue::default(),
                 )?;
@@ -247,7 +279,7 @@ impl Job<'_> {
                 run_op_at(
                     self.l,
                     WeightedValues {
-                        p: &buf.s,
+                        p: buf.s,
                         d,
                         v: &self.v[kv..],
                         stride: kv_stride,
@@ -262,7 +294,7 @@ impl Job<'_> {
                     d,
                     n,
                     MatA::Rows {
-                        data: &buf.s,
+                        data: buf.s,
                         lda: KV_BLOCK,
                     },
                     MatB::Rows {
@@ -299,7 +331,7 @@ impl Job<'_> {
     /// the columns with a lane per query row, and `O += P·V` reads `Sᵀ` as a column-major A.
     fn keys_major(
         &self,
-        buf: &mut Buffers,
+        buf: &mut Buffers<'_>,
         r0: usize,
         nr: usize,
         keys: usize,
@@ -330,7 +362,7 @@ impl Job<'_> {
                     data: &buf.q[..nr * d],
                     ldb: d,
                 },
-                &mut buf.s,
+                buf.s,
                 Q_BLOCK,
                 &Epilogue::default(),
             )?;
@@ -338,14 +370,14 @@ impl Job<'_> {
             run_op_at(
                 self.l,
                 ColumnSoftmax {
-                    s: &mut buf.s,
+                    s: buf.s,
                     n,
                     nr,
                     j0: j0 as f32,
                     scale: at.scale,
                     limit: &limit,
-                    max: &mut buf.max,
-                    sum: &mut buf.sum,
+                    max: buf.max,
+                    sum: buf.sum,
                     corr: &mut corr,
                 },
             );
@@ -362,7 +394,7 @@ impl Job<'_> {
                 d,
                 n,
                 MatA::Cols {
-                    data: &buf.s,
+                    data: buf.s,
                     lda: Q_BLOCK,
                 },
                 MatB::Rows {
@@ -394,8 +426,8 @@ struct ColumnSoftmax<'a> {
     j0: f32,
     scale: f32,
     limit: &'a [f32; Q_BLOCK],
-    max: &'a mut [f32; Q_BLOCK],
-    sum: &'a mut [f32; Q_BLOCK],
+    max: &'a mut [f32],
+    sum: &'a mut [f32],
     corr: &'a mut [f32; Q_BLOCK],
 }
 
@@ -502,6 +534,20 @@ impl SimdOp for RowSoftmax<'_> {
     }
 }
 
+/// Key (value) rows ahead of the one being read that the decode loops prefetch: the rows of
+/// one head are `kv_heads · dim` floats apart, a stride the hardware prefetchers follow late.
+const PREFETCH_ROWS: usize = 8;
+
+/// Hints the `d` floats at `at` in `x` into the cache (nothing past the end of `x`).
+#[inline(always)]
+fn prefetch_row(x: &[f32], at: usize, d: usize) {
+    if at + d <= x.len() {
+        for c in (0..d).step_by(16) {
+            crate::gemm::prefetch(x[at + c..].as_ptr());
+        }
+    }
+}
+
 /// `s[i][j] = q_i · k_j` for the `q.len() / d` rows of `q` and the first `n` keys (row `j` of
 /// `k` at `j * stride`); rows of `s` are `KV_BLOCK` apart.
 struct Scores<'a> {
@@ -520,6 +566,7 @@ impl SimdOp for Scores<'_> {
         let (l, d) = (S::LANES, self.d);
         let full = d - d % l;
         for j in 0..self.n {
+            prefetch_row(self.k, (j + PREFETCH_ROWS) * self.stride, d);
             let kr = &self.k[j * self.stride..j * self.stride + d];
             for (i, qr) in self.q.chunks_exact(d).enumerate() {
                 let mut acc = s.zero();
@@ -553,6 +600,7 @@ impl SimdOp for WeightedValues<'_> {
         let (l, d) = (S::LANES, self.d);
         let full = d - d % l;
         for j in 0..self.n {
+            prefetch_row(self.v, (j + PREFETCH_ROWS) * self.stride, d);
             let vr = &self.v[j * self.stride..j * self.stride + d];
             for (i, a) in self.acc.chunks_exact_mut(d).enumerate() {
                 let p = self.p[i * KV_BLOCK + j];

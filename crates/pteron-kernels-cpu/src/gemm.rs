@@ -316,7 +316,7 @@ const GEMV_PREFETCH: usize = 1024;
 
 /// Hints the cache line at `p` into L1 (no-op off x86-64).
 #[inline(always)]
-fn prefetch(p: *const f32) {
+pub(crate) fn prefetch(p: *const f32) {
     #[cfg(target_arch = "x86_64")]
     // Safety: a prefetch never faults and reads nothing architecturally; `p` may point past
     // the end of the weights (it is only a hint).
