@@ -25,7 +25,10 @@ fn time(mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let threads = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1);
+    let threads = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1);
     let pool = ThreadPool::new(threads).unwrap();
     println!("{threads} thread(s)");
     println!("simd level {:?}", pteron_kernels_cpu::simd::level());
