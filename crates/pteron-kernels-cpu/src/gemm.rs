@@ -31,6 +31,13 @@ const MC: usize = 512;
 /// is on its own page when B is a wide activation: more rows would thrash the TLB).
 const SHALLOW_K: usize = 32;
 
+/// Row stride (floats) up to which a row-major B is read in place by every row panel of a
+/// task instead of being copied into a panel first: its k rows then share a few pages and
+/// spread over the cache sets, and tasks that split the rows of C do not each copy the same
+/// panel (which made two threads barely faster than one on 1×1 convolutions with few output
+/// channels).
+const IN_PLACE_LDB: usize = 1024;
+
 /// Micro-kernel shape of the current SIMD level: (MR, NR).
 pub fn tile() -> (usize, usize) {
     tile_for(level())
@@ -287,9 +294,10 @@ fn gemv_packed(
     epi: &Epilogue<'_>,
 ) {
     let panels = b.n.div_ceil(b.nr);
-    // Memory-bound: worth splitting from ~100 KB of weights per task (a 576 x 576 layer
-    // goes to two threads).
-    let tasks = crate::par::tasks_for(par, panels, (1usize << 12).div_ceil(b.k.max(1)));
+    // Memory-bound: worth splitting from 128 KB of weights per task (a panel is 128·k
+    // bytes), so that the small layers of a small model (e.g. 288 x 288, read from the last
+    // level cache in ~15 us) also use every thread.
+    let tasks = crate::par::tasks_for(par, panels, (1usize << 10).div_ceil(b.k.max(1)));
     let c = SharedMut::new(c);
     let run = |r: Range<usize>| {
         for t in r {
@@ -708,7 +716,7 @@ fn block_vec<S: Simd, const MR: usize, const NV: usize>(
                     let base = (j0 / nr) * p.k * nr + k0 * nr;
                     (p.data[base..].as_ptr(), nr, false)
                 }
-                MatB::Rows { data, ldb } if rows.len() <= MR => {
+                MatB::Rows { data, ldb } if rows.len() <= MR || ldb <= IN_PLACE_LDB => {
                     (data[k0 * ldb + j0..].as_ptr(), ldb, nv < nr)
                 }
                 MatB::Rows { data, ldb } => {
