@@ -457,6 +457,93 @@ pub struct Graph<'a> {
     pub scales: Vec<Vec<f32>>,
 }
 
+impl Graph<'_> {
+    /// Folds a quantized clamp into the int8 convolution or fully connected node that
+    /// produces its input, as XNNPACK's subgraph fusion does, when that changes no output: the
+    /// clamp's input and output have the same quantization (so it only narrows the range), its
+    /// input is internal, written by that node alone and read by the clamp alone, and nothing
+    /// reads the clamp's output before the clamp. Two clamps in a row are one clamp to the
+    /// intersection (quantized bounds are monotonic), so the outputs are the same and the
+    /// clamp's pass over the tensor is saved. Returns how many clamps were folded.
+    pub fn fuse_int8_clamps(&mut self) -> usize {
+        let nv = self.values.len();
+        let mut reads = vec![0usize; nv];
+        let mut first_read = vec![usize::MAX; nv];
+        let mut writers = vec![0usize; nv];
+        let mut producer = vec![usize::MAX; nv];
+        for (i, n) in self.nodes.iter().enumerate() {
+            let (ins, k) = n.inputs();
+            for &v in &ins[..k] {
+                if v < nv {
+                    reads[v] += 1;
+                    first_read[v] = first_read[v].min(i);
+                }
+            }
+            let o = n.output();
+            if o < nv {
+                writers[o] += 1;
+                producer[o] = producer[o].min(i);
+            }
+        }
+        let mut fold = vec![false; self.nodes.len()];
+        for c in 0..self.nodes.len() {
+            let Node::Unary {
+                op: UnaryOp::Clamp(lo, hi),
+                x,
+                out,
+            } = self.nodes[c]
+            else {
+                continue;
+            };
+            if x >= nv || out >= nv {
+                continue;
+            }
+            let same_q = matches!(
+                (self.values[x].dtype, self.values[out].dtype),
+                (DType::QS8 { scale: s1, zp: z1 }, DType::QS8 { scale: s2, zp: z2 })
+                    if s1 == s2 && z1 == z2
+            );
+            let p = producer[x];
+            if !same_q
+                || !matches!(self.values[x].kind, Kind::Internal)
+                || reads[x] != 1
+                || writers[x] != 1
+                || first_read[out] <= c
+                || p >= c
+                || fold[p]
+            {
+                continue;
+            }
+            let narrowed = |cl: Clamp| {
+                let (a, b) = cl.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+                let (a, b) = (a.max(lo), b.min(hi));
+                (a <= b).then_some((a, b))
+            };
+            match &mut self.nodes[p] {
+                Node::Conv { out: o, clamp, .. } | Node::FullyConnected { out: o, clamp, .. }
+                    if *o == x =>
+                {
+                    let Some(nc) = narrowed(*clamp) else {
+                        continue;
+                    };
+                    *clamp = Some(nc);
+                    *o = out;
+                }
+                _ => continue,
+            }
+            fold[c] = true;
+        }
+        let folded = fold.iter().filter(|&&f| f).count();
+        if folded > 0 {
+            let mut keep = fold.iter().map(|&f| !f);
+            self.nodes.retain(|_| keep.next().unwrap_or(true));
+            let mut keep = fold.iter().map(|&f| !f);
+            self.node_names.retain(|_| keep.next().unwrap_or(true));
+        }
+        folded
+    }
+}
+
 fn invalid(msg: impl Into<String>) -> KernelError {
     KernelError::invalid(msg)
 }

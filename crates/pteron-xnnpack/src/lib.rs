@@ -50,6 +50,9 @@ pub const BACKEND_ID: &str = "XnnpackBackend";
 #[derive(Clone, Copy, Debug, Default)]
 pub struct XnnpackBackend {
     pub limits: blob::Limits,
+    /// Run every node as the graph has it: no folding of int8 clamps into the nodes that
+    /// produce their inputs ([`graph::Graph::fuse_int8_clamps`]). For comparisons.
+    pub unfused: bool,
 }
 
 impl Backend for XnnpackBackend {
@@ -62,7 +65,10 @@ impl Backend for XnnpackBackend {
         init: &BackendInit<'_, 'p>,
     ) -> Result<Box<dyn DelegateHandle + 'p>, KernelError> {
         let blob = blob::Blob::parse(init.processed, self.limits)?;
-        let g = graph::build(&blob, init.named_data)?;
+        let mut g = graph::build(&blob, init.named_data)?;
+        if !self.unfused {
+            g.fuse_int8_clamps();
+        }
         let d = exec::XnnDelegate::new(g, init.config.max_planned_bytes)?;
         Ok(Box::new(d))
     }
