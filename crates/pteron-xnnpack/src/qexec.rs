@@ -691,7 +691,7 @@ pub fn run(
                     let cols = scratch
                         .get_mut(..np * kp)
                         .ok_or_else(|| invalid("quantized convolution scratch too small"))?;
-                    quant::im2col_u8(xb, ih, iw, cin, &conv.win, ow, p0, np, kp, pad, cols);
+                    quant::im2col_u8(par, xb, ih, iw, cin, &conv.win, ow, p0, np, kp, pad, cols);
                     qgemm(
                         par,
                         cols,

@@ -186,9 +186,10 @@ pub fn to_u8_rows(x: &[i8], rows: usize, k: usize, kp: usize, pad: u8, a: &mut [
 }
 
 /// NHWC im2col of int8 rows `p0 .. p0 + np` into u8 (`x + 128`), padding with `pad`; each row
-/// is `kh·kw·cin` values padded to `kp`.
+/// is `kh·kw·cin` values padded to `kp`. Rows are split over the threads.
 #[allow(clippy::too_many_arguments)]
 pub fn im2col_u8(
+    par: &dyn Parallel,
     x: &[i8],
     ih: usize,
     iw: usize,
@@ -202,15 +203,34 @@ pub fn im2col_u8(
     cols: &mut [u8],
 ) {
     let k = w.kh * w.kw * cin;
-    for (pi, row) in cols.chunks_exact_mut(kp).take(np).enumerate() {
+    if kp == 0 {
+        return;
+    }
+    let n = (np * kp).min(cols.len() / kp * kp);
+    let rows = &mut cols[..n];
+    for_chunks_mut(par, rows, kp, 1024, &|pi, row| {
         let p = p0 + pi;
         let (oy, ox) = (p / ow, p % ow);
+        let x0 = (ox * w.sw) as isize - w.pad_left as isize;
+        // With dilation 1, a filter row inside the image is `kw·cin` contiguous inputs.
+        let inside = w.dw == 1 && x0 >= 0 && x0 as usize + w.kw <= iw;
         for a in 0..w.kh {
             let y = (oy * w.sh + a * w.dh) as isize - w.pad_top as isize;
-            for b in 0..w.kw {
-                let xx = (ox * w.sw + b * w.dw) as isize - w.pad_left as isize;
-                let d = &mut row[(a * w.kw + b) * cin..(a * w.kw + b + 1) * cin];
-                if y < 0 || y >= ih as isize || xx < 0 || xx >= iw as isize {
+            let d = &mut row[a * w.kw * cin..(a + 1) * w.kw * cin];
+            if y < 0 || y >= ih as isize {
+                d.fill(pad);
+                continue;
+            }
+            if inside {
+                let s = (y as usize * iw + x0 as usize) * cin;
+                for (o, &v) in d.iter_mut().zip(&x[s..s + w.kw * cin]) {
+                    *o = (v as u8) ^ 0x80;
+                }
+                continue;
+            }
+            for (b, d) in d.chunks_exact_mut(cin.max(1)).enumerate() {
+                let xx = x0 + (b * w.dw) as isize;
+                if xx < 0 || xx >= iw as isize {
                     d.fill(pad);
                 } else {
                     let s = (y as usize * iw + xx as usize) * cin;
@@ -221,7 +241,7 @@ pub fn im2col_u8(
             }
         }
         row[k..].fill(pad);
-    }
+    });
 }
 
 /// Binary operation on int8 operands with NumPy broadcasting, computed on the dequantized
