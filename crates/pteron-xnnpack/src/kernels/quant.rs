@@ -567,6 +567,37 @@ mod avx512 {
     /// # Safety
     /// The CPU must have AVX-512F/BW/VL; `x`, `wt` and `orow` must hold the sizes `g` and
     /// `wt.win` imply (checked by `depthwise`).
+    /// `acc + (x - zp) · w` for 16 channels (the first of `m` when not `full`).
+    ///
+    /// # Safety
+    /// As [`depthwise_row`]: `xp` and `wp` point at 16 (or `m`'s) channels inside x and w32.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn tap(
+        full: bool,
+        m: __mmask16,
+        zp: __m512i,
+        acc: __m512i,
+        xp: *const i8,
+        wp: *const i32,
+    ) -> __m512i {
+        // Safety: the caller's pointers (see above).
+        let (xv, wv) = unsafe {
+            if full {
+                (
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128(xp as *const __m128i)),
+                    _mm512_loadu_si512(wp as *const __m512i),
+                )
+            } else {
+                (
+                    _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, xp)),
+                    _mm512_maskz_loadu_epi32(m, wp),
+                )
+            }
+        };
+        _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_sub_epi32(xv, zp), wv))
+    }
+
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     pub unsafe fn depthwise_row(
         wt: &QDwWeights,
@@ -595,43 +626,47 @@ mod avx512 {
             }
         }
         let nrows = ky1 - ky0;
-        let full = c / 16 * 16;
-        for ox in 0..g.ow {
-            let (kx0, kx1) = taps(ox, win.sw, win.dw, win.pad_left, win.kw, g.iw);
-            let base = ox * win.sw;
-            let mut c0 = 0;
-            while c0 < c {
-                let n = (c - c0).min(16);
-                let m: __mmask16 = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
-                // Safety: channels c0..c0 + n < c of rows inside x, w32, bias, scale and orow
-                // (full vectors only below `full`; the tail is masked).
-                unsafe {
-                    let mut acc =
-                        _mm512_maskz_loadu_epi32(m, wt.bias.as_ptr().add(c0) as *const i32);
-                    for j in 0..nrows {
-                        let (xr, wr) = (xrows[j].add(c0), wrows[j].add(c0));
-                        for kx in kx0..kx1 {
-                            let xx = base + kx * win.dw - win.pad_left;
-                            let (xv, wv) = if c0 < full {
-                                (
-                                    _mm512_cvtepi8_epi32(_mm_loadu_si128(
-                                        xr.add(xx * c) as *const __m128i
-                                    )),
-                                    _mm512_loadu_si512(wr.add(kx * c) as *const __m512i),
-                                )
-                            } else {
-                                (
-                                    _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, xr.add(xx * c))),
-                                    _mm512_maskz_loadu_epi32(m, wr.add(kx * c)),
-                                )
-                            };
-                            acc = _mm512_add_epi32(
-                                acc,
-                                _mm512_mullo_epi32(_mm512_sub_epi32(xv, zp), wv),
-                            );
+        // Output columns whose whole filter row lies inside the image (no border taps).
+        let ix0 = win.pad_left.div_ceil(win.sw).min(g.ow);
+        let reach = (win.kw - 1) * win.dw + 1;
+        let ix1 = if g.iw + win.pad_left >= reach {
+            ((g.iw + win.pad_left - reach) / win.sw + 1).min(g.ow)
+        } else {
+            0
+        };
+        let three = win.kw == 3 && win.dw == 1;
+        // Channel blocks outside, columns inside: the block's bias and scales stay in
+        // registers, and interior columns of 3-wide filters run three unrolled taps.
+        let mut c0 = 0;
+        while c0 < c {
+            let n = (c - c0).min(16);
+            let full = n == 16;
+            let m: __mmask16 = if full { 0xFFFF } else { (1u16 << n) - 1 };
+            // Safety (this block): channels c0..c0 + n < c of rows inside x, w32, bias, scale
+            // and orow; full vectors only when 16 channels remain, masked otherwise.
+            unsafe {
+                let bias = _mm512_maskz_loadu_epi32(m, wt.bias.as_ptr().add(c0) as *const i32);
+                let sc = _mm512_maskz_loadu_ps(m, wt.scale.as_ptr().add(c0));
+                for ox in 0..g.ow {
+                    let mut acc = bias;
+                    if three && (ix0..ix1).contains(&ox) {
+                        let x0 = ox * win.sw - win.pad_left;
+                        for j in 0..nrows {
+                            let (xr, wr) = (xrows[j].add(c0 + x0 * c), wrows[j].add(c0));
+                            acc = tap(full, m, zp, acc, xr, wr);
+                            acc = tap(full, m, zp, acc, xr.add(c), wr.add(c));
+                            acc = tap(full, m, zp, acc, xr.add(2 * c), wr.add(2 * c));
+                        }
+                    } else {
+                        let (kx0, kx1) = taps(ox, win.sw, win.dw, win.pad_left, win.kw, g.iw);
+                        for j in 0..nrows {
+                            let (xr, wr) = (xrows[j].add(c0), wrows[j].add(c0));
+                            for kx in kx0..kx1 {
+                                let xx = ox * win.sw + kx * win.dw - win.pad_left;
+                                acc = tap(full, m, zp, acc, xr.add(xx * c), wr.add(kx * c));
+                            }
                         }
                     }
-                    let sc = _mm512_maskz_loadu_ps(m, wt.scale.as_ptr().add(c0));
                     // min first: NaN → upper bound, as `requant`.
                     let f = _mm512_max_ps(
                         _mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), sc), hi),
@@ -644,8 +679,8 @@ mod avx512 {
                         q,
                     );
                 }
-                c0 += n;
             }
+            c0 += n;
         }
     }
 }
