@@ -88,48 +88,24 @@ pub fn attend_blocked(
     };
     let work = items as u64 * at.num_keys as u64 * Q_BLOCK.min(rows) as u64 * at.dim as u64;
     let failed = AtomicBool::new(false);
+    let items_with = |r: Range<usize>, buf: &mut Buffers<'_>| {
+        for item in r {
+            if job.item(item, buf).is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
+        }
+    };
     let run = |r: Range<usize>| {
         if rows <= FEW_ROWS {
             // Decode: every item has at most FEW_ROWS rows (16 KB of buffers, where the full
             // set would be 200 KB to clear for every item).
-            let (mut q, mut s, mut acc) = (
-                [0.0; FEW_ROWS * MAX_DIM],
-                [0.0; FEW_ROWS * KV_BLOCK],
-                [0.0; FEW_ROWS * MAX_DIM],
-            );
-            let (mut max, mut sum) = ([0.0; FEW_ROWS], [0.0; FEW_ROWS]);
-            let mut buf = Buffers {
-                q: &mut q,
-                s: &mut s,
-                acc: &mut acc,
-                max: &mut max,
-                sum: &mut sum,
-            };
-            for item in r {
-                if job.item(item, &mut buf).is_err() {
-                    failed.store(true, Ordering::Relaxed);
-                }
-            }
-            return;
-        }
-        // ~200 KB on this thread's stack (nothing is allocated while executing).
-        let (mut q, mut s, mut acc) = (
-            [0.0; Q_BLOCK * MAX_DIM],
-            [0.0; Q_BLOCK * KV_BLOCK],
-            [0.0; Q_BLOCK * MAX_DIM],
-        );
-        let (mut max, mut sum) = ([0.0; Q_BLOCK], [0.0; Q_BLOCK]);
-        let mut buf = Buffers {
-            q: &mut q,
-            s: &mut s,
-            acc: &mut acc,
-            max: &mut max,
-            sum: &mut sum,
-        };
-        for item in r {
-            if job.item(item, &mut buf).is_err() {
-                failed.store(true, Ordering::Relaxed);
-            }
+            with_buffers::<FEW_ROWS, { FEW_ROWS * MAX_DIM }, { FEW_ROWS * KV_BLOCK }>(|b| {
+                items_with(r, b)
+            });
+        } else {
+            with_buffers::<Q_BLOCK, { Q_BLOCK * MAX_DIM }, { Q_BLOCK * KV_BLOCK }>(|b| {
+                items_with(r, b)
+            });
         }
     };
     // Small calls are not worth waking the other threads. Decode is memory-bound (keys and
@@ -146,6 +122,23 @@ pub fn attend_blocked(
         ));
     }
     Ok(())
+}
+
+/// Runs `f` with a working set on this thread's stack (nothing is allocated while executing)
+/// for blocks of up to `R` rows: `QD = R · MAX_DIM`, `SK = R · KV_BLOCK` floats (~200 KB
+/// for `Q_BLOCK` rows).
+fn with_buffers<const R: usize, const QD: usize, const SK: usize>(
+    f: impl FnOnce(&mut Buffers<'_>),
+) {
+    let (mut q, mut s, mut acc) = ([0.0; QD], [0.0; SK], [0.0; QD]);
+    let (mut max, mut sum) = ([0.0; R], [0.0; R]);
+    f(&mut Buffers {
+        q: &mut q,
+        s: &mut s,
+        acc: &mut acc,
+        max: &mut max,
+        sum: &mut sum,
+    });
 }
 
 /// One task's working set, for up to `max.len()` rows (`Q_BLOCK`, or `FEW_ROWS` when every
