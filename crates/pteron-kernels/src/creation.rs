@@ -164,7 +164,12 @@ fn arange_len(
             return Err(KernelError::invalid("arange: step must be nonzero"));
         }
         let sgn = (xst > 0) as i64 - (xst < 0) as i64;
-        (xe.wrapping_sub(xs).wrapping_add(xst).wrapping_sub(sgn) / xst) as f64
+        // i64::MIN / -1 overflows (a panic even in release builds): an error instead.
+        let num = xe.wrapping_sub(xs).wrapping_add(xst).wrapping_sub(sgn);
+        let Some(q) = num.checked_div(xst) else {
+            return Err(KernelError::invalid("arange: the range's size overflows"));
+        };
+        q as f64
     } else {
         ((e - s) / st).ceil()
     };
