@@ -130,6 +130,19 @@ def spm_cases(model: bytes, specials: list):
     return cases, sp.get_piece_size(), bos
 
 
+def add_spm(goldens: dict, name: str, model: bytes, specials: list) -> None:
+    """Writes OUT/<name>.model and records its goldens (ids and text of every case)."""
+    (OUT / f"{name}.model").write_bytes(model)
+    cases, n, bos = spm_cases(model, specials)
+    goldens["tokenizers"][name] = {
+        "file": f"{name}.model",
+        "vocab_size": n,
+        "decode_skips_special": True,
+        "with_bos": bos,
+        "cases": cases,
+    }
+
+
 def tiny_ranks():
     """The tiny LLM's byte-level BPE vocabulary as tiktoken ranks (token bytes -> rank)."""
     from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -174,15 +187,7 @@ def main():
         remove_extra_whitespaces=False,
         control_symbols=chat,
     )
-    (OUT / "sp_bpe.model").write_bytes(bpe)
-    cases, n, bos = spm_cases(bpe, chat)
-    goldens["tokenizers"]["sp_bpe"] = {
-        "file": "sp_bpe.model",
-        "vocab_size": n,
-        "decode_skips_special": True,
-        "with_bos": bos,
-        "cases": cases,
-    }
+    add_spm(goldens, "sp_bpe", bpe, chat)
 
     gemma = train_spm(
         "bpe",
@@ -193,26 +198,10 @@ def main():
         allow_whitespace_only_pieces=True,
         user_defined_symbols=["<sep>", "<start_of_turn>", "<end_of_turn>"],
     )
-    (OUT / "sp_bpe_nodummy.model").write_bytes(gemma)
-    cases, n, bos = spm_cases(gemma, [])
-    goldens["tokenizers"]["sp_bpe_nodummy"] = {
-        "file": "sp_bpe_nodummy.model",
-        "vocab_size": n,
-        "decode_skips_special": True,
-        "with_bos": bos,
-        "cases": cases,
-    }
+    add_spm(goldens, "sp_bpe_nodummy", gemma, [])
 
     uni = train_spm("unigram", user_defined_symbols=["<sep>"])
-    (OUT / "sp_unigram.model").write_bytes(uni)
-    cases, n, bos = spm_cases(uni, [])
-    goldens["tokenizers"]["sp_unigram"] = {
-        "file": "sp_unigram.model",
-        "vocab_size": n,
-        "decode_skips_special": True,
-        "with_bos": bos,
-        "cases": cases,
-    }
+    add_spm(goldens, "sp_unigram", uni, [])
 
     ranks = tiny_ranks()
     special = {"<|endoftext|>": len(ranks), "<|im_start|>": len(ranks) + 1, "<|im_end|>": len(ranks) + 2}
