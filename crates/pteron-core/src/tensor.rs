@@ -79,6 +79,14 @@ impl core::fmt::Debug for Dims {
     }
 }
 
+/// The most positions the non-zero dims of an empty tensor may span (2^28).
+///
+/// A non-empty tensor's dims are bounded by its bytes, which live in a planned arena; an empty
+/// one's are not (`[2^30, 2^30, 0]` holds nothing). Kernels loop over the outer dims of their
+/// operands, so a hostile program could otherwise make a kernel spin through 2^60 empty rows.
+/// Real programs' empty tensors (a zero-length sequence, an empty KV slice) span far less.
+pub const MAX_EMPTY_EXTENT: usize = 1 << 28;
+
 /// Everything about a tensor but its bytes.
 ///
 /// `sizes` are the current sizes (for dynamic tensors: at most the capacity given at load);
@@ -154,6 +162,9 @@ impl TensorInfo {
             .sizes
             .checked_numel()
             .ok_or(KernelError::SizeOverflow)?;
+        if self.numel == 0 && stride > MAX_EMPTY_EXTENT {
+            return Err(KernelError::EmptyExtent { extent: stride });
+        }
         self.numel
             .checked_mul(self.dtype.elem_size())
             .ok_or(KernelError::SizeOverflow)?;
@@ -273,6 +284,18 @@ mod tests {
         let t = TensorInfo::contiguous(ScalarType::Float, &[2, 0, 3]).unwrap();
         assert_eq!(t.strides(), &[3, 3, 1]);
         assert_eq!(t.numel(), 0);
+    }
+
+    #[test]
+    fn empty_tensors_span_a_bounded_extent() {
+        let ok = TensorInfo::contiguous(ScalarType::Float, &[1 << 14, 0, 1 << 14]).unwrap();
+        assert_eq!(ok.numel(), 0);
+        let err = TensorInfo::contiguous(ScalarType::Float, &[1 << 30, 1 << 30, 0]).unwrap_err();
+        assert!(matches!(err, KernelError::EmptyExtent { extent } if extent == 1 << 60));
+        // Resizing to such a shape is refused too, and leaves the sizes as they were.
+        let mut t = TensorInfo::contiguous(ScalarType::Float, &[2, 0, 3]).unwrap();
+        assert!(t.set_sizes(&[1 << 20, 0, 1 << 20]).is_err());
+        assert_eq!(t.sizes(), &[2, 0, 3]);
     }
 
     #[test]

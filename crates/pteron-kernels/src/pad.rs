@@ -194,6 +194,9 @@ fn pad_copy<T: Copy>(
             "pad: tensor data shorter than its shape",
         ));
     }
+    if out_plane == 0 {
+        return Ok(());
+    }
     let idx = |j: usize, size: usize, pad: i64| -> Result<usize, KernelError> {
         let i = ix(j as i64, size as i64, pad);
         if i < 0 || i >= size as i64 {

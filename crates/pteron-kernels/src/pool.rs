@@ -281,6 +281,20 @@ fn pool_geom(
     Ok(PoolGeom { oh, ow, k, s, p, d })
 }
 
+/// The taps `t < k` of a window starting at `start` (dilation `d`) whose position
+/// `start + t·d` lies in `0..len`, computed rather than searched: the kernel size is a
+/// program's scalar and may be huge next to a tiny input.
+fn inside_taps(start: i64, k: usize, d: usize, len: i64) -> core::ops::Range<usize> {
+    let (start, d, k) = (start as i128, d.max(1) as i128, k as i128);
+    let first = if start >= 0 { 0 } else { (d - 1 - start) / d };
+    let past_last = match len as i128 - 1 - start {
+        r if r < 0 => 0,
+        r => r / d + 1,
+    };
+    let first = first.min(k);
+    first as usize..past_last.clamp(first, k) as usize
+}
+
 /// ExecuTorch's `kernel_reduction_then_map_2d` for max pooling: the first in-bounds element
 /// of the (dilated) window starts the running maximum, a later one replaces it when greater.
 fn max_pool<T: Element + PartialOrd>(
@@ -299,16 +313,10 @@ fn max_pool<T: Element + PartialOrd>(
                     let h0 = (y * g.s[0]) as i64 - g.p[0] as i64;
                     let w0 = (xo * g.s[1]) as i64 - g.p[1] as i64;
                     let mut best: Option<(T, i64)> = None;
-                    for ky in 0..g.k[0] {
+                    for ky in inside_taps(h0, g.k[0], g.d[0], ih) {
                         let h = h0 + (ky * g.d[0]) as i64;
-                        if h < 0 || h >= ih {
-                            continue;
-                        }
-                        for kx in 0..g.k[1] {
+                        for kx in inside_taps(w0, g.k[1], g.d[1], iw) {
                             let w = w0 + (kx * g.d[1]) as i64;
-                            if w < 0 || w >= iw {
-                                continue;
-                            }
                             let v = x[xg.at(n, c, h as usize, w as usize)];
                             let replace = match best {
                                 None => true,
@@ -902,6 +910,43 @@ mod tests {
             close(&c.output::<f32>(o), want);
             assert_eq!(c.output::<i64>(i), want_idx);
         }
+    }
+
+    #[test]
+    fn inside_taps_match_walking() {
+        for len in 0..6i64 {
+            for k in 1..7 {
+                for d in 1..4 {
+                    for start in -7..7i64 {
+                        let want: Vec<usize> = (0..k)
+                            .filter(|&t| (0..len).contains(&(start + (t * d) as i64)))
+                            .collect();
+                        let got: Vec<usize> = inside_taps(start, k, d, len).collect();
+                        assert_eq!(got, want, "start {start} k {k} d {d} len {len}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A 2^31-wide window padded by 2^30 over a 2×3 image: the taps outside it are skipped
+    /// in closed form (a fuzzed program made the tap-by-tap loop run for minutes).
+    #[test]
+    fn huge_max_pool_window_is_clipped_to_the_input() {
+        let mut c = TestCall::new();
+        c.tensor(&[1, 1, 2, 3], &[0.5f32, -1.0, 2.5, 0.0, 1.5, -3.0]);
+        let k = (1i64 << 31) + 1;
+        c.int_list(&[k, k]);
+        c.int_list(&[]);
+        c.int_list(&[1 << 30, 1 << 30]);
+        c.int_list(&[1, 1]);
+        c.bool(false);
+        let o = c.out(St::Float, &[1, 1, 1, 1]);
+        let i = c.out(St::Long, &[1, 1, 1, 1]);
+        c.none();
+        c.run(max_pool2d_with_indices_out).unwrap();
+        assert_eq!(c.output::<f32>(o), vec![2.5]);
+        assert_eq!(c.output::<i64>(i), vec![2]);
     }
 
     #[test]

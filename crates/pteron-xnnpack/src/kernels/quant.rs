@@ -14,7 +14,7 @@ use pteron_kernels_cpu::par::for_chunks_mut;
 
 use crate::graph::{BinaryOp, Window};
 use crate::kernels::qgemm::requant;
-use crate::kernels::spatial::Geom;
+use crate::kernels::spatial::{taps, Geom};
 use crate::util::{Shape, MAX_DIMS};
 
 /// Quantization of one int8 value: `real = scale · (q − zp)`.
@@ -383,20 +383,6 @@ pub struct QDwWeights {
     pub qo: Q,
     pub lo: i32,
     pub hi: i32,
-}
-
-/// The taps of output position `o` inside `0..len`: `(first, last + 1)`.
-fn taps(o: usize, stride: usize, dil: usize, pad: usize, k: usize, len: usize) -> (usize, usize) {
-    let start = (o * stride) as isize - pad as isize;
-    let mut lo = 0;
-    while lo < k && start + ((lo * dil) as isize) < 0 {
-        lo += 1;
-    }
-    let mut hi = k;
-    while hi > lo && start + (((hi - 1) * dil) as isize) >= len as isize {
-        hi -= 1;
-    }
-    (lo, hi)
 }
 
 /// XNNPACK's fp32 requantization of one sum, written so that loops of it vectorize: the

@@ -19,18 +19,31 @@ pub struct DwWeights {
     pub clamp: Clamp,
 }
 
-/// The taps of output position `o` that fall inside `0..len`: `(first, last + 1)`.
+/// The taps of output position `o` that fall inside `0..len`: `(first, last + 1)`, in closed
+/// form (the kernel size and padding come from the file and may be huge; a loop over the taps
+/// outside the input would make a tiny model hang).
 #[inline]
-fn taps(o: usize, stride: usize, dil: usize, pad: usize, k: usize, len: usize) -> (usize, usize) {
-    let start = (o * stride) as isize - pad as isize;
-    let mut lo = 0;
-    while lo < k && start + ((lo * dil) as isize) < 0 {
-        lo += 1;
-    }
-    let mut hi = k;
-    while hi > lo && start + ((hi - 1) * dil) as isize >= len as isize {
-        hi -= 1;
-    }
+pub(crate) fn taps(
+    o: usize,
+    stride: usize,
+    dil: usize,
+    pad: usize,
+    k: usize,
+    len: usize,
+) -> (usize, usize) {
+    let start = o as i128 * stride as i128 - pad as i128;
+    let dil = dil.max(1) as i128;
+    // First tap t with start + t·dil >= 0.
+    let lo = if start >= 0 {
+        0
+    } else {
+        (-start + dil - 1) / dil
+    };
+    // One past the last tap t with start + t·dil <= len − 1.
+    let last = len as i128 - 1 - start;
+    let hi = if last < 0 { 0 } else { last / dil + 1 };
+    let lo = lo.min(k as i128) as usize;
+    let hi = (hi.min(k as i128) as usize).max(lo);
     (lo, hi)
 }
 
@@ -507,4 +520,66 @@ pub fn global_mean(
         },
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::taps;
+
+    /// The taps by walking every one of them.
+    fn taps_by_walking(
+        o: usize,
+        s: usize,
+        d: usize,
+        p: usize,
+        k: usize,
+        len: usize,
+    ) -> (usize, usize) {
+        let inside: Vec<usize> = (0..k)
+            .filter(|&t| {
+                let i = (o * s + t * d) as isize - p as isize;
+                i >= 0 && i < len as isize
+            })
+            .collect();
+        match (inside.first(), inside.last()) {
+            (Some(&a), Some(&b)) => (a, b + 1),
+            _ => {
+                let (lo, _) = taps(o, s, d, p, k, len);
+                (lo, lo)
+            }
+        }
+    }
+
+    #[test]
+    fn closed_form_taps_match_walking() {
+        for len in 0..6 {
+            for k in 1..7 {
+                for d in 1..4 {
+                    for s in 1..3 {
+                        for p in 0..6 {
+                            for o in 0..8 {
+                                let (lo, hi) = taps(o, s, d, p, k, len);
+                                assert!(lo <= hi && hi <= k);
+                                let want = taps_by_walking(o, s, d, p, k, len);
+                                if want.0 < want.1 {
+                                    assert_eq!(
+                                        (lo, hi),
+                                        want,
+                                        "o {o} s {s} d {d} p {p} k {k} len {len}"
+                                    );
+                                } else {
+                                    assert_eq!(lo, hi, "o {o} s {s} d {d} p {p} k {k} len {len}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // A kernel of 2^40 taps over 3 positions costs nothing to clip.
+        assert_eq!(
+            taps(0, 1, 1, 1 << 39, 1 << 40, 3),
+            ((1 << 39), (1 << 39) + 3)
+        );
+    }
 }
