@@ -580,6 +580,7 @@ pub fn run(
                 op, a: va, b: vb, ..
             },
         ) => quant::binary(
+            par,
             op,
             i8s(a),
             &shapes[va],

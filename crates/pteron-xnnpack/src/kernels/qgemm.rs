@@ -285,7 +285,7 @@ pub fn qgemm(
         let rows = rows.min(m - r0);
         if vnni {
             #[cfg(target_arch = "x86_64")]
-            // Safety: the CPU has AVX-512 F/BW/VNNI (checked by `has_vnni`); operands were
+            // Safety: the CPU has AVX-512 F/BW/VL/VNNI (checked by `has_vnni`); operands were
             // checked above to hold `m` rows of `lda`/`ldc` elements.
             unsafe {
                 x86::rows(a, lda, r0, rows, w, epi, o, ldc)
@@ -321,7 +321,7 @@ const GEMV_PANELS: usize = 4;
 fn gemv(par: &dyn Parallel, a: &[u8], w: &QWeights, epi: &Epilogue<'_>, out: &mut [f32]) {
     for_chunks_mut(par, out, GEMV_PANELS * NR, 1, &|t, c| {
         #[cfg(target_arch = "x86_64")]
-        // Safety: `qgemm` checked AVX-512 F/BW/VNNI (`has_vnni`), that `a` holds one row of
+        // Safety: `qgemm` checked AVX-512 F/BW/VL/VNNI (`has_vnni`), that `a` holds one row of
         // 4·quads bytes and the epilogue's lengths; `c` is columns t·GEMV_PANELS·NR.. of the
         // output.
         unsafe {
@@ -340,6 +340,7 @@ fn has_vnni() -> bool {
         *V.get_or_init(|| {
             std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vl")
                 && std::arch::is_x86_feature_detected!("avx512vnni")
                 && std::env::var("PTERON_SIMD").map_or(true, |v| v == "avx512")
         })
@@ -433,7 +434,7 @@ mod x86 {
     use core::arch::x86_64::*;
 
     /// The 64 weight bytes of panel `p`, quad `q` (int8 weights).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     #[inline]
     unsafe fn wquad(w: &QWeights, p: usize, q: usize) -> __m512i {
         let i = p * w.quads + q;
@@ -442,7 +443,7 @@ mod x86 {
     }
 
     /// The broadcast activation bytes `a[4q .. 4q + 4]`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     #[inline]
     unsafe fn aquad(a: *const u8, q: usize) -> __m512i {
         // Safety (caller): 4·q + 4 ≤ the bytes of `a`.
@@ -468,8 +469,8 @@ mod x86 {
     /// 4-bit weights come a pair of quads per 64-byte load (see `QWeights::nib`).
     ///
     /// # Safety
-    /// AVX-512 F/BW/VNNI; 4·q1 ≤ the bytes of `a`; q1 ≤ quads; panel p exists.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    /// AVX-512 F/BW/VL/VNNI; 4·q1 ≤ the bytes of `a`; q1 ≤ quads; panel p exists.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     #[inline]
     unsafe fn dot<const SUMS: bool>(
         a: *const u8,
@@ -536,9 +537,9 @@ mod x86 {
     /// row with a `Dequant` epilogue, the same arithmetic as `rows`.
     ///
     /// # Safety
-    /// AVX-512 F/BW/VNNI; `a` holds 4·quads bytes; the epilogue's slices are as `qgemm`
+    /// AVX-512 F/BW/VL/VNNI; `a` holds 4·quads bytes; the epilogue's slices are as `qgemm`
     /// checks them; blockwise weights have `pscale`; `o` lies inside columns `p0·16 .. n`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mut [f32]) {
         let Epilogue::Dequant {
             rows,
@@ -602,9 +603,9 @@ mod x86 {
     /// Output rows `r0 .. r0 + rows` with `vpdpbusd`.
     ///
     /// # Safety
-    /// AVX-512 F/BW/VNNI must be available; `a` holds rows `r0 .. r0 + rows` of `lda` bytes
+    /// AVX-512 F/BW/VL/VNNI must be available; `a` holds rows `r0 .. r0 + rows` of `lda` bytes
     /// (at least `4·w.quads` each) and `o` holds `rows` rows of `ldc` (at least `w.n`).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn rows(
         a: &[u8],

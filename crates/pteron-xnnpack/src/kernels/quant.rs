@@ -11,6 +11,7 @@
 
 use pteron_core::{KernelError, Parallel};
 use pteron_kernels_cpu::par::for_chunks_mut;
+use pteron_kernels_cpu::simd::{level, run_op_at, Simd, SimdOp};
 
 use crate::graph::{BinaryOp, Window};
 use crate::kernels::qgemm::requant;
@@ -43,7 +44,7 @@ fn multiversion<R>(f: impl FnOnce() -> R) -> R {
         unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
             f()
         }
-        use pteron_kernels_cpu::simd::{level, Level};
+        use pteron_kernels_cpu::simd::Level;
         match level() {
             // Safety: `level()` reports only instruction sets the CPU has.
             Level::Avx512 => return unsafe { avx512(f) },
@@ -173,9 +174,27 @@ pub fn quantize_rows(x: &[f32], row: usize, out: &mut [i8], scales: &mut [f32], 
     }
 }
 
+/// `d[i] = s[i] + 128` as u8 (the sign bit flipped), compiled for the CPU's vector width.
+struct FlipSigns<'a>(&'a [i8], &'a mut [u8]);
+
+impl SimdOp for FlipSigns<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, _s: S) {
+        for (d, &v) in self.1.iter_mut().zip(self.0) {
+            *d = (v as u8) ^ 0x80;
+        }
+    }
+}
+
 /// Activations for the products: `a[r][k] = x[r][k] + 128` as u8, rows padded to `kp` with
 /// `pad` (the zero point + 128, so that padding contributes nothing).
 pub fn to_u8_rows(x: &[i8], rows: usize, k: usize, kp: usize, pad: u8, a: &mut [u8]) {
+    if k == kp {
+        let n = (rows * k).min(x.len()).min(a.len());
+        run_op_at(level(), FlipSigns(&x[..n], &mut a[..n]));
+        return;
+    }
     for r in 0..rows {
         let (src, dst) = (&x[r * k..(r + 1) * k], &mut a[r * kp..(r + 1) * kp]);
         for (d, &v) in dst.iter_mut().zip(src) {
@@ -205,6 +224,23 @@ pub fn im2col_u8(
     let k = w.kh * w.kw * cin;
     if kp == 0 {
         return;
+    }
+    // A 1×1 convolution with stride 1, no padding and whole quads of channels: the rows are
+    // the input pixels themselves, one contiguous run.
+    let pointwise = (w.kh, w.kw, w.sh, w.sw, w.pad_top, w.pad_left) == (1, 1, 1, 1, 0, 0);
+    if pointwise && kp == cin && ow == iw {
+        let n = (np * kp).min(cols.len() / kp * kp);
+        let src = p0
+            .checked_mul(cin)
+            .and_then(|s| x.get(s..s.checked_add(n)?));
+        if let Some(src) = src {
+            let l = level();
+            for_chunks_mut(par, &mut cols[..n], 1 << 15, 1, &|t, d| {
+                let at = t << 15;
+                run_op_at(l, FlipSigns(&src[at..at + d.len()], d));
+            });
+            return;
+        }
     }
     let n = (np * kp).min(cols.len() / kp * kp);
     let rows = &mut cols[..n];
@@ -244,10 +280,58 @@ pub fn im2col_u8(
     });
 }
 
+/// Same-shape int8 operands, elementwise: the result of `binary`'s `f` (clamped before
+/// rounding; the bounds are integers) in a loop compiled for the CPU's vector width.
+struct SameShape<'a> {
+    out: &'a mut [i8],
+    a: &'a [i8],
+    b: &'a [i8],
+    q: (Q, Q),
+    inv: f32,
+    zo: i32,
+    bounds: (i32, i32),
+}
+
+impl<'a> SameShape<'a> {
+    fn with<F: Fn(f32, f32) -> f32>(self, op: F) -> SameShapeOp<'a, F> {
+        SameShapeOp { e: self, op }
+    }
+}
+
+struct SameShapeOp<'a, F> {
+    e: SameShape<'a>,
+    op: F,
+}
+
+impl<F: Fn(f32, f32) -> f32> SimdOp for SameShapeOp<'_, F> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, _s: S) {
+        let SameShape {
+            out,
+            a,
+            b,
+            q: (qa, qb),
+            inv,
+            zo,
+            bounds: (lo, hi),
+        } = self.e;
+        let (lo, hi) = ((lo - zo) as f32, (hi - zo) as f32);
+        for ((d, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            let (xa, yb) = (
+                (x as i32 - qa.zp) as f32 * qa.scale,
+                (y as i32 - qb.zp) as f32 * qb.scale,
+            );
+            *d = round_small(((self.op)(xa, yb) * inv).min(hi).max(lo)).wrapping_add(zo) as i8;
+        }
+    }
+}
+
 /// Binary operation on int8 operands with NumPy broadcasting, computed on the dequantized
 /// values and requantized (clamped to `lo..=hi`).
 #[allow(clippy::too_many_arguments)]
 pub fn binary(
+    par: &dyn Parallel,
     op: BinaryOp,
     a: &[i8],
     sa: &Shape,
@@ -287,36 +371,27 @@ pub fn binary(
         (q.clamp(lo as f32, hi as f32)) as i8
     };
     if sa == so && sb == so && !matches!(op, BinaryOp::Div | BinaryOp::Prelu) {
-        /// Same result as `f` (clamped before rounding; the bounds are integers) in a loop
-        /// that vectorizes.
-        #[inline(always)]
-        #[allow(clippy::too_many_arguments)]
-        fn each(
-            out: &mut [i8],
-            a: &[i8],
-            b: &[i8],
-            (qa, qb): (Q, Q),
-            inv: f32,
-            zo: i32,
-            (lo, hi): (i32, i32),
-            op: impl Fn(f32, f32) -> f32,
-        ) {
-            let (lo, hi) = ((lo - zo) as f32, (hi - zo) as f32);
-            for ((d, &x), &y) in out.iter_mut().zip(a).zip(b) {
-                let (xa, yb) = (
-                    (x as i32 - qa.zp) as f32 * qa.scale,
-                    (y as i32 - qb.zp) as f32 * qb.scale,
-                );
-                *d = round_small((op(xa, yb) * inv).min(hi).max(lo)).wrapping_add(zo) as i8;
+        let l = level();
+        // Chunks of 16 KiB: the adds of MobileNetV2 are 15–75 K elements.
+        for_chunks_mut(par, &mut out[..n], 1 << 14, 1, &|t, o| {
+            let at = t << 14;
+            let (a, b) = (&a[at..at + o.len()], &b[at..at + o.len()]);
+            let e = SameShape {
+                out: o,
+                a,
+                b,
+                q: (qa, qb),
+                inv,
+                zo: qo.zp,
+                bounds: (lo, hi),
+            };
+            match op {
+                BinaryOp::Add => run_op_at(l, e.with(|x, y| x + y)),
+                BinaryOp::Sub => run_op_at(l, e.with(|x, y| x - y)),
+                BinaryOp::Mul => run_op_at(l, e.with(|x, y| x * y)),
+                BinaryOp::Min => run_op_at(l, e.with(f32::min)),
+                _ => run_op_at(l, e.with(f32::max)),
             }
-        }
-        let (o, q, z, l) = (&mut out[..n], (qa, qb), qo.zp, (lo, hi));
-        multiversion(|| match op {
-            BinaryOp::Add => each(o, a, b, q, inv, z, l, |x, y| x + y),
-            BinaryOp::Sub => each(o, a, b, q, inv, z, l, |x, y| x - y),
-            BinaryOp::Mul => each(o, a, b, q, inv, z, l, |x, y| x * y),
-            BinaryOp::Min => each(o, a, b, q, inv, z, l, f32::min),
-            _ => each(o, a, b, q, inv, z, l, f32::max),
         });
         return Ok(());
     }
