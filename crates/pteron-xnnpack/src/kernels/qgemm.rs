@@ -600,11 +600,13 @@ mod x86 {
         }
     }
 
-    /// Output rows `r0 .. r0 + rows` with `vpdpbusd`.
+    /// Output rows `r0 .. r0 + rows` with `vpdpbusd`: tiles of MR rows by two panels (each
+    /// broadcast activation feeds two products; one panel at a time the loads outnumber
+    /// them), one panel for a last odd panel and for blockwise weights.
     ///
     /// # Safety
-    /// AVX-512 F/BW/VL/VNNI must be available; `a` holds rows `r0 .. r0 + rows` of `lda` bytes
-    /// (at least `4·w.quads` each) and `o` holds `rows` rows of `ldc` (at least `w.n`).
+    /// AVX-512 F/BW/VL/VNNI must be available; `a` holds rows `r0 .. r0 + rows` of `lda`
+    /// bytes (at least `4·w.quads` each) and `o` holds `rows` rows of `ldc` (at least `w.n`).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn rows(
@@ -618,8 +620,6 @@ mod x86 {
         ldc: usize,
     ) {
         let panels = w.n.div_ceil(NR);
-        let blocks = if w.block == 0 { 1 } else { w.k / w.block };
-        let bq = if w.block == 0 { w.quads } else { w.block / 4 };
         let mut t = 0;
         while t < rows {
             let mr = MR.min(rows - t);
@@ -629,127 +629,177 @@ mod x86 {
                 // Safety: row r0 + t + min(i, mr − 1) < r0 + rows lies in `a`.
                 *p = unsafe { a.as_ptr().add((r0 + t + i.min(mr - 1)) * lda) };
             }
-            for p in 0..panels {
-                let nv = NR.min(w.n - p * NR);
-                let mask: __mmask16 = if nv == NR { !0 } else { (1u16 << nv) - 1 };
-                let wp = w.data.as_ptr();
-                let mut facc = [_mm512_setzero_ps(); MR];
-                let mut iacc = [_mm512_setzero_si512(); MR];
-                for b in 0..blocks {
-                    let mut acc = [_mm512_setzero_si512(); MR];
-                    for q in b * bq..(b + 1) * bq {
-                        // Safety: quad q < quads of panel p lies inside `data`.
-                        let wv = unsafe {
-                            _mm512_loadu_si512(wp.add((p * w.quads + q) * NR * 4) as *const _)
-                        };
-                        for i in 0..MR {
-                            // Safety: 4 bytes at 4q < 4·quads ≤ lda of a row of `a`.
-                            let av = unsafe {
-                                _mm512_set1_epi32(core::ptr::read_unaligned(
-                                    ap[i].add(q * 4) as *const i32
-                                ))
-                            };
-                            acc[i] = _mm512_dpbusd_epi32(acc[i], av, wv);
-                        }
+            let mut p = 0;
+            while p < panels {
+                let tile = Tile {
+                    ap: &ap,
+                    r: r0 + t,
+                    t,
+                    mr,
+                    p,
+                };
+                // Safety: panels p (and p + 1) exist; the caller's operands.
+                unsafe {
+                    if w.block == 0 && p + 1 < panels {
+                        group::<2>(&tile, w, epi, &mut o, ldc);
+                        p += 2;
+                    } else {
+                        group::<1>(&tile, w, epi, &mut o, ldc);
+                        p += 1;
                     }
-                    match epi {
-                        Epilogue::Dequant { zps, scale, .. } if w.block != 0 => {
-                            // Per block: (acc − (zp + 128)·blocksum) · scale[j][b].
-                            let mut bs = [0i32; NR];
-                            let mut sc = [0f32; NR];
-                            for j in 0..nv {
-                                let c = p * NR + j;
-                                bs[j] = w.blocksum[c * blocks + b];
-                                sc[j] = scale[c * blocks + b];
-                            }
-                            let bsv = _mm512_loadu_si512(bs.as_ptr() as *const _);
-                            let scv = _mm512_loadu_ps(sc.as_ptr());
-                            for i in 0..mr {
-                                let zp = _mm512_set1_epi32(zps[r0 + t + i] + 128);
-                                let corr = _mm512_sub_epi32(acc[i], _mm512_mullo_epi32(zp, bsv));
-                                facc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), scv, facc[i]);
-                            }
-                        }
-                        _ => {
-                            for i in 0..MR {
-                                iacc[i] = _mm512_add_epi32(iacc[i], acc[i]);
-                            }
-                        }
-                    }
-                }
-                let c0 = p * NR;
-                match (epi, &mut o) {
-                    (
-                        Epilogue::Requant {
-                            bias,
-                            scale,
-                            zp,
-                            qmin,
-                            qmax,
-                        },
-                        Out::I8(o),
-                    ) => {
-                        let bv = _mm512_maskz_loadu_epi32(mask, bias[c0..].as_ptr());
-                        let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
-                        let maxlz = _mm512_set1_ps((*qmax - *zp) as f32);
-                        let zpv = _mm512_set1_epi32(*zp);
-                        let minv = _mm512_set1_epi32(*qmin);
-                        for i in 0..mr {
-                            let acc = _mm512_add_epi32(iacc[i], bv);
-                            let f =
-                                _mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), sv), maxlz);
-                            // Round to nearest even (the default MXCSR mode).
-                            let q = _mm512_max_epi32(
-                                _mm512_add_epi32(_mm512_cvtps_epi32(f), zpv),
-                                minv,
-                            );
-                            let bytes = _mm512_cvtsepi32_epi8(q);
-                            let dst = o[(t + i) * ldc + c0..].as_mut_ptr();
-                            // Safety: `nv` bytes of row t + i from column c0 lie inside `o`.
-                            unsafe { _mm_mask_storeu_epi8(dst, mask, bytes) };
-                        }
-                    }
-                    (
-                        Epilogue::Dequant {
-                            rows: rp,
-                            zps,
-                            scale,
-                            bias,
-                            lo,
-                            hi,
-                        },
-                        Out::F32(o),
-                    ) => {
-                        let bv = match bias {
-                            Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
-                            None => _mm512_setzero_ps(),
-                        };
-                        let (lov, hiv) = (_mm512_set1_ps(*lo), _mm512_set1_ps(*hi));
-                        for i in 0..mr {
-                            let (s_row, zp) = (rp[r0 + t + i], zps[r0 + t + i]);
-                            let y = if w.block == 0 {
-                                let cs = _mm512_maskz_loadu_epi32(mask, w.colsum[c0..].as_ptr());
-                                let corr = _mm512_sub_epi32(
-                                    iacc[i],
-                                    _mm512_mullo_epi32(_mm512_set1_epi32(zp + 128), cs),
-                                );
-                                let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
-                                let f =
-                                    _mm512_mul_ps(_mm512_cvtepi32_ps(corr), _mm512_set1_ps(s_row));
-                                _mm512_fmadd_ps(f, sv, bv)
-                            } else {
-                                _mm512_fmadd_ps(facc[i], _mm512_set1_ps(s_row), bv)
-                            };
-                            let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
-                            let dst = o[(t + i) * ldc + c0..].as_mut_ptr();
-                            // Safety: `nv` floats of row t + i from column c0 lie inside `o`.
-                            unsafe { _mm512_mask_storeu_ps(dst, mask, y) };
-                        }
-                    }
-                    _ => {}
                 }
             }
             t += MR;
+        }
+    }
+
+    /// Where a tile is: its row pointers, first row (`r` in the operands, `t` in `o`), rows,
+    /// and first panel.
+    struct Tile<'a> {
+        ap: &'a [*const u8; MR],
+        r: usize,
+        t: usize,
+        mr: usize,
+        p: usize,
+    }
+
+    /// MR rows by panels `p .. p + NP` (NP = 2 only without blocks).
+    ///
+    /// # Safety
+    /// As [`rows`]; panels `tile.p .. tile.p + NP` exist.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn group<const NP: usize>(
+        tile: &Tile<'_>,
+        w: &QWeights,
+        epi: &Epilogue<'_>,
+        o: &mut Out<'_>,
+        ldc: usize,
+    ) {
+        let Tile { ap, r, t, mr, p } = *tile;
+        let blocks = if w.block == 0 { 1 } else { w.k / w.block };
+        let bq = if w.block == 0 { w.quads } else { w.block / 4 };
+        let wp = w.data.as_ptr();
+        let mut facc = [[_mm512_setzero_ps(); NP]; MR];
+        let mut iacc = [[_mm512_setzero_si512(); NP]; MR];
+        for b in 0..blocks {
+            let mut acc = [[_mm512_setzero_si512(); NP]; MR];
+            for q in b * bq..(b + 1) * bq {
+                let mut wv = [_mm512_setzero_si512(); NP];
+                for (j, v) in wv.iter_mut().enumerate() {
+                    // Safety: quad q < quads of panel p + j lies inside `data`.
+                    *v = unsafe {
+                        _mm512_loadu_si512(wp.add(((p + j) * w.quads + q) * NR * 4) as *const _)
+                    };
+                }
+                for i in 0..MR {
+                    // Safety: 4 bytes at 4q < 4·quads ≤ lda of a row of `a`.
+                    let av = unsafe {
+                        _mm512_set1_epi32(core::ptr::read_unaligned(ap[i].add(q * 4) as *const i32))
+                    };
+                    for j in 0..NP {
+                        acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, wv[j]);
+                    }
+                }
+            }
+            match epi {
+                Epilogue::Dequant { zps, scale, .. } if w.block != 0 => {
+                    // Per block: (acc − (zp + 128)·blocksum) · scale[j][b] (NP is 1 here).
+                    let nv = NR.min(w.n - p * NR);
+                    let mut bs = [0i32; NR];
+                    let mut sc = [0f32; NR];
+                    for jj in 0..nv {
+                        let c = p * NR + jj;
+                        bs[jj] = w.blocksum[c * blocks + b];
+                        sc[jj] = scale[c * blocks + b];
+                    }
+                    let bsv = _mm512_loadu_si512(bs.as_ptr() as *const _);
+                    let scv = _mm512_loadu_ps(sc.as_ptr());
+                    for i in 0..mr {
+                        let zp = _mm512_set1_epi32(zps[r + i] + 128);
+                        let corr = _mm512_sub_epi32(acc[i][0], _mm512_mullo_epi32(zp, bsv));
+                        facc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), scv, facc[i][0]);
+                    }
+                }
+                _ => {
+                    for i in 0..MR {
+                        for j in 0..NP {
+                            iacc[i][j] = _mm512_add_epi32(iacc[i][j], acc[i][j]);
+                        }
+                    }
+                }
+            }
+        }
+        for j in 0..NP {
+            let c0 = (p + j) * NR;
+            let nv = NR.min(w.n - c0);
+            let mask: __mmask16 = if nv == NR { !0 } else { (1u16 << nv) - 1 };
+            match (epi, &mut *o) {
+                (
+                    Epilogue::Requant {
+                        bias,
+                        scale,
+                        zp,
+                        qmin,
+                        qmax,
+                    },
+                    Out::I8(o),
+                ) => {
+                    let bv = _mm512_maskz_loadu_epi32(mask, bias[c0..].as_ptr());
+                    let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
+                    let maxlz = _mm512_set1_ps((*qmax - *zp) as f32);
+                    let zpv = _mm512_set1_epi32(*zp);
+                    let minv = _mm512_set1_epi32(*qmin);
+                    for i in 0..mr {
+                        let acc = _mm512_add_epi32(iacc[i][j], bv);
+                        let f = _mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), sv), maxlz);
+                        // Round to nearest even (the default MXCSR mode).
+                        let q =
+                            _mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(f), zpv), minv);
+                        let bytes = _mm512_cvtsepi32_epi8(q);
+                        let dst = o[(t + i) * ldc + c0..].as_mut_ptr();
+                        // Safety: `nv` bytes of row t + i from column c0 lie inside `o`.
+                        unsafe { _mm_mask_storeu_epi8(dst, mask, bytes) };
+                    }
+                }
+                (
+                    Epilogue::Dequant {
+                        rows: rp,
+                        zps,
+                        scale,
+                        bias,
+                        lo,
+                        hi,
+                    },
+                    Out::F32(o),
+                ) => {
+                    let bv = match bias {
+                        Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
+                        None => _mm512_setzero_ps(),
+                    };
+                    let (lov, hiv) = (_mm512_set1_ps(*lo), _mm512_set1_ps(*hi));
+                    for i in 0..mr {
+                        let (s_row, zp) = (rp[r + i], zps[r + i]);
+                        let y = if w.block == 0 {
+                            let cs = _mm512_maskz_loadu_epi32(mask, w.colsum[c0..].as_ptr());
+                            let corr = _mm512_sub_epi32(
+                                iacc[i][j],
+                                _mm512_mullo_epi32(_mm512_set1_epi32(zp + 128), cs),
+                            );
+                            let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
+                            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(corr), _mm512_set1_ps(s_row));
+                            _mm512_fmadd_ps(f, sv, bv)
+                        } else {
+                            _mm512_fmadd_ps(facc[i][j], _mm512_set1_ps(s_row), bv)
+                        };
+                        let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
+                        let dst = o[(t + i) * ldc + c0..].as_mut_ptr();
+                        // Safety: `nv` floats of row t + i from column c0 lie inside `o`.
+                        unsafe { _mm512_mask_storeu_ps(dst, mask, y) };
+                    }
+                }
+                _ => {}
+            }
         }
     }
 }
