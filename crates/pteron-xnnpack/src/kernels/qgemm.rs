@@ -600,9 +600,9 @@ mod x86 {
         }
     }
 
-    /// Output rows `r0 .. r0 + rows` with `vpdpbusd`: tiles of MR rows by two panels (each
-    /// broadcast activation feeds two products; one panel at a time the loads outnumber
-    /// them), one panel for a last odd panel and for blockwise weights.
+    /// Output rows `r0 .. r0 + rows` with `vpdpbusd`: tiles of MR rows by three panels (each
+    /// broadcast activation feeds three products; one panel at a time the loads outnumbered
+    /// them), two or one for the last panels, one for blockwise weights.
     ///
     /// # Safety
     /// AVX-512 F/BW/VL/VNNI must be available; `a` holds rows `r0 .. r0 + rows` of `lda`
@@ -640,7 +640,10 @@ mod x86 {
                 };
                 // Safety: panels p (and p + 1) exist; the caller's operands.
                 unsafe {
-                    if w.block == 0 && p + 1 < panels {
+                    if w.block == 0 && p + 2 < panels {
+                        group::<3>(&tile, w, epi, &mut o, ldc);
+                        p += 3;
+                    } else if w.block == 0 && p + 1 < panels {
                         group::<2>(&tile, w, epi, &mut o, ldc);
                         p += 2;
                     } else {
@@ -663,7 +666,7 @@ mod x86 {
         p: usize,
     }
 
-    /// MR rows by panels `p .. p + NP` (NP = 2 only without blocks).
+    /// MR rows by panels `p .. p + NP` (NP > 1 only without blocks).
     ///
     /// # Safety
     /// As [`rows`]; panels `tile.p .. tile.p + NP` exist.
