@@ -447,6 +447,17 @@ impl XnnDelegate {
             born[b.min(nn)].push(v);
             dies[(e + 1).min(nn)].push(v);
         }
+        // A reshape whose input dies at it takes over the input's bytes: no copy.
+        let mut alias_of = vec![usize::MAX; nv];
+        for (s, st) in self.steps.iter().enumerate() {
+            if let Node::Reshape { x, out, .. } = st.node {
+                let arena = self.homes[x] == Home::Arena && self.homes[out] == Home::Arena;
+                if arena && x != out && self.lifetimes[x].1 == s && !is_input[out] {
+                    alias_of[out] = x;
+                }
+            }
+        }
+        let mut handed_over = vec![false; nv];
         let mut free: Vec<(usize, usize)> = Vec::new(); // sorted (offset, size)
         let mut top = 0usize;
         let alloc = |size: usize, free: &mut Vec<(usize, usize)>, top: &mut usize| -> usize {
@@ -489,13 +500,23 @@ impl XnnDelegate {
         for t in 0..=nn {
             // Node t−1's output (and, at t = 0, the inputs) is placed before its inputs die.
             for &v in &born[t] {
+                let x = alias_of[v];
+                if x != usize::MAX && self.sizes[v] <= self.capacity[x] {
+                    // x dies at this same t (its last use is the reshape producing v).
+                    self.offsets[v] = self.offsets[x];
+                    self.capacity[v] = self.capacity[x];
+                    handed_over[x] = true;
+                    continue;
+                }
                 let size = self.sizes[v].max(1).div_ceil(ALIGN) * ALIGN;
                 let o = alloc(size, &mut free, &mut top);
                 self.offsets[v] = o;
                 self.capacity[v] = size;
             }
             for &v in &dies[t] {
-                release(self.offsets[v], self.capacity[v], &mut free);
+                if !handed_over[v] {
+                    release(self.offsets[v], self.capacity[v], &mut free);
+                }
             }
         }
         if top as u64 > self.max_bytes {
@@ -526,6 +547,12 @@ impl XnnDelegate {
     fn run_step(&mut self, i: usize, par: &dyn Parallel) -> Result<(), KernelError> {
         let st = &self.steps[i];
         let out = st.node.output();
+        if let Node::Reshape { x, .. } = st.node {
+            if self.homes[x] == Home::Arena && self.offsets[x] == self.offsets[out] {
+                // The planner handed x's bytes to the reshape's output: nothing to move.
+                return Ok(());
+            }
+        }
         let os = self.shapes[out];
         let dst = self.dst(out);
         let srcs = {
