@@ -10,7 +10,7 @@
 //! runs with known shapes allocate nothing.
 
 use pteron_core::{
-    ArgAccess, ArgView, DelegateHandle, KernelContext, KernelError, Parallel, ScalarType,
+    ArgAccess, ArgView, DelegateHandle, KernelContext, KernelError, Parallel, ScalarType, TensorRef,
 };
 use pteron_kernels_cpu::simd::level;
 
@@ -21,7 +21,7 @@ use crate::kernels::layout;
 use crate::kernels::spatial::{depthwise, global_mean, pool, DwWeights, Geom};
 use crate::qexec::{self, QPrep};
 use crate::util::{
-    f32s, f32s_mut, io, read_f16, read_f32, round_to_f16, Buf, Shape, Src, MAX_DIMS,
+    f32s, f32s_mut, io, read_f16, read_f32, round_to_f16, Buf, Dst, Shape, Src, MAX_DIMS,
 };
 
 /// What a node prepared at init.
@@ -76,6 +76,12 @@ pub struct XnnDelegate {
     qscratch: Vec<u8>,
     inputs: Vec<(u32, usize)>,
     outputs: Vec<(u32, usize)>,
+    /// External values that may be used in place of an arena copy: an input that is not also
+    /// an output, an output listed once that no node reads after its producer.
+    may_use_in_place: Vec<bool>,
+    /// This run's in-place external values: the method argument each one is.
+    ext_in: Vec<Option<u32>>,
+    ext_out: Vec<Option<u32>>,
     /// Budget for the arena and scratch memory.
     max_bytes: u64,
     packed_bytes: usize,
@@ -375,6 +381,14 @@ impl XnnDelegate {
         for &(_, v) in &g.outputs {
             lifetimes[v].1 = nn;
         }
+        let mut may_use_in_place = vec![false; nv];
+        for &(_, v) in &g.inputs {
+            may_use_in_place[v] = !g.outputs.iter().any(|&(_, o)| o == v);
+        }
+        for &(_, v) in &g.outputs {
+            let once = g.outputs.iter().filter(|&&(_, o)| o == v).count() == 1;
+            may_use_in_place[v] = once && producer[v] != usize::MAX && last_use[v] == producer[v];
+        }
         let shapes: Vec<Shape> = g.values.iter().map(|v| v.shape).collect();
         let dtypes: Vec<DType> = g.values.iter().map(|v| v.dtype).collect();
         let mut d = XnnDelegate {
@@ -393,6 +407,9 @@ impl XnnDelegate {
             qscratch: Vec::new(),
             inputs: g.inputs,
             outputs: g.outputs,
+            may_use_in_place,
+            ext_in: vec![None; nv],
+            ext_out: vec![None; nv],
             max_bytes,
             packed_bytes,
             profile: std::env::var_os("PTERON_XNNPACK_PROFILE")
@@ -544,11 +561,20 @@ impl XnnDelegate {
     }
 
     /// Runs node `i`.
-    fn run_step(&mut self, i: usize, par: &dyn Parallel) -> Result<(), KernelError> {
+    /// Runs node `i`; `ext[k]`, when set, is input k read in place from a method tensor, and
+    /// `ext_out` the method tensor the output is written to in place.
+    fn run_step(
+        &mut self,
+        i: usize,
+        par: &dyn Parallel,
+        ext: [Option<&[u8]>; 5],
+        ext_out: Option<&mut [u8]>,
+    ) -> Result<(), KernelError> {
         let st = &self.steps[i];
         let out = st.node.output();
         if let Node::Reshape { x, .. } = st.node {
-            if self.homes[x] == Home::Arena && self.offsets[x] == self.offsets[out] {
+            let in_arena = ext[0].is_none() && ext_out.is_none();
+            if in_arena && self.homes[x] == Home::Arena && self.offsets[x] == self.offsets[out] {
                 // The planner handed x's bytes to the reshape's output: nothing to move.
                 return Ok(());
             }
@@ -564,7 +590,11 @@ impl XnnDelegate {
             s
         };
         let shapes = &self.shapes;
-        let ([a, b, c, d, e], o) = io(self.arena.bytes_mut(), &self.consts, srcs, dst)?;
+        let dst = match ext_out {
+            Some(o) => Dst::Ext(o),
+            None => Dst::Arena(dst),
+        };
+        let ([a, b, c, d, e], o) = io(self.arena.bytes_mut(), &self.consts, srcs, ext, dst)?;
         if let Prep::Q(q) = &st.prep {
             return qexec::run(
                 q,
@@ -842,6 +872,17 @@ fn scalar_type(d: DType) -> ScalarType {
         // Other external values are float32 (checked at init).
         _ => ScalarType::Float,
     }
+}
+
+/// Whether a method tensor's bytes can stand in for a value's arena slot: a dtype the
+/// delegate keeps as is (half is widened), the value's exact size, element-aligned.
+fn in_place_form(d: DType, bytes: &[u8], size: usize) -> bool {
+    let align = match d {
+        DType::F32 => 4,
+        DType::QS8 { .. } | DType::QU8 { .. } => 1,
+        _ => return false,
+    };
+    bytes.len() == size && (bytes.as_ptr() as usize) % align == 0
 }
 
 /// Copies an input tensor's bytes into its arena slot (half widened to f32).
@@ -1211,34 +1252,7 @@ impl DelegateHandle for XnnDelegate {
             // Scratch for the new spatial sizes.
             self.plan_scratch()?;
         }
-        for k in 0..self.inputs.len() {
-            let (ext, v) = self.inputs[k];
-            let ([t], []) = ctx.io([ext as usize], [])?;
-            let r = self.dst(v);
-            let dst = self
-                .arena
-                .bytes_mut()
-                .get_mut(r)
-                .ok_or_else(|| invalid("input outside the arena"))?;
-            copy_in(self.dtypes[v], t.bytes, dst)?;
-        }
-        let par = ctx.parallel();
-        for i in 0..self.steps.len() {
-            let t0 = self.profile.as_ref().map(|_| std::time::Instant::now());
-            self.run_step(i, par).map_err(|e| match e {
-                KernelError::Invalid(m) => invalid(format!("node {i} ({}): {m}", self.names[i])),
-                e => e,
-            })?;
-            let out = self.steps[i].node.output();
-            if self.dtypes[out] == DType::F16 {
-                let r = self.dst(out);
-                round_to_f16(f32s_mut(&mut self.arena.bytes_mut()[r])?);
-            }
-            if let (Some(p), Some(t0)) = (&mut self.profile, t0) {
-                p[i].0 += t0.elapsed();
-                p[i].1 += 1;
-            }
-        }
+        // Outputs take their shapes now: those written in place are borrowed at that size.
         for k in 0..self.outputs.len() {
             let (ext, v) = self.outputs[k];
             let info = *ctx.tensor(ext as usize)?;
@@ -1256,6 +1270,55 @@ impl DelegateHandle for XnnDelegate {
                     s.dims(),
                     info.sizes()
                 )));
+            }
+        }
+        // External values used in place (no copy): same bytes as the arena copy would hold,
+        // element-aligned; the rest are copied in here and out at the end.
+        for k in 0..self.inputs.len() {
+            let (ext, v) = self.inputs[k];
+            let ([t], []) = ctx.io([ext as usize], [])?;
+            let d = self.dtypes[v];
+            if self.may_use_in_place[v] && in_place_form(d, t.bytes, self.sizes[v]) {
+                self.ext_in[v] = Some(ext);
+                continue;
+            }
+            self.ext_in[v] = None;
+            let r = self.dst(v);
+            let dst = self
+                .arena
+                .bytes_mut()
+                .get_mut(r)
+                .ok_or_else(|| invalid("input outside the arena"))?;
+            copy_in(d, t.bytes, dst)?;
+        }
+        for k in 0..self.outputs.len() {
+            let (ext, v) = self.outputs[k];
+            let ([], [t]) = ctx.io([], [ext as usize])?;
+            let ok =
+                self.may_use_in_place[v] && in_place_form(self.dtypes[v], t.bytes, self.sizes[v]);
+            self.ext_out[v] = ok.then_some(ext);
+        }
+        let par = ctx.parallel();
+        for i in 0..self.steps.len() {
+            let t0 = self.profile.as_ref().map(|_| std::time::Instant::now());
+            self.run_step_with(ctx, i, par).map_err(|e| match e {
+                KernelError::Invalid(m) => invalid(format!("node {i} ({}): {m}", self.names[i])),
+                e => e,
+            })?;
+            let out = self.steps[i].node.output();
+            if self.dtypes[out] == DType::F16 {
+                let r = self.dst(out);
+                round_to_f16(f32s_mut(&mut self.arena.bytes_mut()[r])?);
+            }
+            if let (Some(p), Some(t0)) = (&mut self.profile, t0) {
+                p[i].0 += t0.elapsed();
+                p[i].1 += 1;
+            }
+        }
+        for k in 0..self.outputs.len() {
+            let (ext, v) = self.outputs[k];
+            if self.ext_out[v].is_some() {
+                continue;
             }
             let ([], [t]) = ctx.io([], [ext as usize])?;
             let r = self.dst(v);
@@ -1275,6 +1338,53 @@ impl DelegateHandle for XnnDelegate {
 }
 
 impl XnnDelegate {
+    /// Runs node `i`, borrowing from the method the operands and output used in place.
+    fn run_step_with(
+        &mut self,
+        ctx: &mut KernelContext<'_, '_>,
+        i: usize,
+        par: &dyn Parallel,
+    ) -> Result<(), KernelError> {
+        let (ins, n) = self.steps[i].node.inputs();
+        // Method arguments per operand (unused slots repeat the first one: inputs may be
+        // borrowed more than once).
+        let mut args = [usize::MAX; 5];
+        let mut first = usize::MAX;
+        for k in 0..n {
+            if let Some(e) = self.ext_in[ins[k]] {
+                args[k] = e as usize;
+                if first == usize::MAX {
+                    first = e as usize;
+                }
+            }
+        }
+        let out = self.ext_out[self.steps[i].node.output()].map(|e| e as usize);
+        if first == usize::MAX {
+            return match out {
+                None => self.run_step(i, par, [None; 5], None),
+                Some(o) => {
+                    let ([], [t]) = ctx.io([], [o])?;
+                    self.run_step(i, par, [None; 5], Some(t.bytes))
+                }
+            };
+        }
+        let used = args.map(|a| a != usize::MAX);
+        let borrow = args.map(|a| if a == usize::MAX { first } else { a });
+        fn pick<'t>(ts: &[TensorRef<'t>; 5], used: [bool; 5]) -> [Option<&'t [u8]>; 5] {
+            core::array::from_fn(|k| used[k].then_some(ts[k].bytes))
+        }
+        match out {
+            None => {
+                let (ts, []) = ctx.io(borrow, [])?;
+                self.run_step(i, par, pick(&ts, used), None)
+            }
+            Some(o) => {
+                let (ts, [t]) = ctx.io(borrow, [o])?;
+                self.run_step(i, par, pick(&ts, used), Some(t.bytes))
+            }
+        }
+    }
+
     fn plan_scratch(&mut self) -> Result<(), KernelError> {
         let mut scratch = 0usize;
         for st in &self.steps {

@@ -124,33 +124,56 @@ pub enum Src {
     Const(usize),
 }
 
-/// Borrows the inputs `ins` (arena ranges or constants) and the arena range `out` at once.
-/// An input overlapping the output is an error (the memory plan never does that).
+/// Where a node writes its output: a range of the arena, or a method tensor's bytes (an
+/// external output written in place).
+pub enum Dst<'a> {
+    Arena(Range<usize>),
+    Ext(&'a mut [u8]),
+}
+
+/// Borrows the inputs `ins` (arena ranges or constants; `ext[k]`, when set, replaces input
+/// k: a method tensor read in place) and the output at once. An input overlapping an arena
+/// output is an error (the memory plan never does that).
 pub fn io<'a, const N: usize>(
     arena: &'a mut [u8],
     consts: &'a [Buf],
     ins: [Src; N],
-    out: Range<usize>,
+    ext: [Option<&'a [u8]>; N],
+    out: Dst<'a>,
 ) -> Result<([&'a [u8]; N], &'a mut [u8]), KernelError> {
-    if out.start > out.end || out.end > arena.len() {
-        return Err(KernelError::invalid("output outside the delegate's arena"));
-    }
-    let (before, rest) = arena.split_at_mut(out.start);
-    let (o, after) = rest.split_at_mut(out.end - out.start);
-    let (before, after): (&'a [u8], &'a [u8]) = (before, after);
+    // Arena inputs end before `before`'s end or start at `resume` (in `after`).
+    let (before, o, after, resume): (&'a [u8], &'a mut [u8], &'a [u8], usize) = match out {
+        Dst::Ext(o) => {
+            let n = arena.len();
+            (arena, o, &[], n)
+        }
+        Dst::Arena(out) => {
+            if out.start > out.end || out.end > arena.len() {
+                return Err(KernelError::invalid("output outside the delegate's arena"));
+            }
+            let (before, rest) = arena.split_at_mut(out.start);
+            let (o, after) = rest.split_at_mut(out.end - out.start);
+            (before, o, after, out.end)
+        }
+    };
+    let split = before.len();
     let mut res: [&'a [u8]; N] = [&[]; N];
     for (k, src) in ins.iter().enumerate() {
+        if let Some(b) = ext[k] {
+            res[k] = b;
+            continue;
+        }
         res[k] = match *src {
             Src::Const(c) => consts
                 .get(c)
                 .map(|b| b.bytes())
                 .ok_or_else(|| KernelError::invalid("constant index out of range"))?,
             Src::Arena(s, e) if s > e => return Err(KernelError::invalid("reversed range")),
-            Src::Arena(s, e) if e <= out.start => before
+            Src::Arena(s, e) if e <= split => before
                 .get(s..e)
                 .ok_or_else(|| KernelError::invalid("input outside the delegate's arena"))?,
-            Src::Arena(s, e) if s >= out.end => after
-                .get(s - out.end..e - out.end)
+            Src::Arena(s, e) if s >= resume => after
+                .get(s - resume..e - resume)
                 .ok_or_else(|| KernelError::invalid("input outside the delegate's arena"))?,
             Src::Arena(s, e) if s == e => &[],
             Src::Arena(..) => {
