@@ -233,21 +233,60 @@ mod tests {
     fn io_splits_and_refuses_overlap() {
         let mut arena = vec![0u8; 256];
         let consts = vec![Buf::from_bytes(&[1, 2, 3, 4]).unwrap()];
+        let a = |r: core::ops::Range<usize>| Dst::Arena(r);
         let (ins, out) = io(
             &mut arena,
             &consts,
             [Src::Arena(0, 64), Src::Arena(128, 192), Src::Const(0)],
-            64..128,
+            [None; 3],
+            a(64..128),
         )
         .unwrap();
         assert_eq!(ins[0].len(), 64);
         assert_eq!(ins[1].len(), 64);
         assert_eq!(ins[2], &[1, 2, 3, 4]);
         assert_eq!(out.len(), 64);
-        assert!(io(&mut arena, &consts, [Src::Arena(32, 96)], 64..128).is_err());
-        assert!(io(&mut arena, &consts, [Src::Arena(0, 300)], 64..128).is_err());
-        assert!(io(&mut arena, &consts, [Src::Const(1)], 64..128).is_err());
-        assert!(io::<0>(&mut arena, &consts, [], 200..300).is_err());
+        assert!(io(
+            &mut arena,
+            &consts,
+            [Src::Arena(32, 96)],
+            [None],
+            a(64..128)
+        )
+        .is_err());
+        assert!(io(
+            &mut arena,
+            &consts,
+            [Src::Arena(0, 300)],
+            [None],
+            a(64..128)
+        )
+        .is_err());
+        assert!(io(&mut arena, &consts, [Src::Const(1)], [None], a(64..128)).is_err());
+        assert!(io::<0>(&mut arena, &consts, [], [], a(200..300)).is_err());
+    }
+
+    /// A method tensor in place of an input, and as the output: the whole arena is readable.
+    #[test]
+    fn io_with_external_operands() {
+        let mut arena = vec![7u8; 256];
+        let consts = vec![];
+        let ext_in = [9u8; 8];
+        let mut ext_out = [0u8; 16];
+        let (ins, out) = io(
+            &mut arena,
+            &consts,
+            [Src::Arena(0, 256), Src::Arena(0, 0)],
+            [None, Some(&ext_in[..])],
+            Dst::Ext(&mut ext_out),
+        )
+        .unwrap();
+        assert_eq!(ins[0].len(), 256);
+        assert_eq!(ins[1], &[9u8; 8]);
+        assert_eq!(out.len(), 16);
+        let mut ext_out = [0u8; 16];
+        let far = [Src::Arena(200, 300)];
+        assert!(io(&mut arena, &consts, far, [None], Dst::Ext(&mut ext_out)).is_err());
     }
 
     #[test]

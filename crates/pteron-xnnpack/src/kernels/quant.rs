@@ -695,7 +695,9 @@ mod avx512 {
         } else {
             0
         };
-        let three = win.kw == 3 && win.dw == 1;
+        // Interior outputs of 3-wide filters have every tap inside the image: their sum
+        // Σ (x − zp)·w is Σ x·w − zp·Σ w, the second term folded into the bias per block.
+        let three = win.kw == 3 && win.dw == 1 && nrows == win.kh;
         // Channel blocks outside, columns inside: the block's bias and scales stay in
         // registers, and interior columns of 3-wide filters run three unrolled taps.
         let mut c0 = 0;
@@ -708,15 +710,27 @@ mod avx512 {
             unsafe {
                 let bias = _mm512_maskz_loadu_epi32(m, wt.bias.as_ptr().add(c0) as *const i32);
                 let sc = _mm512_maskz_loadu_ps(m, wt.scale.as_ptr().add(c0));
+                let mut wsum = _mm512_setzero_si512();
+                if three {
+                    for j in 0..nrows {
+                        for kx in 0..3 {
+                            let wv = _mm512_maskz_loadu_epi32(m, wrows[j].add(c0 + kx * c));
+                            wsum = _mm512_add_epi32(wsum, wv);
+                        }
+                    }
+                }
+                let folded = _mm512_sub_epi32(bias, _mm512_mullo_epi32(zp, wsum));
+                let none = _mm512_setzero_si512();
                 for ox in 0..g.ow {
                     let mut acc = bias;
                     if three && (ix0..ix1).contains(&ox) {
+                        acc = folded;
                         let x0 = ox * win.sw - win.pad_left;
                         for j in 0..nrows {
                             let (xr, wr) = (xrows[j].add(c0 + x0 * c), wrows[j].add(c0));
-                            acc = tap(full, m, zp, acc, xr, wr);
-                            acc = tap(full, m, zp, acc, xr.add(c), wr.add(c));
-                            acc = tap(full, m, zp, acc, xr.add(2 * c), wr.add(2 * c));
+                            acc = tap(full, m, none, acc, xr, wr);
+                            acc = tap(full, m, none, acc, xr.add(c), wr.add(c));
+                            acc = tap(full, m, none, acc, xr.add(2 * c), wr.add(2 * c));
                         }
                     } else {
                         let (kx0, kx1) = taps(ox, win.sw, win.dw, win.pad_left, win.kw, g.iw);
