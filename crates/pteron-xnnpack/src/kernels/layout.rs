@@ -62,6 +62,35 @@ pub fn transpose<T: Copy>(
         return Ok(());
     }
     let (inner, istride) = d[k - 1];
+    // A short run whose next dim out walks the input contiguously (NCHW -> NHWC with few
+    // channels): copy [rows × inner] tiles, reading each input row in order.
+    if k >= 2 && istride != 1 && inner <= 16 && d[k - 2].1 == 1 {
+        let rows = d[k - 2].0;
+        let outer = &d[..k - 2];
+        let mut idx = [0usize; MAX_DIMS];
+        let mut base = 0usize;
+        for tile in out[..n].chunks_exact_mut(rows * inner) {
+            let src = x
+                .get(base..base + (inner - 1) * istride + rows)
+                .ok_or_else(short)?;
+            for j in 0..inner {
+                let row = &src[j * istride..j * istride + rows];
+                for (i, &v) in row.iter().enumerate() {
+                    tile[i * inner + j] = v;
+                }
+            }
+            for q in (0..outer.len()).rev() {
+                idx[q] += 1;
+                base += outer[q].1;
+                if idx[q] < outer[q].0 {
+                    break;
+                }
+                base -= outer[q].1 * outer[q].0;
+                idx[q] = 0;
+            }
+        }
+        return Ok(());
+    }
     let outer = &d[..k - 1];
     let mut idx = [0usize; MAX_DIMS];
     let mut base = 0usize;
@@ -289,6 +318,39 @@ mod tests {
             for h in 0..2 {
                 for w in 0..3 {
                     assert_eq!(o[(h * 3 + w) * 2 + c], x[(c * 2 + h) * 3 + w]);
+                }
+            }
+        }
+    }
+
+    /// Every permutation of some 4-d shapes (short runs, size-1 dims) against index math.
+    #[test]
+    fn transpose_matches_indexing() {
+        let perms: Vec<[usize; 4]> = (0..256)
+            .map(|i| [i & 3, (i >> 2) & 3, (i >> 4) & 3, i >> 6])
+            .filter(|p| (0..4).all(|d| p.contains(&d)))
+            .collect();
+        for dims in [[2, 3, 4, 5], [1, 3, 5, 7], [2, 1, 6, 3], [3, 4, 1, 2]] {
+            let s = Shape::new(&dims).unwrap();
+            let n: usize = dims.iter().product();
+            let x: Vec<u32> = (0..n as u32).collect();
+            let st = [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1];
+            for p in &perms {
+                let mut o = vec![0u32; n];
+                transpose(&x, &s, &Shape::new(p).unwrap(), &mut o).unwrap();
+                let od = p.map(|d| dims[d]);
+                let mut at = 0;
+                for a in 0..od[0] {
+                    for b in 0..od[1] {
+                        for c in 0..od[2] {
+                            for d in 0..od[3] {
+                                let i = [a, b, c, d];
+                                let src: usize = (0..4).map(|q| i[q] * st[p[q]]).sum();
+                                assert_eq!(o[at], x[src], "dims {dims:?} perm {p:?}");
+                                at += 1;
+                            }
+                        }
+                    }
                 }
             }
         }
