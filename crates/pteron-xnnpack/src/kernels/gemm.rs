@@ -392,19 +392,13 @@ impl ConvWeights {
             while p0 < pixels {
                 let np = bp.min(pixels - p0);
                 for g in 0..c.groups {
-                    im2col(
-                        xb,
-                        ih,
-                        iw,
-                        cin,
-                        g * gi,
-                        gi,
-                        w,
-                        ow,
-                        p0,
-                        np,
-                        &mut cols[..np * k],
-                    );
+                    // Split over the threads (the first layer's im2col, 3 channels gathered
+                    // into 27-wide rows, costs as much as its product).
+                    let per = 256;
+                    for_chunks_mut(par, &mut cols[..np * k], per * k, 1, &|t, part| {
+                        let rows = part.len() / k.max(1);
+                        im2col(xb, ih, iw, cin, g * gi, gi, w, ow, p0 + t * per, rows, part);
+                    });
                     gemm(
                         par,
                         np,
