@@ -2,7 +2,10 @@
 //!
 //! `ThreadPool::new(n)` starts `n - 1` worker threads; the thread that calls
 //! [`Parallel::parallel_for`] is the n-th and takes tasks too, so a pool of 1 starts nothing and
-//! runs everything inline. Workers take tasks from a shared counter, spin briefly between jobs
+//! runs everything inline. Each thread first takes the tasks of its own share of the range
+//! (thread k always gets the same part of an image, layer after layer, so the rows it wrote
+//! are still in its own cache when the next layer reads them), then helps with the others'
+//! remaining tasks. Workers spin briefly between jobs
 //! (kernels come back to back while a method runs) and then sleep on a condition variable.
 //! One job runs at a time: a `parallel_for` from another thread while the pool is busy, or from
 //! inside a task, runs inline on its caller. Nothing is allocated per job.
@@ -16,6 +19,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pteron_core::Parallel;
+use pteron_kernels_cpu::par::part;
 
 /// How long an idle worker spins before it sleeps.
 const SPIN: Duration = Duration::from_micros(200);
@@ -40,9 +44,14 @@ struct Job {
     chunk: usize,
 }
 
+/// A task cursor on its own cache line (threads claim from each other's cursors).
+#[repr(align(64))]
+struct Cursor(AtomicUsize);
+
 struct Shared {
     state: AtomicU64,
-    next: AtomicUsize,
+    /// Per thread (0 = the caller): the next task of its share `part(n, threads, k)`.
+    cursors: Box<[Cursor]>,
     /// Written only by the caller that holds `ThreadPool::busy`, while the previous job is closed
     /// and no worker is inside it; read by workers only after joining the current job.
     job: UnsafeCell<Option<Job>>,
@@ -65,20 +74,27 @@ unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
 impl Shared {
-    fn run_tasks(&self, job: &Job) {
+    /// Runs tasks of `job` as thread `me`: its own share first, then what is left of the
+    /// others' shares.
+    fn run_tasks(&self, job: &Job, me: usize) {
         // Safety: the job is open or this thread is counted as active in it (caller or joined
         // worker), so the closure's owner is still waiting in `parallel_for`.
         let f = unsafe { &*job.f };
-        loop {
-            let start = self.next.fetch_add(job.chunk, Ordering::Relaxed);
-            if start >= job.n {
-                break;
+        let t = self.cursors.len();
+        for k in 0..t {
+            let q = (me + k) % t;
+            let end = part(job.n, t, q).end;
+            loop {
+                let start = self.cursors[q].0.fetch_add(job.chunk, Ordering::Relaxed);
+                if start >= end {
+                    break;
+                }
+                f(start..(start + job.chunk).min(end));
             }
-            f(start..(start + job.chunk).min(job.n));
         }
     }
 
-    fn worker(&self) {
+    fn worker(&self, me: usize) {
         let mut seen = epoch(self.state.load(Ordering::Acquire));
         loop {
             // Wait for a new job.
@@ -128,7 +144,7 @@ impl Shared {
                 // Safety: this worker is counted as active in the current job, so the caller
                 // does not write `job` until it leaves (see `Shared::job`).
                 if let Some(job) = unsafe { *self.job.get() } {
-                    if catch_unwind(AssertUnwindSafe(|| self.run_tasks(&job))).is_err() {
+                    if catch_unwind(AssertUnwindSafe(|| self.run_tasks(&job, me))).is_err() {
                         self.panicked.store(true, Ordering::Relaxed);
                     }
                 }
@@ -172,7 +188,9 @@ impl ThreadPool {
         };
         let shared = Arc::new(Shared {
             state: AtomicU64::new(0),
-            next: AtomicUsize::new(0),
+            cursors: (0..threads.max(1))
+                .map(|_| Cursor(AtomicUsize::new(0)))
+                .collect(),
             job: UnsafeCell::new(None),
             sleepers: AtomicUsize::new(0),
             lock: Mutex::new(()),
@@ -189,7 +207,7 @@ impl ThreadPool {
             let s = Arc::clone(&pool.shared);
             let h = std::thread::Builder::new()
                 .name(format!("pteron-{i}"))
-                .spawn(move || s.worker())?;
+                .spawn(move || s.worker(i))?;
             pool.workers.push(h);
         }
         Ok(pool)
@@ -234,7 +252,9 @@ impl Parallel for ThreadPool {
         // Safety: no job is open and no worker is inside one (the previous `Close` waited), and
         // this thread holds `busy`, so nobody reads or writes `job` now.
         unsafe { *sh.job.get() = Some(job) };
-        sh.next.store(0, Ordering::Relaxed);
+        for (k, c) in sh.cursors.iter().enumerate() {
+            c.0.store(part(n, threads, k).start, Ordering::Relaxed);
+        }
         sh.panicked.store(false, Ordering::Relaxed);
         let e = epoch(sh.state.load(Ordering::Relaxed)).wrapping_add(1);
         sh.state.store(((e as u64) << 32) | OPEN, Ordering::SeqCst);
@@ -243,7 +263,7 @@ impl Parallel for ThreadPool {
             sh.wake.notify_all();
         }
         let close = Close(sh);
-        sh.run_tasks(&job);
+        sh.run_tasks(&job, 0);
         drop(close);
         if sh.panicked.swap(false, Ordering::Relaxed) {
             panic!("a pteron worker thread panicked in a kernel");
