@@ -1274,6 +1274,7 @@ impl DelegateHandle for XnnDelegate {
         }
         // External values used in place (no copy): same bytes as the arena copy would hold,
         // element-aligned; the rest are copied in here and out at the end.
+        self.ext_in.fill(None);
         for k in 0..self.inputs.len() {
             let (ext, v) = self.inputs[k];
             let ([t], []) = ctx.io([ext as usize], [])?;
@@ -1297,6 +1298,16 @@ impl DelegateHandle for XnnDelegate {
             let ok =
                 self.may_use_in_place[v] && in_place_form(self.dtypes[v], t.bytes, self.sizes[v]);
             self.ext_out[v] = ok.then_some(ext);
+        }
+        // A reshape of an input read in place is that input too (not when the reshape's
+        // output is an external output: those are written or copied out).
+        for i in 0..self.steps.len() {
+            if let Node::Reshape { x, out, .. } = self.steps[i].node {
+                let internal = !self.outputs.iter().any(|&(_, o)| o == out);
+                if internal && self.ext_in[x].is_some() {
+                    self.ext_in[out] = self.ext_in[x];
+                }
+            }
         }
         let par = ctx.parallel();
         for i in 0..self.steps.len() {
@@ -1345,6 +1356,12 @@ impl XnnDelegate {
         i: usize,
         par: &dyn Parallel,
     ) -> Result<(), KernelError> {
+        if let Node::Reshape { out, .. } = self.steps[i].node {
+            if self.ext_in[out].is_some() {
+                // Its output is the method tensor its input is: nothing to move.
+                return Ok(());
+            }
+        }
         let (ins, n) = self.steps[i].node.inputs();
         // Method arguments per operand (unused slots repeat the first one: inputs may be
         // borrowed more than once).
