@@ -69,6 +69,7 @@ fn main() {
     }
     // 1x1 conv: A = packed weights, B = activations (rows).
     for (m, k, n) in [
+        (32, 27, 12544),
         (96, 16, 12544),
         (24, 96, 3136),
         (24, 144, 3136),

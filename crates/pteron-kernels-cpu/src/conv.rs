@@ -396,7 +396,7 @@ fn convolution_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
             for b in 0..batch {
                 let xb = &x[b * in_img..(b + 1) * in_img];
                 if fast {
-                    crate::dwconv::im2col(&dg, g.cin, xb, phases, cols);
+                    crate::dwconv::im2col(par, &dg, g.cin, xb, phases, cols);
                 } else {
                     im2col(&g, xb, cols);
                 }
