@@ -595,9 +595,16 @@ pub fn depthwise(
         for_chunks_mut(par, out, per * row_len, 1, &|k, o| {
             for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
                 let row = k * per + r;
-                // Safety: the CPU has AVX-512 (checked above); operand lengths were checked
-                // at the top of `depthwise`.
-                unsafe { avx512::depthwise_row(wt, &g, x, row / g.oh, row % g.oh, orow) };
+                let (b, oy) = (row / g.oh, row % g.oh);
+                // Safety: the CPU has AVX-512 (checked above; VBMI and VNNI too for the
+                // second); operand lengths were checked at the top of `depthwise`.
+                unsafe {
+                    if avx512::has_vbmi_vnni() {
+                        avx512::depthwise_row_vnni(wt, &g, x, b, oy, orow)
+                    } else {
+                        avx512::depthwise_row(wt, &g, x, b, oy, orow)
+                    }
+                };
             }
         });
         return Ok(());
@@ -659,8 +666,75 @@ mod avx512 {
         _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_sub_epi32(xv, zp), wv))
     }
 
+    /// Whether the CPU has AVX-512 VBMI and VNNI (the interior of 3-wide filters then takes
+    /// taps in pairs: bytes of two taps interleaved by one `vpermb`, widened to 16 bits, and
+    /// multiplied and added by one `vpdpwssd` instead of two `vpmulld` and two adds).
+    pub fn has_vbmi_vnni() -> bool {
+        use std::sync::OnceLock;
+        static V: OnceLock<bool> = OnceLock::new();
+        *V.get_or_init(|| {
+            std::arch::is_x86_feature_detected!("avx512vbmi")
+                && std::arch::is_x86_feature_detected!("avx512vnni")
+                && std::env::var("PTERON_SIMD").map_or(true, |v| v == "avx512")
+        })
+    }
+
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     pub unsafe fn depthwise_row(
+        wt: &QDwWeights,
+        g: &Geom,
+        x: &[i8],
+        b: usize,
+        oy: usize,
+        orow: &mut [i8],
+    ) {
+        // Safety: the caller's contract.
+        unsafe { row::<false>(wt, g, x, b, oy, orow) }
+    }
+
+    /// [`depthwise_row`] with the paired taps of [`has_vbmi_vnni`].
+    ///
+    /// # Safety
+    /// As [`depthwise_row`], and the CPU must have AVX-512 VBMI and VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
+    pub unsafe fn depthwise_row_vnni(
+        wt: &QDwWeights,
+        g: &Geom,
+        x: &[i8],
+        b: usize,
+        oy: usize,
+        orow: &mut [i8],
+    ) {
+        // Safety: the caller's contract.
+        unsafe { row::<true>(wt, g, x, b, oy, orow) }
+    }
+
+    /// The 16 channels at `a` and at `b` (the first of `m` when not `full`), interleaved as
+    /// 16-bit pairs `(a[c], b[c])`, one per 32-bit lane.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VBMI; 16 (or `m`'s) bytes at `a` and `b` readable.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi")]
+    #[inline]
+    unsafe fn pair(full: bool, m: __mmask16, idx: __m256i, a: *const i8, b: *const i8) -> __m512i {
+        // Safety: the caller's pointers.
+        let (va, vb) = unsafe {
+            if full {
+                (
+                    _mm_loadu_si128(a as *const __m128i),
+                    _mm_loadu_si128(b as *const __m128i),
+                )
+            } else {
+                (_mm_maskz_loadu_epi8(m, a), _mm_maskz_loadu_epi8(m, b))
+            }
+        };
+        let ab = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(va), vb);
+        _mm512_cvtepi8_epi16(_mm256_permutexvar_epi8(idx, ab))
+    }
+
+    /// One output row (see [`depthwise_row`]); `V`: paired taps for interior 3×3 outputs.
+    #[inline(always)]
+    unsafe fn row<const V: bool>(
         wt: &QDwWeights,
         g: &Geom,
         x: &[i8],
@@ -721,9 +795,38 @@ mod avx512 {
                 }
                 let folded = _mm512_sub_epi32(bias, _mm512_mullo_epi32(zp, wsum));
                 let none = _mm512_setzero_si512();
+                // Paired taps (t = 3·row + column; pair q = taps 2q, 2q + 1, the last with a
+                // zero weight): filter values as 16-bit pairs per lane, and the byte order
+                // that interleaves two loads.
+                let mut wpair = [none; 5];
+                let idx = _mm256_set_epi8(
+                    31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                    5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0,
+                );
+                if V && three {
+                    let wtap = |t: usize| {
+                        let (j, kx) = (t / 3, t % 3);
+                        _mm512_maskz_loadu_epi32(m, wrows[j].add(c0 + kx * c))
+                    };
+                    let lo16 = _mm512_set1_epi32(0xFFFF);
+                    for (q, w) in wpair.iter_mut().enumerate() {
+                        let w0 = _mm512_and_si512(wtap(2 * q), lo16);
+                        let w1 = if 2 * q + 1 < 9 { wtap(2 * q + 1) } else { none };
+                        *w = _mm512_or_si512(w0, _mm512_slli_epi32::<16>(w1));
+                    }
+                }
                 for ox in 0..g.ow {
                     let mut acc = bias;
-                    if three && (ix0..ix1).contains(&ox) {
+                    if V && three && (ix0..ix1).contains(&ox) {
+                        acc = folded;
+                        let x0 = ox * win.sw - win.pad_left;
+                        let xp = |t: usize| xrows[t / 3].add(c0 + (x0 + t % 3) * c);
+                        for (q, &w) in wpair.iter().enumerate() {
+                            let (t0, t1) = (2 * q, (2 * q + 1).min(8));
+                            let v = pair(full, m, idx, xp(t0), xp(t1));
+                            acc = _mm512_dpwssd_epi32(acc, v, w);
+                        }
+                    } else if three && (ix0..ix1).contains(&ox) {
                         acc = folded;
                         let x0 = ox * win.sw - win.pad_left;
                         for j in 0..nrows {
