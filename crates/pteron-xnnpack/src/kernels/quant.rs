@@ -165,6 +165,16 @@ pub fn quantize_rows(x: &[f32], row: usize, out: &mut [i8], scales: &mut [f32], 
         return;
     }
     let rows = x.chunks_exact(row).zip(out.chunks_exact_mut(row));
+    #[cfg(target_arch = "x86_64")]
+    if pteron_kernels_cpu::simd::level() == pteron_kernels_cpu::simd::Level::Avx512 {
+        for ((xr, or), (s, z)) in rows.zip(scales.iter_mut().zip(zps.iter_mut())) {
+            // Safety: the CPU has AVX-512 F/BW/VL (`level`).
+            let (mult, zp) = unsafe { avx512::quantize_row(xr, or) };
+            *s = 1.0 / mult;
+            *z = zp;
+        }
+        return;
+    }
     for ((xr, or), (s, z)) in rows.zip(scales.iter_mut().zip(zps.iter_mut())) {
         let (lo, hi) = multiversion(|| min_max(xr));
         let (mult, zp) = qd8_params(lo, hi);
@@ -666,6 +676,60 @@ mod avx512 {
         _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_sub_epi32(xv, zp), wv))
     }
 
+    /// Dynamic quantization of one row (`quantize_rows`' arithmetic, the same results):
+    /// min and max ignoring NaNs, XNNPACK's parameters, then clamp, round to nearest even and
+    /// narrow 16 values at a time. Returns the multiplier and zero point.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F/BW/VL.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub unsafe fn quantize_row(x: &[f32], out: &mut [i8]) -> (f32, i32) {
+        let n = x.len().min(out.len());
+        let (mut lo, mut hi) = (
+            _mm512_set1_ps(f32::INFINITY),
+            _mm512_set1_ps(f32::NEG_INFINITY),
+        );
+        let mut i = 0;
+        while i < n {
+            let m: __mmask16 = if n - i >= 16 {
+                !0
+            } else {
+                (1u16 << (n - i)) - 1
+            };
+            // Safety: lanes i .. i + popcount(m) < n of x.
+            let v = unsafe { _mm512_maskz_loadu_ps(m, x.as_ptr().add(i)) };
+            // min(v, lo) returns lo where v is NaN: NaNs are ignored, as in `min_max`.
+            lo = _mm512_mask_min_ps(lo, m, v, lo);
+            hi = _mm512_mask_max_ps(hi, m, v, hi);
+            i += 16;
+        }
+        let (mult, zp) = super::qd8_params(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi));
+        let inv = _mm512_set1_ps(mult);
+        let (qlo, qhi) = (
+            _mm512_set1_ps((-128 - zp) as f32),
+            _mm512_set1_ps((127 - zp) as f32),
+        );
+        let zpv = _mm512_set1_epi32(zp);
+        let mut i = 0;
+        while i < n {
+            let m: __mmask16 = if n - i >= 16 {
+                !0
+            } else {
+                (1u16 << (n - i)) - 1
+            };
+            // Safety: as above, for x and out.
+            unsafe {
+                let v = _mm512_maskz_loadu_ps(m, x.as_ptr().add(i));
+                // min first: NaN becomes the upper bound, as `quantize_slice`.
+                let f = _mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(v, inv), qhi), qlo);
+                let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), zpv);
+                _mm512_mask_cvtepi32_storeu_epi8(out.as_mut_ptr().add(i) as *mut i8, m, q);
+            }
+            i += 16;
+        }
+        (mult, zp)
+    }
+
     /// Whether the CPU has AVX-512 VBMI and VNNI (the interior of 3-wide filters then takes
     /// taps in pairs: bytes of two taps interleaved by one `vpermb`, widened to 16 bits, and
     /// multiplied and added by one `vpdpwssd` instead of two `vpmulld` and two adds).
@@ -1009,6 +1073,35 @@ mod tests {
                     assert_eq!(*got, 1.0 / m, "{lv:?}");
                 }
             });
+        }
+    }
+
+    /// Rows of every length up to 70 (whole vectors and tails), with NaNs and infinities:
+    /// the AVX-512 row quantizer gives the portable loop's values, scales and zero points.
+    #[test]
+    fn quantize_rows_levels_agree() {
+        let mut state = 0x9e37_79b9u32;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        for row in 1..71 {
+            let x: Vec<f32> = (0..row * 3)
+                .map(|_| match next() % 40 {
+                    0 => f32::NAN,
+                    1 => f32::INFINITY,
+                    2 => -1e30,
+                    _ => (next() % 2000) as f32 / 100.0 - 10.0,
+                })
+                .collect();
+            let run = |lv| {
+                let (mut q, mut s, mut z) = (vec![0i8; row * 3], [0f32; 3], [0i32; 3]);
+                with_level(lv, || quantize_rows(&x, row, &mut q, &mut s, &mut z));
+                (q, s.map(f32::to_bits), z)
+            };
+            assert_eq!(run(Level::Avx512), run(Level::Portable), "row {row}");
         }
     }
 
