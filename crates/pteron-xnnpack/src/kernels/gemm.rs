@@ -7,10 +7,9 @@ use pteron_core::{KernelError, Parallel};
 use pteron_kernels_cpu::gemm::{gemm, Epilogue, GemmError, Init, MatA, MatB, PackedB};
 use pteron_kernels_cpu::math;
 use pteron_kernels_cpu::par::for_chunks_mut;
-use pteron_kernels_cpu::simd::{level, run_op_at, Level, Simd, SimdOp};
+use pteron_kernels_cpu::simd::{level, run_op_at, Simd, SimdOp};
 
 use crate::graph::{Clamp, Conv, ConvKind};
-use crate::kernels::spatial::{ldm, stm, taps, Geom};
 
 fn gerr(e: GemmError) -> KernelError {
     KernelError::invalid(format!("gemm: {}", e.0))
@@ -242,9 +241,6 @@ pub struct ConvWeights {
     pub packed: Vec<PackedB>,
     pub bias: Vec<f32>,
     pub clamp: Clamp,
-    /// For a convolution of few input channels into few outputs (a first layer: 3 → 32), the
-    /// filter as `[tap][ci][co]` for [`DirectConv`] (no im2col); empty otherwise.
-    direct: Vec<f32>,
 }
 
 impl ConvWeights {
@@ -288,35 +284,16 @@ impl ConvWeights {
             Some(_) => return Err(KernelError::invalid("bias too short")),
             None => vec![0.0; cout],
         };
-        let direct = if conv.kind == ConvKind::Conv
-            && g == 1
-            && gi <= DIRECT_MAX_CIN
-            && taps <= DIRECT_MAX_TAPS
-            && (1..=DIRECT_MAX_COUT).contains(&go)
-            && (conv.win.dh, conv.win.dw) == (1, 1)
-        {
-            let mut d = vec![0.0f32; k * go];
-            for (kk, row) in d.chunks_exact_mut(go).enumerate() {
-                for (co, v) in row.iter_mut().enumerate() {
-                    *v = w[co * k + kk];
-                }
-            }
-            d
-        } else {
-            Vec::new()
-        };
         Ok(ConvWeights {
             conv,
             packed,
             bias,
             clamp,
-            direct,
         })
     }
 
     pub fn bytes(&self) -> usize {
-        self.packed.iter().map(|p| p.bytes()).sum::<usize>()
-            + (self.bias.len() + self.direct.len()) * 4
+        self.packed.iter().map(|p| p.bytes()).sum::<usize>() + self.bias.len() * 4
     }
 
     fn pointwise(&self) -> bool {
@@ -333,17 +310,10 @@ impl ConvWeights {
     }
 
     /// Scratch floats a run over `[n, ih, iw, c]` needs.
-    /// Whether [`DirectConv`] runs this convolution: a filter for it, and at most four
-    /// vectors of outputs (64 channels with AVX-512, 32 otherwise).
-    fn direct_ok(&self) -> bool {
-        let lanes = if level() == Level::Avx512 { 16 } else { 8 };
-        !self.direct.is_empty() && self.conv.group_out <= 4 * lanes
-    }
-
     pub fn scratch_len(&self, ih: usize, iw: usize) -> Result<usize, KernelError> {
         let w = &self.conv.win;
         match self.conv.kind {
-            ConvKind::Conv if self.pointwise() || self.direct_ok() => Ok(0),
+            ConvKind::Conv if self.pointwise() => Ok(0),
             ConvKind::Conv => {
                 let (oh, ow) = w.out_hw(ih, iw)?;
                 let k = w.kh * w.kw * self.conv.group_in;
@@ -406,34 +376,6 @@ impl ConvWeights {
                 &epi(0),
             )
             .map_err(gerr);
-        }
-        if self.direct_ok() {
-            let g = Geom {
-                n,
-                ih,
-                iw,
-                oh,
-                ow,
-                c: cin,
-            };
-            let l = level();
-            let row_len = ow * cout;
-            let out = &mut out[..n * out_img];
-            // Chunks of whole output rows (~32 KiB).
-            let per = (8192 / row_len.max(1)).max(1);
-            for_chunks_mut(par, out, per * row_len, 1, &|t, o| {
-                run_op_at(
-                    l,
-                    DirectConv {
-                        cw: self,
-                        g,
-                        x,
-                        row0: t * per,
-                        out: o,
-                    },
-                )
-            });
-            return Ok(());
         }
         let w = &c.win;
         let gi = c.group_in;
@@ -578,72 +520,6 @@ fn copy_small(dst: &mut [f32], src: &[f32]) {
     }
 }
 
-/// Limits of the direct convolution (its filter stays in L1, its outputs in registers).
-const DIRECT_MAX_CIN: usize = 4;
-const DIRECT_MAX_TAPS: usize = 9;
-const DIRECT_MAX_COUT: usize = 64;
-
-/// Output rows `row0 ..` (row = (n, oy)) of a convolution with few input channels, straight
-/// from the NHWC input: per output pixel, every output channel's sum in registers, one
-/// broadcast input value per tap and channel.
-struct DirectConv<'a> {
-    cw: &'a ConvWeights,
-    g: Geom,
-    x: &'a [f32],
-    row0: usize,
-    out: &'a mut [f32],
-}
-
-impl SimdOp for DirectConv<'_> {
-    type Output = ();
-    #[inline(always)]
-    fn run<S: Simd>(self, s: S) {
-        let (g, w) = (self.g, &self.cw.conv.win);
-        let l = S::LANES;
-        let (cin, cout) = (g.c, self.cw.conv.group_out);
-        let tiles = cout.div_ceil(l).min(4);
-        let last = cout - (tiles - 1) * l;
-        let clamp = self.cw.clamp.map(|(lo, hi)| (s.splat(lo), s.splat(hi)));
-        let wd = &self.cw.direct;
-        let row_len = g.ow * cout;
-        for (r, orow) in self.out.chunks_exact_mut(row_len).enumerate() {
-            let row = self.row0 + r;
-            let (b, oy) = (row / g.oh, row % g.oh);
-            let img = &self.x[b * g.ih * g.iw * cin..(b + 1) * g.ih * g.iw * cin];
-            let (ky0, ky1) = taps(oy, w.sh, 1, w.pad_top, w.kh, g.ih);
-            for ox in 0..g.ow {
-                let (kx0, kx1) = taps(ox, w.sw, 1, w.pad_left, w.kw, g.iw);
-                let mut acc = [s.zero(); 4];
-                for (t, a) in acc.iter_mut().enumerate().take(tiles) {
-                    let m = if t + 1 == tiles { last } else { l };
-                    *a = ldm(s, &self.cw.bias[t * l..], m);
-                }
-                for ky in ky0..ky1 {
-                    let y = oy * w.sh + ky - w.pad_top;
-                    for kx in kx0..kx1 {
-                        let xx = ox * w.sw + kx - w.pad_left;
-                        let xp = &img[(y * g.iw + xx) * cin..][..cin];
-                        let wt = &wd[(ky * w.kw + kx) * cin * cout..][..cin * cout];
-                        for (ci, &xv) in xp.iter().enumerate() {
-                            let xb = s.splat(xv);
-                            let wr = &wt[ci * cout..(ci + 1) * cout];
-                            for (t, a) in acc.iter_mut().enumerate().take(tiles) {
-                                let m = if t + 1 == tiles { last } else { l };
-                                *a = s.fma(xb, ldm(s, &wr[t * l..], m), *a);
-                            }
-                        }
-                    }
-                }
-                let o = &mut orow[ox * cout..(ox + 1) * cout];
-                for (t, a) in acc.iter().enumerate().take(tiles) {
-                    let m = if t + 1 == tiles { last } else { l };
-                    stm(s, *a, clamp, &mut o[t * l..], m);
-                }
-            }
-        }
-    }
-}
-
 /// Rows `p0 .. p0 + np` of the NHWC im2col matrix of one image, channels `c0 .. c0 + gi`:
 /// `cols[p][(a·kw + b)·gi + ci] = x[oy·sh + a·dh − pt][ox·sw + b·dw − pl][c0 + ci]` (0 outside).
 #[allow(clippy::too_many_arguments)]
@@ -776,105 +652,4 @@ pub fn bmm(
         product(i, od, par)?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::graph::Window;
-    use pteron_kernels_cpu::simd::with_level;
-
-    /// The direct convolution of few input channels equals the im2col product, at every SIMD
-    /// level (output-channel tails, padding on every side, strides 1 and 2, clamps).
-    #[test]
-    fn direct_matches_im2col() {
-        let mut seed = 0x2545_f491u32;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            (seed % 2000) as f32 / 1000.0 - 1.0
-        };
-        // (cin, cout, ih, iw, k, stride, pads t/l/b/r, clamp)
-        let cases = [
-            (3, 32, 9, 11, 3, 2, [1, 1, 1, 1], Some((0.0, 6.0))),
-            (3, 24, 7, 7, 3, 1, [1, 0, 1, 2], None),
-            (1, 5, 6, 5, 2, 1, [0, 0, 1, 1], None),
-            (4, 64, 5, 8, 3, 2, [0, 1, 0, 1], Some((-0.5, 0.5))),
-            (2, 17, 4, 4, 1, 1, [0, 0, 0, 0], None),
-        ];
-        for (cin, cout, ih, iw, k, st, p, clamp) in cases {
-            let win = Window {
-                pad_top: p[0],
-                pad_left: p[1],
-                pad_bottom: p[2],
-                pad_right: p[3],
-                kh: k,
-                kw: k,
-                sh: st,
-                sw: st,
-                dh: 1,
-                dw: 1,
-            };
-            let conv = Conv {
-                kind: ConvKind::Conv,
-                win,
-                groups: 1,
-                group_in: cin,
-                group_out: cout,
-                adjustment: (0, 0),
-            };
-            let (oh, ow) = (
-                (ih + p[0] + p[2] - k) / st + 1,
-                (iw + p[1] + p[3] - k) / st + 1,
-            );
-            let w: Vec<f32> = (0..cout * k * k * cin).map(|_| next()).collect();
-            let b: Vec<f32> = (0..cout).map(|_| next()).collect();
-            let x: Vec<f32> = (0..2 * ih * iw * cin).map(|_| next()).collect();
-            let direct = ConvWeights::new(conv, &w, Some(&b), clamp).unwrap();
-            assert!(!direct.direct.is_empty());
-            let mut plain = ConvWeights::new(conv, &w, Some(&b), clamp).unwrap();
-            plain.direct.clear();
-            let mut scratch = vec![0.0; plain.scratch_len(ih, iw).unwrap()];
-            let mut scratch2 = scratch.clone();
-            let mut want = vec![0.0; 2 * oh * ow * cout];
-            plain
-                .run(
-                    &pteron_core::INLINE,
-                    &x,
-                    2,
-                    ih,
-                    iw,
-                    &mut want,
-                    oh,
-                    ow,
-                    &mut scratch,
-                )
-                .unwrap();
-            for lv in [Level::Portable, Level::Avx2, Level::Avx512] {
-                let mut got = vec![0.0; want.len()];
-                with_level(lv, || {
-                    direct
-                        .run(
-                            &pteron_core::INLINE,
-                            &x,
-                            2,
-                            ih,
-                            iw,
-                            &mut got,
-                            oh,
-                            ow,
-                            &mut scratch2,
-                        )
-                        .unwrap()
-                });
-                for (i, (g, e)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (g - e).abs() <= 1e-5 * (1.0 + e.abs()),
-                        "{lv:?} cin {cin} cout {cout} at {i}: {g} vs {e}"
-                    );
-                }
-            }
-        }
-    }
 }

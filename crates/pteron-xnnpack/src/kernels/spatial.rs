@@ -78,7 +78,7 @@ const DW_TAPS: usize = 25;
 
 /// Loads `m` lanes (a full vector when `m` is the width).
 #[inline(always)]
-pub(crate) fn ldm<S: Simd>(s: S, v: &[f32], m: usize) -> S::V {
+fn ldm<S: Simd>(s: S, v: &[f32], m: usize) -> S::V {
     if m == S::LANES {
         s.ld(v)
     } else {
@@ -88,7 +88,7 @@ pub(crate) fn ldm<S: Simd>(s: S, v: &[f32], m: usize) -> S::V {
 
 /// Clamps (when asked) and stores `m` lanes.
 #[inline(always)]
-pub(crate) fn stm<S: Simd>(s: S, acc: S::V, clamp: Option<(S::V, S::V)>, o: &mut [f32], m: usize) {
+fn stm<S: Simd>(s: S, acc: S::V, clamp: Option<(S::V, S::V)>, o: &mut [f32], m: usize) {
     let acc = match clamp {
         Some((lo, hi)) => math::clamp(s, acc, lo, hi),
         None => acc,
