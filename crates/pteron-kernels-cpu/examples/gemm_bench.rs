@@ -38,6 +38,10 @@ fn main() {
         (128, 384, 1536),
         (128, 1536, 384),
         (1, 1280, 1000),
+        // MobileNetV2's 1×1 convolutions in NHWC (the XNNPACK path): pixels × channels.
+        (12544, 16, 96),
+        (3136, 144, 24),
+        (784, 32, 192),
     ] {
         let a = rand_vec(m * k);
         let w = rand_vec(k * n);
