@@ -723,7 +723,7 @@ mod avx512 {
                 // min first: NaN becomes the upper bound, as `quantize_slice`.
                 let f = _mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(v, inv), qhi), qlo);
                 let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), zpv);
-                _mm512_mask_cvtepi32_storeu_epi8(out.as_mut_ptr().add(i) as *mut i8, m, q);
+                _mm512_mask_cvtepi32_storeu_epi8(out.as_mut_ptr().add(i), m, q);
             }
             i += 16;
         }
@@ -850,9 +850,9 @@ mod avx512 {
                 let sc = _mm512_maskz_loadu_ps(m, wt.scale.as_ptr().add(c0));
                 let mut wsum = _mm512_setzero_si512();
                 if three {
-                    for j in 0..nrows {
+                    for wrow in &wrows[..nrows] {
                         for kx in 0..3 {
-                            let wv = _mm512_maskz_loadu_epi32(m, wrows[j].add(c0 + kx * c));
+                            let wv = _mm512_maskz_loadu_epi32(m, wrow.add(c0 + kx * c));
                             wsum = _mm512_add_epi32(wsum, wv);
                         }
                     }
