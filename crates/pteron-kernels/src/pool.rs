@@ -283,12 +283,18 @@ fn pool_geom(
 
 /// The taps `t < k` of a window starting at `start` (dilation `d`) whose position
 /// `start + t·d` lies in `0..len`, computed rather than searched: the kernel size is a
-/// program's scalar and may be huge next to a tiny input.
-fn inside_taps(start: i64, k: usize, d: usize, len: i64) -> core::ops::Range<usize> {
+/// program's scalar and may be huge next to a tiny input. (Shared with the XNNPACK kernels,
+/// which call it per output pixel: no division for dilation 1.)
+pub fn inside_taps(start: i64, k: usize, d: usize, len: i64) -> core::ops::Range<usize> {
     let (start, d, k) = (start as i128, d.max(1) as i128, k as i128);
-    let first = if start >= 0 { 0 } else { (d - 1 - start) / d };
+    let first = match start {
+        s if s >= 0 => 0,
+        s if d == 1 => -s,
+        s => (d - 1 - s) / d,
+    };
     let past_last = match len as i128 - 1 - start {
         r if r < 0 => 0,
+        r if d == 1 => r + 1,
         r => r / d + 1,
     };
     let first = first.min(k);

@@ -79,15 +79,7 @@ pub fn transpose<T: Copy>(
                     tile[i * inner + j] = v;
                 }
             }
-            for q in (0..outer.len()).rev() {
-                idx[q] += 1;
-                base += outer[q].1;
-                if idx[q] < outer[q].0 {
-                    break;
-                }
-                base -= outer[q].1 * outer[q].0;
-                idx[q] = 0;
-            }
+            advance(&mut idx, &mut base, outer);
         }
         return Ok(());
     }
@@ -102,18 +94,23 @@ pub fn transpose<T: Copy>(
                 *o = x[base + j * istride];
             }
         }
-        // Advance the outer odometer.
-        for q in (0..outer.len()).rev() {
-            idx[q] += 1;
-            base += outer[q].1;
-            if idx[q] < outer[q].0 {
-                break;
-            }
-            base -= outer[q].1 * outer[q].0;
-            idx[q] = 0;
-        }
+        advance(&mut idx, &mut base, outer);
     }
     Ok(())
+}
+
+/// Steps the odometer `idx` over `dims` ((size, input stride) per dim, last fastest),
+/// keeping `base` at the input offset of the current index.
+fn advance(idx: &mut [usize; MAX_DIMS], base: &mut usize, dims: &[(usize, usize)]) {
+    for q in (0..dims.len()).rev() {
+        idx[q] += 1;
+        *base += dims[q].1;
+        if idx[q] < dims[q].0 {
+            return;
+        }
+        *base -= dims[q].1 * dims[q].0;
+        idx[q] = 0;
+    }
 }
 
 /// Copies the box `offsets .. offsets + out_shape` of `x` into `out`.

@@ -33,24 +33,8 @@ pub(crate) fn taps(
 ) -> (usize, usize) {
     // Saturating: a start past i64::MAX lies past the input either way. Dims fit in i64.
     let start = (o as i64).saturating_mul(stride as i64) - pad as i64;
-    let (dil, k, len) = (dil.max(1) as i64, k as i64, len as i64);
-    // First tap t with start + t·dil >= 0.
-    let lo = if start >= 0 {
-        0
-    } else if dil == 1 {
-        -start
-    } else {
-        (-start + dil - 1) / dil
-    };
-    // One past the last tap t with start + t·dil <= len − 1.
-    let hi = match len - 1 - start {
-        last if last < 0 => 0,
-        last if dil == 1 => last + 1,
-        last => last / dil + 1,
-    };
-    let lo = lo.min(k);
-    let (lo, hi) = (lo as usize, hi.clamp(lo, k) as usize);
-    (lo, hi)
+    let r = pteron_kernels::pool::inside_taps(start, k, dil, len as i64);
+    (r.start, r.end)
 }
 
 /// Geometry of one windowed pass over `[n, ih, iw, c]` into `[n, oh, ow, c·mult]`.
