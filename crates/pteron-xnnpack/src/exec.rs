@@ -117,9 +117,17 @@ impl Drop for XnnDelegate {
                 (t.as_secs_f64() * 1e3) / runs as f64
             );
         }
-        rows.sort_by(|a, b| b.0.cmp(&a.0));
-        eprintln!("  slowest nodes:");
-        for (t, i) in rows.iter().take(12) {
+        // `PTERON_XNNPACK_PROFILE=all`: every node in execution order (to set beside
+        // ExecuTorch's own per-operator profile); otherwise the slowest dozen.
+        let all = std::env::var("PTERON_XNNPACK_PROFILE").is_ok_and(|v| v == "all");
+        if all {
+            eprintln!("  nodes in order:");
+        } else {
+            rows.sort_by(|a, b| b.0.cmp(&a.0));
+            rows.truncate(12);
+            eprintln!("  slowest nodes:");
+        }
+        for (t, i) in rows.iter() {
             let out = self.steps[*i].node.output();
             eprintln!(
                 "  {:>9.3} ms  node {i} {} -> {:?}",
@@ -346,15 +354,17 @@ impl XnnDelegate {
                     }
                     if conv.kind == ConvKind::Depthwise {
                         let co = conv.out_channels();
-                        packed_bytes += (wv.len() + co) * 4;
-                        Prep::Dw(DwWeights {
-                            win: conv.win,
-                            channels: conv.groups,
-                            multiplier: conv.group_out,
-                            w: wv,
-                            bias: bv.unwrap_or_else(|| vec![0.0; co]),
+                        let dw = DwWeights::new(
+                            conv.win,
+                            conv.groups,
+                            conv.group_out,
+                            wv,
+                            bv.unwrap_or_else(|| vec![0.0; co]),
                             clamp,
-                        })
+                        )
+                        .map_err(ctx)?;
+                        packed_bytes += dw.bytes();
+                        Prep::Dw(dw)
                     } else {
                         let cw = ConvWeights::new(conv, &wv, bv.as_deref(), clamp).map_err(ctx)?;
                         packed_bytes += cw.bytes();

@@ -8,8 +8,10 @@ use pteron_kernels_cpu::par::for_chunks_mut;
 use pteron_kernels_cpu::simd::{level, run_op_at, Level, Simd, SimdOp};
 
 use crate::graph::{Clamp, PoolKind, Window};
+use crate::util::Buf;
 
-/// Depthwise filter and bias, `[kh·kw][channels·multiplier]` as XNNPACK stores it.
+/// Depthwise filter and bias, `[kh·kw][channels·multiplier]` as XNNPACK stores it, and for
+/// 3×3 windows (multiplier 1) the same packed for the pixel kernels.
 pub struct DwWeights {
     pub win: Window,
     pub channels: usize,
@@ -17,6 +19,67 @@ pub struct DwWeights {
     pub w: Vec<f32>,
     pub bias: Vec<f32>,
     pub clamp: Clamp,
+    /// Tiles of [`DWT`] channels, 64-byte aligned: the tile's biases, then its weights tap by
+    /// tap (`[tile][1 + 9][DWT]`, zero past the last channel).
+    packed: Option<Buf>,
+}
+
+/// Channels per tile of the packed 3×3 depthwise weights.
+const DWT: usize = 16;
+/// Floats per packed tile: biases, then 9 taps.
+const DW_TILE: usize = 10 * DWT;
+
+impl DwWeights {
+    /// `w`: `[kh·kw][channels·multiplier]`; `bias`: `[channels·multiplier]`.
+    pub fn new(
+        win: Window,
+        channels: usize,
+        multiplier: usize,
+        w: Vec<f32>,
+        bias: Vec<f32>,
+        clamp: Clamp,
+    ) -> Result<Self, KernelError> {
+        let co = channels
+            .checked_mul(multiplier)
+            .ok_or(KernelError::SizeOverflow)?;
+        let taps = win
+            .kh
+            .checked_mul(win.kw)
+            .ok_or(KernelError::SizeOverflow)?;
+        if w.len() < taps.checked_mul(co).ok_or(KernelError::SizeOverflow)? || bias.len() < co {
+            return Err(KernelError::invalid("depthwise filter or bias too short"));
+        }
+        let packed = if multiplier == 1 && (win.kh, win.kw) == (3, 3) && co <= ZEROS_LEN {
+            let tiles = co.div_ceil(DWT);
+            let mut p = vec![0.0f32; tiles * DW_TILE];
+            for (t, tile) in p.chunks_exact_mut(DW_TILE).enumerate() {
+                for j in 0..DWT.min(co - t * DWT) {
+                    let ch = t * DWT + j;
+                    tile[j] = bias[ch];
+                    for k in 0..9 {
+                        tile[(k + 1) * DWT + j] = w[k * co + ch];
+                    }
+                }
+            }
+            Some(Buf::from_f32(&p)?)
+        } else {
+            None
+        };
+        Ok(DwWeights {
+            win,
+            channels,
+            multiplier,
+            w,
+            bias,
+            clamp,
+            packed,
+        })
+    }
+
+    /// Bytes held (filter, bias and the packed copy).
+    pub fn bytes(&self) -> usize {
+        (self.w.len() + self.bias.len()) * 4 + self.packed.as_ref().map_or(0, |p| p.len())
+    }
 }
 
 /// The taps of output position `o` that fall inside `0..len`: `(first, last + 1)`, in closed
@@ -161,7 +224,9 @@ impl SimdOp for DwRow<'_> {
                         *w = ldm(s, &wt.w[t * c + c0..], m);
                     }
                 }
-                let (inner0, inner1) = if taps_n > DW_TAPS || m != l {
+                // (A row whose taps all fall in the padding has no interior: its pixels are
+                // the bias, by the checked path.)
+                let (inner0, inner1) = if taps_n > DW_TAPS || m != l || ky.0 == ky.1 {
                     (g.ow, g.ow)
                 } else {
                     (x_first, x_end)
@@ -289,6 +354,199 @@ fn rows_parallel(
     for_chunks_mut(par, out, per * row_len, 1, &|k, o| f(k * per, o));
 }
 
+/// Zeros that a tap outside the input reads (the indirect kernels point such taps here).
+pub(crate) static ZEROS: [f32; ZEROS_LEN] = [0.0; ZEROS_LEN];
+/// Channels up to which the indirect kernels run (a tap reads at most this many zeros).
+pub(crate) const ZEROS_LEN: usize = 4096;
+
+/// For output pixel `(oy, ox)`, the offset in `img` (`[ih, iw, c]`) of each tap's pixel
+/// (`px[a·kw + b]`), or `None` for a tap outside the input (read as zeros).
+///
+/// The arithmetic wraps: the window comes from the file, and a position that wraps around is
+/// outside the input or a valid pixel all the same, never an address outside `img`.
+#[inline(always)]
+pub(crate) fn tap_offsets(
+    win: &Window,
+    ih: usize,
+    iw: usize,
+    c: usize,
+    oy: usize,
+    ox: usize,
+    px: &mut [Option<usize>],
+) {
+    for a in 0..win.kh {
+        let y = oy
+            .wrapping_mul(win.sh)
+            .wrapping_add(a.wrapping_mul(win.dh))
+            .wrapping_sub(win.pad_top);
+        for b in 0..win.kw {
+            let x = ox
+                .wrapping_mul(win.sw)
+                .wrapping_add(b.wrapping_mul(win.dw))
+                .wrapping_sub(win.pad_left);
+            px[a * win.kw + b] = (y < ih && x < iw).then(|| (y * iw + x) * c);
+        }
+    }
+}
+
+/// 3×3 depthwise rows over the packed weights, XNNPACK's way round: pixel by pixel, the
+/// channels inside, so each tap's pixel is read front to back and the weights stream from one
+/// aligned block. Interior pixels address their taps from three row pointers; border pixels
+/// point the taps outside the input at [`ZEROS`].
+struct Dw3x3<'a> {
+    g: Geom,
+    wt: &'a DwWeights,
+    packed: &'a [f32],
+    x: &'a [f32],
+    row0: usize,
+    out: &'a mut [f32],
+}
+
+impl SimdOp for Dw3x3<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) {
+        let (g, win) = (self.g, &self.wt.win);
+        let c = g.c;
+        let clamp = self.wt.clamp.map(|(lo, hi)| (s.splat(lo), s.splat(hi)));
+        let img_len = g.ih * g.iw * c;
+        let (x_first, x_end) = interior_cols(win, g.iw, g.ow);
+        let cs = win.dw * c;
+        let mut offs = [None; 9];
+        for (r, orow) in self.out.chunks_exact_mut(g.ow * c).enumerate() {
+            let row = self.row0 + r;
+            let (b, oy) = (row / g.oh, row % g.oh);
+            let img = &self.x[b * img_len..(b + 1) * img_len];
+            let ky = taps(oy, win.sh, win.dh, win.pad_top, 3, g.ih);
+            for (ox, opx) in orow.chunks_exact_mut(c).enumerate() {
+                if ky == (0, 3) && ox >= x_first && ox < x_end {
+                    // Every tap inside: rows y0, y0 + dh, y0 + 2·dh from column x0.
+                    let y0 = oy * win.sh - win.pad_top;
+                    let x0 = ox * win.sw - win.pad_left;
+                    let at = |a: usize| {
+                        img[((y0 + a * win.dh) * g.iw + x0) * c..][..2 * cs + c].as_ptr()
+                    };
+                    dw3x3_pixel(s, [at(0), at(1), at(2)], cs, self.packed, opx, clamp);
+                } else {
+                    tap_offsets(win, g.ih, g.iw, c, oy, ox, &mut offs);
+                    let ptrs = offs.map(|o| match o {
+                        Some(o) => img[o..o + c].as_ptr(),
+                        None => ZEROS.as_ptr(),
+                    });
+                    dw3x3_border(s, &ptrs, self.packed, opx, clamp);
+                }
+            }
+        }
+    }
+}
+
+/// Output columns whose every horizontal tap is inside a row of `iw` pixels.
+fn interior_cols(win: &Window, iw: usize, ow: usize) -> (usize, usize) {
+    let x_first = win.pad_left.div_ceil(win.sw);
+    let span = (win.kw - 1) * win.dw;
+    // ox·sw − pl + span < iw  ⇔  ox·sw < iw + pl − span
+    let lim = (iw + win.pad_left).saturating_sub(span);
+    let x_end = if lim == 0 {
+        0
+    } else {
+        ((lim - 1) / win.sw + 1).min(ow)
+    };
+    (x_first.min(x_end), x_end)
+}
+
+/// One interior output pixel: tap `(a, b)` at `rows[a] + b·cs`.
+#[inline(always)]
+fn dw3x3_pixel<S: Simd>(
+    s: S,
+    rows: [*const f32; 3],
+    cs: usize,
+    packed: &[f32],
+    out: &mut [f32],
+    clamp: Option<(S::V, S::V)>,
+) {
+    let c = out.len();
+    let l = S::LANES;
+    let [r0, r1, r2] = rows;
+    for (t, tile) in packed
+        .chunks_exact(DW_TILE)
+        .take(c.div_ceil(DWT))
+        .enumerate()
+    {
+        let w = tile.as_ptr();
+        for h in (0..DWT).step_by(l) {
+            let o = t * DWT + h;
+            if o >= c {
+                break;
+            }
+            let m = l.min(c - o);
+            // Safety: each row pointer starts `2·cs + c` readable floats (checked where it
+            // was taken) and `o + m ≤ c`; the packed tile holds 10·DWT floats.
+            let acc = unsafe {
+                let ld = |p: *const f32| {
+                    if m == l {
+                        s.load(p)
+                    } else {
+                        s.load_partial(p, m)
+                    }
+                };
+                let wv = |k: usize| s.load(w.add(k * DWT + h));
+                let mut a0 = wv(0);
+                let mut a1 = s.mul(ld(r0.add(o)), wv(1));
+                a0 = s.fma(ld(r0.add(o + cs)), wv(2), a0);
+                a1 = s.fma(ld(r0.add(o + 2 * cs)), wv(3), a1);
+                a0 = s.fma(ld(r1.add(o)), wv(4), a0);
+                a1 = s.fma(ld(r1.add(o + cs)), wv(5), a1);
+                a0 = s.fma(ld(r1.add(o + 2 * cs)), wv(6), a0);
+                a1 = s.fma(ld(r2.add(o)), wv(7), a1);
+                a0 = s.fma(ld(r2.add(o + cs)), wv(8), a0);
+                a1 = s.fma(ld(r2.add(o + 2 * cs)), wv(9), a1);
+                s.add(a0, a1)
+            };
+            stm(s, acc, clamp, &mut out[o..], m);
+        }
+    }
+}
+
+/// One output pixel with a tap pointer each (`ZEROS` for taps outside the input).
+#[inline(always)]
+fn dw3x3_border<S: Simd>(
+    s: S,
+    ptrs: &[*const f32; 9],
+    packed: &[f32],
+    out: &mut [f32],
+    clamp: Option<(S::V, S::V)>,
+) {
+    let c = out.len();
+    let l = S::LANES;
+    for (t, tile) in packed
+        .chunks_exact(DW_TILE)
+        .take(c.div_ceil(DWT))
+        .enumerate()
+    {
+        for h in (0..DWT).step_by(l) {
+            let o = t * DWT + h;
+            if o >= c {
+                break;
+            }
+            let m = l.min(c - o);
+            let mut a = s.ld(&tile[h..]);
+            for (k, p) in ptrs.iter().enumerate() {
+                // Safety: `p` starts `c` readable floats (a pixel, or ZEROS with
+                // c ≤ ZEROS_LEN) and `o + m ≤ c`.
+                let v = unsafe {
+                    if m == l {
+                        s.load(p.add(o))
+                    } else {
+                        s.load_partial(p.add(o), m)
+                    }
+                };
+                a = s.fma(v, s.ld(&tile[(k + 1) * DWT + h..]), a);
+            }
+            stm(s, a, clamp, &mut out[o..], m);
+        }
+    }
+}
+
 /// Depthwise convolution over NHWC `x` into `out` (multiplier 1 vectorized; other
 /// multipliers by a plain loop).
 pub fn depthwise(
@@ -311,6 +569,24 @@ pub fn depthwise(
         )));
     }
     let rows = g.n * g.oh;
+    if let (Some(p), true) = (&wt.packed, g.c <= ZEROS_LEN) {
+        let l = level();
+        let packed = p.f32();
+        rows_parallel(par, out, g.ow * co, rows, &|row0, o| {
+            run_op_at(
+                l,
+                Dw3x3 {
+                    g,
+                    wt,
+                    packed,
+                    x,
+                    row0,
+                    out: o,
+                },
+            )
+        });
+        return Ok(());
+    }
     if wt.multiplier == 1 {
         let l = level();
         rows_parallel(par, out, g.ow * co, rows, &|row0, o| {
@@ -514,7 +790,101 @@ pub fn global_mean(
 
 #[cfg(test)]
 mod tests {
-    use super::taps;
+    use super::{depthwise, taps, DwWeights, Geom};
+    use crate::graph::Window;
+
+    /// Depthwise convolution by the definition (multiplier 1).
+    #[allow(clippy::too_many_arguments)]
+    fn dw_reference(
+        win: &Window,
+        g: &Geom,
+        x: &[f32],
+        w: &[f32],
+        bias: &[f32],
+        clamp: (f32, f32),
+    ) -> Vec<f32> {
+        let c = g.c;
+        let mut out = vec![0.0; g.n * g.oh * g.ow * c];
+        for b in 0..g.n {
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    for ch in 0..c {
+                        let mut acc = bias[ch];
+                        for a in 0..win.kh {
+                            for t in 0..win.kw {
+                                let y = (oy * win.sh + a * win.dh) as isize - win.pad_top as isize;
+                                let xx =
+                                    (ox * win.sw + t * win.dw) as isize - win.pad_left as isize;
+                                if y < 0 || xx < 0 || y >= g.ih as isize || xx >= g.iw as isize {
+                                    continue;
+                                }
+                                let xi = ((b * g.ih + y as usize) * g.iw + xx as usize) * c + ch;
+                                acc += x[xi] * w[(a * win.kw + t) * c + ch];
+                            }
+                        }
+                        out[((b * g.oh + oy) * g.ow + ox) * c + ch] = acc.max(clamp.0).min(clamp.1);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The 3×3 pixel kernels (interior rows, border pixels through zeros) and the generic
+    /// kernel (other windows) against the definition, over strides, dilations, paddings,
+    /// channel tails and batches.
+    #[test]
+    fn depthwise_matches_definition() {
+        let mut seed = 7u32;
+        let mut rnd = move || {
+            seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        for &(kh, kw) in &[(3, 3), (3, 3), (5, 5), (2, 3)] {
+            for &c in &[1, 5, 16, 17, 40] {
+                for &(s, d, pad) in &[(1, 1, 1), (2, 1, 1), (1, 2, 2), (2, 1, 0), (1, 1, 3)] {
+                    for &(ih, iw) in &[(1, 1), (3, 4), (7, 6)] {
+                        let win = Window {
+                            pad_top: pad,
+                            pad_right: pad.min(1),
+                            pad_bottom: pad.min(1),
+                            pad_left: pad,
+                            kh,
+                            kw,
+                            sh: s,
+                            sw: s,
+                            dh: d,
+                            dw: d,
+                        };
+                        let (oh, ow) = win.out_hw(ih, iw).unwrap();
+                        let g = Geom {
+                            n: 2,
+                            ih,
+                            iw,
+                            oh,
+                            ow,
+                            c,
+                        };
+                        let x: Vec<f32> = (0..2 * ih * iw * c).map(|_| rnd()).collect();
+                        let w: Vec<f32> = (0..kh * kw * c).map(|_| rnd()).collect();
+                        let bias: Vec<f32> = (0..c).map(|_| rnd()).collect();
+                        let clamp = (-0.4, 0.6);
+                        let wt = DwWeights::new(win, c, 1, w.clone(), bias.clone(), Some(clamp))
+                            .unwrap();
+                        let mut out = vec![f32::NAN; 2 * oh * ow * c];
+                        depthwise(&pteron_core::INLINE, &wt, g, &x, &mut out).unwrap();
+                        let want = dw_reference(&win, &g, &x, &w, &bias, clamp);
+                        for (i, (a, b)) in out.iter().zip(&want).enumerate() {
+                            assert!(
+                                (a - b).abs() <= 1e-5,
+                                "{kh}x{kw} c {c} s {s} d {d} pad {pad} {ih}x{iw}: [{i}] {a} vs {b}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     /// The taps by walking every one of them.
     fn taps_by_walking(
