@@ -18,6 +18,7 @@ use core::ops::Range;
 
 use pteron_core::Parallel;
 
+use crate::aligned::AlignedVec;
 use crate::par::SharedMut;
 use crate::simd::{level, run_op_at, Level, Portable, Simd, SimdOp};
 
@@ -55,7 +56,7 @@ fn tile_for(l: Level) -> (usize, usize) {
 /// consecutive values (rows past `m` are zero).
 #[derive(Clone, Debug)]
 pub struct PackedA {
-    data: Vec<f32>,
+    data: AlignedVec,
     m: usize,
     k: usize,
     mr: usize,
@@ -69,7 +70,7 @@ impl PackedA {
     }
     fn with_mr(m: usize, k: usize, mr: usize, at: impl Fn(usize, usize) -> f32) -> Self {
         let panels = m.div_ceil(mr);
-        let mut data = vec![0.0f32; panels * k * mr];
+        let mut data = AlignedVec::zeroed(panels * k * mr);
         for p in 0..panels {
             let dst = &mut data[p * k * mr..][..k * mr];
             for i in 0..mr.min(m - p * mr) {
@@ -98,7 +99,7 @@ impl PackedA {
 /// consecutive values (columns past `n` are zero).
 #[derive(Clone, Debug)]
 pub struct PackedB {
-    data: Vec<f32>,
+    data: AlignedVec,
     k: usize,
     n: usize,
     nr: usize,
@@ -112,7 +113,7 @@ impl PackedB {
     }
     fn with_nr(k: usize, n: usize, nr: usize, at: impl Fn(usize, usize) -> f32) -> Self {
         let panels = n.div_ceil(nr);
-        let mut data = vec![0.0f32; panels * k * nr];
+        let mut data = AlignedVec::zeroed(panels * k * nr);
         for p in 0..panels {
             let dst = &mut data[p * k * nr..][..k * nr];
             for kk in 0..k {

@@ -10,6 +10,7 @@
 //! everywhere (see [`simd`]). Work is split over the method's threads through
 //! [`pteron_core::Parallel`].
 
+pub mod aligned;
 pub mod attention;
 pub mod conv;
 pub mod copy;
