@@ -133,6 +133,15 @@ impl PackedB {
     pub fn bytes(&self) -> usize {
         self.data.len() * 4
     }
+    /// Columns per panel.
+    pub fn panel_width(&self) -> usize {
+        self.nr
+    }
+    /// Panel `p` (columns `p·nr ..`): `depth() × panel_width()` floats, k-major, zero past
+    /// the last column; 64-byte aligned.
+    pub fn panel(&self, p: usize) -> &[f32] {
+        &self.data[p * self.k * self.nr..(p + 1) * self.k * self.nr]
+    }
     fn get(&self, k: usize, j: usize) -> f32 {
         self.data[(j / self.nr) * self.k * self.nr + k * self.nr + j % self.nr]
     }

@@ -9,7 +9,8 @@ use pteron_kernels_cpu::math;
 use pteron_kernels_cpu::par::for_chunks_mut;
 use pteron_kernels_cpu::simd::{level, run_op_at, Simd, SimdOp};
 
-use crate::graph::{Clamp, Conv, ConvKind};
+use crate::graph::{Clamp, Conv, ConvKind, Window};
+use crate::kernels::spatial::{tap_offsets, ZEROS};
 
 fn gerr(e: GemmError) -> KernelError {
     KernelError::invalid(format!("gemm: {}", e.0))
@@ -303,6 +304,110 @@ impl ConvWeights {
             && (w.pad_top, w.pad_right, w.pad_bottom, w.pad_left) == (0, 0, 0, 0)
     }
 
+    /// Whether [`SmallCin`] runs this convolution (few input channels, one group).
+    fn small_cin(&self) -> bool {
+        let c = &self.conv;
+        c.kind == ConvKind::Conv
+            && c.groups == 1
+            && (1..=4).contains(&c.group_in)
+            && c.win
+                .kh
+                .checked_mul(c.win.kw)
+                .is_some_and(|t| t <= SMALL_TAPS)
+    }
+
+    /// Runs a [`small_cin`](Self::small_cin) convolution.
+    #[allow(clippy::too_many_arguments)]
+    fn run_small_cin(
+        &self,
+        par: &dyn Parallel,
+        x: &[f32],
+        n: usize,
+        ih: usize,
+        iw: usize,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+    ) {
+        let c = &self.conv;
+        let (gi, cout) = (c.group_in, c.group_out);
+        let l = level();
+        let w = &self.packed[0];
+        if !run_op_at(l, FitsPanels(w.panel_width())) {
+            // Packed at another SIMD level than this thread's (a test's override).
+            return self.small_cin_scalar(x, n, ih, iw, out, oh, ow);
+        }
+        let (in_img, out_img) = (ih * iw * gi, oh * ow * cout);
+        // Pixels per task.
+        const PER: usize = 64;
+        for b in 0..n {
+            let xb = &x[b * in_img..(b + 1) * in_img];
+            let ob = &mut out[b * out_img..(b + 1) * out_img];
+            for_chunks_mut(par, ob, PER * cout, 1, &|k, o| {
+                let op = |gi_: usize| SmallCinArgs {
+                    x: xb,
+                    ih,
+                    iw,
+                    ow,
+                    win: &c.win,
+                    w,
+                    bias: &self.bias,
+                    clamp: self.clamp,
+                    p0: k * PER,
+                    cout,
+                    gi: gi_,
+                };
+                match gi {
+                    1 => run_op_at(l, SmallCin::<1>(op(1), o)),
+                    2 => run_op_at(l, SmallCin::<2>(op(2), o)),
+                    3 => run_op_at(l, SmallCin::<3>(op(3), o)),
+                    _ => run_op_at(l, SmallCin::<4>(op(4), o)),
+                }
+            });
+        }
+    }
+
+    /// [`run_small_cin`](Self::run_small_cin) one product at a time.
+    #[allow(clippy::too_many_arguments)]
+    fn small_cin_scalar(
+        &self,
+        x: &[f32],
+        n: usize,
+        ih: usize,
+        iw: usize,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+    ) {
+        let c = &self.conv;
+        let (gi, cout) = (c.group_in, c.group_out);
+        let w = &self.packed[0];
+        let nr = w.panel_width();
+        let taps = c.win.kh * c.win.kw;
+        let mut offs = [None; SMALL_TAPS];
+        for b in 0..n {
+            let xb = &x[b * ih * iw * gi..(b + 1) * ih * iw * gi];
+            for p in 0..oh * ow {
+                tap_offsets(&c.win, ih, iw, gi, p / ow, p % ow, &mut offs[..taps]);
+                for co in 0..cout {
+                    let panel = w.panel(co / nr);
+                    let mut acc = self.bias[co];
+                    for (t, o) in offs[..taps].iter().enumerate() {
+                        if let Some(o) = *o {
+                            for ci in 0..gi {
+                                acc += xb[o + ci] * panel[(t * gi + ci) * nr + co % nr];
+                            }
+                        }
+                    }
+                    if let Some((lo, hi)) = self.clamp {
+                        acc = acc.max(lo).min(hi);
+                    }
+                    out[(b * oh * ow + p) * cout + co] = acc;
+                }
+            }
+        }
+    }
+
     /// Output pixels per im2col block for an input of `oh·ow` output pixels.
     fn block_pixels(&self, pixels: usize) -> usize {
         let k = self.conv.win.kh * self.conv.win.kw * self.conv.group_in;
@@ -313,7 +418,7 @@ impl ConvWeights {
     pub fn scratch_len(&self, ih: usize, iw: usize) -> Result<usize, KernelError> {
         let w = &self.conv.win;
         match self.conv.kind {
-            ConvKind::Conv if self.pointwise() => Ok(0),
+            ConvKind::Conv if self.pointwise() || self.small_cin() => Ok(0),
             ConvKind::Conv => {
                 let (oh, ow) = w.out_hw(ih, iw)?;
                 let k = w.kh * w.kw * self.conv.group_in;
@@ -376,6 +481,10 @@ impl ConvWeights {
                 &epi(0),
             )
             .map_err(gerr);
+        }
+        if self.small_cin() {
+            self.run_small_cin(par, x, n, ih, iw, out, oh, ow);
+            return Ok(());
         }
         let w = &c.win;
         let gi = c.group_in;
@@ -506,6 +615,198 @@ impl ConvWeights {
         let _ = par;
         Ok(())
     }
+}
+
+/// Most taps of a convolution run by [`SmallCin`] (7×7).
+const SMALL_TAPS: usize = 49;
+
+/// Whether packed panels `nr` wide suit the micro-kernel of [`SmallCin`] at a SIMD level.
+struct FitsPanels(usize);
+
+impl SimdOp for FitsPanels {
+    type Output = bool;
+    #[inline(always)]
+    fn run<S: Simd>(self, _: S) -> bool {
+        self.0 == S::LANES || self.0 == 2 * S::LANES
+    }
+}
+
+struct SmallCinArgs<'a> {
+    /// One image, `[ih, iw, gi]`.
+    x: &'a [f32],
+    ih: usize,
+    iw: usize,
+    ow: usize,
+    win: &'a Window,
+    w: &'a PackedB,
+    bias: &'a [f32],
+    clamp: Clamp,
+    /// The first output pixel of `out`.
+    p0: usize,
+    cout: usize,
+    gi: usize,
+}
+
+/// A convolution with `GI` (≤ 4) input channels, an image network's first layer: a GEMM
+/// whose A rows are read through per-pixel tap pointers into the input instead of an im2col
+/// copy (the copy of 3-channel pixels into 27-wide rows cost as much as the product, and the
+/// product's 27-deep rows are too shallow to hide it). Taps outside the input read zeros.
+/// Writes output pixels `p0 ..` as many as the slice holds, every channel.
+struct SmallCin<'a, const GI: usize>(SmallCinArgs<'a>, &'a mut [f32]);
+
+impl<const GI: usize> SimdOp for SmallCin<'_, GI> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) {
+        // 8 pixels × 2 vectors (AVX-512: 32 channels) fill 16 accumulators; 4 × 2 with 8 lanes.
+        match (self.0.w.panel_width() / S::LANES, S::LANES >= 16) {
+            (2, true) => small_cin::<S, GI, 2, 8>(s, self.0, self.1),
+            (2, false) => small_cin::<S, GI, 2, 4>(s, self.0, self.1),
+            (_, true) => small_cin::<S, GI, 1, 8>(s, self.0, self.1),
+            (_, false) => small_cin::<S, GI, 1, 4>(s, self.0, self.1),
+        }
+    }
+}
+
+#[inline(always)]
+fn small_cin<S: Simd, const GI: usize, const NV: usize, const P: usize>(
+    s: S,
+    op: SmallCinArgs<'_>,
+    out: &mut [f32],
+) {
+    let l = S::LANES;
+    let nr = NV * l;
+    debug_assert!(op.gi == GI && op.w.panel_width() == nr);
+    let taps = op.win.kh * op.win.kw;
+    let cout = op.cout;
+    let clamp = op.clamp.map(|(lo, hi)| (s.splat(lo), s.splat(hi)));
+    let np = out.len() / cout.max(1);
+    let win = op.win;
+    // Input k = t·GI + ci of a pixel whose window lies inside the input sits `koff[k]` floats
+    // past its first tap's first channel.
+    let kn = taps * GI;
+    let mut koff = [0usize; SMALL_TAPS * 4];
+    for a in 0..win.kh {
+        for b in 0..win.kw {
+            for ci in 0..GI {
+                koff[(a * win.kw + b) * GI + ci] = (a * win.dh * op.iw + b * win.dw) * GI + ci;
+            }
+        }
+    }
+    let span = koff[kn - 1] + 1;
+    // The first tap of a pixel whose window is inside the input (checked arithmetic: the
+    // window comes from the file).
+    let inside = |oy: usize, ox: usize| -> Option<usize> {
+        let y = (oy * win.sh).checked_sub(win.pad_top)?;
+        let x = (ox * win.sw).checked_sub(win.pad_left)?;
+        let last_y = y.checked_add((win.kh - 1).checked_mul(win.dh)?)?;
+        let last_x = x.checked_add((win.kw - 1).checked_mul(win.dw)?)?;
+        (last_y < op.ih && last_x < op.iw).then(|| (y * op.iw + x) * GI)
+    };
+    let mut offs = [None; SMALL_TAPS];
+    let mut ptrs = [[ZEROS.as_ptr(); SMALL_TAPS]; P];
+    let mut base = [ZEROS.as_ptr(); P];
+    let mut q0 = 0;
+    while q0 < np {
+        let pn = P.min(np - q0);
+        // Pixels past the last one repeat it (computed, not stored).
+        let px = |q: usize| {
+            let p = op.p0 + q0 + q.min(pn - 1);
+            (p / op.ow, p % op.ow)
+        };
+        let mut all_inside = true;
+        for (q, bq) in base.iter_mut().enumerate() {
+            let (oy, ox) = px(q);
+            match inside(oy, ox) {
+                Some(o) => *bq = op.x[o..o + span].as_ptr(),
+                None => all_inside = false,
+            }
+        }
+        if !all_inside {
+            for (q, pq) in ptrs.iter_mut().enumerate() {
+                let (oy, ox) = px(q);
+                tap_offsets(win, op.ih, op.iw, GI, oy, ox, &mut offs[..taps]);
+                for (d, o) in pq.iter_mut().zip(&offs[..taps]) {
+                    *d = match *o {
+                        Some(o) => op.x[o..o + GI].as_ptr(),
+                        None => ZEROS.as_ptr(),
+                    };
+                }
+            }
+        }
+        for j in 0..cout.div_ceil(nr) {
+            let wp = op.w.panel(j);
+            let j0 = j * nr;
+            let mut acc = [[s.zero(); NV]; P];
+            for v in 0..NV {
+                let c = j0 + v * l;
+                if c < cout {
+                    let b = s.ld_tail(&op.bias[c..c + l.min(cout - c)]);
+                    for a in acc.iter_mut() {
+                        a[v] = b;
+                    }
+                }
+            }
+            // Safety: a base pointer starts `span` readable floats and koff[k] < span; a tap
+            // pointer starts GI readable floats (a pixel of the image, or ZEROS), k % GI < GI.
+            let acc = if all_inside {
+                let base = base;
+                product::<S, NV, P>(s, wp, kn, acc, |q, k| unsafe { base[q].add(koff[k]) })
+            } else {
+                product::<S, NV, P>(s, wp, kn, acc, |q, k| unsafe {
+                    ptrs[q][k / GI].add(k % GI)
+                })
+            };
+            for (q, a) in acc.iter().enumerate().take(pn) {
+                for (v, &r) in a.iter().enumerate() {
+                    let c = j0 + v * l;
+                    if c >= cout {
+                        continue;
+                    }
+                    let m = l.min(cout - c);
+                    let r = match clamp {
+                        Some((lo, hi)) => math::clamp(s, r, lo, hi),
+                        None => r,
+                    };
+                    let o = &mut out[(q0 + q) * cout + c..];
+                    if m == l {
+                        s.st(o, r);
+                    } else {
+                        s.st_tail(&mut o[..m], r);
+                    }
+                }
+            }
+        }
+        q0 += P;
+    }
+}
+
+/// `acc[q] += Σ_k x(q, k) · w[k]` for the `P` pixels of a [`SmallCin`] tile over one packed
+/// panel `wp` (`NV` vectors wide, `kn` deep); `x(q, k)` is one readable float.
+#[inline(always)]
+fn product<S: Simd, const NV: usize, const P: usize>(
+    s: S,
+    wp: &[f32],
+    kn: usize,
+    mut acc: [[S::V; NV]; P],
+    x: impl Fn(usize, usize) -> *const f32,
+) -> [[S::V; NV]; P] {
+    let l = S::LANES;
+    let nr = NV * l;
+    for (k, wk) in wp.chunks_exact(nr).take(kn).enumerate() {
+        let mut b = [s.zero(); NV];
+        for (v, bv) in b.iter_mut().enumerate() {
+            *bv = s.ld(&wk[v * l..]);
+        }
+        for (q, a) in acc.iter_mut().enumerate() {
+            // Safety: the caller's `x(q, k)` is readable.
+            let xv = s.splat(unsafe { *x(q, k) });
+            for v in 0..NV {
+                a[v] = s.fma(xv, b[v], a[v]);
+            }
+        }
+    }
+    acc
 }
 
 /// Copies `src` into `dst` (same length): a plain loop for a few values, `memcpy` otherwise.
@@ -652,4 +953,140 @@ pub fn bmm(
         product(i, od, par)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConvWeights;
+    use crate::graph::{Conv, ConvKind, Window};
+    use pteron_core::INLINE;
+    use pteron_kernels_cpu::simd::{with_level, Level};
+
+    /// Convolution by the definition: NHWC `x`, filter `[cout, kh, kw, cin]`, one group.
+    #[allow(clippy::too_many_arguments)]
+    fn conv_reference(
+        win: &Window,
+        x: &[f32],
+        (n, ih, iw, cin): (usize, usize, usize, usize),
+        w: &[f32],
+        bias: &[f32],
+        cout: usize,
+        (oh, ow): (usize, usize),
+        clamp: (f32, f32),
+    ) -> Vec<f32> {
+        let mut out = vec![0.0; n * oh * ow * cout];
+        for b in 0..n {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    for co in 0..cout {
+                        let mut acc = bias[co];
+                        for a in 0..win.kh {
+                            for t in 0..win.kw {
+                                let y = (oy * win.sh + a * win.dh) as isize - win.pad_top as isize;
+                                let xx =
+                                    (ox * win.sw + t * win.dw) as isize - win.pad_left as isize;
+                                if y < 0 || xx < 0 || y >= ih as isize || xx >= iw as isize {
+                                    continue;
+                                }
+                                for ci in 0..cin {
+                                    let xi = ((b * ih + y as usize) * iw + xx as usize) * cin + ci;
+                                    acc += x[xi] * w[((co * win.kh + a) * win.kw + t) * cin + ci];
+                                }
+                            }
+                        }
+                        out[((b * oh + oy) * ow + ox) * cout + co] = acc.max(clamp.0).min(clamp.1);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Few input channels (the tap-pointer kernel: window inside the input, or partly in the
+    /// padding) and more (im2col), against the definition.
+    #[test]
+    fn convolution_matches_definition() {
+        let mut seed = 11u32;
+        let mut rnd = move || {
+            seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        for &cin in &[1, 2, 3, 4, 6] {
+            for &cout in &[5, 16, 32, 40] {
+                for &(k, s, d, pad) in &[
+                    (3, 2, 1, 1),
+                    (3, 1, 1, 1),
+                    (1, 1, 1, 0),
+                    (3, 1, 2, 2),
+                    (5, 2, 1, 3),
+                ] {
+                    for &(ih, iw) in &[(1, 1), (5, 4), (9, 13)] {
+                        let win = Window {
+                            pad_top: pad,
+                            pad_right: pad.min(1),
+                            pad_bottom: pad.min(1),
+                            pad_left: pad,
+                            kh: k,
+                            kw: k,
+                            sh: s,
+                            sw: s,
+                            dh: d,
+                            dw: d,
+                        };
+                        let conv = Conv {
+                            kind: ConvKind::Conv,
+                            win,
+                            groups: 1,
+                            group_in: cin,
+                            group_out: cout,
+                            adjustment: (0, 0),
+                        };
+                        let (oh, ow) = win.out_hw(ih, iw).unwrap();
+                        let n = 2;
+                        let x: Vec<f32> = (0..n * ih * iw * cin).map(|_| rnd()).collect();
+                        let w: Vec<f32> = (0..cout * k * k * cin).map(|_| rnd()).collect();
+                        let bias: Vec<f32> = (0..cout).map(|_| rnd()).collect();
+                        let clamp = (-0.7, 0.9);
+                        // Packed and run at each SIMD level, and packed for one run at another.
+                        let mut outs = Vec::new();
+                        for (pack, run) in [
+                            (Level::Portable, Level::Portable),
+                            (Level::Avx2, Level::Avx2),
+                            (Level::Avx512, Level::Avx512),
+                            (Level::Avx512, Level::Avx2),
+                        ] {
+                            let cw = with_level(pack, || {
+                                ConvWeights::new(conv, &w, Some(&bias), Some(clamp)).unwrap()
+                            });
+                            let mut scratch = vec![0.0; cw.scratch_len(ih, iw).unwrap()];
+                            let mut out = vec![f32::NAN; n * oh * ow * cout];
+                            with_level(run, || {
+                                cw.run(&INLINE, &x, n, ih, iw, &mut out, oh, ow, &mut scratch)
+                            })
+                            .unwrap();
+                            outs.push(out);
+                        }
+                        let want = conv_reference(
+                            &win,
+                            &x,
+                            (n, ih, iw, cin),
+                            &w,
+                            &bias,
+                            cout,
+                            (oh, ow),
+                            clamp,
+                        );
+                        for out in &outs {
+                            for (i, (a, b)) in out.iter().zip(&want).enumerate() {
+                                assert!(
+                                    (a - b).abs() <= 1e-5,
+                                    "cin {cin} cout {cout} k {k} s {s} d {d} pad {pad} {ih}x{iw}: [{i}] {a} vs {b}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

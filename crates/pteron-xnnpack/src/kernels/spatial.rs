@@ -792,6 +792,7 @@ pub fn global_mean(
 mod tests {
     use super::{depthwise, taps, DwWeights, Geom};
     use crate::graph::Window;
+    use pteron_kernels_cpu::simd::{with_level, Level};
 
     /// Depthwise convolution by the definition (multiplier 1).
     #[allow(clippy::too_many_arguments)]
@@ -871,14 +872,19 @@ mod tests {
                         let clamp = (-0.4, 0.6);
                         let wt = DwWeights::new(win, c, 1, w.clone(), bias.clone(), Some(clamp))
                             .unwrap();
-                        let mut out = vec![f32::NAN; 2 * oh * ow * c];
-                        depthwise(&pteron_core::INLINE, &wt, g, &x, &mut out).unwrap();
                         let want = dw_reference(&win, &g, &x, &w, &bias, clamp);
-                        for (i, (a, b)) in out.iter().zip(&want).enumerate() {
-                            assert!(
-                                (a - b).abs() <= 1e-5,
-                                "{kh}x{kw} c {c} s {s} d {d} pad {pad} {ih}x{iw}: [{i}] {a} vs {b}"
-                            );
+                        for lv in [Level::Portable, Level::Avx2, Level::Avx512] {
+                            let mut out = vec![f32::NAN; 2 * oh * ow * c];
+                            with_level(lv, || {
+                                depthwise(&pteron_core::INLINE, &wt, g, &x, &mut out)
+                            })
+                            .unwrap();
+                            for (i, (a, b)) in out.iter().zip(&want).enumerate() {
+                                assert!(
+                                    (a - b).abs() <= 1e-5,
+                                    "{lv:?} {kh}x{kw} c {c} s {s} d {d} pad {pad} {ih}x{iw}: [{i}] {a} vs {b}"
+                                );
+                            }
                         }
                     }
                 }
