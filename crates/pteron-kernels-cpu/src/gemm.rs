@@ -781,9 +781,25 @@ fn block_vec<S: Simd, const MR: usize, const NV: usize>(
     }
 }
 
-/// A tile whose columns fit in one vector runs the one-vector kernel (no all-masked vectors).
+/// A tile whose columns fit in one vector runs the one-vector kernel (no all-masked vectors);
+/// the last rows of an A read in place (fewer than MR) run a kernel of fewer rows: with 49
+/// rows (a 7×7 feature map), the last of 7 eight-row tiles holds one row, and computing eight
+/// would cost an eighth more than the whole product needs.
 #[inline(always)]
 fn tile_dispatch<S: Simd, const MR: usize, const NV: usize>(s: S, job: &Job<'_>, t: TileArgs) {
+    if MR == 8 && t.mv < 8 && !matches!(job.a, MatA::Packed(_)) {
+        match t.mv {
+            1 => return tile_cols::<S, 1, NV>(s, job, t),
+            2 => return tile_cols::<S, 2, NV>(s, job, t),
+            3 | 4 => return tile_cols::<S, 4, NV>(s, job, t),
+            _ => {}
+        }
+    }
+    tile_cols::<S, MR, NV>(s, job, t)
+}
+
+#[inline(always)]
+fn tile_cols<S: Simd, const MR: usize, const NV: usize>(s: S, job: &Job<'_>, t: TileArgs) {
     if NV > 1 && t.nv <= S::LANES {
         micro_tile::<S, MR, 1>(s, job, t)
     } else {

@@ -133,6 +133,12 @@ fn matches_reference_on_odd_sizes() {
         (2, 100, 0),
         // A row-major B wider than the in-place stride limit: copied panel by panel.
         (20, 4100, 40),
+        // Last row tiles of 1, 2, 3, 4 and 5 rows (the fewer-row kernels).
+        (49, 160, 64),
+        (50, 33, 19),
+        (51, 17, 5),
+        (52, 64, 12),
+        (53, 40, 30),
     ];
     for l in levels() {
         with_level(l, || {
