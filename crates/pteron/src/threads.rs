@@ -21,8 +21,11 @@ use std::time::{Duration, Instant};
 use pteron_core::Parallel;
 use pteron_kernels_cpu::par::part;
 
-/// How long an idle worker spins before it sleeps.
-const SPIN: Duration = Duration::from_micros(200);
+/// How long an idle worker spins before it sleeps. Long enough to bridge a single-threaded
+/// node of a network (an input transpose, a small GEMV): waking a sleeping worker takes tens
+/// of microseconds on a VM, and the first conv of MobileNetV2 on 2 threads ran barely faster
+/// than on one with 200 µs here (XNNPACK's pthreadpool spins for milliseconds too).
+const SPIN: Duration = Duration::from_micros(2000);
 
 /// `state` layout: job epoch in the high 32 bits, `OPEN` while tasks may still be taken, and
 /// the number of workers inside the current job in the low 31 bits.
