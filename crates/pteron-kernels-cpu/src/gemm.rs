@@ -511,7 +511,14 @@ fn tiles<S: Simd, const MR: usize, const NV: usize>(s: S, par: &dyn Parallel, jo
     // Rows: blocks of at most MC rows; with threads, cut finer while there are too few tasks.
     let mut gm = (MC / MR).min(panels_m).max(1);
     let mut gn = panels_n;
-    if threads > 1 {
+    if threads > 1 && panels_m >= 8 * 8 * threads {
+        // Tall C (a feature map's pixels, 1024 rows and more on 2 threads): split the rows
+        // only, into about 8 tasks per thread of at least 8 row panels, so that equal tasks
+        // spread evenly (9 tasks on 2 threads leave one thread 5 of them) while each task
+        // still reuses its B panels over 64+ rows and writes whole rows of C.
+        gm = gm.min(panels_m.div_ceil(8 * threads).max(8));
+        gn = gn.min(8);
+    } else if threads > 1 {
         let want = 4 * threads;
         gn = panels_n.div_ceil(want).max(1);
         let tn = panels_n.div_ceil(gn);
