@@ -518,31 +518,39 @@ fn dw3x3_border<S: Simd>(
 ) {
     let c = out.len();
     let l = S::LANES;
-    for (t, tile) in packed
-        .chunks_exact(DW_TILE)
-        .take(c.div_ceil(DWT))
-        .enumerate()
-    {
+    for (t, tile) in packed.chunks_exact(DW_TILE).take(c.div_ceil(DWT)).enumerate() {
+        let w = tile.as_ptr();
         for h in (0..DWT).step_by(l) {
             let o = t * DWT + h;
             if o >= c {
                 break;
             }
             let m = l.min(c - o);
-            let mut a = s.ld(&tile[h..]);
-            for (k, p) in ptrs.iter().enumerate() {
-                // Safety: `p` starts `c` readable floats (a pixel, or ZEROS with
-                // c ≤ ZEROS_LEN) and `o + m ≤ c`.
-                let v = unsafe {
+            // Safety: each tap pointer starts `c` readable floats (a pixel, or ZEROS with
+            // c ≤ ZEROS_LEN) and `o + m ≤ c`; the packed tile holds 10·DWT floats.
+            let acc = unsafe {
+                let x = |k: usize| {
+                    let p = ptrs[k].add(o);
                     if m == l {
-                        s.load(p.add(o))
+                        s.load(p)
                     } else {
-                        s.load_partial(p.add(o), m)
+                        s.load_partial(p, m)
                     }
                 };
-                a = s.fma(v, s.ld(&tile[(k + 1) * DWT + h..]), a);
-            }
-            stm(s, a, clamp, &mut out[o..], m);
+                let wv = |k: usize| s.load(w.add(k * DWT + h));
+                let mut a0 = wv(0);
+                let mut a1 = s.mul(x(0), wv(1));
+                a0 = s.fma(x(1), wv(2), a0);
+                a1 = s.fma(x(2), wv(3), a1);
+                a0 = s.fma(x(3), wv(4), a0);
+                a1 = s.fma(x(4), wv(5), a1);
+                a0 = s.fma(x(5), wv(6), a0);
+                a1 = s.fma(x(6), wv(7), a1);
+                a0 = s.fma(x(7), wv(8), a0);
+                a1 = s.fma(x(8), wv(9), a1);
+                s.add(a0, a1)
+            };
+            stm(s, acc, clamp, &mut out[o..], m);
         }
     }
 }
