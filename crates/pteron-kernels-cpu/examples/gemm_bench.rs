@@ -1,5 +1,5 @@
 //! GFLOP/s of the GEMM on the shapes of MiniLM's linears and MobileNetV2's 1×1 convolutions.
-//! `cargo run --release -p pteron-kernels-cpu --example gemm_bench [THREADS]`
+//! `cargo run --release -p pteron-kernels-cpu --example gemm_bench [THREADS [cold]]`
 
 use std::time::Instant;
 
@@ -29,6 +29,8 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(1);
+    // `gemm_bench THREADS cold`: filters and outputs out of the caches (the linear shapes).
+    let cold = std::env::args().nth(2).is_some_and(|a| a == "cold");
     let pool = ThreadPool::new(threads).unwrap();
     println!("{threads} thread(s)");
     println!("simd level {:?}", pteron_kernels_cpu::simd::level());
@@ -63,18 +65,26 @@ fn main() {
     ] {
         let a = rand_vec(m * k);
         let w = rand_vec(k * n);
-        let pb = PackedB::new(k, n, |kk, j| w[j * k + kk]);
+        // `COPIES` filters and outputs used in turn: with `cold`, each product finds its
+        // filter and output out of the caches, as a layer of a network does.
+        let copies = if cold { 24 } else { 1 };
+        let pbs: Vec<PackedB> = (0..copies)
+            .map(|_| PackedB::new(k, n, |kk, j| w[j * k + kk]))
+            .collect();
         let bias = rand_vec(n);
-        let mut c = vec![0.0; m * n];
+        let mut cs = vec![vec![0.0; m * n]; copies];
+        let mut it = 0;
         let t = time(|| {
+            it += 1;
+            let i = it % copies;
             gemm(
                 &pool,
                 m,
                 n,
                 k,
                 MatA::Rows { data: &a, lda: k },
-                MatB::Packed(&pb),
-                &mut c,
+                MatB::Packed(&pbs[i]),
+                &mut cs[i],
                 n,
                 &Epilogue {
                     init: Init::ColBias(&bias),
