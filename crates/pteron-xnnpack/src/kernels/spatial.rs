@@ -518,7 +518,11 @@ fn dw3x3_border<S: Simd>(
 ) {
     let c = out.len();
     let l = S::LANES;
-    for (t, tile) in packed.chunks_exact(DW_TILE).take(c.div_ceil(DWT)).enumerate() {
+    for (t, tile) in packed
+        .chunks_exact(DW_TILE)
+        .take(c.div_ceil(DWT))
+        .enumerate()
+    {
         let w = tile.as_ptr();
         for h in (0..DWT).step_by(l) {
             let o = t * DWT + h;
