@@ -111,9 +111,26 @@ def main() -> None:
         "e.g. tools/export/out/xnnpack_full from export_xnnpack.py --full), time ExecuTorch's XNNPACK "
         "and pteron's XNNPACK backend on that same file",
     )
+    ap.add_argument(
+        "--pin",
+        type=int,
+        metavar="CPU",
+        help="run the one-thread measurements of both engines on this CPU (on a VM whose "
+        "vCPUs are unequally loaded by the host, unpinned one-thread runs land on either and "
+        "their ratio measures the vCPUs, not the engines)",
+    )
     args = ap.parse_args()
 
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+
+    if args.pin is not None:
+        all_cpus = os.sched_getaffinity(0)
+        reset = _unsafe_reset_threadpool
+
+        def _unsafe_reset_threadpool(n: int) -> None:
+            # Children (pteron) inherit the affinity when they are started.
+            os.sched_setaffinity(0, {args.pin} if n == 1 else all_cpus)
+            reset(n)
 
     if args.same_file:
         same_file(args, Path(args.same_file), _unsafe_reset_threadpool)
