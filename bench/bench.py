@@ -273,6 +273,8 @@ def measure(args, engine: str, name: str, threads: int, binary: Path, has_thread
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS"):
         env[var] = str(threads)
+    if threads == 1 and args.pin is not None:
+        cmd = ["taskset", "-c", str(args.pin)] + cmd
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
     out = p.stdout.read() if p.stdout else ""
     _, status, usage = os.wait4(p.pid, 0)
@@ -371,6 +373,13 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--pteron", help="path to a built `pteron` binary (default: cargo build --release)")
     ap.add_argument("--json", help="write the summary and every run here")
+    ap.add_argument(
+        "--pin",
+        type=int,
+        metavar="CPU",
+        help="run every engine's one-thread process on this CPU (taskset): on a VM whose vCPUs "
+        "the host loads unequally, unpinned one-thread runs measure which vCPU they got",
+    )
     args = ap.parse_args()
 
     for name in args.models:
