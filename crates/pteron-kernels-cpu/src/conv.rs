@@ -296,7 +296,7 @@ fn prepare(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError
         (Variant::Depthwise(w), bytes)
     } else if g.groups == 1 {
         if g.pointwise() {
-            (Variant::Pointwise(PackedA::new(g.cout, k, w_at)), 0)
+            (Variant::Pointwise(PackedA::from_rows(g.cout, k, w, scale.as_deref())), 0)
         } else {
             let phases = if (g.dh, g.dw) == (1, 1) && g.dw_geom().supported() {
                 g.dw_geom().buffer_len() * 4
@@ -310,7 +310,7 @@ fn prepare(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError
             else {
                 return Ok(None);
             };
-            (Variant::Im2col(PackedA::new(g.cout, k, w_at)), bytes)
+            (Variant::Im2col(PackedA::from_rows(g.cout, k, w, scale.as_deref())), bytes)
         }
     } else {
         return Ok(None);

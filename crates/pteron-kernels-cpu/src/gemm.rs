@@ -81,6 +81,25 @@ impl PackedA {
         }
         PackedA { data, m, k, mr }
     }
+    /// Packs the row-major `m × k` matrix `w` (at least `m·k` values), row `i` times
+    /// `row_scale[i]` when given (a folded batch norm): [`new`](Self::new) row slice by row
+    /// slice, a few times faster at method load.
+    pub fn from_rows(m: usize, k: usize, w: &[f32], row_scale: Option<&[f32]>) -> Self {
+        let mr = tile().0;
+        let panels = m.div_ceil(mr);
+        let mut data = AlignedVec::zeroed(panels * k * mr);
+        if k == 0 {
+            return PackedA { data, m, k, mr };
+        }
+        for (i, row) in w.chunks_exact(k).take(m).enumerate() {
+            let dst = &mut data[(i / mr) * k * mr + i % mr..];
+            let sc = row_scale.map_or(1.0, |s| s[i]);
+            for (d, &v) in dst.iter_mut().step_by(mr).zip(row) {
+                *d = if row_scale.is_some() { v * sc } else { v };
+            }
+        }
+        PackedA { data, m, k, mr }
+    }
     pub fn rows(&self) -> usize {
         self.m
     }
