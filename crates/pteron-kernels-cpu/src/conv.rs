@@ -296,7 +296,10 @@ fn prepare(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError
         (Variant::Depthwise(w), bytes)
     } else if g.groups == 1 {
         if g.pointwise() {
-            (Variant::Pointwise(PackedA::from_rows(g.cout, k, w, scale.as_deref())), 0)
+            (
+                Variant::Pointwise(PackedA::from_rows(g.cout, k, w, scale.as_deref())),
+                0,
+            )
         } else {
             let phases = if (g.dh, g.dw) == (1, 1) && g.dw_geom().supported() {
                 g.dw_geom().buffer_len() * 4
@@ -310,7 +313,10 @@ fn prepare(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError
             else {
                 return Ok(None);
             };
-            (Variant::Im2col(PackedA::from_rows(g.cout, k, w, scale.as_deref())), bytes)
+            (
+                Variant::Im2col(PackedA::from_rows(g.cout, k, w, scale.as_deref())),
+                bytes,
+            )
         }
     } else {
         return Ok(None);

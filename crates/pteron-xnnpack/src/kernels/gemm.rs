@@ -682,18 +682,15 @@ fn small_cin<S: Simd, const GI: usize, const NV: usize, const P: usize>(
     let clamp = op.clamp.map(|(lo, hi)| (s.splat(lo), s.splat(hi)));
     let np = out.len() / cout.max(1);
     let win = op.win;
-    // Input k = t·GI + ci of a pixel whose window lies inside the input sits `koff[k]` floats
-    // past its first tap's first channel.
-    let kn = taps * GI;
-    let mut koff = [0usize; SMALL_TAPS * 4];
+    // Tap t of a pixel whose window lies inside the input sits `delta[t]` floats past its
+    // first tap.
+    let mut delta = [0usize; SMALL_TAPS];
     for a in 0..win.kh {
         for b in 0..win.kw {
-            for ci in 0..GI {
-                koff[(a * win.kw + b) * GI + ci] = (a * win.dh * op.iw + b * win.dw) * GI + ci;
-            }
+            delta[a * win.kw + b] = (a * win.dh * op.iw + b * win.dw) * GI;
         }
     }
-    let span = koff[kn - 1] + 1;
+    let span = delta[taps - 1] + GI;
     // The first tap of a pixel whose window is inside the input (checked arithmetic: the
     // window comes from the file).
     let inside = |oy: usize, ox: usize| -> Option<usize> {
@@ -709,22 +706,30 @@ fn small_cin<S: Simd, const GI: usize, const NV: usize, const P: usize>(
     let mut q0 = 0;
     while q0 < np {
         let pn = P.min(np - q0);
-        // Pixels past the last one repeat it (computed, not stored).
-        let px = |q: usize| {
-            let p = op.p0 + q0 + q.min(pn - 1);
-            (p / op.ow, p % op.ow)
-        };
+        // The tile's pixels (one division per tile, not per pixel: at 3 input channels the
+        // divisions cost as much as the products); pixels past the last one repeat it
+        // (computed, not stored).
+        let mut px = [(0usize, 0usize); P];
+        let p = op.p0 + q0;
+        let (mut oy, mut ox) = (p / op.ow, p % op.ow);
+        for (q, c) in px.iter_mut().enumerate() {
+            *c = (oy, ox);
+            if q + 1 < pn {
+                ox += 1;
+                if ox == op.ow {
+                    (oy, ox) = (oy + 1, 0);
+                }
+            }
+        }
         let mut all_inside = true;
-        for (q, bq) in base.iter_mut().enumerate() {
-            let (oy, ox) = px(q);
+        for (bq, &(oy, ox)) in base.iter_mut().zip(&px) {
             match inside(oy, ox) {
                 Some(o) => *bq = op.x[o..o + span].as_ptr(),
                 None => all_inside = false,
             }
         }
         if !all_inside {
-            for (q, pq) in ptrs.iter_mut().enumerate() {
-                let (oy, ox) = px(q);
+            for (pq, &(oy, ox)) in ptrs.iter_mut().zip(&px) {
                 tap_offsets(win, op.ih, op.iw, GI, oy, ox, &mut offs[..taps]);
                 for (d, o) in pq.iter_mut().zip(&offs[..taps]) {
                     *d = match *o {
@@ -747,15 +752,13 @@ fn small_cin<S: Simd, const GI: usize, const NV: usize, const P: usize>(
                     }
                 }
             }
-            // Safety: a base pointer starts `span` readable floats and koff[k] < span; a tap
-            // pointer starts GI readable floats (a pixel of the image, or ZEROS), k % GI < GI.
+            // Safety: a base pointer starts `span` readable floats and delta[t] + GI ≤ span; a
+            // tap pointer starts GI readable floats (a pixel of the image, or ZEROS).
             let acc = if all_inside {
                 let base = base;
-                product::<S, NV, P>(s, wp, kn, acc, |q, k| unsafe { base[q].add(koff[k]) })
+                product::<S, GI, NV, P>(s, wp, taps, acc, |q, t| unsafe { base[q].add(delta[t]) })
             } else {
-                product::<S, NV, P>(s, wp, kn, acc, |q, k| unsafe {
-                    ptrs[q][k / GI].add(k % GI)
-                })
+                product::<S, GI, NV, P>(s, wp, taps, acc, |q, t| ptrs[q][t])
             };
             for (q, a) in acc.iter().enumerate().take(pn) {
                 for (v, &r) in a.iter().enumerate() {
@@ -781,28 +784,34 @@ fn small_cin<S: Simd, const GI: usize, const NV: usize, const P: usize>(
     }
 }
 
-/// `acc[q] += Σ_k x(q, k) · w[k]` for the `P` pixels of a [`SmallCin`] tile over one packed
-/// panel `wp` (`NV` vectors wide, `kn` deep); `x(q, k)` is one readable float.
+/// `acc[q] += Σ_t Σ_ci x(q, t)[ci] · w[t·GI + ci]` for the `P` pixels of a [`SmallCin`] tile
+/// over one packed panel `wp` (`NV` vectors wide): taps outside, the `GI` channels of a tap
+/// inside, so the `P` pixel pointers of a tap stay in registers for its channels (`x(q, t)`
+/// points at GI readable floats). The accumulators go in and out by value (by reference
+/// they stayed in memory).
 #[inline(always)]
-fn product<S: Simd, const NV: usize, const P: usize>(
+fn product<S: Simd, const GI: usize, const NV: usize, const P: usize>(
     s: S,
     wp: &[f32],
-    kn: usize,
+    taps: usize,
     mut acc: [[S::V; NV]; P],
     x: impl Fn(usize, usize) -> *const f32,
 ) -> [[S::V; NV]; P] {
     let l = S::LANES;
     let nr = NV * l;
-    for (k, wk) in wp.chunks_exact(nr).take(kn).enumerate() {
-        let mut b = [s.zero(); NV];
-        for (v, bv) in b.iter_mut().enumerate() {
-            *bv = s.ld(&wk[v * l..]);
-        }
-        for (q, a) in acc.iter_mut().enumerate() {
-            // Safety: the caller's `x(q, k)` is readable.
-            let xv = s.splat(unsafe { *x(q, k) });
-            for v in 0..NV {
-                a[v] = s.fma(xv, b[v], a[v]);
+    for (t, wt) in wp.chunks_exact(GI * nr).take(taps).enumerate() {
+        let xp: [*const f32; P] = core::array::from_fn(|q| x(q, t));
+        for ci in 0..GI {
+            let mut b = [s.zero(); NV];
+            for (v, bv) in b.iter_mut().enumerate() {
+                *bv = s.ld(&wt[ci * nr + v * l..]);
+            }
+            for (a, p) in acc.iter_mut().zip(&xp) {
+                // Safety: the caller's pointers start GI readable floats; ci < GI.
+                let xv = s.splat(unsafe { *p.add(ci) });
+                for v in 0..NV {
+                    a[v] = s.fma(xv, b[v], a[v]);
+                }
             }
         }
     }
