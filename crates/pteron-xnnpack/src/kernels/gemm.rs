@@ -344,7 +344,7 @@ impl ConvWeights {
             let xb = &x[b * in_img..(b + 1) * in_img];
             let ob = &mut out[b * out_img..(b + 1) * out_img];
             for_chunks_mut(par, ob, PER * cout, 1, &|k, o| {
-                let op = |gi_: usize| SmallCinArgs {
+                let op = || SmallCinArgs {
                     x: xb,
                     ih,
                     iw,
@@ -355,13 +355,12 @@ impl ConvWeights {
                     clamp: self.clamp,
                     p0: k * PER,
                     cout,
-                    gi: gi_,
                 };
                 match gi {
-                    1 => run_op_at(l, SmallCin::<1>(op(1), o)),
-                    2 => run_op_at(l, SmallCin::<2>(op(2), o)),
-                    3 => run_op_at(l, SmallCin::<3>(op(3), o)),
-                    _ => run_op_at(l, SmallCin::<4>(op(4), o)),
+                    1 => run_op_at(l, SmallCin::<1>(op(), o)),
+                    2 => run_op_at(l, SmallCin::<2>(op(), o)),
+                    3 => run_op_at(l, SmallCin::<3>(op(), o)),
+                    _ => run_op_at(l, SmallCin::<4>(op(), o)),
                 }
             });
         }
@@ -644,7 +643,6 @@ struct SmallCinArgs<'a> {
     /// The first output pixel of `out`.
     p0: usize,
     cout: usize,
-    gi: usize,
 }
 
 /// A convolution with `GI` (≤ 4) input channels, an image network's first layer: a GEMM
@@ -676,7 +674,7 @@ fn small_cin<S: Simd, const GI: usize, const NV: usize, const P: usize>(
 ) {
     let l = S::LANES;
     let nr = NV * l;
-    debug_assert!(op.gi == GI && op.w.panel_width() == nr);
+    debug_assert!(op.w.panel_width() == nr);
     let taps = op.win.kh * op.win.kw;
     let cout = op.cout;
     let clamp = op.clamp.map(|(lo, hi)| (s.splat(lo), s.splat(hi)));

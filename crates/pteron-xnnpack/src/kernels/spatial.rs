@@ -196,18 +196,7 @@ impl SimdOp for DwRow<'_> {
         let row_len = g.ow * c;
         let taps_n = win.kh * win.kw;
         // Output columns whose every horizontal tap is inside the input.
-        let x_first = win.pad_left.div_ceil(win.sw);
-        let x_end = {
-            let span = (win.kw - 1) * win.dw;
-            // ox·sw − pl + span < iw  ⇔  ox·sw < iw + pl − span
-            let lim = (g.iw + win.pad_left).saturating_sub(span);
-            if lim == 0 {
-                0
-            } else {
-                ((lim - 1) / win.sw + 1).min(g.ow)
-            }
-        };
-        let x_first = x_first.min(x_end);
+        let (x_first, x_end) = interior_cols(win, g.iw, g.ow);
         let img_len = g.ih * g.iw * c;
         for (r, orow) in self.out.chunks_exact_mut(row_len).enumerate() {
             let row = self.row0 + r;
