@@ -164,6 +164,79 @@ pub fn for_each_strided<const K: usize>(
 mod tests {
     use super::*;
 
+    /// `copy_view` (which coalesces dims) against an element-by-element copy, over views with
+    /// size-1 dims, mergeable and unmergeable dims, strided and negative steps, at every
+    /// element size it specializes.
+    #[test]
+    fn copy_view_matches_elementwise() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for case in 0..400 {
+            let elem = [1, 2, 4, 8, 3][case % 5];
+            let rank = 1 + rnd(5);
+            let sizes: Vec<usize> = (0..rank).map(|_| [1, 1, 2, 3, 5][rnd(5)]).collect();
+            // Source: a contiguous buffer seen with each dim's stride scaled by 1 or 2, some
+            // dims reversed (negative stride, offset at its far end).
+            let mut src_st = vec![0isize; rank];
+            let mut acc = 1isize;
+            for d in (0..rank).rev() {
+                let step = 1 + rnd(2) as isize;
+                src_st[d] = acc * step;
+                acc *= step * sizes[d] as isize;
+            }
+            let mut src_off = 0isize;
+            for d in 0..rank {
+                if rnd(4) == 0 {
+                    src_off += src_st[d] * (sizes[d] as isize - 1);
+                    src_st[d] = -src_st[d];
+                }
+            }
+            // Destination: a permuted contiguous layout, at an offset.
+            let mut order: Vec<usize> = (0..rank).collect();
+            for i in (1..rank).rev() {
+                order.swap(i, rnd(i + 1));
+            }
+            let mut dst_st = vec![0isize; rank];
+            let mut acc2 = 1isize;
+            for &d in order.iter().rev() {
+                dst_st[d] = acc2;
+                acc2 *= sizes[d] as isize;
+            }
+            let dst_off = rnd(3) as isize;
+            let src: Vec<u8> = (0..acc as usize * elem)
+                .map(|i| (i * 7 + 3) as u8)
+                .collect();
+            let len = (acc2 + dst_off) as usize * elem;
+            let mut got = vec![0u8; len];
+            copy_view(
+                &src, src_off, &src_st, &mut got, dst_off, &dst_st, &sizes, elem,
+            )
+            .unwrap();
+            let mut want = vec![0u8; len];
+            let n: usize = sizes.iter().product();
+            for flat in 0..n {
+                let (mut r, mut so, mut dof) = (flat, src_off, dst_off);
+                for d in (0..rank).rev() {
+                    let i = (r % sizes[d]) as isize;
+                    r /= sizes[d];
+                    so += i * src_st[d];
+                    dof += i * dst_st[d];
+                }
+                let (so, dof) = (so as usize * elem, dof as usize * elem);
+                want[dof..dof + elem].copy_from_slice(&src[so..so + elem]);
+            }
+            assert_eq!(
+                got, want,
+                "sizes {sizes:?} src {src_st:?} dst {dst_st:?} elem {elem}"
+            );
+        }
+    }
+
     #[test]
     fn broadcasting() {
         assert_eq!(
@@ -445,6 +518,12 @@ pub fn copy_view(
             "strided copy: destination view out of range",
         ));
     }
+    // Coalesced: a view that moves through memory like a flat run (an unsqueeze, a slice of
+    // whole rows, one input of a cat along a late dim) becomes one long inner run, not a
+    // million one-element copies.
+    let c = Coalesced::new(sizes, src_st, dst_st);
+    let rank = c.rank;
+    let (sizes, src_st, dst_st) = (&c.sizes[..rank], &c.src[..rank], &c.dst[..rank]);
     // Inner run: the last dim, copied as one block when both strides are 1.
     let (inner, s_in, d_in) = if rank == 0 {
         (1, 1, 1)
@@ -459,12 +538,20 @@ pub fn copy_view(
             let (s, d) = (sb as usize * elem, db as usize * elem);
             dst[d..d + inner * elem].copy_from_slice(&src[s..s + inner * elem]);
         } else {
-            let (mut sp, mut dp) = (sb, db);
-            for _ in 0..inner {
-                let (s, d) = (sp as usize * elem, dp as usize * elem);
-                dst[d..d + elem].copy_from_slice(&src[s..s + elem]);
-                sp = sp.wrapping_add(s_in);
-                dp = dp.wrapping_add(d_in);
+            match elem {
+                1 => strided_run::<1>(src, sb, s_in, dst, db, d_in, inner),
+                2 => strided_run::<2>(src, sb, s_in, dst, db, d_in, inner),
+                4 => strided_run::<4>(src, sb, s_in, dst, db, d_in, inner),
+                8 => strided_run::<8>(src, sb, s_in, dst, db, d_in, inner),
+                _ => {
+                    let (mut sp, mut dp) = (sb, db);
+                    for _ in 0..inner {
+                        let (s, d) = (sp as usize * elem, dp as usize * elem);
+                        dst[d..d + elem].copy_from_slice(&src[s..s + elem]);
+                        sp = sp.wrapping_add(s_in);
+                        dp = dp.wrapping_add(d_in);
+                    }
+                }
             }
         }
         // Advance the outer multi-index.
@@ -484,6 +571,72 @@ pub fn copy_view(
             db = db.wrapping_sub(dst_st[d].wrapping_mul(sizes[d] as isize));
             idx[d] = 0;
         }
+    }
+}
+
+/// `n` elements of `E` bytes from element `s` (step `s_in`) of `src` to element `d` (step
+/// `d_in`) of `dst`; the caller checked that every one lies inside its slice. A constant
+/// element size makes each copy one load and one store.
+#[inline(always)]
+fn strided_run<const E: usize>(
+    src: &[u8],
+    s: isize,
+    s_in: isize,
+    dst: &mut [u8],
+    d: isize,
+    d_in: isize,
+    n: usize,
+) {
+    let (mut sp, mut dp) = (s, d);
+    for _ in 0..n {
+        let (s, d) = (sp as usize * E, dp as usize * E);
+        let v: [u8; E] = src[s..s + E].try_into().expect("E bytes");
+        dst[d..d + E].copy_from_slice(&v);
+        sp = sp.wrapping_add(s_in);
+        dp = dp.wrapping_add(d_in);
+    }
+}
+
+/// A copy's shape with size-1 dims dropped and each dim merged into the one outside it
+/// when both views step over it as over one longer dim (`st[d] = st[d+1] · size[d+1]` in the
+/// source and the destination). Visits the same elements in the same order; no size is 0.
+struct Coalesced {
+    rank: usize,
+    sizes: [usize; pteron_core::MAX_RANK],
+    src: [isize; pteron_core::MAX_RANK],
+    dst: [isize; pteron_core::MAX_RANK],
+}
+
+impl Coalesced {
+    fn new(sizes: &[usize], src: &[isize], dst: &[isize]) -> Self {
+        let mut c = Coalesced {
+            rank: 0,
+            sizes: [0; pteron_core::MAX_RANK],
+            src: [0; pteron_core::MAX_RANK],
+            dst: [0; pteron_core::MAX_RANK],
+        };
+        for d in 0..sizes.len() {
+            if sizes[d] == 1 {
+                continue;
+            }
+            if c.rank > 0 {
+                let i = c.rank - 1;
+                // The dim before (outer) merges with this one (inner) when it steps exactly
+                // over a whole run of it, in both views.
+                let (n, ss, ds) = (sizes[d] as isize, src[d], dst[d]);
+                if c.src[i] == ss.wrapping_mul(n) && c.dst[i] == ds.wrapping_mul(n) {
+                    c.sizes[i] *= sizes[d];
+                    c.src[i] = ss;
+                    c.dst[i] = ds;
+                    continue;
+                }
+            }
+            c.sizes[c.rank] = sizes[d];
+            c.src[c.rank] = src[d];
+            c.dst[c.rank] = dst[d];
+            c.rank += 1;
+        }
+        c
     }
 }
 
