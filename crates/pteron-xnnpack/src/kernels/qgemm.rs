@@ -14,6 +14,11 @@ use pteron_kernels_cpu::par::for_chunks_mut;
 
 /// Output channels per panel.
 pub const NR: usize = 16;
+/// Longest block whose zero-point correction `acc − zp·blocksum` the vector paths compute in
+/// float (`fnmadd(zp, blocksum, float(acc))`): every term stays below 2^24 in magnitude
+/// (|acc| ≤ 255·128·block), so the float result is the exact integer and the outputs equal
+/// the integer formula's bit for bit, ExecuTorch's among them.
+const EXACT_BLOCK: usize = 512;
 /// Rows per tile.
 const MR: usize = 8;
 
@@ -37,6 +42,11 @@ pub struct QWeights {
     /// block; the block sums of the weights are computed on the fly, not read.
     pscale: Vec<f32>,
     pscale16: Vec<u16>,
+    /// Block sums panel by panel like the scales, `[(p·blocks + b)·16 + jj]` (set with them,
+    /// when every sum fits and blocks are short enough for exact float corrections; see
+    /// `exact_blocks`): one 32-byte load per block and panel instead of 16 scattered reads
+    /// (multi-row tiles) or a second `vpdpbusd` per quad that summed the weights (one row).
+    pbsum: Vec<i16>,
     /// 4-bit weights (`new_int4`), two quads per 64 bytes: quads `2t`, `2t + 1` of panel `p`
     /// at `(p·pairs + t)·64`, byte `i` holding `w + 8` of byte `i` of quad `2t` (low nibble)
     /// and of quad `2t + 1` (high nibble; 8, a zero weight, past the last quad), where
@@ -89,6 +99,7 @@ impl QWeights {
             block,
             pscale: Vec::new(),
             pscale16: Vec::new(),
+            pbsum: Vec::new(),
             nib: Vec::new(),
         })
     }
@@ -137,11 +148,18 @@ impl QWeights {
             return Err(KernelError::invalid("block scales too short"));
         }
         let mut ps = vec![0f32; self.n.div_ceil(NR) * blocks * NR];
+        let mut bs = vec![0i16; ps.len()];
+        let mut fits = self.block <= EXACT_BLOCK;
         for j in 0..self.n {
             for b in 0..blocks {
-                ps[((j / NR) * blocks + b) * NR + j % NR] = scale[j * blocks + b];
+                let at = ((j / NR) * blocks + b) * NR + j % NR;
+                ps[at] = scale[j * blocks + b];
+                let v = self.blocksum[j * blocks + b];
+                fits &= i16::try_from(v).is_ok();
+                bs[at] = v as i16;
             }
         }
+        self.pbsum = if fits { bs } else { Vec::new() };
         if ps.iter().all(|v| v.to_bits() & 0xFFFF == 0) {
             self.pscale16 = ps.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
             self.pscale = Vec::new();
@@ -152,20 +170,23 @@ impl QWeights {
         Ok(())
     }
 
-    /// Whether the one-row path has what it needs (blockwise weights: their scales).
+    /// Whether the one-row path has what it needs (blockwise weights: their scales and block
+    /// sums panel by panel).
     fn one_row_ready(&self) -> bool {
         if self.block == 0 {
             return true;
         }
         let len = self.n.div_ceil(NR) * (self.k / self.block) * NR;
-        len > 0 && (self.pscale.len() == len || self.pscale16.len() == len)
+        len > 0
+            && (self.pscale.len() == len || self.pscale16.len() == len)
+            && self.pbsum.len() == len
     }
 
     pub fn bytes(&self) -> usize {
         self.data.len()
             + self.nib.len()
             + (self.colsum.len() + self.blocksum.len() + self.pscale.len()) * 4
-            + self.pscale16.len() * 2
+            + (self.pscale16.len() + self.pbsum.len()) * 2
     }
 }
 
@@ -463,32 +484,37 @@ mod x86 {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
     }
 
-    /// Sum of `a[4q ..]` · panel `p` over quads `q0 .. q1` (two independent chains) and, with
-    /// `SUMS`, the sums of the same weights (a block's `Σ w`, by `vpdpbusd` against ones: the
-    /// weights are in registers anyway and the product is memory-bound; zero without `SUMS`).
+    /// The 16 panel-major block scales and block sums (as floats) at `at`.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW; `at + 16` ≤ the length of the scales and sums kept (`one_row_ready`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn block_params(w: &QWeights, at: usize) -> (__m512, __m512) {
+        // Safety (loads): the caller's.
+        let scale = if w.pscale16.is_empty() {
+            unsafe { _mm512_loadu_ps(w.pscale.as_ptr().add(at)) }
+        } else {
+            let h = unsafe { _mm256_loadu_si256(w.pscale16.as_ptr().add(at) as *const _) };
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+        };
+        let bs = unsafe { _mm256_loadu_si256(w.pbsum.as_ptr().add(at) as *const _) };
+        (scale, _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(bs)))
+    }
+
+    /// Sum of `a[4q ..]` · panel `p` over quads `q0 .. q1` (two independent chains).
     /// 4-bit weights come a pair of quads per 64-byte load (see `QWeights::nib`).
     ///
     /// # Safety
     /// AVX-512 F/BW/VL/VNNI; 4·q1 ≤ the bytes of `a`; q1 ≤ quads; panel p exists.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     #[inline]
-    unsafe fn dot<const SUMS: bool>(
-        a: *const u8,
-        w: &QWeights,
-        p: usize,
-        q0: usize,
-        q1: usize,
-    ) -> (__m512i, __m512i) {
-        let ones = _mm512_set1_epi8(1);
+    unsafe fn dot(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m512i {
         let (mut x, mut y) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-        let (mut sx, mut sy) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-        // Adds quad q's products (and weight sums) into one chain.
-        let step = |acc: &mut __m512i, sum: &mut __m512i, q: usize, v: __m512i| {
+        // Adds quad q's products into one chain.
+        let step = |acc: &mut __m512i, q: usize, v: __m512i| {
             // Safety (activation loads): 4·q + 4 ≤ 4·q1 bytes of `a`.
             *acc = _mm512_dpbusd_epi32(*acc, unsafe { aquad(a, q) }, v);
-            if SUMS {
-                *sum = _mm512_dpbusd_epi32(*sum, ones, v);
-            }
         };
         let mut q = q0;
         if w.nib.is_empty() {
@@ -499,12 +525,12 @@ mod x86 {
                         .as_ptr()
                         .wrapping_add((p * w.quads + q) * NR * 4 + PREFETCH),
                 );
-                step(&mut x, &mut sx, q, unsafe { wquad(w, p, q) });
-                step(&mut y, &mut sy, q + 1, unsafe { wquad(w, p, q + 1) });
+                step(&mut x, q, unsafe { wquad(w, p, q) });
+                step(&mut y, q + 1, unsafe { wquad(w, p, q + 1) });
                 q += 2;
             }
             if q < q1 {
-                step(&mut x, &mut sx, q, unsafe { wquad(w, p, q) });
+                step(&mut x, q, unsafe { wquad(w, p, q) });
             }
         } else {
             let pairs = w.quads.div_ceil(2);
@@ -516,21 +542,21 @@ mod x86 {
             let hi =
                 |v: __m512i| _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(v), m), eight);
             if q % 2 == 1 && q < q1 {
-                step(&mut x, &mut sx, q, hi(pair(q)));
+                step(&mut x, q, hi(pair(q)));
                 q += 1;
             }
             while q + 2 <= q1 {
                 prefetch(base.wrapping_add(q / 2 * 64 + PREFETCH));
                 let v = pair(q);
-                step(&mut x, &mut sx, q, lo(v));
-                step(&mut y, &mut sy, q + 1, hi(v));
+                step(&mut x, q, lo(v));
+                step(&mut y, q + 1, hi(v));
                 q += 2;
             }
             if q < q1 {
-                step(&mut x, &mut sx, q, lo(pair(q)));
+                step(&mut x, q, lo(pair(q)));
             }
         }
-        (_mm512_add_epi32(x, y), _mm512_add_epi32(sx, sy))
+        _mm512_add_epi32(x, y)
     }
 
     /// Columns of panels `p0 ..` into `o` (whole panels; the last may be partial) for one
@@ -569,27 +595,23 @@ mod x86 {
             };
             let y = if w.block == 0 {
                 // Safety: quads 0 .. quads of panel p (p < panels since `o` lies before n).
-                let (acc, _) = unsafe { dot::<false>(ap, w, p, 0, w.quads) };
+                let acc = unsafe { dot(ap, w, p, 0, w.quads) };
                 let cs = _mm512_maskz_loadu_epi32(mask, w.colsum[c0..].as_ptr());
                 let corr = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zpv, cs));
                 let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
                 _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(corr), s_row), sv, bv)
             } else {
                 let mut facc = _mm512_setzero_ps();
+                let zf = _mm512_set1_ps(zp as f32);
                 for b in 0..blocks {
-                    // Safety: block b's quads lie in panel p; the scales hold
+                    // Safety: block b's quads lie in panel p; the scales and sums hold
                     // panels·blocks·16 values (`one_row_ready`).
                     unsafe {
-                        let (acc, bsv) = dot::<true>(ap, w, p, b * bq, (b + 1) * bq);
-                        let at = (p * blocks + b) * NR;
-                        let scv = if w.pscale16.is_empty() {
-                            _mm512_loadu_ps(w.pscale.as_ptr().add(at))
-                        } else {
-                            let h = _mm256_loadu_si256(w.pscale16.as_ptr().add(at) as *const _);
-                            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
-                        };
-                        let corr = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zpv, bsv));
-                        facc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), scv, facc);
+                        let acc = dot(ap, w, p, b * bq, (b + 1) * bq);
+                        let (scv, bsv) = block_params(w, (p * blocks + b) * NR);
+                        // acc − zp·blocksum, exact in float (`EXACT_BLOCK`).
+                        let corr = _mm512_fnmadd_ps(zf, bsv, _mm512_cvtepi32_ps(acc));
+                        facc = _mm512_fmadd_ps(corr, scv, facc);
                     }
                 }
                 _mm512_fmadd_ps(facc, s_row, bv)
@@ -683,6 +705,17 @@ mod x86 {
         let blocks = if w.block == 0 { 1 } else { w.k / w.block };
         let bq = if w.block == 0 { w.quads } else { w.block / 4 };
         let wp = w.data.as_ptr();
+        // Blockwise scales and sums kept panel by panel (`set_block_scales`).
+        let panel_major = w.block != 0 && w.one_row_ready();
+        // Each row's zero point + 128 as a float (rows past `mr` repeat the last).
+        let mut zf_rows = [0f32; MR];
+        if let Epilogue::Dequant { zps, .. } = epi {
+            if panel_major {
+                for (i, z) in zf_rows.iter_mut().enumerate() {
+                    *z = (zps[r + i.min(mr - 1)] + 128) as f32;
+                }
+            }
+        }
         let mut facc = [[_mm512_setzero_ps(); NP]; MR];
         let mut iacc = [[_mm512_setzero_si512(); NP]; MR];
         for b in 0..blocks {
@@ -706,6 +739,18 @@ mod x86 {
                 }
             }
             match epi {
+                Epilogue::Dequant { .. } if w.block != 0 && panel_major => {
+                    // Per block: (acc − (zp + 128)·blocksum) · scale[j][b] (NP is 1 here),
+                    // scales and sums one vector load each; the correction in float is exact
+                    // (`EXACT_BLOCK`).
+                    // Safety: `one_row_ready`: panels·blocks·16 scales and sums.
+                    let (scv, bsv) = unsafe { block_params(w, (p * blocks + b) * NR) };
+                    for i in 0..MR {
+                        let zf = _mm512_set1_ps(zf_rows[i]);
+                        let corr = _mm512_fnmadd_ps(zf, bsv, _mm512_cvtepi32_ps(acc[i][0]));
+                        facc[i][0] = _mm512_fmadd_ps(corr, scv, facc[i][0]);
+                    }
+                }
                 Epilogue::Dequant { zps, scale, .. } if w.block != 0 => {
                     // Per block: (acc − (zp + 128)·blocksum) · scale[j][b] (NP is 1 here).
                     let nv = NR.min(w.n - p * NR);
@@ -877,7 +922,44 @@ mod tests {
                     assert_eq!(f1, f2, "m {m} n {n} k {k} block {block}");
                 }
             }
+            if block != 0 {
+                // With the scales and block sums kept panel by panel (vector loads, the
+                // zero-point correction in float): still the integer formula bit for bit.
+                let mut w = w;
+                w.set_block_scales(&scale).unwrap();
+                assert!(w.one_row_ready());
+                let epi = &epis[1];
+                let (mut f1, mut f2) = (vec![0f32; m * n], vec![0f32; m * n]);
+                scalar_rows(&a, kp, 0, m, &w, epi, Out::F32(&mut f1), n);
+                // Safety: as above.
+                unsafe { x86::rows(&a, kp, 0, m, &w, epi, Out::F32(&mut f2), n) };
+                assert_eq!(f1, f2, "panel-major: m {m} n {n} k {k} block {block}");
+            }
         }
+    }
+
+    /// Blocks too long for an exact float correction keep the integer one (no panel-major
+    /// sums, so no one-row path) and still give the scalar results.
+    #[test]
+    fn long_blocks_keep_integer_corrections() {
+        let (n, k, block) = (20, 2 * (EXACT_BLOCK + 4), EXACT_BLOCK + 4);
+        let mut w = QWeights::new(n, k, block, |j, kk| ((j * 13 + kk * 5) % 255) as i8).unwrap();
+        let scale: Vec<f32> = (0..n * 2).map(|j| 1e-3 * (1 + j % 5) as f32).collect();
+        w.set_block_scales(&scale).unwrap();
+        assert!(!w.one_row_ready());
+        let a: Vec<u8> = (0..k).map(|i| (i * 29 % 256) as u8).collect();
+        let epi = Epilogue::Dequant {
+            rows: &[0.03],
+            zps: &[5],
+            scale: &scale,
+            bias: None,
+            lo: f32::NEG_INFINITY,
+            hi: f32::INFINITY,
+        };
+        let (mut f1, mut f2) = (vec![0f32; n], vec![0f32; n]);
+        scalar_rows(&a, k, 0, 1, &w, &epi, Out::F32(&mut f1), n);
+        qgemm(&Split, &a, k, 1, &w, &epi, Out::F32(&mut f2), n).unwrap();
+        assert_eq!(f1, f2);
     }
 
     /// Three "threads" run one after another: exercises the task split.
