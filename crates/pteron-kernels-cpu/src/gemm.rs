@@ -724,6 +724,7 @@ fn block_vec<S: Simd, const MR: usize, const NV: usize>(
                         bp: data[j0..].as_ptr(),
                         ldb,
                         partial: nv < nr,
+                        pf: core::ptr::null(),
                         first: true,
                         last: true,
                     };
@@ -780,9 +781,24 @@ fn block_vec<S: Simd, const MR: usize, const NV: usize>(
                     (bbuf.as_ptr() as *const f32, nr, false)
                 }
             };
+            // The next packed panel of this k block (the same rows of B), prefetched by the
+            // first tiles of this one: a line per k step each, `nr / 16` tiles in all.
+            let next = match job.b {
+                MatB::Packed(p) if j0 + nr < cols.end => p
+                    .data
+                    .as_ptr()
+                    .wrapping_add((j0 / nr + 1) * p.k * nr + k0 * nr),
+                _ => core::ptr::null(),
+            };
             let mut i0 = rows.start;
+            let mut ti = 0;
             while i0 < rows.end {
                 let mv = MR.min(rows.end - i0);
+                let pf = if !next.is_null() && ti * 16 < nr {
+                    next.wrapping_add(ti * kc * 16)
+                } else {
+                    core::ptr::null()
+                };
                 tile_dispatch::<S, MR, NV>(
                     s,
                     job,
@@ -796,11 +812,13 @@ fn block_vec<S: Simd, const MR: usize, const NV: usize>(
                         bp,
                         ldb,
                         partial,
+                        pf,
                         first,
                         last,
                     },
                 );
                 i0 += MR;
+                ti += 1;
             }
             j0 += nr;
         }
@@ -845,6 +863,10 @@ struct TileArgs {
     ldb: usize,
     /// B lanes past `nv` must not be read.
     partial: bool,
+    /// Where this tile's kernel prefetches `kc` cache lines, one per k step (null: nowhere):
+    /// a part of the next packed B panel, so that the first tile of each panel does not wait
+    /// on memory for weights a network's layer reads once.
+    pf: *const f32,
     first: bool,
     last: bool,
 }
@@ -909,7 +931,7 @@ fn micro_tile<S: Simd, const MR: usize, const NV: usize>(s: S, job: &Job<'_>, t:
             MatA::Packed(p) => {
                 let ap = p.data[(t.i0 / MR) * p.k * MR + t.k0 * MR..].as_ptr();
                 kernel::<S, MR, NV, 0>(
-                    s, t.kc, ap, MR, [0; MR], t.bp, t.ldb, t.partial, lanes, &mut acc,
+                    s, t.kc, ap, MR, [0; MR], t.bp, t.ldb, t.partial, t.pf, lanes, &mut acc,
                 );
             }
             MatA::Rows { data, lda } => {
@@ -919,7 +941,7 @@ fn micro_tile<S: Simd, const MR: usize, const NV: usize>(s: S, job: &Job<'_>, t:
                 }
                 let ap = data[t.i0 * lda + t.k0..].as_ptr();
                 kernel::<S, MR, NV, 1>(
-                    s, t.kc, ap, 1, off, t.bp, t.ldb, t.partial, lanes, &mut acc,
+                    s, t.kc, ap, 1, off, t.bp, t.ldb, t.partial, t.pf, lanes, &mut acc,
                 );
             }
             MatA::Cols { data, lda } => {
@@ -929,7 +951,7 @@ fn micro_tile<S: Simd, const MR: usize, const NV: usize>(s: S, job: &Job<'_>, t:
                 }
                 let ap = data[t.k0 * lda + t.i0..].as_ptr();
                 kernel::<S, MR, NV, 1>(
-                    s, t.kc, ap, lda, off, t.bp, t.ldb, t.partial, lanes, &mut acc,
+                    s, t.kc, ap, lda, off, t.bp, t.ldb, t.partial, t.pf, lanes, &mut acc,
                 );
             }
         }
@@ -978,12 +1000,14 @@ unsafe fn kernel<S: Simd, const MR: usize, const NV: usize, const MODE: u8>(
     b: *const f32,
     ldb: usize,
     partial: bool,
+    pf: *const f32,
     lanes: [usize; NV],
     acc: &mut [[S::V; NV]; MR],
 ) {
     let l = S::LANES;
     let mut a = a;
     let mut b = b;
+    let mut pf = pf;
     if partial {
         for _ in 0..kc {
             let mut bv = [s.zero(); NV];
@@ -992,6 +1016,33 @@ unsafe fn kernel<S: Simd, const MR: usize, const NV: usize, const MODE: u8>(
                     // Safety: `lanes[v]` valid columns of this B row.
                     bv[v] = unsafe { s.load_partial(b.add(v * l), lanes[v]) };
                 }
+            }
+            for i in 0..MR {
+                let o = if MODE == 0 { i } else { off[i] };
+                // Safety: see the function contract.
+                let av = s.splat(unsafe { *a.add(o) });
+                for v in 0..NV {
+                    acc[i][v] = s.fma(av, bv[v], acc[i][v]);
+                }
+            }
+            // Safety: pointers advance within (or one past) their operands.
+            unsafe {
+                a = a.add(a_step);
+                b = b.add(ldb);
+            }
+        }
+        return;
+    }
+    if !pf.is_null() {
+        // The same loop with a prefetch per k step (a separate copy: a test inside the loop
+        // cost the tiles that prefetch nothing).
+        for _ in 0..kc {
+            prefetch(pf);
+            pf = pf.wrapping_add(16);
+            let mut bv = [s.zero(); NV];
+            for (v, x) in bv.iter_mut().enumerate() {
+                // Safety: a full B row of NV vectors.
+                *x = unsafe { s.load(b.add(v * l)) };
             }
             for i in 0..MR {
                 let o = if MODE == 0 { i } else { off[i] };
