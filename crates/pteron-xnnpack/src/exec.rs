@@ -731,7 +731,7 @@ impl XnnDelegate {
                 )?;
             }
             (&Node::Transpose { perm, x, .. }, _) => {
-                layout::transpose(f32s(a)?, &shapes[x], &perm, o)?
+                layout::transpose(par, f32s(a)?, &shapes[x], &perm, o)?
             }
             (&Node::Reshape { .. }, _) => {
                 let x = f32s(a)?;

@@ -595,7 +595,7 @@ pub fn run(
             *hi,
         )?,
         (QPrep::Bytes { .. }, &Node::Transpose { perm, x, .. }) => {
-            layout::transpose(i8s(a), &shapes[x], &perm, i8s_mut(out))?
+            layout::transpose(par, i8s(a), &shapes[x], &perm, i8s_mut(out))?
         }
         (QPrep::Bytes { .. }, &Node::Reshape { .. }) => out[..n].copy_from_slice(
             a.get(..n)

@@ -1,7 +1,8 @@
 //! Data movement (any 4-byte element): transpose, slice, concatenation, constant padding; and
 //! bilinear resizing (float32, XNNPACK's coordinate rules).
 
-use pteron_core::KernelError;
+use pteron_core::{KernelError, Parallel};
+use pteron_kernels_cpu::par::for_chunks_mut;
 
 use crate::util::{Shape, MAX_DIMS};
 
@@ -21,7 +22,8 @@ fn strides(dims: &[usize]) -> [usize; MAX_DIMS] {
 }
 
 /// `out = x.permute(perm)`: `out.dims[i] = x.dims[perm[i]]`.
-pub fn transpose<T: Copy>(
+pub fn transpose<T: Copy + Send + Sync>(
+    par: &dyn Parallel,
     x: &[T],
     shape: &Shape,
     perm: &Shape,
@@ -64,23 +66,36 @@ pub fn transpose<T: Copy>(
     let (inner, istride) = d[k - 1];
     // A short run whose next dim out walks the input contiguously (NCHW -> NHWC with few
     // channels): copy [rows × inner] tiles, reading each input row in order.
+    // Tiles are independent: split over the threads (a network's input transpose is its
+    // first node, with nothing else to overlap).
     if k >= 2 && istride != 1 && inner <= 16 && d[k - 2].1 == 1 {
         let rows = d[k - 2].0;
         let outer = &d[..k - 2];
-        let mut idx = [0usize; MAX_DIMS];
-        let mut base = 0usize;
-        for tile in out[..n].chunks_exact_mut(rows * inner) {
-            let src = x
-                .get(base..base + (inner - 1) * istride + rows)
-                .ok_or_else(short)?;
+        let tile_len = rows * inner;
+        // Every tile's input span lies in `x`: checked once, for the last input offset.
+        let mut last = 0usize;
+        for &(size, stride) in outer {
+            last += (size - 1) * stride;
+        }
+        if x.len() < last + (inner - 1) * istride + rows {
+            return Err(short());
+        }
+        let min_tiles = (1usize << 14).div_ceil(tile_len);
+        for_chunks_mut(par, &mut out[..n], tile_len, min_tiles, &|t, tile| {
+            // The tile's input offset: `t` in mixed radix over the outer dims.
+            let (mut rest, mut base) = (t, 0usize);
+            for &(size, stride) in outer.iter().rev() {
+                base += (rest % size) * stride;
+                rest /= size;
+            }
+            let src = &x[base..base + (inner - 1) * istride + rows];
             for j in 0..inner {
                 let row = &src[j * istride..j * istride + rows];
                 for (i, &v) in row.iter().enumerate() {
                     tile[i * inner + j] = v;
                 }
             }
-            advance(&mut idx, &mut base, outer);
-        }
+        });
         return Ok(());
     }
     let outer = &d[..k - 1];
@@ -303,13 +318,50 @@ pub fn resize_bilinear(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pteron_core::INLINE;
+
+    /// Three "threads" that run their tasks one after another (exercises the task split).
+    struct Split;
+    impl Parallel for Split {
+        fn num_threads(&self) -> usize {
+            3
+        }
+        fn parallel_for(&self, n: usize, f: &(dyn Fn(core::ops::Range<usize>) + Sync)) {
+            for t in 0..n {
+                f(t..t + 1);
+            }
+        }
+    }
+
+    /// The tiled NCHW -> NHWC path split over threads equals the element-by-element permute.
+    #[test]
+    fn split_transpose_matches_definition() {
+        for dims in [[4usize, 3, 128, 20], [1, 3, 224, 224], [2, 5, 7, 9]] {
+            let s = Shape::new(&dims).unwrap();
+            let n: usize = dims.iter().product();
+            let x: Vec<f32> = (0..n).map(|v| v as f32).collect();
+            let mut o = vec![0f32; n];
+            transpose(&Split, &x, &s, &Shape::new(&[0, 2, 3, 1]).unwrap(), &mut o).unwrap();
+            let [b, c, h, w] = dims;
+            for bi in 0..b {
+                for hi in 0..h {
+                    for wi in 0..w {
+                        for ci in 0..c {
+                            let got = o[((bi * h + hi) * w + wi) * c + ci];
+                            assert_eq!(got, x[((bi * c + ci) * h + hi) * w + wi], "{dims:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn transpose_nchw_to_nhwc() {
         let s = Shape::new(&[1, 2, 2, 3]).unwrap();
         let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
         let mut o = vec![0.0; 12];
-        transpose(&x, &s, &Shape::new(&[0, 2, 3, 1]).unwrap(), &mut o).unwrap();
+        transpose(&INLINE, &x, &s, &Shape::new(&[0, 2, 3, 1]).unwrap(), &mut o).unwrap();
         // out[0][h][w][c] = x[0][c][h][w]
         for c in 0..2 {
             for h in 0..2 {
@@ -334,7 +386,7 @@ mod tests {
             let st = [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1];
             for p in &perms {
                 let mut o = vec![0u32; n];
-                transpose(&x, &s, &Shape::new(p).unwrap(), &mut o).unwrap();
+                transpose(&INLINE, &x, &s, &Shape::new(p).unwrap(), &mut o).unwrap();
                 let od = p.map(|d| dims[d]);
                 let mut at = 0;
                 for a in 0..od[0] {
