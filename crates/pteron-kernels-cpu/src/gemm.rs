@@ -19,7 +19,7 @@ use core::ops::Range;
 use pteron_core::Parallel;
 
 use crate::aligned::AlignedVec;
-use crate::par::SharedMut;
+use crate::par::{part, SharedMut};
 use crate::simd::{level, run_op_at, Level, Portable, Simd, SimdOp};
 
 /// Largest k block (the B panel of one micro-kernel call is at most KC × NR floats).
@@ -551,11 +551,14 @@ fn tiles<S: Simd, const MR: usize, const NV: usize>(s: S, par: &dyn Parallel, jo
     }
     let tm = panels_m.div_ceil(gm);
     let tn = panels_n.div_ceil(gn);
+    // Near-equal blocks (of at most gm and gn panels): 25 row panels in 4 blocks are 7, 6, 6
+    // and 6, not 7, 7, 7 and 4, which on 2 threads left one thread 14 panels of 25.
     let run = |r: Range<usize>| {
         for t in r {
             let (it, jt) = (t / tn, t % tn);
-            let rows = it * gm * MR..((it + 1) * gm * MR).min(job.m);
-            let cols = jt * gn * nr..((jt + 1) * gn * nr).min(job.n);
+            let (pm, pn) = (part(panels_m, tm, it), part(panels_n, tn, jt));
+            let rows = pm.start * MR..(pm.end * MR).min(job.m);
+            let cols = pn.start * nr..(pn.end * nr).min(job.n);
             s.enter(BlockOp::<MR, NV> { job, rows, cols });
         }
     };
