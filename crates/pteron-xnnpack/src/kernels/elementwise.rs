@@ -58,26 +58,6 @@ struct Op {
     clamp: bool,
 }
 
-impl Op {
-    #[inline(always)]
-    fn apply<S: Simd>(self, s: S, a: S::V, b: S::V) -> S::V {
-        let r = match self.op {
-            BinaryOp::Add => s.add(a, b),
-            BinaryOp::Sub => s.sub(a, b),
-            BinaryOp::Mul => s.mul(a, b),
-            BinaryOp::Div => s.div(a, b),
-            BinaryOp::Min => s.min(a, b),
-            BinaryOp::Max => s.max(a, b),
-            BinaryOp::Prelu => s.select_lt(a, s.zero(), s.mul(a, b), a),
-        };
-        if self.clamp {
-            math::clamp(s, r, s.splat(self.lo), s.splat(self.hi))
-        } else {
-            r
-        }
-    }
-}
-
 struct RunOp<'a> {
     op: Op,
     a: Operand<'a>,
@@ -89,19 +69,78 @@ impl SimdOp for RunOp<'_> {
     type Output = ();
     #[inline(always)]
     fn run<S: Simd>(self, s: S) {
-        let l = S::LANES;
-        let n = self.out.len();
-        let mut i = 0;
-        while i + l <= n {
-            let v = self.op.apply(s, get(s, self.a, i, l), get(s, self.b, i, l));
-            s.st(&mut self.out[i..], v);
-            i += l;
+        // One loop per operation and clamp (matched here, not per vector).
+        let Op { op, clamp, lo, hi } = self.op;
+        let (lo, hi) = (s.splat(lo), s.splat(hi));
+        macro_rules! with {
+            ($f:expr) => {
+                if clamp {
+                    run_loop(s, self.a, self.b, self.out, |a, b| {
+                        math::clamp(s, $f(a, b), lo, hi)
+                    })
+                } else {
+                    run_loop(s, self.a, self.b, self.out, $f)
+                }
+            };
         }
-        if i < n {
-            let m = n - i;
-            let v = self.op.apply(s, get(s, self.a, i, m), get(s, self.b, i, m));
-            s.st_tail(&mut self.out[i..], v);
+        match op {
+            BinaryOp::Add => with!(|a, b| s.add(a, b)),
+            BinaryOp::Sub => with!(|a, b| s.sub(a, b)),
+            BinaryOp::Mul => with!(|a, b| s.mul(a, b)),
+            BinaryOp::Div => with!(|a, b| s.div(a, b)),
+            BinaryOp::Min => with!(|a, b| s.min(a, b)),
+            BinaryOp::Max => with!(|a, b| s.max(a, b)),
+            BinaryOp::Prelu => with!(|a, b| s.select_lt(a, s.zero(), s.mul(a, b), a)),
         }
+    }
+}
+
+/// `out[i] = f(a[i], b[i])` vector by vector, with the operand kinds matched once.
+#[inline(always)]
+fn run_loop<S: Simd>(
+    s: S,
+    a: Operand<'_>,
+    b: Operand<'_>,
+    out: &mut [f32],
+    f: impl Fn(S::V, S::V) -> S::V,
+) {
+    let l = S::LANES;
+    let n = out.len();
+    let full = n - n % l;
+    match (a, b) {
+        (Operand::Vec(x), Operand::Vec(y)) => {
+            let (x, y) = (&x[..n], &y[..n]);
+            for ((o, x), y) in out[..full]
+                .chunks_exact_mut(l)
+                .zip(x.chunks_exact(l))
+                .zip(y.chunks_exact(l))
+            {
+                s.st(o, f(s.ld(x), s.ld(y)));
+            }
+        }
+        (Operand::Vec(x), Operand::Splat(y)) => {
+            let y = s.splat(y);
+            for (o, x) in out[..full].chunks_exact_mut(l).zip(x[..n].chunks_exact(l)) {
+                s.st(o, f(s.ld(x), y));
+            }
+        }
+        (Operand::Splat(x), Operand::Vec(y)) => {
+            let x = s.splat(x);
+            for (o, y) in out[..full].chunks_exact_mut(l).zip(y[..n].chunks_exact(l)) {
+                s.st(o, f(x, s.ld(y)));
+            }
+        }
+        (Operand::Splat(x), Operand::Splat(y)) => {
+            let v = f(s.splat(x), s.splat(y));
+            for o in out[..full].chunks_exact_mut(l) {
+                s.st(o, v);
+            }
+        }
+    }
+    if full < n {
+        let m = n - full;
+        let v = f(get(s, a, full, m), get(s, b, full, m));
+        s.st_tail(&mut out[full..], v);
     }
 }
 
@@ -309,4 +348,86 @@ pub fn unary(
         None => map(par, Lanes(op), x, out),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pteron_core::INLINE;
+
+    /// Every binary operation, with and without a clamp, over operand pairs that are
+    /// contiguous, broadcast (a repeated value along the inner or outer dim) or scalar, and
+    /// lengths with vector tails: equal to the definition element by element.
+    #[test]
+    fn binary_matches_definition() {
+        let ops = [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Div,
+            BinaryOp::Min,
+            BinaryOp::Max,
+            BinaryOp::Prelu,
+        ];
+        let f = |op: BinaryOp, a: f32, b: f32| match op {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::Min => a.min(b),
+            BinaryOp::Max => a.max(b),
+            BinaryOp::Prelu => {
+                if a < 0.0 {
+                    a * b
+                } else {
+                    a
+                }
+            }
+        };
+        let shapes: [(&[usize], &[usize]); 5] = [
+            (&[3, 37], &[3, 37]),
+            (&[3, 37], &[1, 37]),
+            (&[3, 37], &[3, 1]),
+            (&[5, 16], &[1]),
+            (&[1], &[2, 19]),
+        ];
+        for op in ops {
+            for clamp in [None, Some((-0.5f32, 0.75f32))] {
+                for (sa, sb) in shapes {
+                    let (a_shape, b_shape) = (Shape::new(sa).unwrap(), Shape::new(sb).unwrap());
+                    let o_shape = broadcast(&a_shape, &b_shape).unwrap();
+                    let (na, nb, no) = (
+                        a_shape.count().unwrap(),
+                        b_shape.count().unwrap(),
+                        o_shape.count().unwrap(),
+                    );
+                    let a: Vec<f32> = (0..na).map(|i| (i as f32 * 0.37).sin()).collect();
+                    let b: Vec<f32> = (0..nb).map(|i| 0.5 + (i as f32 * 0.91).cos()).collect();
+                    let mut out = vec![0f32; no];
+                    binary(
+                        &INLINE, op, clamp, &a, &a_shape, &b, &b_shape, &mut out, &o_shape,
+                    )
+                    .unwrap();
+                    let od = o_shape.dims();
+                    let cols = od[od.len() - 1];
+                    for (i, &got) in out.iter().enumerate() {
+                        let (r, c) = (i / cols, i % cols);
+                        let at = |v: &[f32], s: &[usize]| match s {
+                            [n] => v[if *n == 1 { 0 } else { c }],
+                            [rows, n] => {
+                                v[(if *rows == 1 { 0 } else { r }) * n
+                                    + if *n == 1 { 0 } else { c }]
+                            }
+                            _ => unreachable!(),
+                        };
+                        let mut want = f(op, at(&a, sa), at(&b, sb));
+                        if let Some((lo, hi)) = clamp {
+                            want = want.max(lo).min(hi);
+                        }
+                        assert_eq!(got, want, "{sa:?} {sb:?} at {i}");
+                    }
+                }
+            }
+        }
+    }
 }
