@@ -520,6 +520,12 @@ impl<const MR: usize, const NV: usize> SimdOp for BlockOp<'_, '_, MR, NV> {
     }
 }
 
+/// Whether a product is shallow enough to read B in place and walk C row tile by row tile
+/// over every panel (see `block_vec`).
+fn shallow(job: &Job<'_>) -> bool {
+    job.k <= SHALLOW_K && matches!(job.b, MatB::Rows { .. } | MatB::Packed(_))
+}
+
 /// Splits C into task rectangles and runs them.
 #[inline(always)]
 fn tiles<S: Simd, const MR: usize, const NV: usize>(s: S, par: &dyn Parallel, job: &Job<'_>) {
@@ -537,6 +543,12 @@ fn tiles<S: Simd, const MR: usize, const NV: usize>(s: S, par: &dyn Parallel, jo
         // still reuses its B panels over 64+ rows and writes whole rows of C.
         gm = gm.min(panels_m.div_ceil(8 * threads).max(8));
         gn = gn.min(8);
+    } else if threads > 1 && shallow(job) {
+        // A shallow product walks C by whole row tiles (`block_vec`): split rows only, or
+        // each task would write one column panel of its rows (28×28 maps to 192 channels:
+        // 1.6× XNNPACK's time on 2 threads).
+        gn = panels_n;
+        gm = panels_m.div_ceil(4 * threads).max(1);
     } else if threads > 1 {
         let want = 4 * threads;
         gn = panels_n.div_ceil(want).max(1);
@@ -707,8 +719,7 @@ fn block_vec<S: Simd, const MR: usize, const NV: usize>(
     let nr = NV * S::LANES;
     let k = job.k;
     let nkb = k.div_ceil(KC);
-    let shallow = k <= SHALLOW_K && matches!(job.b, MatB::Rows { .. } | MatB::Packed(_));
-    if shallow {
+    if shallow(job) {
         {
             // Shallow product: the task's B block is a few rows (pages, or a few KB of packed
             // panels) that stay in L1, so read it in place and walk C row panel by row panel,
