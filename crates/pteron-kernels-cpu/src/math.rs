@@ -105,6 +105,8 @@ pub fn gelu_tanh<S: Simd>(s: S, x: S::V) -> S::V {
 /// `clamp(x, lo, hi)` as `aten::clamp`: `max(x, lo)` then `min(·, hi)`; NaN stays NaN.
 #[inline(always)]
 pub fn clamp<S: Simd>(s: S, x: S::V, lo: S::V, hi: S::V) -> S::V {
-    let r = s.select_lt(x, lo, lo, x);
-    s.select_lt(hi, r, hi, r)
+    // `max(lo, x)` is `x < lo ? lo : x` and `min(hi, r)` is `hi < r ? hi : r` (see the
+    // trait): NaN and signed zeros as with selects, in one instruction each instead of a
+    // compare and a blend (a sixth of a shallow GEMM tile's time went to the clamp).
+    s.min(hi, s.max(lo, x))
 }

@@ -122,7 +122,11 @@ pub trait Simd: Copy + Send + Sync + 'static {
     fn div(self, a: Self::V, b: Self::V) -> Self::V;
     /// `a * b + c` (fused where the ISA has it).
     fn fma(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// `if a < b { a } else { b }` per lane: `b` when either is NaN or both are zeros (x86
+    /// `minps`; `math::clamp` relies on it).
     fn min(self, a: Self::V, b: Self::V) -> Self::V;
+    /// `if a > b { a } else { b }` per lane: `b` when either is NaN or both are zeros (x86
+    /// `maxps`; `math::clamp` relies on it).
     fn max(self, a: Self::V, b: Self::V) -> Self::V;
     fn abs(self, a: Self::V) -> Self::V;
     /// Round to nearest integer (ties to even).

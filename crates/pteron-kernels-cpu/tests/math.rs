@@ -20,6 +20,28 @@ fn grid(lo: f32, hi: f32, n: usize) -> Vec<f32> {
 }
 
 fn check<S: Simd>(s: S) {
+    // clamp: aten::clamp's max-then-min bit for bit, NaN kept, zeros keeping their sign.
+    let x = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        -0.5,
+        0.5,
+        6.0,
+        6.5,
+        -1e30,
+        3.25,
+    ];
+    for (lo, hi) in [(0.0f32, 6.0f32), (-0.0, 6.0), (-1.0, 1.0)] {
+        let got = eval(s, |s, v| math::clamp(s, v, s.splat(lo), s.splat(hi)), &x);
+        for (v, g) in x.iter().zip(&got) {
+            let r = if *v < lo { lo } else { *v };
+            let want = if hi < r { hi } else { r };
+            assert_eq!(g.to_bits(), want.to_bits(), "clamp({v}, {lo}, {hi})");
+        }
+    }
     // exp: relative error within 3 ulp where the result is normal.
     let x = grid(-85.9, 88.5, 200_001);
     for (v, got) in x.iter().zip(eval(s, math::exp, &x)) {
