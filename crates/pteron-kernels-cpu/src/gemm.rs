@@ -720,43 +720,41 @@ fn block_vec<S: Simd, const MR: usize, const NV: usize>(
     let k = job.k;
     let nkb = k.div_ceil(KC);
     if shallow(job) {
-        {
-            // Shallow product: the task's B block is a few rows (pages, or a few KB of packed
-            // panels) that stay in L1, so read it in place and walk C row panel by row panel,
-            // writing it in long runs (panel by panel, a 12544 × 96 output of 16-deep rows
-            // was written two cache lines per row at a time, 1.2× slower).
-            let mut i0 = rows.start;
-            while i0 < rows.end {
-                let mv = MR.min(rows.end - i0);
-                let mut j0 = cols.start;
-                while j0 < cols.end {
-                    let nv = nr.min(cols.end - j0);
-                    let (bp, ldb, partial) = match job.b {
-                        MatB::Packed(p) => (p.data[(j0 / nr) * p.k * nr..].as_ptr(), nr, false),
-                        MatB::Rows { data, ldb } => (data[j0..].as_ptr(), ldb, nv < nr),
-                        MatB::Cols { .. } => unreachable!("not shallow"),
-                    };
-                    let t = TileArgs {
-                        i0,
-                        j0,
-                        mv,
-                        nv,
-                        k0: 0,
-                        kc: k,
-                        bp,
-                        ldb,
-                        partial,
-                        pf: core::ptr::null(),
-                        first: true,
-                        last: true,
-                    };
-                    tile_dispatch::<S, MR, NV>(s, job, t);
-                    j0 += nr;
-                }
-                i0 += MR;
+        // Shallow product: the task's B block is a few rows (pages, or a few KB of packed
+        // panels) that stay in L1, so read it in place and walk C row panel by row panel,
+        // writing it in long runs (panel by panel, a 12544 × 96 output of 16-deep rows
+        // was written two cache lines per row at a time, 1.2× slower).
+        let mut i0 = rows.start;
+        while i0 < rows.end {
+            let mv = MR.min(rows.end - i0);
+            let mut j0 = cols.start;
+            while j0 < cols.end {
+                let nv = nr.min(cols.end - j0);
+                let (bp, ldb, partial) = match job.b {
+                    MatB::Packed(p) => (p.data[(j0 / nr) * p.k * nr..].as_ptr(), nr, false),
+                    MatB::Rows { data, ldb } => (data[j0..].as_ptr(), ldb, nv < nr),
+                    MatB::Cols { .. } => unreachable!("not shallow"),
+                };
+                let t = TileArgs {
+                    i0,
+                    j0,
+                    mv,
+                    nv,
+                    k0: 0,
+                    kc: k,
+                    bp,
+                    ldb,
+                    partial,
+                    pf: core::ptr::null(),
+                    first: true,
+                    last: true,
+                };
+                tile_dispatch::<S, MR, NV>(s, job, t);
+                j0 += nr;
             }
-            return;
+            i0 += MR;
         }
+        return;
     }
     // B panels copied here; only the part written for the current panel is ever read.
     let mut bbuf = [core::mem::MaybeUninit::<f32>::uninit(); KC * NR_MAX];
@@ -1029,7 +1027,6 @@ unsafe fn kernel<S: Simd, const MR: usize, const NV: usize, const MODE: u8>(
     let l = S::LANES;
     let mut a = a;
     let mut b = b;
-    let mut pf = pf;
     if partial {
         for _ in 0..kc {
             let mut bv = [s.zero(); NV];
@@ -1055,34 +1052,43 @@ unsafe fn kernel<S: Simd, const MR: usize, const NV: usize, const MODE: u8>(
         }
         return;
     }
-    if !pf.is_null() {
-        // The same loop with a prefetch per k step, spelled out: a closure shared by both
-        // loops is compiled without the caller's target features (80× slower here).
-        for _ in 0..kc {
+    // Full rows: the loop with or without a prefetch per k step, chosen once (a test per step
+    // cost the tiles that prefetch nothing; a closure shared by two loops is compiled without
+    // the caller's target features, 80× slower).
+    // Safety: the caller's contract, forwarded.
+    unsafe {
+        if pf.is_null() {
+            full_rows::<S, MR, NV, MODE, false>(s, kc, a, a_step, off, b, ldb, pf, acc)
+        } else {
+            full_rows::<S, MR, NV, MODE, true>(s, kc, a, a_step, off, b, ldb, pf, acc)
+        }
+    }
+}
+
+/// [`kernel`] over full B rows; with `PF`, one cache line at `pf` (then the next) is
+/// prefetched per k step.
+///
+/// # Safety
+/// As [`kernel`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn full_rows<S: Simd, const MR: usize, const NV: usize, const MODE: u8, const PF: bool>(
+    s: S,
+    kc: usize,
+    mut a: *const f32,
+    a_step: usize,
+    off: [usize; MR],
+    mut b: *const f32,
+    ldb: usize,
+    mut pf: *const f32,
+    acc: &mut [[S::V; NV]; MR],
+) {
+    let l = S::LANES;
+    for _ in 0..kc {
+        if PF {
             prefetch(pf);
             pf = pf.wrapping_add(16);
-            let mut bv = [s.zero(); NV];
-            for (v, x) in bv.iter_mut().enumerate() {
-                // Safety: a full B row of NV vectors.
-                *x = unsafe { s.load(b.add(v * l)) };
-            }
-            for i in 0..MR {
-                let o = if MODE == 0 { i } else { off[i] };
-                // Safety: see the function contract.
-                let av = s.splat(unsafe { *a.add(o) });
-                for v in 0..NV {
-                    acc[i][v] = s.fma(av, bv[v], acc[i][v]);
-                }
-            }
-            // Safety: pointers advance within (or one past) their operands.
-            unsafe {
-                a = a.add(a_step);
-                b = b.add(ldb);
-            }
         }
-        return;
-    }
-    for _ in 0..kc {
         let mut bv = [s.zero(); NV];
         for (v, x) in bv.iter_mut().enumerate() {
             // Safety: a full B row of NV vectors.
