@@ -3,8 +3,6 @@
 //! convolution (GEMM then scatter-add), batch matrix multiply. Constant filters are packed
 //! once, at init.
 
-use core::ops::Range;
-
 use pteron_core::{KernelError, Parallel};
 use pteron_kernels_cpu::gemm::{gemm, Epilogue, GemmError, Init, MatA, MatB, PackedB};
 use pteron_kernels_cpu::math;
@@ -12,7 +10,7 @@ use pteron_kernels_cpu::par::for_chunks_mut;
 use pteron_kernels_cpu::simd::{level, run_op_at, Simd, SimdOp};
 
 use crate::graph::{Clamp, Conv, ConvKind, Window};
-use crate::kernels::spatial::{tap_offsets, ZEROS};
+use crate::kernels::spatial::{inside_outputs, tap_offsets, ZEROS};
 
 fn gerr(e: GemmError) -> KernelError {
     KernelError::invalid(format!("gemm: {}", e.0))
@@ -621,21 +619,6 @@ impl ConvWeights {
 /// Most taps of a convolution run by [`SmallCin`] (7×7).
 const SMALL_TAPS: usize = 49;
 
-/// The output positions (below `n_out`) along one axis whose window lies inside an input of
-/// `n_in`: `o·s − pad ≥ 0` and `o·s − pad + (k − 1)·d < n_in` (empty on any overflow).
-fn interior(n_in: usize, n_out: usize, pad: usize, k: usize, s: usize, d: usize) -> Range<usize> {
-    let span = k.checked_sub(1).and_then(|k| k.checked_mul(d));
-    let lim = span.and_then(|sp| n_in.checked_add(pad)?.checked_sub(sp));
-    match (lim, s) {
-        (Some(lim), 1..) if lim > 0 => {
-            let lo = pad.div_ceil(s);
-            let hi = ((lim - 1) / s + 1).min(n_out);
-            lo.min(hi)..hi
-        }
-        _ => 0..0,
-    }
-}
-
 /// Whether packed panels `nr` wide suit the micro-kernel of [`SmallCin`] at a SIMD level.
 struct FitsPanels(usize);
 
@@ -706,15 +689,6 @@ fn small_cin<S: Simd, const GI: usize, const NV: usize, const P: usize>(
         }
     }
     let span = delta[taps - 1] + GI;
-    // The first tap of a pixel whose window is inside the input (checked arithmetic: the
-    // window comes from the file).
-    let inside = |oy: usize, ox: usize| -> Option<usize> {
-        let y = (oy * win.sh).checked_sub(win.pad_top)?;
-        let x = (ox * win.sw).checked_sub(win.pad_left)?;
-        let last_y = y.checked_add((win.kh - 1).checked_mul(win.dh)?)?;
-        let last_x = x.checked_add((win.kw - 1).checked_mul(win.dw)?)?;
-        (last_y < op.ih && last_x < op.iw).then(|| (y * op.iw + x) * GI)
-    };
     let mut offs = [None; SMALL_TAPS];
     let mut ptrs = [[ZEROS.as_ptr(); SMALL_TAPS]; P];
     let mut base = [ZEROS.as_ptr(); P];
@@ -722,8 +696,14 @@ fn small_cin<S: Simd, const GI: usize, const NV: usize, const P: usize>(
     // such row, all such columns, takes its pointers from its first pixel's by steps of
     // `sw·GI`, with no per-pixel test (at 3 input channels those tests cost a third of the
     // product).
-    let rows_in = interior(op.ih, usize::MAX, win.pad_top, win.kh, win.sh, win.dh);
-    let cols_in = interior(op.iw, op.ow, win.pad_left, win.kw, win.sw, win.dw);
+    let rows_in = inside_outputs(op.ih, usize::MAX, win.pad_top, win.kh, win.sh, win.dh);
+    let cols_in = inside_outputs(op.iw, op.ow, win.pad_left, win.kw, win.sw, win.dw);
+    // The first tap of a pixel whose window lies inside the input (in `rows_in × cols_in`,
+    // so the subtractions cannot underflow and the products stay within the input).
+    let inside = |oy: usize, ox: usize| {
+        (rows_in.contains(&oy) && cols_in.contains(&ox))
+            .then(|| ((oy * win.sh - win.pad_top) * op.iw + ox * win.sw - win.pad_left) * GI)
+    };
     let step = win.sw * GI;
     if np == 0 || op.ow == 0 {
         return;
@@ -735,15 +715,12 @@ fn small_cin<S: Simd, const GI: usize, const NV: usize, const P: usize>(
         // The tile's first pixel, tracked from tile to tile (two divisions per tile cost a
         // tenth of a tile's time).
         let (oy, ox) = (ty, tx);
-        let row_fast = rows_in.contains(&oy) && ox >= cols_in.start && ox + pn <= cols_in.end;
-        // The first tap of the tile's first pixel and the floats its last pixel reads up to.
-        let run = row_fast
-            .then(|| {
-                let first = ((oy * win.sh - win.pad_top) * op.iw + ox * win.sw - win.pad_left) * GI;
-                let end = first + (pn - 1) * step + span;
-                op.x.get(first..end).map(|r| r.as_ptr())
-            })
-            .flatten();
+        // A tile in one interior row, every pixel in interior columns: its first pixel's
+        // first tap, checked to the floats its last pixel reads up to.
+        let run = inside(oy, ox)
+            .filter(|_| ox + pn <= cols_in.end)
+            .and_then(|first| op.x.get(first..first + (pn - 1) * step + span))
+            .map(|r| r.as_ptr());
         let mut all_inside = true;
         if let Some(b0) = run {
             for (q, bq) in base.iter_mut().enumerate() {

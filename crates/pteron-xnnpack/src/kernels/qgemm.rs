@@ -742,7 +742,7 @@ mod x86 {
                 }
             }
             match epi {
-                Epilogue::Dequant { .. } if w.block != 0 && panel_major => {
+                Epilogue::Dequant { .. } if panel_major => {
                     // Per block: (acc − (zp + 128)·blocksum) · scale[j][b] (NP is 1 here),
                     // scales and sums one vector load each; the correction in float is exact
                     // (`EXACT_BLOCK`).

@@ -2,6 +2,8 @@
 //! average pooling. Vectorized across channels (the innermost NHWC dim); work is split
 //! across threads by output rows.
 
+use core::ops::Range;
+
 use pteron_core::{KernelError, Parallel};
 use pteron_kernels_cpu::math;
 use pteron_kernels_cpu::par::for_chunks_mut;
@@ -429,18 +431,32 @@ impl SimdOp for Dw3x3<'_> {
     }
 }
 
+/// The output positions (below `n_out`) along one axis whose window lies inside an input of
+/// `n_in`: `o·s − pad ≥ 0` and `o·s − pad + (k − 1)·d < n_in` (empty on any overflow).
+pub(crate) fn inside_outputs(
+    n_in: usize,
+    n_out: usize,
+    pad: usize,
+    k: usize,
+    s: usize,
+    d: usize,
+) -> Range<usize> {
+    let span = k.checked_sub(1).and_then(|k| k.checked_mul(d));
+    let lim = span.and_then(|sp| n_in.checked_add(pad)?.checked_sub(sp));
+    match (lim, s) {
+        (Some(lim), 1..) if lim > 0 => {
+            let lo = pad.div_ceil(s);
+            let hi = ((lim - 1) / s + 1).min(n_out);
+            lo.min(hi)..hi
+        }
+        _ => 0..0,
+    }
+}
+
 /// Output columns whose every horizontal tap is inside a row of `iw` pixels.
 fn interior_cols(win: &Window, iw: usize, ow: usize) -> (usize, usize) {
-    let x_first = win.pad_left.div_ceil(win.sw);
-    let span = (win.kw - 1) * win.dw;
-    // ox·sw − pl + span < iw  ⇔  ox·sw < iw + pl − span
-    let lim = (iw + win.pad_left).saturating_sub(span);
-    let x_end = if lim == 0 {
-        0
-    } else {
-        ((lim - 1) / win.sw + 1).min(ow)
-    };
-    (x_first.min(x_end), x_end)
+    let r = inside_outputs(iw, ow, win.pad_left, win.kw, win.sw, win.dw);
+    (r.start, r.end)
 }
 
 /// One interior output pixel: tap `(a, b)` at `rows[a] + b·cs`.
