@@ -409,25 +409,74 @@ impl SimdOp for Dw3x3<'_> {
             let (b, oy) = (row / g.oh, row % g.oh);
             let img = &self.x[b * img_len..(b + 1) * img_len];
             let ky = taps(oy, win.sh, win.dh, win.pad_top, 3, g.ih);
-            for (ox, opx) in orow.chunks_exact_mut(c).enumerate() {
-                if ky == (0, 3) && ox >= x_first && ox < x_end {
-                    // Every tap inside: rows y0, y0 + dh, y0 + 2·dh from column x0.
-                    let y0 = oy * win.sh - win.pad_top;
-                    let x0 = ox * win.sw - win.pad_left;
-                    let at = |a: usize| {
-                        img[((y0 + a * win.dh) * g.iw + x0) * c..][..2 * cs + c].as_ptr()
-                    };
-                    dw3x3_pixel(s, [at(0), at(1), at(2)], cs, self.packed, opx, clamp);
-                } else {
-                    tap_offsets(win, g.ih, g.iw, c, oy, ox, &mut offs);
-                    let ptrs = offs.map(|o| match o {
-                        Some(o) => img[o..o + c].as_ptr(),
-                        None => ZEROS.as_ptr(),
-                    });
-                    dw3x3_border(s, &ptrs, self.packed, opx, clamp);
-                }
+            // Interior pixels of a row whose three window rows are inside: one run.
+            let run = if ky == (0, 3) && x_first < x_end {
+                x_first..x_end
+            } else {
+                0..0
+            };
+            for ox in (0..run.start).chain(run.end.max(run.start)..g.ow) {
+                tap_offsets(win, g.ih, g.iw, c, oy, ox, &mut offs);
+                let ptrs = offs.map(|o| match o {
+                    Some(o) => img[o..o + c].as_ptr(),
+                    None => ZEROS.as_ptr(),
+                });
+                dw3x3_px(s, &ptrs, self.packed, &mut orow[ox * c..][..c], clamp);
+            }
+            if !run.is_empty() {
+                // Rows y0, y0 + dh, y0 + 2·dh from the run's first column; pixel i of the run
+                // starts i·sw·c further on.
+                let y0 = oy * win.sh - win.pad_top;
+                let x0 = run.start * win.sw - win.pad_left;
+                let step = win.sw * c;
+                let need = (run.len() - 1) * step + 2 * cs + c;
+                let at = |a: usize| &img[((y0 + a * win.dh) * g.iw + x0) * c..][..need];
+                let out = &mut orow[run.start * c..run.end * c];
+                dw3x3_run(s, [at(0), at(1), at(2)], step, cs, self.packed, out, c, clamp);
             }
         }
+    }
+}
+
+/// A run of interior output pixels (`out.len() / c` of them): pixel `i` reads tap `(a, b)` at
+/// `rows[a][i·step + b·cs ..]`, `c` floats.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn dw3x3_run<S: Simd>(
+    s: S,
+    rows: [&[f32]; 3],
+    step: usize,
+    cs: usize,
+    packed: &[f32],
+    out: &mut [f32],
+    c: usize,
+    clamp: Option<(S::V, S::V)>,
+) {
+    let n = out.len() / c;
+    let need = match n {
+        0 => return,
+        n => (n - 1) * step + 2 * cs + c,
+    };
+    let [r0, r1, r2] = rows.map(|r| r[..need].as_ptr());
+    for (i, opx) in out.chunks_exact_mut(c).enumerate() {
+        let at = i * step;
+        // Safety: each row holds `(n − 1)·step + 2·cs + c` floats (sliced above), so every
+        // tap pointer starts `c` readable floats.
+        let x = unsafe {
+            let (p0, p1, p2) = (r0.add(at), r1.add(at), r2.add(at));
+            [
+                p0,
+                p0.add(cs),
+                p0.add(2 * cs),
+                p1,
+                p1.add(cs),
+                p1.add(2 * cs),
+                p2,
+                p2.add(cs),
+                p2.add(2 * cs),
+            ]
+        };
+        dw3x3_px(s, &x, packed, opx, clamp);
     }
 }
 
@@ -459,110 +508,70 @@ fn interior_cols(win: &Window, iw: usize, ow: usize) -> (usize, usize) {
     (r.start, r.end)
 }
 
-/// One interior output pixel: tap `(a, b)` at `rows[a] + b·cs`.
+/// One output pixel from a pointer per tap, each starting `out.len()` readable floats (a
+/// pixel, or [`ZEROS`] for a tap outside the input): full channel tiles take whole-vector
+/// loads; a channel tail takes loads of the lanes left.
 #[inline(always)]
-fn dw3x3_pixel<S: Simd>(
+fn dw3x3_px<S: Simd>(
     s: S,
-    rows: [*const f32; 3],
-    cs: usize,
+    x: &[*const f32; 9],
     packed: &[f32],
     out: &mut [f32],
     clamp: Option<(S::V, S::V)>,
 ) {
     let c = out.len();
     let l = S::LANES;
-    let [r0, r1, r2] = rows;
-    for (t, tile) in packed
-        .chunks_exact(DW_TILE)
-        .take(c.div_ceil(DWT))
-        .enumerate()
-    {
-        let w = tile.as_ptr();
-        for h in (0..DWT).step_by(l) {
-            let o = t * DWT + h;
-            if o >= c {
-                break;
-            }
-            let m = l.min(c - o);
-            // Safety: each row pointer starts `2·cs + c` readable floats (checked where it
-            // was taken) and `o + m ≤ c`; the packed tile holds 10·DWT floats.
-            let acc = unsafe {
-                let ld = |p: *const f32| {
-                    if m == l {
-                        s.load(p)
-                    } else {
-                        s.load_partial(p, m)
-                    }
-                };
-                let wv = |k: usize| s.load(w.add(k * DWT + h));
-                let mut a0 = wv(0);
-                let mut a1 = s.mul(ld(r0.add(o)), wv(1));
-                a0 = s.fma(ld(r0.add(o + cs)), wv(2), a0);
-                a1 = s.fma(ld(r0.add(o + 2 * cs)), wv(3), a1);
-                a0 = s.fma(ld(r1.add(o)), wv(4), a0);
-                a1 = s.fma(ld(r1.add(o + cs)), wv(5), a1);
-                a0 = s.fma(ld(r1.add(o + 2 * cs)), wv(6), a0);
-                a1 = s.fma(ld(r2.add(o)), wv(7), a1);
-                a0 = s.fma(ld(r2.add(o + cs)), wv(8), a0);
-                a1 = s.fma(ld(r2.add(o + 2 * cs)), wv(9), a1);
-                s.add(a0, a1)
-            };
-            stm(s, acc, clamp, &mut out[o..], m);
+    let packed = &packed[..c.div_ceil(DWT) * DW_TILE];
+    let (w0, op) = (packed.as_ptr(), out.as_mut_ptr());
+    let full = c / DWT;
+    let mut o = 0;
+    while o < full * DWT {
+        // Safety: `o + l ≤ full·DWT ≤ c` floats from each tap pointer and from `op`; the
+        // weights of lanes `o ..` sit in tile `o / DWT` at `(o % DWT) + k·DWT`, in `packed`.
+        unsafe {
+            let xv = x.map(|p| s.load(p.add(o)));
+            let acc = dw9(s, &xv, w0.add(o / DWT * DW_TILE + o % DWT));
+            s.store(op.add(o), finish(s, acc, clamp));
         }
+        o += l;
+    }
+    while o < c {
+        let m = l.min(c - o);
+        // Safety: as above with `m ≤ c − o` lanes; the tail tile is whole in `packed`.
+        unsafe {
+            let xv = x.map(|p| s.load_partial(p.add(o), m));
+            let acc = dw9(s, &xv, w0.add(o / DWT * DW_TILE + o % DWT));
+            s.store_partial(op.add(o), finish(s, acc, clamp), m);
+        }
+        o += l;
     }
 }
 
-/// One output pixel with a tap pointer each (`ZEROS` for taps outside the input). The chain
-/// is spelled out as in [`dw3x3_pixel`]: one helper for both, over closures, compiled to
-/// code a fifth slower.
+/// The 3×3 sum: the bias at `w`, then tap `k`'s weights at `w + (k + 1)·DWT`, in two chains.
+///
+/// Safety: `w` starts a tile's lane group: `10·DWT − (w's lane)` readable floats.
 #[inline(always)]
-fn dw3x3_border<S: Simd>(
-    s: S,
-    ptrs: &[*const f32; 9],
-    packed: &[f32],
-    out: &mut [f32],
-    clamp: Option<(S::V, S::V)>,
-) {
-    let c = out.len();
-    let l = S::LANES;
-    for (t, tile) in packed
-        .chunks_exact(DW_TILE)
-        .take(c.div_ceil(DWT))
-        .enumerate()
-    {
-        let w = tile.as_ptr();
-        for h in (0..DWT).step_by(l) {
-            let o = t * DWT + h;
-            if o >= c {
-                break;
-            }
-            let m = l.min(c - o);
-            // Safety: each tap pointer starts `c` readable floats (a pixel, or ZEROS with
-            // c ≤ ZEROS_LEN) and `o + m ≤ c`; the packed tile holds 10·DWT floats.
-            let acc = unsafe {
-                let x = |k: usize| {
-                    let p = ptrs[k].add(o);
-                    if m == l {
-                        s.load(p)
-                    } else {
-                        s.load_partial(p, m)
-                    }
-                };
-                let wv = |k: usize| s.load(w.add(k * DWT + h));
-                let mut a0 = wv(0);
-                let mut a1 = s.mul(x(0), wv(1));
-                a0 = s.fma(x(1), wv(2), a0);
-                a1 = s.fma(x(2), wv(3), a1);
-                a0 = s.fma(x(3), wv(4), a0);
-                a1 = s.fma(x(4), wv(5), a1);
-                a0 = s.fma(x(5), wv(6), a0);
-                a1 = s.fma(x(6), wv(7), a1);
-                a0 = s.fma(x(7), wv(8), a0);
-                a1 = s.fma(x(8), wv(9), a1);
-                s.add(a0, a1)
-            };
-            stm(s, acc, clamp, &mut out[o..], m);
-        }
+unsafe fn dw9<S: Simd>(s: S, x: &[S::V; 9], w: *const f32) -> S::V {
+    let wv = |k: usize| s.load(w.add(k * DWT));
+    let mut a0 = wv(0);
+    let mut a1 = s.mul(x[0], wv(1));
+    a0 = s.fma(x[1], wv(2), a0);
+    a1 = s.fma(x[2], wv(3), a1);
+    a0 = s.fma(x[3], wv(4), a0);
+    a1 = s.fma(x[4], wv(5), a1);
+    a0 = s.fma(x[5], wv(6), a0);
+    a1 = s.fma(x[6], wv(7), a1);
+    a0 = s.fma(x[7], wv(8), a0);
+    a1 = s.fma(x[8], wv(9), a1);
+    s.add(a0, a1)
+}
+
+/// The output clamp, when the node has one.
+#[inline(always)]
+fn finish<S: Simd>(s: S, acc: S::V, clamp: Option<(S::V, S::V)>) -> S::V {
+    match clamp {
+        Some((lo, hi)) => math::clamp(s, acc, lo, hi),
+        None => acc,
     }
 }
 
@@ -861,9 +870,9 @@ mod tests {
             (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
         };
         for &(kh, kw) in &[(3, 3), (3, 3), (5, 5), (2, 3)] {
-            for &c in &[1, 5, 16, 17, 40] {
+            for &c in &[1, 5, 16, 17, 40, 48] {
                 for &(s, d, pad) in &[(1, 1, 1), (2, 1, 1), (1, 2, 2), (2, 1, 0), (1, 1, 3)] {
-                    for &(ih, iw) in &[(1, 1), (3, 4), (7, 6)] {
+                    for &(ih, iw) in &[(1, 1), (3, 4), (7, 6), (5, 12)] {
                         let win = Window {
                             pad_top: pad,
                             pad_right: pad.min(1),
