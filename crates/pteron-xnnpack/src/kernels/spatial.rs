@@ -432,7 +432,16 @@ impl SimdOp for Dw3x3<'_> {
                 let need = (run.len() - 1) * step + 2 * cs + c;
                 let at = |a: usize| &img[((y0 + a * win.dh) * g.iw + x0) * c..][..need];
                 let out = &mut orow[run.start * c..run.end * c];
-                dw3x3_run(s, [at(0), at(1), at(2)], step, cs, self.packed, out, c, clamp);
+                dw3x3_run(
+                    s,
+                    [at(0), at(1), at(2)],
+                    step,
+                    cs,
+                    self.packed,
+                    out,
+                    c,
+                    clamp,
+                );
             }
         }
     }
@@ -458,8 +467,17 @@ fn dw3x3_run<S: Simd>(
         n => (n - 1) * step + 2 * cs + c,
     };
     let [r0, r1, r2] = rows.map(|r| r[..need].as_ptr());
-    for (i, opx) in out.chunks_exact_mut(c).enumerate() {
-        let at = i * step;
+    // With the stride equal to the dilation, pixel i + 1's taps are pixel i's shifted by one
+    // tap: a pair reads 4 columns of each row, not 6.
+    let paired = if step == cs { n / 2 * 2 } else { 0 };
+    let (pairs, rest) = out.split_at_mut(paired * c);
+    for (j, two) in pairs.chunks_exact_mut(2 * c).enumerate() {
+        // Safety: pixel 2j + 1 is in the run, so `2j·step + 3·cs + c ≤ need` floats.
+        let rows = unsafe { [r0, r1, r2].map(|r| r.add(2 * j * step)) };
+        dw3x3_pair(s, rows, cs, packed, two, clamp);
+    }
+    for (i, opx) in rest.chunks_exact_mut(c).enumerate() {
+        let at = (paired + i) * step;
         // Safety: each row holds `(n − 1)·step + 2·cs + c` floats (sliced above), so every
         // tap pointer starts `c` readable floats.
         let x = unsafe {
@@ -508,6 +526,71 @@ fn interior_cols(win: &Window, iw: usize, ow: usize) -> (usize, usize) {
     (r.start, r.end)
 }
 
+/// Two adjacent output pixels whose taps step by `cs`: pixel 0 reads tap `(a, b)` at
+/// `rows[a] + b·cs`, pixel 1 at `rows[a] + (b + 1)·cs`; each row starts `3·cs + c` readable
+/// floats (`c = out.len() / 2`).
+#[inline(always)]
+fn dw3x3_pair<S: Simd>(
+    s: S,
+    rows: [*const f32; 3],
+    cs: usize,
+    packed: &[f32],
+    out: &mut [f32],
+    clamp: Option<(S::V, S::V)>,
+) {
+    let c = out.len() / 2;
+    let l = S::LANES;
+    let packed = &packed[..c.div_ceil(DWT) * DW_TILE];
+    let (w0, op) = (packed.as_ptr(), out.as_mut_ptr());
+    let full = c / DWT;
+    let mut o = 0;
+    while o < full * DWT {
+        // Safety: `o + l ≤ c`, so column 3 of each row reads below `3·cs + c`; the weights
+        // as in `dw3x3_px`; `op` holds 2·c floats.
+        unsafe {
+            let w = w0.add(o / DWT * DW_TILE + o % DWT);
+            let wv = |k: usize| s.load(w.add(k * DWT));
+            let (mut a0, mut b0) = (wv(0), wv(0));
+            let (mut a1, mut b1) = (s.zero(), s.zero());
+            for (a, r) in rows.into_iter().enumerate() {
+                let x = |b: usize| s.load(r.add(b * cs + o));
+                let (x0, x1, x2, x3) = (x(0), x(1), x(2), x(3));
+                let (k0, k1, k2) = (wv(3 * a + 1), wv(3 * a + 2), wv(3 * a + 3));
+                a0 = s.fma(x0, k0, a0);
+                b0 = s.fma(x1, k0, b0);
+                a1 = s.fma(x1, k1, a1);
+                b1 = s.fma(x2, k1, b1);
+                a0 = s.fma(x2, k2, a0);
+                b0 = s.fma(x3, k2, b0);
+            }
+            s.store(op.add(o), finish(s, s.add(a0, a1), clamp));
+            s.store(op.add(c + o), finish(s, s.add(b0, b1), clamp));
+        }
+        o += l;
+    }
+    if o < c {
+        for (p, opx) in out.chunks_exact_mut(c).enumerate() {
+            // Safety: pixel p's taps start at `rows[a] + (p + b)·cs ≤ rows[a] + 3·cs`, each
+            // with `c` readable floats.
+            let x = unsafe {
+                let t = |a: usize, b: usize| rows[a].add((p + b) * cs);
+                [
+                    t(0, 0),
+                    t(0, 1),
+                    t(0, 2),
+                    t(1, 0),
+                    t(1, 1),
+                    t(1, 2),
+                    t(2, 0),
+                    t(2, 1),
+                    t(2, 2),
+                ]
+            };
+            dw3x3_tail(s, &x, packed, opx, clamp, o);
+        }
+    }
+}
+
 /// One output pixel from a pointer per tap, each starting `out.len()` readable floats (a
 /// pixel, or [`ZEROS`] for a tap outside the input): full channel tiles take whole-vector
 /// loads; a channel tail takes loads of the lanes left.
@@ -535,9 +618,27 @@ fn dw3x3_px<S: Simd>(
         }
         o += l;
     }
+    dw3x3_tail(s, x, packed, out, clamp, o);
+}
+
+/// Channels `o ..` of one pixel as in [`dw3x3_px`], by loads of the lanes left.
+#[inline(always)]
+fn dw3x3_tail<S: Simd>(
+    s: S,
+    x: &[*const f32; 9],
+    packed: &[f32],
+    out: &mut [f32],
+    clamp: Option<(S::V, S::V)>,
+    mut o: usize,
+) {
+    let c = out.len();
+    let l = S::LANES;
+    let packed = &packed[..c.div_ceil(DWT) * DW_TILE];
+    let (w0, op) = (packed.as_ptr(), out.as_mut_ptr());
     while o < c {
         let m = l.min(c - o);
-        // Safety: as above with `m ≤ c − o` lanes; the tail tile is whole in `packed`.
+        // Safety: `m ≤ c − o` lanes from each tap pointer and `op`; the tile of lanes `o ..`
+        // is whole in `packed`.
         unsafe {
             let xv = x.map(|p| s.load_partial(p.add(o), m));
             let acc = dw9(s, &xv, w0.add(o / DWT * DW_TILE + o % DWT));
