@@ -26,6 +26,9 @@ pub struct DwWeights {
     packed: Option<Buf>,
 }
 
+/// Interior pixels computed together by the 3×3 depthwise kernel.
+const G: usize = 4;
+
 /// Channels per tile of the packed 3×3 depthwise weights.
 const DWT: usize = 16;
 /// Floats per packed tile: biases, then 9 taps.
@@ -468,16 +471,16 @@ fn dw3x3_run<S: Simd>(
     };
     let [r0, r1, r2] = rows.map(|r| r[..need].as_ptr());
     // With the stride equal to the dilation, pixel i + 1's taps are pixel i's shifted by one
-    // tap: a pair reads 4 columns of each row, not 6.
-    let paired = if step == cs { n / 2 * 2 } else { 0 };
-    let (pairs, rest) = out.split_at_mut(paired * c);
-    for (j, two) in pairs.chunks_exact_mut(2 * c).enumerate() {
-        // Safety: pixel 2j + 1 is in the run, so `2j·step + 3·cs + c ≤ need` floats.
-        let rows = unsafe { [r0, r1, r2].map(|r| r.add(2 * j * step)) };
-        dw3x3_pair(s, rows, cs, packed, two, clamp);
+    // tap: a group of G reads G + 2 columns of each row, not 3·G.
+    let grouped = if step == cs { n / G * G } else { 0 };
+    let (groups, rest) = out.split_at_mut(grouped * c);
+    for (j, grp) in groups.chunks_exact_mut(G * c).enumerate() {
+        // Safety: pixel G·j + G − 1 is in the run, so `G·j·step + (G + 1)·cs + c ≤ need`.
+        let rows = unsafe { [r0, r1, r2].map(|r| r.add(G * j * step)) };
+        dw3x3_group::<S, G>(s, rows, cs, packed, grp, clamp);
     }
     for (i, opx) in rest.chunks_exact_mut(c).enumerate() {
-        let at = (paired + i) * step;
+        let at = (grouped + i) * step;
         // Safety: each row holds `(n − 1)·step + 2·cs + c` floats (sliced above), so every
         // tap pointer starts `c` readable floats.
         let x = unsafe {
@@ -526,11 +529,11 @@ fn interior_cols(win: &Window, iw: usize, ow: usize) -> (usize, usize) {
     (r.start, r.end)
 }
 
-/// Two adjacent output pixels whose taps step by `cs`: pixel 0 reads tap `(a, b)` at
-/// `rows[a] + b·cs`, pixel 1 at `rows[a] + (b + 1)·cs`; each row starts `3·cs + c` readable
-/// floats (`c = out.len() / 2`).
+/// `P` adjacent output pixels (`P ≤ 4`) whose taps step by `cs`: pixel p reads tap `(a, b)`
+/// at `rows[a] + (p + b)·cs`; each row starts `(P + 1)·cs + c` readable floats
+/// (`c = out.len() / P`).
 #[inline(always)]
-fn dw3x3_pair<S: Simd>(
+fn dw3x3_group<S: Simd, const P: usize>(
     s: S,
     rows: [*const f32; 3],
     cs: usize,
@@ -538,40 +541,46 @@ fn dw3x3_pair<S: Simd>(
     out: &mut [f32],
     clamp: Option<(S::V, S::V)>,
 ) {
-    let c = out.len() / 2;
+    let c = out.len() / P;
     let l = S::LANES;
     let packed = &packed[..c.div_ceil(DWT) * DW_TILE];
     let (w0, op) = (packed.as_ptr(), out.as_mut_ptr());
     let full = c / DWT;
     let mut o = 0;
     while o < full * DWT {
-        // Safety: `o + l ≤ c`, so column 3 of each row reads below `3·cs + c`; the weights
-        // as in `dw3x3_px`; `op` holds 2·c floats.
+        // Safety: `o + l ≤ c`, so column P + 1 of each row reads below `(P + 1)·cs + c`; the
+        // weights as in `dw3x3_px`; `op` holds P·c floats.
         unsafe {
             let w = w0.add(o / DWT * DW_TILE + o % DWT);
             let wv = |k: usize| s.load(w.add(k * DWT));
-            let (mut a0, mut b0) = (wv(0), wv(0));
-            let (mut a1, mut b1) = (s.zero(), s.zero());
+            let mut acc0 = [wv(0); P];
+            let mut acc1 = [s.zero(); P];
             for (a, r) in rows.into_iter().enumerate() {
-                let x = |b: usize| s.load(r.add(b * cs + o));
-                let (x0, x1, x2, x3) = (x(0), x(1), x(2), x(3));
-                let (k0, k1, k2) = (wv(3 * a + 1), wv(3 * a + 2), wv(3 * a + 3));
-                a0 = s.fma(x0, k0, a0);
-                b0 = s.fma(x1, k0, b0);
-                a1 = s.fma(x1, k1, a1);
-                b1 = s.fma(x2, k1, b1);
-                a0 = s.fma(x2, k2, a0);
-                b0 = s.fma(x3, k2, b0);
+                let mut x = [s.zero(); 6];
+                for (q, v) in x.iter_mut().enumerate().take(P + 2) {
+                    *v = s.load(r.add(q * cs + o));
+                }
+                for b in 0..3 {
+                    let k = wv(3 * a + b + 1);
+                    for p in 0..P {
+                        if (3 * a + b) % 2 == 0 {
+                            acc0[p] = s.fma(x[p + b], k, acc0[p]);
+                        } else {
+                            acc1[p] = s.fma(x[p + b], k, acc1[p]);
+                        }
+                    }
+                }
             }
-            s.store(op.add(o), finish(s, s.add(a0, a1), clamp));
-            s.store(op.add(c + o), finish(s, s.add(b0, b1), clamp));
+            for p in 0..P {
+                s.store(op.add(p * c + o), finish(s, s.add(acc0[p], acc1[p]), clamp));
+            }
         }
         o += l;
     }
     if o < c {
         for (p, opx) in out.chunks_exact_mut(c).enumerate() {
-            // Safety: pixel p's taps start at `rows[a] + (p + b)·cs ≤ rows[a] + 3·cs`, each
-            // with `c` readable floats.
+            // Safety: pixel p's taps start at `rows[a] + (p + b)·cs ≤ rows[a] + (P + 1)·cs`,
+            // each with `c` readable floats.
             let x = unsafe {
                 let t = |a: usize, b: usize| rows[a].add((p + b) * cs);
                 [
