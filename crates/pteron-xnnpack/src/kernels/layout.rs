@@ -89,10 +89,16 @@ pub fn transpose<T: Copy + Send + Sync>(
                 rest /= size;
             }
             let src = &x[base..base + (inner - 1) * istride + rows];
-            for j in 0..inner {
-                let row = &src[j * istride..j * istride + rows];
-                for (i, &v) in row.iter().enumerate() {
-                    tile[i * inner + j] = v;
+            match inner {
+                3 => interleave::<T, 3>(src, istride, tile),
+                4 => interleave::<T, 4>(src, istride, tile),
+                _ => {
+                    for j in 0..inner {
+                        let row = &src[j * istride..j * istride + rows];
+                        for (i, &v) in row.iter().enumerate() {
+                            tile[i * inner + j] = v;
+                        }
+                    }
                 }
             }
         });
@@ -112,6 +118,19 @@ pub fn transpose<T: Copy + Send + Sync>(
         advance(&mut idx, &mut base, outer);
     }
     Ok(())
+}
+
+/// `tile[i·N + j] = src[j·istride + i]`: `N` input rows interleaved, written in order (the
+/// compiler turns the fixed `N` into shuffles; a row at a time wrote every `N`-th element).
+#[inline(always)]
+fn interleave<T: Copy, const N: usize>(src: &[T], istride: usize, tile: &mut [T]) {
+    let rows = tile.len() / N;
+    let srcs: [&[T]; N] = core::array::from_fn(|j| &src[j * istride..][..rows]);
+    for (i, o) in tile.chunks_exact_mut(N).enumerate() {
+        for j in 0..N {
+            o[j] = srcs[j][i];
+        }
+    }
 }
 
 /// Steps the odometer `idx` over `dims` ((size, input stride) per dim, last fastest),
@@ -336,7 +355,12 @@ mod tests {
     /// The tiled NCHW -> NHWC path split over threads equals the element-by-element permute.
     #[test]
     fn split_transpose_matches_definition() {
-        for dims in [[4usize, 3, 128, 20], [1, 3, 224, 224], [2, 5, 7, 9]] {
+        for dims in [
+            [4usize, 3, 128, 20],
+            [1, 3, 224, 224],
+            [2, 5, 7, 9],
+            [2, 4, 6, 5],
+        ] {
             let s = Shape::new(&dims).unwrap();
             let n: usize = dims.iter().product();
             let x: Vec<f32> = (0..n).map(|v| v as f32).collect();
