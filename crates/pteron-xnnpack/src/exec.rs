@@ -15,6 +15,7 @@ use pteron_core::{
 use pteron_kernels_cpu::simd::level;
 
 use crate::graph::{ConvKind, DType, Graph, Kind, Node};
+use crate::kernels;
 use crate::kernels::elementwise::{binary, broadcast, unary};
 use crate::kernels::gemm::{bmm, fully_connected, ConvWeights, FcFilter};
 use crate::kernels::layout;
@@ -41,7 +42,24 @@ enum Prep {
 struct Step {
     node: Node,
     prep: Prep,
+    fuse: Fuse,
 }
+
+/// How a step runs with its neighbours.
+#[derive(Clone, Copy, PartialEq)]
+enum Fuse {
+    /// On its own.
+    No,
+    /// Inside the next step (a pointwise convolution whose output only that step reads).
+    IntoNext,
+    /// A 3×3 depthwise convolution that runs the previous step's pointwise convolution band
+    /// by band (`kernels::fused`), reading that step's input.
+    WithPrev,
+}
+
+/// Widened maps from which a pointwise and a depthwise convolution are fused: smaller ones
+/// stay in the L2 cache between the two nodes anyway, and bands would recompute more rows.
+const FUSE_MIN_BYTES: usize = 1 << 20;
 
 /// Where a value lives.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -72,6 +90,8 @@ pub struct XnnDelegate {
     lifetimes: Vec<(usize, usize)>,
     arena: Buf,
     scratch: Vec<f32>,
+    /// Stripe buffers of the fused pointwise-depthwise steps.
+    fused_scratch: Vec<f32>,
     /// Activation operands of the quantized products.
     qscratch: Vec<u8>,
     inputs: Vec<(u32, usize)>,
@@ -259,6 +279,7 @@ impl XnnDelegate {
                 packed_bytes += q.bytes();
                 steps.push(Step {
                     node: node.clone(),
+                    fuse: Fuse::No,
                     prep: Prep::Q(q),
                 });
                 continue;
@@ -376,6 +397,7 @@ impl XnnDelegate {
             steps.push(Step {
                 node: node.clone(),
                 prep,
+                fuse: Fuse::No,
             });
         }
 
@@ -414,6 +436,7 @@ impl XnnDelegate {
             lifetimes,
             arena: Buf::default(),
             scratch: Vec::new(),
+            fused_scratch: Vec::new(),
             qscratch: Vec::new(),
             inputs: g.inputs,
             outputs: g.outputs,
@@ -426,8 +449,53 @@ impl XnnDelegate {
                 .map(|_| vec![Default::default(); nn]),
         };
         d.propagate()?;
+        if std::env::var_os("PTERON_XNNPACK_FUSE").is_none_or(|v| v != "0") {
+            d.fuse();
+        }
         d.plan()?;
         Ok(d)
+    }
+
+    /// Marks each pointwise convolution whose widened output (at least [`FUSE_MIN_BYTES`])
+    /// only the next step, a 3×3 depthwise convolution, reads: the two run as one
+    /// (`kernels::fused`), and the pointwise input lives until then.
+    fn fuse(&mut self) {
+        for j in 1..self.steps.len() {
+            let i = j - 1;
+            let (a, b) = (&self.steps[i], &self.steps[j]);
+            let (Node::Conv { x: cx, .. }, Node::Conv { x: dx, .. }) = (&a.node, &b.node) else {
+                continue;
+            };
+            let (Prep::Conv(pw), Prep::Dw(dw)) = (&a.prep, &b.prep) else {
+                continue;
+            };
+            let (cx, v, out) = (*cx, a.node.output(), b.node.output());
+            // The pointwise input: an arena value some earlier non-reshape step produced
+            // (never a method tensor read in place).
+            let made_here = (0..i).any(|p| {
+                self.steps[p].node.output() == cx
+                    && !matches!(self.steps[p].node, Node::Reshape { .. })
+            });
+            let f32s = [cx, v, out].iter().all(|&t| self.dtypes[t] == DType::F32);
+            let ok = *dx == v
+                && a.fuse == Fuse::No
+                && kernels::fused::fusable(pw, dw)
+                && made_here
+                && f32s
+                && self.homes[cx] == Home::Arena
+                && self.homes[v] == Home::Arena
+                && self.lifetimes[v].1 == j
+                && !self.outputs.iter().any(|&(_, o)| o == v)
+                && self.shapes[v].rank() == 4
+                && self.shapes[cx].rank() == 4
+                && self.sizes[v] >= FUSE_MIN_BYTES;
+            if ok {
+                self.steps[i].fuse = Fuse::IntoNext;
+                self.steps[j].fuse = Fuse::WithPrev;
+                self.names[j] = "XNNConv2d+XNNDepthwiseConv2d";
+                self.lifetimes[cx].1 = self.lifetimes[cx].1.max(j);
+            }
+        }
     }
 
     /// Propagates shapes from the inputs through every node and sizes every value.
@@ -597,6 +665,12 @@ impl XnnDelegate {
             for k in 0..n {
                 s[k] = self.src(ins[k]);
             }
+            if st.fuse == Fuse::WithPrev {
+                // The fused pair reads the pointwise convolution's input.
+                if let Node::Conv { x, .. } = self.steps[i - 1].node {
+                    s[0] = self.src(x);
+                }
+            }
             s
         };
         let shapes = &self.shapes;
@@ -619,6 +693,25 @@ impl XnnDelegate {
             );
         }
         let o = f32s_mut(o)?;
+        if st.fuse == Fuse::WithPrev {
+            let (Node::Conv { x, .. }, Prep::Conv(pw), Prep::Dw(dw)) =
+                (&self.steps[i - 1].node, &self.steps[i - 1].prep, &st.prep)
+            else {
+                return Err(invalid("fused step without its pointwise convolution"));
+            };
+            let xs = shapes[*x].dims();
+            return kernels::fused::pointwise_depthwise(
+                par,
+                pw,
+                dw,
+                f32s(a)?,
+                [xs[0], xs[1], xs[2]],
+                o,
+                [os.dims()[1], os.dims()[2]],
+                &mut self.fused_scratch,
+                kernels::fused::STRIPE_FLOATS,
+            );
+        }
         match (&st.node, &st.prep) {
             (
                 &Node::Binary {
@@ -1321,6 +1414,9 @@ impl DelegateHandle for XnnDelegate {
         }
         let par = ctx.parallel();
         for i in 0..self.steps.len() {
+            if self.steps[i].fuse == Fuse::IntoNext {
+                continue;
+            }
             let t0 = self.profile.as_ref().map(|_| std::time::Instant::now());
             self.run_step_with(ctx, i, par).map_err(|e| match e {
                 KernelError::Invalid(m) => invalid(format!("node {i} ({}): {m}", self.names[i])),

@@ -297,6 +297,12 @@ impl ConvWeights {
         self.packed.iter().map(|p| p.bytes()).sum::<usize>() + self.bias.len() * 4
     }
 
+    /// Whether this is a 1×1 convolution of stride 1, no padding, one group (a plain GEMM
+    /// over the pixels).
+    pub fn is_pointwise(&self) -> bool {
+        self.pointwise()
+    }
+
     fn pointwise(&self) -> bool {
         let w = &self.conv.win;
         self.conv.groups == 1

@@ -2,6 +2,7 @@
 //! GEMM and activation functions.
 
 pub mod elementwise;
+pub mod fused;
 pub mod gemm;
 pub mod layout;
 pub mod qgemm;

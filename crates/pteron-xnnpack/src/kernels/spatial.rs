@@ -81,6 +81,12 @@ impl DwWeights {
         })
     }
 
+    /// Whether the filter is packed for the 3×3 pixel kernels (3×3, multiplier 1, at most
+    /// [`ZEROS_LEN`] channels).
+    pub fn is_packed_3x3(&self) -> bool {
+        self.packed.is_some()
+    }
+
     /// Bytes held (filter, bias and the packed copy).
     pub fn bytes(&self) -> usize {
         (self.w.len() + self.bias.len()) * 4 + self.packed.as_ref().map_or(0, |p| p.len())
@@ -389,6 +395,9 @@ pub(crate) fn tap_offsets(
 /// point the taps outside the input at [`ZEROS`].
 struct Dw3x3<'a> {
     g: Geom,
+    /// When non-zero, `x` holds only this many input rows of one image, row y in slot
+    /// `y % ring` (a ring of rows another kernel fills as the output rows advance).
+    ring: usize,
     wt: &'a DwWeights,
     packed: &'a [f32],
     x: &'a [f32],
@@ -403,7 +412,11 @@ impl SimdOp for Dw3x3<'_> {
         let (g, win) = (self.g, &self.wt.win);
         let c = g.c;
         let clamp = self.wt.clamp.map(|(lo, hi)| (s.splat(lo), s.splat(hi)));
-        let img_len = g.ih * g.iw * c;
+        let row_len = g.iw * c;
+        let ring = self.ring;
+        let img_len = if ring > 0 { ring } else { g.ih } * row_len;
+        // Offset of input row y in an image.
+        let row_at = |y: usize| if ring > 0 { y % ring } else { y } * row_len;
         let (x_first, x_end) = interior_cols(win, g.iw, g.ow);
         let cs = win.dw * c;
         let mut offs = [None; 9];
@@ -421,7 +434,10 @@ impl SimdOp for Dw3x3<'_> {
             for ox in (0..run.start).chain(run.end.max(run.start)..g.ow) {
                 tap_offsets(win, g.ih, g.iw, c, oy, ox, &mut offs);
                 let ptrs = offs.map(|o| match o {
-                    Some(o) => img[o..o + c].as_ptr(),
+                    Some(o) => {
+                        let o = row_at(o / row_len) + o % row_len;
+                        img[o..o + c].as_ptr()
+                    }
                     None => ZEROS.as_ptr(),
                 });
                 dw3x3_px(s, &ptrs, self.packed, &mut orow[ox * c..][..c], clamp);
@@ -433,7 +449,7 @@ impl SimdOp for Dw3x3<'_> {
                 let x0 = run.start * win.sw - win.pad_left;
                 let step = win.sw * c;
                 let need = (run.len() - 1) * step + 2 * cs + c;
-                let at = |a: usize| &img[((y0 + a * win.dh) * g.iw + x0) * c..][..need];
+                let at = |a: usize| &img[row_at(y0 + a * win.dh) + x0 * c..][..need];
                 let out = &mut orow[run.start * c..run.end * c];
                 dw3x3_run(
                     s,
@@ -563,7 +579,9 @@ fn dw3x3_group<S: Simd, const P: usize>(
                 for b in 0..3 {
                     let k = wv(3 * a + b + 1);
                     for p in 0..P {
-                        if (3 * a + b) % 2 == 0 {
+                        // Odd taps onto the bias, even taps apart: `dw9`'s two chains, so
+                        // that every path rounds alike.
+                        if (3 * a + b) % 2 == 1 {
                             acc0[p] = s.fma(x[p + b], k, acc0[p]);
                         } else {
                             acc1[p] = s.fma(x[p + b], k, acc1[p]);
@@ -715,6 +733,7 @@ pub fn depthwise(
                 l,
                 Dw3x3 {
                     g,
+                    ring: 0,
                     wt,
                     packed,
                     x,
@@ -774,6 +793,44 @@ pub fn depthwise(
         }
     });
     Ok(())
+}
+
+/// Output rows `row0 .. row0 + out.len() / (ow·c)` of the 3×3 depthwise convolution of one
+/// image (`g.n` = 1) on this thread, from `x` holding input row y at `(y % ring)·iw·c` (the
+/// rows those output rows read must be there): `Ok(false)`, with nothing written, when the
+/// filter is not packed for the 3×3 kernel.
+pub(crate) fn depthwise3x3_ring(
+    wt: &DwWeights,
+    g: Geom,
+    ring: usize,
+    row0: usize,
+    x: &[f32],
+    out: &mut [f32],
+) -> Result<bool, KernelError> {
+    let Some(p) = &wt.packed else {
+        return Ok(false);
+    };
+    if g.c != wt.channels || g.c > ZEROS_LEN || wt.multiplier != 1 || g.n != 1 || ring == 0 {
+        return Ok(false);
+    }
+    let row_out = g.ow * g.c;
+    let rows = if row_out == 0 { 0 } else { out.len() / row_out };
+    if x.len() < ring * g.iw * g.c || row0 + rows > g.oh {
+        return Err(KernelError::invalid("depthwise operands too short"));
+    }
+    run_op_at(
+        level(),
+        Dw3x3 {
+            g,
+            ring,
+            wt,
+            packed: p.f32(),
+            x,
+            row0,
+            out: &mut out[..rows * row_out],
+        },
+    );
+    Ok(true)
 }
 
 struct PoolRow<'a> {
