@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use pteron_core::INLINE;
 use pteron_xnnpack::graph::{Conv, ConvKind, Window};
-use pteron_xnnpack::kernels::fused::{pointwise_depthwise, STRIPE_FLOATS};
+use pteron_xnnpack::kernels::fused::{pointwise_depthwise, scratch_floats, STRIPE_FLOATS};
 use pteron_xnnpack::kernels::gemm::ConvWeights;
 use pteron_xnnpack::kernels::spatial::{depthwise, DwWeights, Geom};
 
@@ -106,7 +106,7 @@ fn main() {
                 .unwrap();
             depthwise(&INLINE, &dw, g, mid, out).unwrap()
         });
-        let mut scratch = Vec::new();
+        let mut scratch = vec![0.0; scratch_floats(&dw, hw, c, budget, 1).unwrap()];
         let t_fused = min_time(|| {
             pointwise_depthwise(
                 &INLINE,

@@ -90,8 +90,10 @@ pub struct XnnDelegate {
     lifetimes: Vec<(usize, usize)>,
     arena: Buf,
     scratch: Vec<f32>,
-    /// Stripe buffers of the fused pointwise-depthwise steps.
+    /// Stripe buffers of the fused pointwise-depthwise steps (sized at planning) for this
+    /// many bands: the machine's threads, read once at init (reading them allocates).
     fused_scratch: Vec<f32>,
+    fused_bands: usize,
     /// Activation operands of the quantized products.
     qscratch: Vec<u8>,
     inputs: Vec<(u32, usize)>,
@@ -437,6 +439,7 @@ impl XnnDelegate {
             arena: Buf::default(),
             scratch: Vec::new(),
             fused_scratch: Vec::new(),
+            fused_bands: std::thread::available_parallelism().map_or(1, |n| n.get().min(16)),
             qscratch: Vec::new(),
             inputs: g.inputs,
             outputs: g.outputs,
@@ -449,17 +452,21 @@ impl XnnDelegate {
                 .map(|_| vec![Default::default(); nn]),
         };
         d.propagate()?;
-        if std::env::var_os("PTERON_XNNPACK_FUSE").is_none_or(|v| v != "0") {
-            d.fuse();
+        // `PTERON_XNNPACK_FUSE=0`: no fusion (to set nodes beside ExecuTorch's); `=all`: at any
+        // size (tests).
+        match std::env::var("PTERON_XNNPACK_FUSE").as_deref() {
+            Ok("0") => {}
+            Ok("all") => d.fuse(0),
+            _ => d.fuse(FUSE_MIN_BYTES),
         }
         d.plan()?;
         Ok(d)
     }
 
-    /// Marks each pointwise convolution whose widened output (at least [`FUSE_MIN_BYTES`])
-    /// only the next step, a 3×3 depthwise convolution, reads: the two run as one
-    /// (`kernels::fused`), and the pointwise input lives until then.
-    fn fuse(&mut self) {
+    /// Marks each pointwise convolution whose widened output (at least `min_bytes`) only the
+    /// next step, a 3×3 depthwise convolution, reads: the two run as one (`kernels::fused`),
+    /// and the pointwise input lives until then.
+    fn fuse(&mut self, min_bytes: usize) {
         for j in 1..self.steps.len() {
             let i = j - 1;
             let (a, b) = (&self.steps[i], &self.steps[j]);
@@ -488,7 +495,7 @@ impl XnnDelegate {
                 && !self.outputs.iter().any(|&(_, o)| o == v)
                 && self.shapes[v].rank() == 4
                 && self.shapes[cx].rank() == 4
-                && self.sizes[v] >= FUSE_MIN_BYTES;
+                && self.sizes[v] >= min_bytes;
             if ok {
                 self.steps[i].fuse = Fuse::IntoNext;
                 self.steps[j].fuse = Fuse::WithPrev;
@@ -946,7 +953,7 @@ impl XnnDelegate {
         self.packed_bytes
             + self.consts.iter().map(|c| c.len()).sum::<usize>()
             + self.arena.len()
-            + self.scratch.len() * 4
+            + (self.scratch.len() + self.fused_scratch.len()) * 4
     }
 
     /// XNNPACK's view of a tensor argument: its sizes in dim order.
@@ -1518,6 +1525,27 @@ impl XnnDelegate {
                 }
             }
         }
+        // Fused pointwise-depthwise steps: a band of widened rows per thread of the machine
+        // (a pool of more threads runs as many bands as fit).
+        let bands = self.fused_bands;
+        let mut fused = 0usize;
+        for (j, st) in self.steps.iter().enumerate() {
+            if let (Fuse::WithPrev, Prep::Dw(dw)) = (st.fuse, &st.prep) {
+                let v = self.shapes[self.steps[j - 1].node.output()];
+                if v.rank() == 4 {
+                    let (iw, c) = (v.dims()[2], v.dims()[3]);
+                    let f = kernels::fused::scratch_floats(
+                        dw,
+                        iw,
+                        c,
+                        kernels::fused::STRIPE_FLOATS,
+                        bands,
+                    )
+                    .ok_or(KernelError::SizeOverflow)?;
+                    fused = fused.max(f);
+                }
+            }
+        }
         let mut qscratch = 0usize;
         for st in &self.steps {
             if let Prep::Q(q) = &st.prep {
@@ -1525,6 +1553,7 @@ impl XnnDelegate {
             }
         }
         if (scratch as u64)
+            .saturating_add(fused as u64)
             .saturating_mul(4)
             .saturating_add(qscratch as u64)
             > self.max_bytes
@@ -1536,6 +1565,12 @@ impl XnnDelegate {
                 .try_reserve_exact(qscratch - self.qscratch.len())
                 .map_err(|_| KernelError::unsupported("cannot allocate scratch memory"))?;
             self.qscratch.resize(qscratch, 0);
+        }
+        if self.fused_scratch.len() < fused {
+            self.fused_scratch
+                .try_reserve_exact(fused - self.fused_scratch.len())
+                .map_err(|_| KernelError::unsupported("cannot allocate scratch memory"))?;
+            self.fused_scratch.resize(fused, 0.0);
         }
         if self.scratch.len() < scratch {
             self.scratch

@@ -46,9 +46,23 @@ pub fn band_floats(dw: &DwWeights, iw: usize, c: usize, budget: usize) -> Option
     rows.checked_mul(row)
 }
 
+/// Floats of `scratch` that [`pointwise_depthwise`] needs for `bands` bands over a widened map
+/// `iw` wide with `c` channels (`None` on overflow).
+pub fn scratch_floats(
+    dw: &DwWeights,
+    iw: usize,
+    c: usize,
+    budget: usize,
+    bands: usize,
+) -> Option<usize> {
+    let one = band_floats(dw, iw, c, budget)?.checked_add(15)? / 16 * 16;
+    one.checked_mul(bands)?.checked_add(16)
+}
+
 /// `out = dw(pw(x))`: `x` is `[n, ih, iw, cin]`, the widened map `[n, ih, iw, c]` is never
-/// stored whole, `out` is `[n, oh, ow, c]`. `scratch` is grown to one stripe buffer per band
-/// (`budget` floats of widened rows each, about).
+/// stored whole, `out` is `[n, oh, ow, c]`. Each band (one per thread, as many as `scratch`
+/// holds: see [`scratch_floats`]) keeps its widened rows in a part of `scratch` (`budget`
+/// floats of them, about).
 #[allow(clippy::too_many_arguments)]
 pub fn pointwise_depthwise(
     par: &dyn Parallel,
@@ -58,7 +72,7 @@ pub fn pointwise_depthwise(
     [n, ih, iw]: [usize; 3],
     out: &mut [f32],
     [oh, ow]: [usize; 2],
-    scratch: &mut Vec<f32>,
+    scratch: &mut [f32],
     budget: usize,
 ) -> Result<(), KernelError> {
     if !fusable(pw, dw) {
@@ -88,17 +102,12 @@ pub fn pointwise_depthwise(
     // kernel's loads then never split a line when the channels are a multiple of 16).
     let ring_len = buf_rows * row;
     let buf_len = ring_len.div_ceil(16) * 16;
-    let bands = par.num_threads().clamp(1, all_rows);
-    let need = bands
-        .checked_mul(buf_len)
-        .and_then(|v| v.checked_add(16))
-        .ok_or(KernelError::SizeOverflow)?;
-    if scratch.len() < need {
-        scratch
-            .try_reserve_exact(need - scratch.len())
-            .map_err(|_| KernelError::unsupported("cannot allocate scratch memory"))?;
-        scratch.resize(need, 0.0);
+    let fit = scratch.len().saturating_sub(16) / buf_len;
+    let bands = par.num_threads().min(all_rows).min(fit);
+    if bands == 0 {
+        return Err(KernelError::invalid("fused convolution scratch too small"));
     }
+    let need = bands * buf_len + 16;
     let skip = (scratch.as_ptr() as usize).wrapping_neg() % 64 / 4;
     let bufs = SharedMut::new(&mut scratch[skip..skip + need - 16]);
     let outs = SharedMut::new(&mut out[..need_out]);
@@ -296,7 +305,8 @@ mod tests {
                 for budget in [1, 2 * iw * c, 5 * iw * c, STRIPE_FLOATS] {
                     for threads in [1, 2, 3] {
                         let mut got = vec![f32::NAN; n * oh * ow * c];
-                        let mut scratch = Vec::new();
+                        let len = scratch_floats(&dw, iw, c, budget, threads).unwrap();
+                        let mut scratch = vec![0.0; len];
                         pointwise_depthwise(
                             &Bands(threads),
                             &pw,

@@ -1,0 +1,65 @@
+//! The XNNPACK delegate's fused pointwise-depthwise steps (`PTERON_XNNPACK_FUSE=all`: every
+//! 1×1 convolution whose output only a 3×3 depthwise convolution reads, whatever its size)
+//! give bit for bit what the two nodes give apart (`PTERON_XNNPACK_FUSE=0`), on one to three
+//! threads, twice per method (the second run reuses the planned bands). The small MobileNetV2
+//! fixture has 16 such pairs. A test binary of its own: the variable is read when a method
+//! loads, and no other test runs in this process meanwhile.
+
+use std::path::Path;
+
+use pteron::{npy, MethodOptions, RunMethod, Tensor, Value};
+
+fn outputs(dir: &Path, threads: usize) -> Vec<Vec<Tensor>> {
+    let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
+    let program = file.program().unwrap();
+    let kernels = pteron::default_kernels();
+    let mut method = program
+        .load_method_with("forward", &kernels, MethodOptions::new().threads(threads))
+        .unwrap();
+    let mut inputs = Vec::new();
+    for i in 0.. {
+        let p = dir.join(format!("input{i}.npy"));
+        if !p.exists() {
+            break;
+        }
+        inputs.push(npy::read(&p).unwrap());
+    }
+    (0..2)
+        .map(|_| {
+            method
+                .run(&inputs)
+                .unwrap()
+                .into_iter()
+                .map(|v| match v {
+                    Value::Tensor(t) => t,
+                    other => panic!("output {other:?} is not a tensor"),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn fused_steps_equal_the_two_nodes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/xnnpack");
+    for name in ["mobilenet_v2_small", "cnn", "unet"] {
+        let dir = root.join(name);
+        std::env::set_var("PTERON_XNNPACK_FUSE", "0");
+        let apart = outputs(&dir, 1);
+        std::env::set_var("PTERON_XNNPACK_FUSE", "all");
+        for threads in 1..=3 {
+            let fused = outputs(&dir, threads);
+            for (round, (f, a)) in fused.iter().zip(&apart).enumerate() {
+                assert_eq!(f.len(), a.len());
+                for (k, (f, a)) in f.iter().zip(a).enumerate() {
+                    assert_eq!(f.sizes, a.sizes, "{name} output {k}");
+                    assert_eq!(
+                        f.data, a.data,
+                        "{name} output {k}, {threads} thread(s), run {round}: fused differs"
+                    );
+                }
+            }
+        }
+        std::env::remove_var("PTERON_XNNPACK_FUSE");
+    }
+}
