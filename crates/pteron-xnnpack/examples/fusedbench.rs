@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use pteron_core::INLINE;
 use pteron_xnnpack::graph::{Conv, ConvKind, Window};
-use pteron_xnnpack::kernels::fused::{pointwise_depthwise, scratch_floats, STRIPE_FLOATS};
+use pteron_xnnpack::kernels::fused::{run, scratch_floats, Chain, STRIPE_FLOATS};
 use pteron_xnnpack::kernels::gemm::ConvWeights;
 use pteron_xnnpack::kernels::spatial::{depthwise, DwWeights, Geom};
 
@@ -106,12 +106,16 @@ fn main() {
                 .unwrap();
             depthwise(&INLINE, &dw, g, mid, out).unwrap()
         });
-        let mut scratch = vec![0.0; scratch_floats(&dw, hw, c, budget, 1).unwrap()];
+        let chain = Chain {
+            expand: Some(&pw),
+            dw: &dw,
+            project: None,
+        };
+        let mut scratch = vec![0.0; scratch_floats(&chain, hw, ow, budget, 1).unwrap()];
         let t_fused = min_time(|| {
-            pointwise_depthwise(
+            run(
                 &INLINE,
-                &pw,
-                &dw,
+                chain,
                 &x,
                 [1, hw, hw],
                 out,

@@ -50,11 +50,45 @@ struct Step {
 enum Fuse {
     /// On its own.
     No,
-    /// Inside the next step (a pointwise convolution whose output only that step reads).
+    /// Inside a later step's chain.
     IntoNext,
-    /// A 3×3 depthwise convolution that runs the previous step's pointwise convolution band
-    /// by band (`kernels::fused`), reading that step's input.
-    WithPrev,
+    /// Runs the chain that ends here (`kernels::fused`): a 3×3 depthwise convolution with the
+    /// pointwise convolution before it (`expand`), the one after it (`project`, this step),
+    /// or both; reads the chain's first input.
+    Chain { expand: bool, project: bool },
+}
+
+/// The chain step `i` runs: the kernels' view, and the value it reads.
+fn chain_at(steps: &[Step], i: usize) -> Option<(kernels::fused::Chain<'_>, usize)> {
+    let Fuse::Chain { expand, project } = steps[i].fuse else {
+        return None;
+    };
+    let d = if project { i.checked_sub(1)? } else { i };
+    let Prep::Dw(dw) = &steps[d].prep else {
+        return None;
+    };
+    let conv = |k: usize| match (&steps[k].prep, &steps[k].node) {
+        (Prep::Conv(cw), Node::Conv { x, .. }) => Some((cw, *x)),
+        _ => None,
+    };
+    let (e, input) = if expand {
+        let (cw, x) = conv(d.checked_sub(1)?)?;
+        (Some(cw), x)
+    } else {
+        let Node::Conv { x, .. } = steps[d].node else {
+            return None;
+        };
+        (None, x)
+    };
+    let p = if project { Some(conv(i)?.0) } else { None };
+    Some((
+        kernels::fused::Chain {
+            expand: e,
+            dw,
+            project: p,
+        },
+        input,
+    ))
 }
 
 /// Widened maps from which a pointwise and a depthwise convolution are fused: smaller ones
@@ -463,45 +497,85 @@ impl XnnDelegate {
         Ok(d)
     }
 
-    /// Marks each pointwise convolution whose widened output (at least `min_bytes`) only the
-    /// next step, a 3×3 depthwise convolution, reads: the two run as one (`kernels::fused`),
-    /// and the pointwise input lives until then.
+    /// Fuses each 3×3 depthwise convolution with the pointwise convolution that only feeds
+    /// it and the one that only reads it, where the map between them is at least `min_bytes`
+    /// (`kernels::fused`). The chain's last step runs it; its input lives until then.
     fn fuse(&mut self, min_bytes: usize) {
-        for j in 1..self.steps.len() {
-            let i = j - 1;
-            let (a, b) = (&self.steps[i], &self.steps[j]);
-            let (Node::Conv { x: cx, .. }, Node::Conv { x: dx, .. }) = (&a.node, &b.node) else {
+        let nn = self.steps.len();
+        // A value only step `reader` reads, worth not storing.
+        let between = |d: &Self, v: usize, reader: usize| {
+            d.homes[v] == Home::Arena
+                && d.lifetimes[v].1 == reader
+                && !d.outputs.iter().any(|&(_, o)| o == v)
+                && d.dtypes[v] == DType::F32
+                && d.shapes[v].rank() == 4
+                && d.sizes[v] >= min_bytes
+        };
+        fn pointwise(st: &Step) -> Option<(&ConvWeights, usize)> {
+            match (&st.prep, &st.node) {
+                (Prep::Conv(cw), Node::Conv { x, .. }) if cw.is_pointwise() => Some((cw, *x)),
+                _ => None,
+            }
+        }
+        for j in 0..nn {
+            let (Prep::Dw(dw), Node::Conv { x: dx, .. }) =
+                (&self.steps[j].prep, &self.steps[j].node)
+            else {
                 continue;
             };
-            let (Prep::Conv(pw), Prep::Dw(dw)) = (&a.prep, &b.prep) else {
+            if self.steps[j].fuse != Fuse::No || !kernels::fused::fusable_dw(dw) {
                 continue;
+            }
+            let dx = *dx;
+            let d_out = self.steps[j].node.output();
+            let expand = j > 0
+                && self.steps[j - 1].fuse == Fuse::No
+                && pointwise(&self.steps[j - 1]).is_some_and(|(cw, _)| {
+                    kernels::fused::fusable_expand(cw, dw)
+                        && self.steps[j - 1].node.output() == dx
+                        && between(self, dx, j)
+                });
+            let project = j + 1 < nn
+                && pointwise(&self.steps[j + 1]).is_some_and(|(cw, x)| {
+                    kernels::fused::fusable_project(dw, cw)
+                        && x == d_out
+                        && between(self, d_out, j + 1)
+                });
+            if !expand && !project {
+                continue;
+            }
+            let first = if expand { j - 1 } else { j };
+            let last = if project { j + 1 } else { j };
+            let input = match &self.steps[first].node {
+                Node::Conv { x, .. } => *x,
+                _ => continue,
             };
-            let (cx, v, out) = (*cx, a.node.output(), b.node.output());
-            // The pointwise input: an arena value some earlier non-reshape step produced
-            // (never a method tensor read in place).
-            let made_here = (0..i).any(|p| {
-                self.steps[p].node.output() == cx
+            // The chain's input: an arena value some earlier non-reshape step produced (never
+            // a method tensor read in place).
+            let made_here = (0..first).any(|p| {
+                self.steps[p].node.output() == input
                     && !matches!(self.steps[p].node, Node::Reshape { .. })
             });
-            let f32s = [cx, v, out].iter().all(|&t| self.dtypes[t] == DType::F32);
-            let ok = *dx == v
-                && a.fuse == Fuse::No
-                && kernels::fused::fusable(pw, dw)
-                && made_here
-                && f32s
-                && self.homes[cx] == Home::Arena
-                && self.homes[v] == Home::Arena
-                && self.lifetimes[v].1 == j
-                && !self.outputs.iter().any(|&(_, o)| o == v)
-                && self.shapes[v].rank() == 4
-                && self.shapes[cx].rank() == 4
-                && self.sizes[v] >= min_bytes;
-            if ok {
-                self.steps[i].fuse = Fuse::IntoNext;
-                self.steps[j].fuse = Fuse::WithPrev;
-                self.names[j] = "XNNConv2d+XNNDepthwiseConv2d";
-                self.lifetimes[cx].1 = self.lifetimes[cx].1.max(j);
+            let out = self.steps[last].node.output();
+            let ok = made_here
+                && self.homes[input] == Home::Arena
+                && self.dtypes[input] == DType::F32
+                && self.dtypes[out] == DType::F32
+                && self.shapes[input].rank() == 4
+                && self.shapes[out].rank() == 4;
+            if !ok {
+                continue;
             }
+            for k in first..last {
+                self.steps[k].fuse = Fuse::IntoNext;
+            }
+            self.steps[last].fuse = Fuse::Chain { expand, project };
+            self.names[last] = match (expand, project) {
+                (true, true) => "XNNConv2d+XNNDepthwiseConv2d+XNNConv2d",
+                (true, false) => "XNNConv2d+XNNDepthwiseConv2d",
+                _ => "XNNDepthwiseConv2d+XNNConv2d",
+            };
+            self.lifetimes[input].1 = self.lifetimes[input].1.max(last);
         }
     }
 
@@ -672,11 +746,9 @@ impl XnnDelegate {
             for k in 0..n {
                 s[k] = self.src(ins[k]);
             }
-            if st.fuse == Fuse::WithPrev {
-                // The fused pair reads the pointwise convolution's input.
-                if let Node::Conv { x, .. } = self.steps[i - 1].node {
-                    s[0] = self.src(x);
-                }
+            if let Some((_, x)) = chain_at(&self.steps, i) {
+                // A chain reads its first step's input.
+                s[0] = self.src(x);
             }
             s
         };
@@ -700,17 +772,13 @@ impl XnnDelegate {
             );
         }
         let o = f32s_mut(o)?;
-        if st.fuse == Fuse::WithPrev {
-            let (Node::Conv { x, .. }, Prep::Conv(pw), Prep::Dw(dw)) =
-                (&self.steps[i - 1].node, &self.steps[i - 1].prep, &st.prep)
-            else {
-                return Err(invalid("fused step without its pointwise convolution"));
-            };
-            let xs = shapes[*x].dims();
-            return kernels::fused::pointwise_depthwise(
+        if let Fuse::Chain { .. } = st.fuse {
+            let (chain, x) = chain_at(&self.steps, i)
+                .ok_or_else(|| invalid("fused step without its convolutions"))?;
+            let xs = shapes[x].dims();
+            return kernels::fused::run(
                 par,
-                pw,
-                dw,
+                chain,
                 f32s(a)?,
                 [xs[0], xs[1], xs[2]],
                 o,
@@ -1529,15 +1597,15 @@ impl XnnDelegate {
         // (a pool of more threads runs as many bands as fit).
         let bands = self.fused_bands;
         let mut fused = 0usize;
-        for (j, st) in self.steps.iter().enumerate() {
-            if let (Fuse::WithPrev, Prep::Dw(dw)) = (st.fuse, &st.prep) {
-                let v = self.shapes[self.steps[j - 1].node.output()];
-                if v.rank() == 4 {
-                    let (iw, c) = (v.dims()[2], v.dims()[3]);
+        for i in 0..self.steps.len() {
+            if let Some((chain, x)) = chain_at(&self.steps, i) {
+                let (xs, os) = (self.shapes[x], self.shapes[self.steps[i].node.output()]);
+                if xs.rank() == 4 && os.rank() == 4 {
+                    let (iw, ow) = (xs.dims()[2], os.dims()[2]);
                     let f = kernels::fused::scratch_floats(
-                        dw,
+                        &chain,
                         iw,
-                        c,
+                        ow,
                         kernels::fused::STRIPE_FLOATS,
                         bands,
                     )

@@ -1,12 +1,14 @@
-//! A pointwise (1×1) convolution and the 3×3 depthwise convolution that reads its output, run
-//! band by band: MobileNet's inverted-residual blocks widen 16–32 channels to 96–192 on
-//! 112×112 and 56×56 maps, a 1.8–4.8 MB tensor that one layer writes past the L2 cache and the
-//! next reads back. Here each thread takes a band of the depthwise output rows and computes
-//! the few widened rows a stripe of it needs into a buffer that stays in L2, then the stripe.
+//! A 3×3 depthwise convolution fused with the pointwise (1×1) convolution before it, the
+//! one after it, or both (a MobileNet inverted-residual block), run band by band. MobileNet
+//! widens 16–32 channels to 96–192 on 112×112 and 56×56 maps, and the widened and depthwise
+//! outputs (1.2–4.8 MB) go past the L2 cache between nodes. Here each thread takes a band of
+//! the depthwise output rows and, stripe by stripe, computes the widened rows the stripe needs
+//! into a ring of rows, the stripe's depthwise rows into a small buffer, and from those the
+//! stripe's output rows: the intermediate maps never leave L2.
 //!
-//! Every value is computed by the same kernels with the same arithmetic as the two nodes run
-//! one after the other (the GEMM sums each output over k in one order whatever rows it is
-//! given; the depthwise kernel classes a pixel as interior or border by the image, not by the
+//! Every value is computed by the same kernels with the same arithmetic as the nodes run one
+//! after the other (the GEMM sums each output over k in one order whatever rows it is given;
+//! the depthwise kernel classes a pixel as interior or border by the image, not by the
 //! stripe), so the results are bit-identical.
 
 use pteron_core::{KernelError, Parallel, INLINE};
@@ -16,58 +18,98 @@ use pteron_kernels_cpu::par::{part, SharedMut};
 use super::gemm::ConvWeights;
 use super::spatial::{depthwise3x3_ring, DwWeights, Geom};
 
-/// Floats of widened rows a stripe aims at (about 192 KiB: a tenth of an L2, with room for
-/// the input rows, the filter and the output).
+/// Floats of intermediate rows a stripe aims at (about 192 KiB: a tenth of an L2, with room
+/// for the input rows, the filters and the output).
 pub const STRIPE_FLOATS: usize = 48 * 1024;
 
-/// Whether `pw` then `dw` can run fused: a pointwise convolution into a 3×3 depthwise one of
-/// multiplier 1 and dilation 1 over the same channels, with the 3×3 kernel's packed filter.
-pub fn fusable(pw: &ConvWeights, dw: &DwWeights) -> bool {
+/// The nodes run as one: `expand` (when set) widens the input for `dw`, `project` (when
+/// set) reads `dw`'s output.
+#[derive(Clone, Copy)]
+pub struct Chain<'a> {
+    pub expand: Option<&'a ConvWeights>,
+    pub dw: &'a DwWeights,
+    pub project: Option<&'a ConvWeights>,
+}
+
+/// Whether a depthwise convolution can be fused at all: 3×3, multiplier 1, dilation 1, with
+/// the 3×3 kernel's packed filter.
+pub fn fusable_dw(dw: &DwWeights) -> bool {
     let w = &dw.win;
-    pw.is_pointwise()
-        && pw.conv.out_channels() == dw.channels
-        && dw.multiplier == 1
+    dw.multiplier == 1
         && (w.kh, w.kw, w.dh, w.dw) == (3, 3, 1, 1)
         && w.sh >= 1
         && dw.is_packed_3x3()
 }
 
-/// Rows of widened values one stripe holds: `(output rows per stripe, buffer rows)`.
-fn stripe_rows(sh: usize, row_floats: usize, budget: usize) -> (usize, usize) {
-    let fit = (budget / row_floats.max(1)).max(3);
-    let r = ((fit - 3) / sh + 1).max(1);
-    (r, (r - 1) * sh + 3)
+/// Whether `pw` can widen the input of `dw` in a chain.
+pub fn fusable_expand(pw: &ConvWeights, dw: &DwWeights) -> bool {
+    pw.is_pointwise() && pw.conv.out_channels() == dw.channels && fusable_dw(dw)
 }
 
-/// Floats of scratch per band for a widened map `iw` wide with `c` channels.
-pub fn band_floats(dw: &DwWeights, iw: usize, c: usize, budget: usize) -> Option<usize> {
-    let row = iw.checked_mul(c)?;
-    let (_, rows) = stripe_rows(dw.win.sh, row, budget);
-    rows.checked_mul(row)
+/// Whether `pw` can read the output of `dw` in a chain.
+pub fn fusable_project(dw: &DwWeights, pw: &ConvWeights) -> bool {
+    pw.is_pointwise() && pw.conv.in_channels() == dw.channels && fusable_dw(dw)
 }
 
-/// Floats of `scratch` that [`pointwise_depthwise`] needs for `bands` bands over a widened map
-/// `iw` wide with `c` channels (`None` on overflow).
+impl Chain<'_> {
+    fn valid(&self) -> bool {
+        fusable_dw(self.dw)
+            && self.expand.is_none_or(|e| fusable_expand(e, self.dw))
+            && self.project.is_none_or(|p| fusable_project(self.dw, p))
+    }
+
+    /// `(output rows per stripe, ring rows, floats per band)` for maps `iw` and `ow` wide:
+    /// as many rows as the budget holds, at least one.
+    fn stripe(&self, iw: usize, ow: usize, budget: usize) -> Option<(usize, usize, usize)> {
+        let c = self.dw.channels;
+        let sh = self.dw.win.sh;
+        let ring_row = if self.expand.is_some() {
+            iw.checked_mul(c)?
+        } else {
+            0
+        };
+        let out_row = if self.project.is_some() {
+            ow.checked_mul(c)?
+        } else {
+            0
+        };
+        let floats = |r: usize| -> Option<usize> {
+            let ring = ((r - 1).checked_mul(sh)?.checked_add(3)?).checked_mul(ring_row)?;
+            ring.checked_add(r.checked_mul(out_row)?)
+        };
+        let mut r = 1;
+        while r < 256 && floats(r + 1).is_some_and(|f| f <= budget) {
+            r += 1;
+        }
+        let ring = if ring_row > 0 { (r - 1) * sh + 3 } else { 0 };
+        // Each part starts on a cache line (the kernels' loads then never split one when the
+        // channels are a multiple of 16).
+        let pad = |v: usize| v.checked_add(15).map(|v| v / 16 * 16);
+        let band = pad(ring.checked_mul(ring_row)?)?.checked_add(pad(r.checked_mul(out_row)?)?)?;
+        Some((r, ring, band))
+    }
+}
+
+/// Floats of `scratch` that [`run`] needs for `bands` bands over maps `iw` (input) and `ow`
+/// (output) wide (`None` on overflow).
 pub fn scratch_floats(
-    dw: &DwWeights,
+    chain: &Chain<'_>,
     iw: usize,
-    c: usize,
+    ow: usize,
     budget: usize,
     bands: usize,
 ) -> Option<usize> {
-    let one = band_floats(dw, iw, c, budget)?.checked_add(15)? / 16 * 16;
-    one.checked_mul(bands)?.checked_add(16)
+    let (_, _, band) = chain.stripe(iw, ow, budget)?;
+    band.checked_mul(bands)?.checked_add(16)
 }
 
-/// `out = dw(pw(x))`: `x` is `[n, ih, iw, cin]`, the widened map `[n, ih, iw, c]` is never
-/// stored whole, `out` is `[n, oh, ow, c]`. Each band (one per thread, as many as `scratch`
-/// holds: see [`scratch_floats`]) keeps its widened rows in a part of `scratch` (`budget`
-/// floats of them, about).
+/// Runs `chain` over `x` (`[n, ih, iw, cin]`) into `out` (`[n, oh, ow, cout]`). Each band (one
+/// per thread, as many as `scratch` holds: see [`scratch_floats`]) keeps its rows in a part of
+/// `scratch` (`budget` floats of them, about).
 #[allow(clippy::too_many_arguments)]
-pub fn pointwise_depthwise(
+pub fn run(
     par: &dyn Parallel,
-    pw: &ConvWeights,
-    dw: &DwWeights,
+    chain: Chain<'_>,
     x: &[f32],
     [n, ih, iw]: [usize; 3],
     out: &mut [f32],
@@ -75,61 +117,54 @@ pub fn pointwise_depthwise(
     scratch: &mut [f32],
     budget: usize,
 ) -> Result<(), KernelError> {
-    if !fusable(pw, dw) {
-        return Err(KernelError::invalid("these two convolutions do not fuse"));
+    if !chain.valid() {
+        return Err(KernelError::invalid("these convolutions do not fuse"));
     }
-    let (cin, c) = (pw.conv.in_channels(), dw.channels);
-    let win = dw.win;
-    let sh = win.sh;
-    let row = iw.checked_mul(c).ok_or(KernelError::SizeOverflow)?;
-    let in_img = ih
-        .checked_mul(iw)
-        .and_then(|v| v.checked_mul(cin))
-        .ok_or(KernelError::SizeOverflow)?;
-    let out_row = ow.checked_mul(c).ok_or(KernelError::SizeOverflow)?;
-    let out_img = oh.checked_mul(out_row).ok_or(KernelError::SizeOverflow)?;
-    let need_x = n.checked_mul(in_img).ok_or(KernelError::SizeOverflow)?;
-    let need_out = n.checked_mul(out_img).ok_or(KernelError::SizeOverflow)?;
+    let c = chain.dw.channels;
+    let cin = chain.expand.map_or(c, |e| e.conv.in_channels());
+    let cout = chain.project.map_or(c, |p| p.conv.out_channels());
+    let size = |d: &[usize]| {
+        d.iter()
+            .try_fold(1usize, |a, &v| a.checked_mul(v))
+            .ok_or(KernelError::SizeOverflow)
+    };
+    let need_x = size(&[n, ih, iw, cin])?;
+    let need_out = size(&[n, oh, ow, cout])?;
+    size(&[ih, iw, c])?;
     if x.len() < need_x || out.len() < need_out {
         return Err(KernelError::invalid("convolution operands too short"));
     }
     let all_rows = n * oh;
-    if all_rows == 0 || row == 0 {
+    if all_rows == 0 || iw == 0 || ow == 0 || c == 0 {
         return Ok(());
     }
-    let (r_max, buf_rows) = stripe_rows(sh, row, budget);
-    // Each band's buffer starts on a cache line, as the arena's values do (the depthwise
-    // kernel's loads then never split a line when the channels are a multiple of 16).
-    let ring_len = buf_rows * row;
-    let buf_len = ring_len.div_ceil(16) * 16;
-    let fit = scratch.len().saturating_sub(16) / buf_len;
+    let (r_max, ring, band) = chain
+        .stripe(iw, ow, budget)
+        .ok_or(KernelError::SizeOverflow)?;
+    let fit = scratch.len().saturating_sub(16) / band.max(1);
     let bands = par.num_threads().min(all_rows).min(fit);
     if bands == 0 {
         return Err(KernelError::invalid("fused convolution scratch too small"));
     }
-    let need = bands * buf_len + 16;
     let skip = (scratch.as_ptr() as usize).wrapping_neg() % 64 / 4;
-    let bufs = SharedMut::new(&mut scratch[skip..skip + need - 16]);
+    let bufs = SharedMut::new(&mut scratch[skip..skip + bands * band]);
+    let out_row = ow * cout;
     let outs = SharedMut::new(&mut out[..need_out]);
-    let epi = Epilogue {
-        init: Init::ColBias(&pw.bias),
-        clamp: pw.clamp,
-    };
     let failed = core::sync::atomic::AtomicBool::new(false);
     par.parallel_for(bands, &|tasks| {
         for b in tasks {
-            // Safety: band b alone uses stripe buffer b and output rows `part(all_rows, bands,
-            // b)` (disjoint parts); both buffers outlive `parallel_for`.
-            let buf = unsafe { bufs.slice(b * buf_len..b * buf_len + ring_len) };
+            // Safety: band b alone uses part b of the scratch and output rows
+            // `part(all_rows, bands, b)` (disjoint parts); both buffers outlive
+            // `parallel_for`.
+            let buf = unsafe { bufs.slice(b * band..(b + 1) * band) };
             let rows = part(all_rows, bands, b);
             let o = unsafe { outs.slice(rows.start * out_row..rows.end * out_row) };
             let band = Band {
-                pw,
-                dw,
-                epi: &epi,
+                chain,
                 x,
-                geom: [ih, iw, cin, c, oh, ow],
+                geom: [ih, iw, cin, c, oh, ow, cout],
                 r_max,
+                ring,
             };
             if band.run(rows, buf, o).is_err() {
                 failed.store(true, core::sync::atomic::Ordering::Relaxed);
@@ -142,33 +177,57 @@ pub fn pointwise_depthwise(
     Ok(())
 }
 
+/// `c = x·w + bias` (clamped) over `m` rows with a pointwise convolution's packed filter.
+fn pointwise_rows(pw: &ConvWeights, m: usize, x: &[f32], c: &mut [f32]) -> Result<(), KernelError> {
+    let (k, n) = (pw.conv.in_channels(), pw.conv.out_channels());
+    let epi = Epilogue {
+        init: Init::ColBias(&pw.bias),
+        clamp: pw.clamp,
+    };
+    gemm(
+        &INLINE,
+        m,
+        n,
+        k,
+        MatA::Rows { data: x, lda: k },
+        MatB::Packed(&pw.packed[0]),
+        c,
+        n,
+        &epi,
+    )
+    .map_err(|e| KernelError::invalid(format!("gemm: {}", e.0)))
+}
+
 /// What one band needs.
 struct Band<'a> {
-    pw: &'a ConvWeights,
-    dw: &'a DwWeights,
-    epi: &'a Epilogue<'a>,
+    chain: Chain<'a>,
     x: &'a [f32],
-    /// `[ih, iw, cin, c, oh, ow]`.
-    geom: [usize; 6],
+    /// `[ih, iw, cin, c, oh, ow, cout]`.
+    geom: [usize; 7],
     r_max: usize,
+    /// Rows of the ring of widened rows (with an expand step).
+    ring: usize,
 }
 
 impl Band<'_> {
-    /// Output rows `rows` (numbered across the batch) into `out`, stripe by stripe. `buf` is
-    /// a ring of widened rows (row y in slot `y % ring`): each stripe computes only the rows
-    /// the previous one did not, over rows no longer read.
+    /// Output rows `rows` (numbered across the batch) into `out`, stripe by stripe. The start
+    /// of `buf` is a ring of widened rows (row y in slot `y % ring`): each stripe computes
+    /// only the rows the previous one did not, over rows no longer read. After it, the
+    /// stripe's depthwise rows when a project step follows.
     fn run(
         &self,
         rows: core::ops::Range<usize>,
         buf: &mut [f32],
         out: &mut [f32],
     ) -> Result<(), KernelError> {
-        let [ih, iw, cin, c, oh, ow] = self.geom;
-        let win = self.dw.win;
+        let [ih, iw, cin, c, oh, ow, cout] = self.geom;
+        let win = self.chain.dw.win;
         let (sh, pt) = (win.sh, win.pad_top);
         let row = iw * c;
-        let ring = buf.len() / row;
-        let out_row = ow * c;
+        let ring = self.ring;
+        let ring_len = (ring * row).div_ceil(16) * 16;
+        let (ring_buf, dw_buf) = buf.split_at_mut(ring_len);
+        let out_row = ow * cout;
         let g = Geom {
             n: 1,
             ih,
@@ -183,34 +242,39 @@ impl Band<'_> {
         while r < rows.end {
             let (img, oy0) = (r / oh, r % oh);
             let oy1 = (oy0 + self.r_max).min(oh).min(rows.end - img * oh);
-            // Widened rows the window of output rows oy0..oy1 reads (at most `ring`).
-            let lo = (oy0 * sh).saturating_sub(pt).min(ih);
-            let hi = ((oy1 - 1) * sh + 3).saturating_sub(pt).min(ih).max(lo);
-            let mut y = if done.0 == img { done.1.max(lo) } else { lo };
-            while y < hi {
-                // Up to the end of the ring: one run of slots.
-                let end = hi.min(y + ring - y % ring);
-                let xs = &self.x[(img * ih + y) * iw * cin..(img * ih + end) * iw * cin];
-                let slot = y % ring;
-                let dst = &mut buf[slot * row..(slot + end - y) * row];
-                gemm(
-                    &INLINE,
-                    (end - y) * iw,
-                    c,
-                    cin,
-                    MatA::Rows { data: xs, lda: cin },
-                    MatB::Packed(&self.pw.packed[0]),
-                    dst,
-                    c,
-                    self.epi,
-                )
-                .map_err(|e| KernelError::invalid(format!("gemm: {}", e.0)))?;
-                y = end;
-            }
-            done = (img, hi);
+            // The depthwise input: widened rows in the ring, or the image itself.
+            let (src, slots) = match self.chain.expand {
+                Some(e) => {
+                    // Widened rows the window of output rows oy0..oy1 reads (≤ `ring`).
+                    let lo = (oy0 * sh).saturating_sub(pt).min(ih);
+                    let hi = ((oy1 - 1) * sh + 3).saturating_sub(pt).min(ih).max(lo);
+                    let mut y = if done.0 == img { done.1.max(lo) } else { lo };
+                    while y < hi {
+                        // Up to the end of the ring: one run of slots.
+                        let end = hi.min(y + ring - y % ring);
+                        let xs = &self.x[(img * ih + y) * iw * cin..(img * ih + end) * iw * cin];
+                        let slot = y % ring;
+                        let dst = &mut ring_buf[slot * row..(slot + end - y) * row];
+                        pointwise_rows(e, (end - y) * iw, xs, dst)?;
+                        y = end;
+                    }
+                    done = (img, hi);
+                    (&ring_buf[..ring * row], ring)
+                }
+                None => (&self.x[img * ih * row..(img + 1) * ih * row], ih),
+            };
             let at = (r - rows.start) * out_row;
             let o = &mut out[at..at + (oy1 - oy0) * out_row];
-            if !depthwise3x3_ring(self.dw, g, ring, oy0, buf, o)? {
+            let ok = match self.chain.project {
+                Some(p) => {
+                    let d = &mut dw_buf[..(oy1 - oy0) * ow * c];
+                    let ok = depthwise3x3_ring(self.chain.dw, g, slots, oy0, src, d)?;
+                    pointwise_rows(p, (oy1 - oy0) * ow, d, o)?;
+                    ok
+                }
+                None => depthwise3x3_ring(self.chain.dw, g, slots, oy0, src, o)?,
+            };
+            if !ok {
                 return Err(KernelError::invalid("depthwise filter not packed"));
             }
             r = img * oh + oy1;
@@ -238,36 +302,44 @@ mod tests {
         }
     }
 
-    /// Fused and unfused runs agree bit for bit over strides, paddings, odd sizes, batches,
-    /// stripe budgets (one widened row per stripe up to the whole map) and band counts.
+    fn pointwise(cin: usize, cout: usize, rnd: &mut impl FnMut() -> f32) -> ConvWeights {
+        let conv = Conv {
+            kind: ConvKind::Conv,
+            win: Window {
+                kh: 1,
+                kw: 1,
+                sh: 1,
+                sw: 1,
+                dh: 1,
+                dw: 1,
+                ..Default::default()
+            },
+            groups: 1,
+            group_in: cin,
+            group_out: cout,
+            adjustment: (0, 0),
+        };
+        let w: Vec<f32> = (0..cin * cout).map(|_| rnd()).collect();
+        let b: Vec<f32> = (0..cout).map(|_| rnd()).collect();
+        ConvWeights::new(conv, &w, Some(&b), Some((-0.3, 0.4))).unwrap()
+    }
+
+    /// Fused and unfused runs agree bit for bit: expand, project or both, over strides,
+    /// paddings, odd sizes, batches, stripe budgets (one row per stripe up to the whole map)
+    /// and band counts.
     #[test]
-    fn fused_equals_two_nodes() {
+    fn fused_equals_separate_nodes() {
         let mut seed = 11u32;
         let mut rnd = move || {
             seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
             (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
         };
-        for &(n, ih, iw, cin, c) in &[(1, 9, 7, 5, 24), (2, 6, 11, 16, 17), (1, 1, 4, 3, 16)] {
+        for &(n, ih, iw, cin, c, cout) in &[
+            (1, 9, 7, 5, 24, 6),
+            (2, 6, 11, 16, 17, 16),
+            (1, 1, 4, 3, 16, 33),
+        ] {
             for &(s, pt, pb) in &[(1, 1, 1), (2, 1, 1), (2, 0, 1), (1, 0, 0), (2, 2, 2)] {
-                let pw_conv = Conv {
-                    kind: ConvKind::Conv,
-                    win: Window {
-                        kh: 1,
-                        kw: 1,
-                        sh: 1,
-                        sw: 1,
-                        dh: 1,
-                        dw: 1,
-                        ..Default::default()
-                    },
-                    groups: 1,
-                    group_in: cin,
-                    group_out: c,
-                    adjustment: (0, 0),
-                };
-                let w1: Vec<f32> = (0..cin * c).map(|_| rnd()).collect();
-                let b1: Vec<f32> = (0..c).map(|_| rnd()).collect();
-                let pw = ConvWeights::new(pw_conv, &w1, Some(&b1), Some((-0.3, 0.4))).unwrap();
                 let win = Window {
                     pad_top: pt,
                     pad_right: 1,
@@ -283,15 +355,11 @@ mod tests {
                 let Ok((oh, ow)) = win.out_hw(ih, iw) else {
                     continue;
                 };
+                let expand = pointwise(cin, c, &mut rnd);
+                let project = pointwise(c, cout, &mut rnd);
                 let w2: Vec<f32> = (0..9 * c).map(|_| rnd()).collect();
                 let b2: Vec<f32> = (0..c).map(|_| rnd()).collect();
                 let dw = DwWeights::new(win, c, 1, w2, b2, Some((-0.2, 0.5))).unwrap();
-                assert!(fusable(&pw, &dw));
-                let x: Vec<f32> = (0..n * ih * iw * cin).map(|_| rnd()).collect();
-                // Two nodes.
-                let mut mid = vec![0.0; n * ih * iw * c];
-                pw.run(&INLINE, &x, n, ih, iw, &mut mid, ih, iw, &mut [])
-                    .unwrap();
                 let g = Geom {
                     n,
                     ih,
@@ -300,32 +368,60 @@ mod tests {
                     ow,
                     c,
                 };
-                let mut want = vec![0.0; n * oh * ow * c];
-                depthwise(&INLINE, &dw, g, &mid, &mut want).unwrap();
-                for budget in [1, 2 * iw * c, 5 * iw * c, STRIPE_FLOATS] {
-                    for threads in [1, 2, 3] {
-                        let mut got = vec![f32::NAN; n * oh * ow * c];
-                        let len = scratch_floats(&dw, iw, c, budget, threads).unwrap();
-                        let mut scratch = vec![0.0; len];
-                        pointwise_depthwise(
-                            &Bands(threads),
-                            &pw,
-                            &dw,
-                            &x,
-                            [n, ih, iw],
-                            &mut got,
-                            [oh, ow],
-                            &mut scratch,
-                            budget,
-                        )
-                        .unwrap();
-                        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                            assert_eq!(
-                                a.to_bits(),
-                                b.to_bits(),
-                                "n{n} {ih}x{iw} cin {cin} c {c} s{s} pad {pt},{pb} budget \
-                                 {budget} threads {threads}: [{i}] {a} vs {b}"
-                            );
+                for (e, p) in [(true, false), (false, true), (true, true)] {
+                    let chain = Chain {
+                        expand: e.then_some(&expand),
+                        dw: &dw,
+                        project: p.then_some(&project),
+                    };
+                    let k = if e { cin } else { c };
+                    let x: Vec<f32> = (0..n * ih * iw * k).map(|_| rnd()).collect();
+                    // Separate nodes.
+                    let mid = if e {
+                        let mut mid = vec![0.0; n * ih * iw * c];
+                        expand
+                            .run(&INLINE, &x, n, ih, iw, &mut mid, ih, iw, &mut [])
+                            .unwrap();
+                        mid
+                    } else {
+                        x.clone()
+                    };
+                    let mut d = vec![0.0; n * oh * ow * c];
+                    depthwise(&INLINE, &dw, g, &mid, &mut d).unwrap();
+                    let want = if p {
+                        let mut o = vec![0.0; n * oh * ow * cout];
+                        project
+                            .run(&INLINE, &d, n, oh, ow, &mut o, oh, ow, &mut [])
+                            .unwrap();
+                        o
+                    } else {
+                        d
+                    };
+                    for budget in [1, 2 * iw * c, 5 * iw * c, STRIPE_FLOATS] {
+                        for threads in [1, 2, 3] {
+                            let mut got = vec![f32::NAN; want.len()];
+                            let len = scratch_floats(&chain, iw, ow, budget, threads).unwrap();
+                            let mut scratch = vec![0.0; len];
+                            run(
+                                &Bands(threads),
+                                chain,
+                                &x,
+                                [n, ih, iw],
+                                &mut got,
+                                [oh, ow],
+                                &mut scratch,
+                                budget,
+                            )
+                            .unwrap();
+                            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                                assert_eq!(
+                                    a.to_bits(),
+                                    b.to_bits(),
+                                    "expand {e} project {p}: n{n} {ih}x{iw} cin {cin} c {c} \
+                                     s{s} pad {pt},{pb} budget {budget} threads {threads}: \
+                                     [{i}] {a} vs {b}"
+                                );
+                            }
                         }
                     }
                 }
