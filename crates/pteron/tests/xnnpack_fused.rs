@@ -1,8 +1,9 @@
-//! The XNNPACK delegate's fused pointwise-depthwise steps (`PTERON_XNNPACK_FUSE=all`: every
-//! 1×1 convolution whose output only a 3×3 depthwise convolution reads, whatever its size)
-//! give bit for bit what the two nodes give apart (`PTERON_XNNPACK_FUSE=0`), on one to three
-//! threads, twice per method (the second run reuses the planned bands). The small MobileNetV2
-//! fixture has 16 such pairs. A test binary of its own: the variable is read when a method
+//! The XNNPACK delegate's fused convolution chains (`PTERON_XNNPACK_FUSE=all`: every 3×3
+//! depthwise convolution with the pointwise convolutions that only feed it or only read it,
+//! whatever the map sizes) give bit for bit what the nodes give apart (`PTERON_XNNPACK_FUSE=0`),
+//! on one to three threads, twice per method (the second run reuses the planned bands). The
+//! small MobileNetV2 fixture has 16 expand-depthwise-project chains and one
+//! depthwise-project chain. A test binary of its own: the variable is read when a method
 //! loads, and no other test runs in this process meanwhile.
 
 use std::path::Path;
