@@ -814,7 +814,7 @@ pub(crate) fn depthwise3x3_ring(
         return Ok(false);
     }
     let row_out = g.ow * g.c;
-    let rows = if row_out == 0 { 0 } else { out.len() / row_out };
+    let rows = out.len().checked_div(row_out).unwrap_or(0);
     if x.len() < ring * g.iw * g.c || row0 + rows > g.oh {
         return Err(KernelError::invalid("depthwise operands too short"));
     }
