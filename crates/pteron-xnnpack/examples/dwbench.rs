@@ -30,18 +30,7 @@ fn main() {
         (576, 14, 1),
         (960, 7, 1),
     ] {
-        let win = Window {
-            pad_top: 1,
-            pad_right: 1,
-            pad_bottom: 1,
-            pad_left: 1,
-            kh: 3,
-            kw: 3,
-            sh: s,
-            sw: s,
-            dh: 1,
-            dw: 1,
-        };
+        let win = Window::square(3, s, 1);
         let (oh, ow) = win.out_hw(hw, hw).unwrap();
         let g = Geom {
             n: 1,

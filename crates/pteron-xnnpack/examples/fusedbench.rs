@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use pteron_core::INLINE;
-use pteron_xnnpack::graph::{Conv, ConvKind, Window};
+use pteron_xnnpack::graph::{Conv, Window};
 use pteron_xnnpack::kernels::fused::{run, scratch_floats, Chain, STRIPE_FLOATS};
 use pteron_xnnpack::kernels::gemm::ConvWeights;
 use pteron_xnnpack::kernels::spatial::{depthwise, DwWeights, Geom};
@@ -35,22 +35,7 @@ fn main() {
         (14, 96, 576, 1),
     ] {
         let pw = ConvWeights::new(
-            Conv {
-                kind: ConvKind::Conv,
-                win: Window {
-                    kh: 1,
-                    kw: 1,
-                    sh: 1,
-                    sw: 1,
-                    dh: 1,
-                    dw: 1,
-                    ..Default::default()
-                },
-                groups: 1,
-                group_in: cin,
-                group_out: c,
-                adjustment: (0, 0),
-            },
+            Conv::pointwise(cin, c),
             &(0..cin * c)
                 .map(|i| (i % 5) as f32 * 0.1)
                 .collect::<Vec<_>>(),
@@ -58,18 +43,7 @@ fn main() {
             Some((0.0, 6.0)),
         )
         .unwrap();
-        let win = Window {
-            pad_top: 1,
-            pad_right: 1,
-            pad_bottom: 1,
-            pad_left: 1,
-            kh: 3,
-            kw: 3,
-            sh: s,
-            sw: s,
-            dh: 1,
-            dw: 1,
-        };
+        let win = Window::square(3, s, 1);
         let (oh, ow) = win.out_hw(hw, hw).unwrap();
         let dw = DwWeights::new(
             win,

@@ -202,6 +202,22 @@ pub struct Window {
 }
 
 impl Window {
+    /// A `k × k` window of stride `stride`, dilation 1, `pad` on every side.
+    pub fn square(k: usize, stride: usize, pad: usize) -> Window {
+        Window {
+            pad_top: pad,
+            pad_right: pad,
+            pad_bottom: pad,
+            pad_left: pad,
+            kh: k,
+            kw: k,
+            sh: stride,
+            sw: stride,
+            dh: 1,
+            dw: 1,
+        }
+    }
+
     fn eff_h(&self) -> usize {
         (self.kh - 1) * self.dh + 1
     }
@@ -277,6 +293,18 @@ pub struct Conv {
 }
 
 impl Conv {
+    /// A 1×1 convolution of stride 1, no padding, one group: `cin` to `cout` channels.
+    pub fn pointwise(cin: usize, cout: usize) -> Conv {
+        Conv {
+            kind: ConvKind::Conv,
+            win: Window::square(1, 1, 0),
+            groups: 1,
+            group_in: cin,
+            group_out: cout,
+            adjustment: (0, 0),
+        }
+    }
+
     pub fn in_channels(&self) -> usize {
         self.groups * self.group_in
     }

@@ -286,7 +286,7 @@ impl Band<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::{Conv, ConvKind, Window};
+    use crate::graph::{Conv, Window};
     use crate::kernels::spatial::depthwise;
 
     /// Tasks one after the other, with a thread count that makes several bands.
@@ -303,25 +303,9 @@ mod tests {
     }
 
     fn pointwise(cin: usize, cout: usize, rnd: &mut impl FnMut() -> f32) -> ConvWeights {
-        let conv = Conv {
-            kind: ConvKind::Conv,
-            win: Window {
-                kh: 1,
-                kw: 1,
-                sh: 1,
-                sw: 1,
-                dh: 1,
-                dw: 1,
-                ..Default::default()
-            },
-            groups: 1,
-            group_in: cin,
-            group_out: cout,
-            adjustment: (0, 0),
-        };
         let w: Vec<f32> = (0..cin * cout).map(|_| rnd()).collect();
         let b: Vec<f32> = (0..cout).map(|_| rnd()).collect();
-        ConvWeights::new(conv, &w, Some(&b), Some((-0.3, 0.4))).unwrap()
+        ConvWeights::new(Conv::pointwise(cin, cout), &w, Some(&b), Some((-0.3, 0.4))).unwrap()
     }
 
     /// Fused and unfused runs agree bit for bit: expand, project or both, over strides,
@@ -342,15 +326,8 @@ mod tests {
             for &(s, pt, pb) in &[(1, 1, 1), (2, 1, 1), (2, 0, 1), (1, 0, 0), (2, 2, 2)] {
                 let win = Window {
                     pad_top: pt,
-                    pad_right: 1,
                     pad_bottom: pb,
-                    pad_left: 1,
-                    kh: 3,
-                    kw: 3,
-                    sh: s,
-                    sw: s,
-                    dh: 1,
-                    dw: 1,
+                    ..Window::square(3, s, 1)
                 };
                 let Ok((oh, ow)) = win.out_hw(ih, iw) else {
                     continue;

@@ -499,20 +499,7 @@ fn dw3x3_run<S: Simd>(
         let at = (grouped + i) * step;
         // Safety: each row holds `(n − 1)·step + 2·cs + c` floats (sliced above), so every
         // tap pointer starts `c` readable floats.
-        let x = unsafe {
-            let (p0, p1, p2) = (r0.add(at), r1.add(at), r2.add(at));
-            [
-                p0,
-                p0.add(cs),
-                p0.add(2 * cs),
-                p1,
-                p1.add(cs),
-                p1.add(2 * cs),
-                p2,
-                p2.add(cs),
-                p2.add(2 * cs),
-            ]
-        };
+        let x = unsafe { taps9([r0, r1, r2], at, cs) };
         dw3x3_px(s, &x, packed, opx, clamp);
     }
 }
@@ -599,23 +586,20 @@ fn dw3x3_group<S: Simd, const P: usize>(
         for (p, opx) in out.chunks_exact_mut(c).enumerate() {
             // Safety: pixel p's taps start at `rows[a] + (p + b)·cs ≤ rows[a] + (P + 1)·cs`,
             // each with `c` readable floats.
-            let x = unsafe {
-                let t = |a: usize, b: usize| rows[a].add((p + b) * cs);
-                [
-                    t(0, 0),
-                    t(0, 1),
-                    t(0, 2),
-                    t(1, 0),
-                    t(1, 1),
-                    t(1, 2),
-                    t(2, 0),
-                    t(2, 1),
-                    t(2, 2),
-                ]
-            };
+            let x = unsafe { taps9(rows, p * cs, cs) };
             dw3x3_tail(s, &x, packed, opx, clamp, o);
         }
     }
+}
+
+/// The 3×3 tap pointers of a pixel whose window rows start at `rows[a] + at`: tap `(a, b)` at
+/// `rows[a] + at + b·cs`.
+///
+/// Safety: each of those addresses must lie within the allocation of `rows[a]`.
+#[inline(always)]
+unsafe fn taps9(rows: [*const f32; 3], at: usize, cs: usize) -> [*const f32; 9] {
+    // Safety: the caller's contract.
+    core::array::from_fn(|t| unsafe { rows[t / 3].add(at + t % 3 * cs) })
 }
 
 /// One output pixel from a pointer per tap, each starting `out.len()` readable floats (a
