@@ -391,13 +391,24 @@ impl<'a, 'p> PrepareContext<'a, 'p> {
     }
 
     /// The bytes of argument `i` when it is an immutable constant tensor (stored in the file,
-    /// never replaced by any instruction); `None` otherwise.
+    /// never replaced by any instruction); `None` otherwise. The kernel is taken to copy what
+    /// it needs (packing): once it is prepared, the constant's file pages may be released.
     pub fn constant(&self, i: usize) -> Option<TensorRef<'a>> {
+        self.constant_with(i, true)
+    }
+
+    /// As [`constant`](Self::constant), for a kernel that will read the constant in place at
+    /// every run (its file pages are kept).
+    pub fn constant_in_place(&self, i: usize) -> Option<TensorRef<'a>> {
+        self.constant_with(i, false)
+    }
+
+    fn constant_with(&self, i: usize, copied: bool) -> Option<TensorRef<'a>> {
         let vi = self.value_index(i).ok()?;
         if !self.graph.is_immutable_constant(vi) {
             return None;
         }
-        if let Some(log) = self.graph.constants_read {
+        if let (true, Some(log)) = (copied, self.graph.constants_read) {
             if let Ok(mut log) = log.try_borrow_mut() {
                 log.push(vi);
             }

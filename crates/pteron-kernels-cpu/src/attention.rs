@@ -298,6 +298,7 @@ impl Job<'_> {
                     d,
                     &Epilogue {
                         init: Init::Accumulate,
+                        affine: None,
                         clamp: None,
                     },
                 )?;
@@ -398,6 +399,7 @@ impl Job<'_> {
                 d,
                 &Epilogue {
                     init: Init::Accumulate,
+                    affine: None,
                     clamp: None,
                 },
             )?;

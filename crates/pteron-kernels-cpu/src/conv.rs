@@ -1,15 +1,18 @@
 //! `aten::convolution.out` for float32 NCHW 2-d convolutions, with weights prepared at load.
 //!
 //! Variants, chosen at load from the geometry:
-//! - pointwise (1×1, stride 1, no padding, groups 1): `out = W · X` as one GEMM per image, with
-//!   W packed and X read in place;
+//! - pointwise (1×1, stride 1, no padding, groups 1): `out = W · X` as one GEMM per image, W
+//!   and X both read in place (W from the program's constant: loading copies none of a
+//!   network's largest weights, the file's pages are the weights);
 //! - general (groups 1): im2col into scratch memory, then the GEMM with W packed;
 //! - depthwise (groups = in = out channels): direct SIMD ([`crate::dwconv`]).
 //!
 //! Fusion: when the convolution's output feeds only a following inference batch norm
 //! (`_native_batch_norm_legit_no_training`) and/or a clamp (`hardtanh`, `relu`, `clamp`), the
-//! batch norm is folded into the weights and bias (`W' = W·γ/σ`, `b' = (b − μ)·γ/σ + β`) and
-//! the clamp applied as the results are stored; those calls are removed from the method.
+//! batch norm is folded into the weights and bias (`W' = W·γ/σ`, `b' = (b − μ)·γ/σ + β`; for a
+//! pointwise convolution, whose weights stay in place, applied to each sum instead, in
+//! ExecuTorch's order: `(W·x + b)·γ/σ + (β − μ·γ/σ)`) and the clamp applied as the results are
+//! stored; those calls are removed from the method.
 //! Everything else (other dtypes, 1-d/3-d, transposed, grouped, dilated depthwise) runs the
 //! portable kernel.
 
@@ -158,7 +161,9 @@ fn geometry<'p>(a: &impl ArgAccess<'p>) -> Option<(Geom, usize)> {
 }
 
 enum Variant {
-    Pointwise(PackedA),
+    /// W read in place from the call's weight argument; a fused batch norm's per-channel
+    /// `(scale, shift)` applied to each sum (after the bias).
+    Pointwise(Option<(Vec<f32>, Vec<f32>)>),
     Im2col(PackedA),
     Depthwise(Vec<f32>),
 }
@@ -238,7 +243,8 @@ fn prepare(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError
     let Some((g, _)) = geometry(ctx) else {
         return Ok(None);
     };
-    let Some(wt) = ctx.constant(WEIGHT) else {
+    // Read in place (pointwise) or copied below (the other variants say so then).
+    let Some(wt) = ctx.constant_in_place(WEIGHT) else {
         return Ok(None);
     };
     let Ok(w) = wt.as_slice::<f32>() else {
@@ -259,12 +265,19 @@ fn prepare(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError
     let mut clamp = None;
     let mut next = ctx.consumer();
     let mut scale: Option<Vec<f32>> = None;
+    let mut norm: Option<(Vec<f32>, Vec<f32>)> = None;
+    let depthwise = g.depthwise() && g.dw_geom().supported();
+    let in_place = !depthwise && g.pointwise() && g.groups == 1 && wt.info.is_contiguous();
     if let Some(bn) = &next {
         if let Some((sc, shift)) = batch_norm_of(bn, g.cout) {
-            for co in 0..g.cout {
-                bias[co] = bias[co] * sc[co] + shift[co];
+            if in_place {
+                norm = Some((sc, shift));
+            } else {
+                for co in 0..g.cout {
+                    bias[co] = bias[co] * sc[co] + shift[co];
+                }
+                scale = Some(sc);
             }
-            scale = Some(sc);
             fused = 1;
             next = bn.consumer();
         }
@@ -284,7 +297,11 @@ fn prepare(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError
     }
     let (oh, ow) = (g.oh(), g.ow());
     let k = per_out;
-    let (variant, scratch) = if g.depthwise() && g.dw_geom().supported() {
+    if !in_place {
+        // Packed or copied: the file's pages of the weights are not needed after this.
+        ctx.constant(WEIGHT);
+    }
+    let (variant, scratch) = if depthwise {
         let dg = g.dw_geom();
         let tasks = ctx.num_threads().max(1);
         let Some(bytes) = dg.buffer_len().checked_mul(tasks * 4) else {
@@ -295,11 +312,8 @@ fn prepare(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError
             .collect();
         (Variant::Depthwise(w), bytes)
     } else if g.groups == 1 {
-        if g.pointwise() {
-            (
-                Variant::Pointwise(PackedA::from_rows(g.cout, k, w, scale.as_deref())),
-                0,
-            )
+        if in_place {
+            (Variant::Pointwise(norm), 0)
         } else {
             let phases = if (g.dh, g.dw) == (1, 1) && g.dw_geom().supported() {
                 g.dw_geom().buffer_len() * 4
@@ -322,7 +336,8 @@ fn prepare(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError
         return Ok(None);
     };
     let bytes = match &variant {
-        Variant::Pointwise(a) | Variant::Im2col(a) => a.bytes(),
+        Variant::Pointwise(norm) => norm.as_ref().map_or(0, |(a, b)| (a.len() + b.len()) * 4),
+        Variant::Im2col(a) => a.bytes(),
         Variant::Depthwise(w) => w.len() * 4,
     } + bias.len() * 4;
     let state = ConvState {
@@ -360,18 +375,23 @@ fn convolution_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     ctx.resize(OUT, &[batch, g.cout, oh, ow])?;
     let par = ctx.parallel();
     let scratch = ctx.take_scratch();
-    let ([x], [mut out]) = ctx.io([INPUT], [OUT])?;
+    let ([x, wt], [mut out]) = ctx.io([INPUT, WEIGHT], [OUT])?;
     let x = x.as_slice::<f32>()?;
     let out = out.as_mut_slice::<f32>()?;
     let (in_img, out_img) = (g.cin * g.ih * g.iw, g.cout * oh * ow);
     let n = oh * ow;
     let epi = Epilogue {
         init: Init::RowBias(&st.bias),
+        affine: match &st.variant {
+            Variant::Pointwise(Some((sc, sh))) => Some((sc.as_slice(), sh.as_slice())),
+            _ => None,
+        },
         clamp: st.clamp,
     };
     let err = |e: crate::gemm::GemmError| KernelError::invalid(e.0);
     match &st.variant {
-        Variant::Pointwise(a) => {
+        Variant::Pointwise(_) => {
+            let w = wt.as_slice::<f32>()?;
             for b in 0..batch {
                 let xb = &x[b * in_img..(b + 1) * in_img];
                 let ob = &mut out[b * out_img..(b + 1) * out_img];
@@ -380,7 +400,10 @@ fn convolution_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
                     g.cout,
                     n,
                     g.cin,
-                    MatA::Packed(a),
+                    MatA::Rows {
+                        data: w,
+                        lda: g.cin,
+                    },
                     MatB::Rows { data: xb, ldb: n },
                     ob,
                     n,

@@ -214,6 +214,9 @@ pub enum Init<'a> {
 #[derive(Clone, Copy, Debug)]
 pub struct Epilogue<'a> {
     pub init: Init<'a>,
+    /// `(scale, shift)`: row i's sums become `sum·scale[i] + shift[i]` (an inference batch
+    /// norm applied to a convolution whose weights are read in place), before the clamp.
+    pub affine: Option<(&'a [f32], &'a [f32])>,
     /// Clamp every result to `[lo, hi]`.
     pub clamp: Option<(f32, f32)>,
 }
@@ -222,6 +225,7 @@ impl Default for Epilogue<'_> {
     fn default() -> Self {
         Epilogue {
             init: Init::Zero,
+            affine: None,
             clamp: None,
         }
     }
@@ -279,6 +283,12 @@ pub fn gemm(
         Init::ColBias(bias) if bias.len() < n => return Err(GemmError("column bias too short")),
         _ => {}
     }
+    if epi
+        .affine
+        .is_some_and(|(sc, sh)| sc.len() < m || sh.len() < m)
+    {
+        return Err(GemmError("row scale or shift too short"));
+    }
     if m == 0 || n == 0 {
         return Ok(());
     }
@@ -292,7 +302,7 @@ pub fn gemm(
         reference(m, n, k, a, b, c, ldc, epi);
         return Ok(());
     }
-    if let (1, MatA::Rows { data, .. }, MatB::Packed(p)) = (m, a, b) {
+    if let (1, MatA::Rows { data, .. }, MatB::Packed(p), None) = (m, a, b, epi.affine) {
         gemv_packed(l, par, &data[..k], p, &mut c[..n], epi);
         return Ok(());
     }
@@ -467,6 +477,9 @@ fn reference(
             };
             for kk in 0..k {
                 acc = ga(i, kk).mul_add(gb(kk, j), acc);
+            }
+            if let Some((sc, sh)) = epi.affine {
+                acc = acc * sc[i] + sh[i];
             }
             if let Some((lo, hi)) = epi.clamp {
                 acc = acc.max(lo).min(hi);
@@ -692,6 +705,13 @@ fn col_tail<S: Simd, const T: usize>(
         MatB::Packed(pb) => run(s, ap, k, &mut acc, |kk, j| pb.get(kk, j0 + j)),
         MatB::Rows { data, ldb } => run(s, ap, k, &mut acc, |kk, j| data[kk * ldb + j0 + j]),
         MatB::Cols { data, ldb } => run(s, ap, k, &mut acc, |kk, j| data[(j0 + j) * ldb + kk]),
+    }
+    if let Some((sc, sh)) = job.epi.affine {
+        // Lanes are the rows i0 .. i0 + mv.
+        let (sc, sh) = (s.ld_tail(&sc[i0..i0 + mv]), s.ld_tail(&sh[i0..i0 + mv]));
+        for x in acc.iter_mut() {
+            *x = s.add(s.mul(*x, sc), sh);
+        }
     }
     if let Some((lo, hi)) = job.epi.clamp {
         let (lo, hi) = (s.splat(lo), s.splat(hi));
@@ -977,6 +997,14 @@ fn micro_tile<S: Simd, const MR: usize, const NV: usize>(s: S, job: &Job<'_>, t:
         }
     }
     if t.last {
+        if let Some((sc, sh)) = job.epi.affine {
+            for (i, row) in acc.iter_mut().enumerate().take(t.mv) {
+                let (a, b) = (s.splat(sc[t.i0 + i]), s.splat(sh[t.i0 + i]));
+                for x in row.iter_mut() {
+                    *x = s.add(s.mul(*x, a), b);
+                }
+            }
+        }
         if let Some((lo, hi)) = job.epi.clamp {
             let (lo, hi) = (s.splat(lo), s.splat(hi));
             for row in acc.iter_mut() {

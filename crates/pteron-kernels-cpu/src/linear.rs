@@ -325,6 +325,7 @@ fn addmm_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     if alpha == 1.0 && beta == 1.0 && rs == 0 && cs == 1 {
         let epi = Epilogue {
             init: Init::ColBias(sv),
+            affine: None,
             clamp: None,
         };
         return gemm(par, m, n, k, a, b, out, n, &epi).map_err(gemm_err);
@@ -377,7 +378,11 @@ fn linear_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
         Some(_) => Init::ColBias(bv.as_slice()?),
         None => Init::Zero,
     };
-    let epi = Epilogue { init, clamp: None };
+    let epi = Epilogue {
+        init,
+        affine: None,
+        clamp: None,
+    };
     gemm(
         par,
         m,

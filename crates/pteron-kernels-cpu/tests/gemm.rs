@@ -1,4 +1,4 @@
-//! The GEMM against a plain f64 reference: every operand layout, init and clamp, odd sizes
+//! The GEMM against a plain f64 reference: every operand layout, init, row affine and clamp, odd sizes
 //! (tails in every dimension), k across several blocks, each SIMD level, 1 and 3 threads.
 
 mod common;
@@ -19,6 +19,7 @@ fn reference(
     ldc: usize,
     init: &str,
     bias: &[f32],
+    affine: Option<(&[f32], &[f32])>,
     clamp: Option<(f32, f32)>,
 ) -> Vec<f32> {
     let mut c = c0.to_vec();
@@ -32,6 +33,9 @@ fn reference(
             };
             for kk in 0..k {
                 acc += a(i, kk) as f64 * b(kk, j) as f64;
+            }
+            if let Some((sc, sh)) = affine {
+                acc = acc * sc[i] as f64 + sh[i] as f64;
             }
             let mut v = acc as f32;
             if let Some((lo, hi)) = clamp {
@@ -54,6 +58,8 @@ fn check(m: usize, n: usize, k: usize, par: &dyn Parallel, seed: u64) {
     let b_rows = rand_vec(k * ldb_r, seed + 2);
     let b_cols = rand_vec(n * ldb_c, seed + 3);
     let bias = rand_vec(m.max(n), seed + 4);
+    let scale = rand_vec(m, seed + 6);
+    let shift = rand_vec(m, seed + 7);
     let c0 = rand_vec(m * ldc, seed + 5);
     let fa = |i: usize, kk: usize| a_rows[i * lda_r + kk];
     let fb = |kk: usize, j: usize| b_rows[kk * ldb_r + j];
@@ -94,7 +100,11 @@ fn check(m: usize, n: usize, k: usize, par: &dyn Parallel, seed: u64) {
                 ("row", Init::RowBias(&bias)),
                 ("col", Init::ColBias(&bias)),
             ] {
-                for clamp in [None, Some((-0.5f32, 0.75f32))] {
+                for (clamp, affine) in [
+                    (None, None),
+                    (Some((-0.5f32, 0.75f32)), None),
+                    (Some((-0.5f32, 0.75f32)), Some((&scale[..], &shift[..]))),
+                ] {
                     let ga = |i: usize, kk: usize| match ai {
                         0 | 1 => a_rows[i * lda_r + kk],
                         _ => a_cols[kk * lda_c + i],
@@ -103,15 +113,24 @@ fn check(m: usize, n: usize, k: usize, par: &dyn Parallel, seed: u64) {
                         0 | 1 => b_rows[kk * ldb_r + j],
                         _ => b_cols[j * ldb_c + kk],
                     };
-                    let want = reference(m, n, k, &ga, &gb, &c0, ldc, init_name, &bias, clamp);
+                    let want =
+                        reference(m, n, k, &ga, &gb, &c0, ldc, init_name, &bias, affine, clamp);
                     let mut c = c0.clone();
-                    gemm(par, m, n, k, a, b, &mut c, ldc, &Epilogue { init, clamp }).unwrap();
+                    let epi = Epilogue {
+                        init,
+                        affine,
+                        clamp,
+                    };
+                    gemm(par, m, n, k, a, b, &mut c, ldc, &epi).unwrap();
                     assert_close(
                         &c,
                         &want,
                         tol,
                         tol,
-                        &format!("m{m} n{n} k{k} a{ai} b{bi} {init_name} {clamp:?}"),
+                        &format!(
+                            "m{m} n{n} k{k} a{ai} b{bi} {init_name} {clamp:?} affine {}",
+                            affine.is_some()
+                        ),
                     );
                 }
             }

@@ -182,6 +182,7 @@ fn pointwise_rows(pw: &ConvWeights, m: usize, x: &[f32], c: &mut [f32]) -> Resul
     let (k, n) = (pw.conv.in_channels(), pw.conv.out_channels());
     let epi = Epilogue {
         init: Init::ColBias(&pw.bias),
+        affine: None,
         clamp: pw.clamp,
     };
     gemm(

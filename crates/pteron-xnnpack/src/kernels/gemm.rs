@@ -219,6 +219,7 @@ pub fn fully_connected(
     };
     let epi = Epilogue {
         init: bias.map_or(Init::Zero, Init::ColBias),
+        affine: None,
         clamp,
     };
     gemm(
@@ -471,6 +472,7 @@ impl ConvWeights {
         }
         let epi = |g: usize| Epilogue {
             init: Init::ColBias(&self.bias[g * c.group_out..]),
+            affine: None,
             clamp: self.clamp,
         };
         if self.pointwise() {
