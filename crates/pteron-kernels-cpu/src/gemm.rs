@@ -556,12 +556,19 @@ fn tiles<S: Simd, const MR: usize, const NV: usize>(s: S, par: &dyn Parallel, jo
         // still reuses its B panels over 64+ rows and writes whole rows of C.
         gm = gm.min(panels_m.div_ceil(8 * threads).max(8));
         gn = gn.min(8);
-    } else if threads > 1 && shallow(job) {
+    } else if threads > 1 && shallow(job) && panels_m >= 4 * threads {
         // A shallow product walks C by whole row tiles (`block_vec`): split rows only, or
         // each task would write one column panel of its rows (28×28 maps to 192 channels:
         // 1.6× XNNPACK's time on 2 threads).
         gn = panels_n;
         gm = panels_m.div_ceil(4 * threads).max(1);
+    } else if threads > 1 && shallow(job) {
+        // Few row panels over many columns (a channels-first 1×1 convolution to 16–32
+        // channels over 12 544 pixels): split the columns, so that each thread reads its own
+        // part of B once (split by rows, every thread streamed all of B: no faster on two
+        // threads than on one).
+        gm = panels_m;
+        gn = panels_n.div_ceil(4 * threads).max(1);
     } else if threads > 1 {
         let want = 4 * threads;
         gn = panels_n.div_ceil(want).max(1);
