@@ -740,13 +740,20 @@ impl XnnDelegate {
         }
         let os = self.shapes[out];
         let dst = self.dst(out);
+        let chain = match st.fuse {
+            Fuse::Chain { .. } => Some(
+                chain_at(&self.steps, i)
+                    .ok_or_else(|| invalid("fused step without its convolutions"))?,
+            ),
+            _ => None,
+        };
         let srcs = {
             let (ins, n) = st.node.inputs();
             let mut s = [Src::Arena(0, 0); 5];
             for k in 0..n {
                 s[k] = self.src(ins[k]);
             }
-            if let Some((_, x)) = chain_at(&self.steps, i) {
+            if let Some((_, x)) = chain {
                 // A chain reads its first step's input.
                 s[0] = self.src(x);
             }
@@ -772,9 +779,7 @@ impl XnnDelegate {
             );
         }
         let o = f32s_mut(o)?;
-        if let Fuse::Chain { .. } = st.fuse {
-            let (chain, x) = chain_at(&self.steps, i)
-                .ok_or_else(|| invalid("fused step without its convolutions"))?;
+        if let Some((chain, x)) = chain {
             let xs = shapes[x].dims();
             return kernels::fused::run(
                 par,
