@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// Use only the portable reference kernels (no SIMD kernels, no packing, no fusion).
     #[arg(long)]
     portable: bool,
+    /// Keep the convolutions of portable programs in their channels-first order (by default
+    /// runs of convolution calls run channels-last, as one region each).
+    #[arg(long)]
+    channels_first: bool,
 }
 
 /// A deterministic input for a declared tensor: floats in [-1, 1), small non-negative ints.
@@ -135,7 +139,9 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
     } else {
         pteron::default_kernels()
     };
-    let options = pteron::MethodOptions::new().threads(args.threads.unwrap_or(0));
+    let options = pteron::MethodOptions::new()
+        .threads(args.threads.unwrap_or(0))
+        .channels_last(!args.portable && !args.channels_first);
     let mut method = program.load_method_with(&args.method, &kernels, options)?;
     let load = t0.elapsed();
 
@@ -270,6 +276,14 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
         plan.absorbed_calls,
         plan.scratch_bytes
     );
+    if plan.regions > 0 {
+        println!(
+            "{} channels-last region(s) of {} calls, holding {} bytes of packed weights and buffers",
+            plan.regions,
+            plan.partitioned_calls,
+            method.delegate_bytes()
+        );
+    }
     if let Some(kib) = status_kib("VmHWM:") {
         let mib = |k: u64| k as f64 / 1024.0;
         let now = match (status_kib("RssAnon:"), status_kib("RssFile:")) {

@@ -9,6 +9,7 @@ pub mod error;
 pub mod kernel;
 pub mod memory;
 pub mod method;
+pub mod partition;
 pub mod prepare;
 pub mod tensor;
 pub mod testing;
@@ -29,6 +30,7 @@ pub use method::{
     DataSources, ExecutionObserver, KernelEvent, LoadOptions, Method, MethodConfig, Output,
     PageRelease, PlanStats,
 };
+pub use partition::{CallGraph, Partitioner, Region};
 pub use prepare::{Inline, Parallel, PrepareContext, PrepareFn, Prepared, INLINE};
 pub use tensor::{normalize_dim, Dims, TensorInfo, MAX_RANK};
 pub use value::{Dynamism, ListPool, ListRef, Scalar, Storage, Tensor, Value, NONE_INDEX};

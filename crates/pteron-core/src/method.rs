@@ -21,6 +21,7 @@ use crate::dtype::ScalarType;
 use crate::error::{Error, KernelError, Result};
 use crate::kernel::{ArgView, Kernel, KernelContext, KernelRegistry, TensorRef};
 use crate::memory::{Arena, ARENA_ALIGN};
+use crate::partition::{check_region, CallGraph, Partitioner};
 use crate::prepare::{self, Call, Graph, Parallel, PrepareContext, Prepared, Uses, INLINE};
 use crate::tensor::{TensorInfo, MAX_RANK};
 use crate::value::{Dynamism, ListPool, ListRef, Storage, Tensor, Value, NONE_INDEX};
@@ -58,6 +59,9 @@ pub struct LoadOptions {
     /// Backends for the program's delegates (`DelegateCall`); empty: delegated programs fail
     /// to load with [`Error::BackendMissing`].
     pub backends: Arc<BackendRegistry>,
+    /// Partitioners that may take runs of calls and run them as one unit (only when `prepare`
+    /// is on), tried in order.
+    pub partitioners: Vec<Arc<dyn Partitioner>>,
 }
 
 impl Default for LoadOptions {
@@ -67,6 +71,7 @@ impl Default for LoadOptions {
             parallel: None,
             prepare: true,
             backends: Arc::new(BackendRegistry::new()),
+            partitioners: Vec::new(),
         }
     }
 }
@@ -96,6 +101,9 @@ pub struct PlanStats {
     /// Bytes of memory given to fused outputs whose planned memory overlapped their new
     /// producer's inputs.
     pub rehomed_bytes: usize,
+    /// Regions a partitioner took (see [`crate::partition`]), and the calls they replaced.
+    pub regions: usize,
+    pub partitioned_calls: usize,
 }
 
 /// No prepared state for this instruction.
@@ -700,6 +708,23 @@ impl<'p> Method<'p> {
             .parallel
             .as_ref()
             .map_or(1, |p| p.num_threads().max(1));
+        let (mut delegates, mut delegate_names) = (delegates, delegate_names);
+        let (regions, partitioned_calls) = if options.prepare && !options.partitioners.is_empty() {
+            partition_calls(
+                &values,
+                &pool,
+                &mut args,
+                &mut chains,
+                &ops,
+                (&inputs, &outputs, &stateful),
+                num_threads,
+                src.release,
+                &options.partitioners,
+                (&mut delegates, &mut delegate_names),
+            )?
+        } else {
+            (0, 0)
+        };
         let planned_calls = if options.prepare {
             plan_calls(
                 &values,
@@ -718,10 +743,12 @@ impl<'p> Method<'p> {
         };
         let Planned {
             states,
-            stats: plan_stats,
+            stats: mut plan_stats,
             homes,
             arena_bytes,
         } = planned_calls;
+        plan_stats.regions = regions;
+        plan_stats.partitioned_calls = partitioned_calls;
         if !homes.is_empty() {
             let id = arenas.len() as u32;
             arenas.push(Arena::new(arena_bytes).ok_or(Error::ResourceLimit {
@@ -835,6 +862,11 @@ impl<'p> Method<'p> {
     /// What load-time planning did: prepared states, their bytes, removed calls.
     pub fn plan_stats(&self) -> PlanStats {
         self.plan_stats
+    }
+    /// Bytes the delegates (the program's and the partitioners' regions) hold: packed weights
+    /// and their buffers.
+    pub fn delegate_bytes(&self) -> usize {
+        self.delegates.iter().map(|d| d.memory_bytes()).sum()
     }
     /// Bytes held by the kernels' prepared states (packed weights).
     pub fn prepared_bytes(&self) -> usize {
@@ -1252,21 +1284,24 @@ impl<'p> Method<'p> {
 /// the fused calls to write their last consumer's output. Returns the states (indexed by the
 /// `state` of each kernel instruction) and what was done.
 #[allow(clippy::too_many_arguments)]
-fn plan_calls(
+/// The method's kernel calls in chain order and how each value is referenced (for load-time
+/// planning and partitioning).
+pub(crate) struct Analysis {
+    pub calls: Vec<Call>,
+    pub uses: Vec<Uses>,
+    /// Chains that contain a JumpFalse.
+    pub chain_jumps: Vec<bool>,
+}
+
+fn analyze_calls(
     values: &[Value<'_>],
     pool: &ListPool,
-    args: &mut [u32],
-    chains: &mut [Vec<Instr>],
-    ops: &[Op],
+    args: &[u32],
+    chains: &[Vec<Instr>],
     inputs: &[u32],
     outputs: &[u32],
     stateful: &[usize],
-    num_threads: usize,
-    release: Option<&dyn PageRelease>,
-) -> Result<Planned> {
-    if !ops.iter().any(|o| o.kernel.prepare.is_some()) {
-        return Ok(Planned::default());
-    }
+) -> Analysis {
     let n = values.len();
     // Every kernel call, in chain order, and where it sits.
     let mut calls: Vec<Call> = Vec::new();
@@ -1293,7 +1328,12 @@ fn plan_calls(
         for &v in a {
             if seen[v as usize] != k as u32 {
                 seen[v as usize] = k as u32;
-                uses[v as usize].calls += 1;
+                let u = &mut uses[v as usize];
+                if u.calls == 0 {
+                    u.first = k as u32;
+                }
+                u.calls += 1;
+                u.last = k as u32;
             }
         }
         if let Some(&last) = a.last() {
@@ -1301,11 +1341,16 @@ fn plan_calls(
             uses[last as usize].producer = k as u32;
         }
     }
-    for &v in inputs.iter().chain(outputs) {
+    for &v in inputs {
         uses[v as usize].pinned = true;
+    }
+    for &v in outputs {
+        uses[v as usize].pinned = true;
+        uses[v as usize].observed = true;
     }
     for &v in stateful {
         uses[v].pinned = true;
+        uses[v].observed = true;
     }
     for chain in chains.iter() {
         for ins in chain {
@@ -1313,13 +1358,19 @@ fn plan_calls(
                 Instr::Move { from, to } => {
                     uses[from as usize].pinned = true;
                     uses[to as usize].pinned = true;
+                    uses[from as usize].observed = true;
+                    uses[to as usize].observed = true;
                     uses[to as usize].written = true;
                 }
-                Instr::JumpFalse { cond, .. } => uses[cond as usize].pinned = true,
+                Instr::JumpFalse { cond, .. } => {
+                    uses[cond as usize].pinned = true;
+                    uses[cond as usize].observed = true;
+                }
                 // A delegate reads and writes its arguments outside the kernel calls.
                 Instr::Delegate { args: a, .. } => {
                     for &v in &args[a.range()] {
                         uses[v as usize].pinned = true;
+                        uses[v as usize].observed = true;
                         uses[v as usize].written = true;
                     }
                 }
@@ -1347,7 +1398,13 @@ fn plan_calls(
                 continue;
             }
             if !a.contains(&(i as u32)) {
+                uses[i].first = if uses[i].calls == 0 {
+                    k as u32
+                } else {
+                    uses[i].first.min(k as u32)
+                };
                 uses[i].calls += 1;
+                uses[i].last = uses[i].last.max(k as u32);
             }
             uses[i].returned_by += 1;
             uses[i].producer = k as u32;
@@ -1361,10 +1418,145 @@ fn plan_calls(
             for &i in pool.indices.get(r.range()).unwrap_or(&[]) {
                 if let Some(u) = uses.get_mut(i as usize) {
                     u.pinned = true;
+                    u.observed = true;
                 }
             }
         }
     }
+    Analysis {
+        calls,
+        uses,
+        chain_jumps,
+    }
+}
+
+/// Offers the method's calls to each partitioner and replaces the regions they take by
+/// delegate calls. Returns (regions, calls replaced).
+#[allow(clippy::too_many_arguments)]
+fn partition_calls<'p>(
+    values: &[Value<'p>],
+    pool: &ListPool,
+    args: &mut Vec<u32>,
+    chains: &mut [Vec<Instr>],
+    ops: &[Op],
+    (inputs, outputs, stateful): (&[u32], &[u32], &[usize]),
+    num_threads: usize,
+    release: Option<&dyn PageRelease>,
+    partitioners: &[Arc<dyn Partitioner>],
+    (delegates, names): (
+        &mut Vec<Box<dyn DelegateHandle + 'p>>,
+        &mut Vec<String>,
+    ),
+) -> Result<(usize, usize)> {
+    let (mut regions, mut replaced) = (0, 0);
+    let op_names: Vec<&str> = ops.iter().map(|o| o.name.as_str()).collect();
+    for p in partitioners {
+        let Analysis {
+            calls,
+            uses,
+            chain_jumps,
+        } = analyze_calls(values, pool, args, chains, inputs, outputs, stateful);
+        let hidden = vec![false; values.len()];
+        let constants_read = core::cell::RefCell::new(Vec::new());
+        let graph = Graph {
+            values,
+            pool,
+            args,
+            calls: &calls,
+            op_names: &op_names,
+            uses: &uses,
+            chain_jumps: &chain_jumps,
+            hidden: &hidden,
+            num_threads,
+            constants_read: Some(&constants_read),
+        };
+        let taken = p
+            .partition(&CallGraph { graph: &graph })
+            .map_err(|source| Error::Delegate {
+                delegate: format!("{} partitioner", p.name()),
+                source,
+            })?;
+        let mut after = 0;
+        let mut edits = Vec::with_capacity(taken.len());
+        for region in taken {
+            let name = format!("{} region {}", p.name(), delegates.len());
+            check_region(&graph, &region, after).map_err(|m| Error::Delegate {
+                delegate: name.clone(),
+                source: KernelError::invalid(m),
+            })?;
+            after = region.calls.end;
+            edits.push((name, region));
+        }
+        drop(graph);
+        for (name, region) in edits {
+            let start = args.len() as u32;
+            args.extend(region.inputs.iter().chain(&region.outputs).map(|&v| v as u32));
+            let r = ListRef {
+                start,
+                len: (region.inputs.len() + region.outputs.len()) as u32,
+            };
+            let view = ArgView {
+                values,
+                pool,
+                args: &args[r.range()],
+            };
+            region.handle.check(&view).map_err(|source| Error::Delegate {
+                delegate: name.clone(),
+                source,
+            })?;
+            for k in region.calls.clone() {
+                let c = calls[k];
+                chains[c.chain as usize][c.pc as usize] = if k == region.calls.start {
+                    Instr::Delegate {
+                        index: delegates.len() as u32,
+                        args: r,
+                    }
+                } else {
+                    Instr::Nop
+                };
+            }
+            replaced += region.calls.len();
+            regions += 1;
+            delegates.push(region.handle);
+            names.push(name);
+        }
+        // The partitioner copied these constants into its own layout.
+        if let Some(release) = release {
+            for vi in constants_read.into_inner() {
+                if let Some(Value::Tensor(Tensor {
+                    storage: Storage::Constant(b),
+                    ..
+                })) = values.get(vi)
+                {
+                    release.release(b);
+                }
+            }
+        }
+    }
+    Ok((regions, replaced))
+}
+
+fn plan_calls(
+    values: &[Value<'_>],
+    pool: &ListPool,
+    args: &mut [u32],
+    chains: &mut [Vec<Instr>],
+    ops: &[Op],
+    inputs: &[u32],
+    outputs: &[u32],
+    stateful: &[usize],
+    num_threads: usize,
+    release: Option<&dyn PageRelease>,
+) -> Result<Planned> {
+    if !ops.iter().any(|o| o.kernel.prepare.is_some()) {
+        return Ok(Planned::default());
+    }
+    let n = values.len();
+    let Analysis {
+        calls,
+        uses,
+        chain_jumps,
+    } = analyze_calls(values, pool, args, chains, inputs, outputs, stateful);
     let op_names: Vec<&str> = ops.iter().map(|o| o.name.as_str()).collect();
 
     // Prepare every call; repeat with constant producers hidden where not every reader

@@ -147,8 +147,15 @@ pub(crate) struct Uses {
     /// Method input or output, Move source/target, jump condition, list item, or mutable state:
     /// its contents are observable or set outside the calls that name it.
     pub pinned: bool,
+    /// Pinned for a reason other than being a method input: its contents are read outside
+    /// the calls that name it (method output, Move, jump condition, list item, state,
+    /// delegate argument).
+    pub observed: bool,
     /// Target of a Move (a scalar or tensor that can change at run time).
     pub written: bool,
+    /// The first and last calls referencing it (meaningful when `calls > 0`).
+    pub first: u32,
+    pub last: u32,
 }
 
 /// The method's calls and value references, for [`PrepareContext`].
@@ -221,7 +228,7 @@ impl<'p> Graph<'_, 'p> {
         }
     }
 
-    fn planned(&self, v: usize) -> Option<(u32, usize, usize)> {
+    pub(crate) fn planned(&self, v: usize) -> Option<(u32, usize, usize)> {
         match self.values.get(v) {
             Some(Value::Tensor(t)) => match t.storage {
                 Storage::Planned { arena, offset } => Some((arena, offset, t.capacity)),
@@ -362,6 +369,7 @@ impl<'p> Graph<'_, 'p> {
 
 /// Load-time view of one kernel call, for a kernel's `prepare`. Implements [`ArgAccess`]
 /// (tensor metadata is the planned, upper-bound metadata).
+#[derive(Clone, Copy)]
 pub struct PrepareContext<'a, 'p> {
     pub(crate) graph: &'a Graph<'a, 'p>,
     pub(crate) call: usize,

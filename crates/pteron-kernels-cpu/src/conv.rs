@@ -177,7 +177,7 @@ pub struct ConvState {
 }
 
 /// The clamp a consumer applies, if it is an elementwise clamp this kernel can fuse.
-fn clamp_of(c: &PrepareContext<'_, '_>) -> Option<(f32, f32)> {
+pub fn clamp_of(c: &PrepareContext<'_, '_>) -> Option<(f32, f32)> {
     let scalar = |i: usize| -> Option<f64> { c.opt_scalar(i).ok()?.map(|s| s.to_f64()) };
     let (lo, hi) = match c.op_name() {
         "aten::relu.out" => (0.0, f64::INFINITY),
@@ -206,7 +206,7 @@ fn clamp_of(c: &PrepareContext<'_, '_>) -> Option<(f32, f32)> {
 
 /// Per-channel `(scale, shift)` of an inference batch norm over `c` channels, if every
 /// parameter is a float32 constant.
-fn batch_norm_of(b: &PrepareContext<'_, '_>, c: usize) -> Option<(Vec<f32>, Vec<f32>)> {
+pub fn batch_norm_of(b: &PrepareContext<'_, '_>, c: usize) -> Option<(Vec<f32>, Vec<f32>)> {
     if b.op_name() != BATCH_NORM {
         return None;
     }

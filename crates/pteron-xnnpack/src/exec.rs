@@ -218,7 +218,7 @@ impl XnnDelegate {
                     matches!(node, Node::Conv { bias: Some(b), .. } if *b == v && k == 2);
                 let is_fc_const = matches!(node, Node::FullyConnected { .. })
                     && k >= 1
-                    && matches!(g.values[v].kind, Kind::Constant(_));
+                    && g.values[v].kind.is_constant();
                 if !packed.contains(&v) && !is_conv_bias && !is_fc_const {
                     in_place[v] = true;
                 }
@@ -235,7 +235,7 @@ impl XnnDelegate {
             }
             let out = node.output();
             match g.values[out].kind {
-                Kind::Constant(_) | Kind::Input(_) => {
+                Kind::Constant(_) | Kind::Computed(_) | Kind::Input(_) => {
                     return Err(invalid(format!(
                         "node {i} ({}) writes value {out}, a constant or an external input",
                         g.node_names[i]
@@ -280,13 +280,24 @@ impl XnnDelegate {
             match (g.values[v].kind, g.values[v].dtype) {
                 (Kind::Constant(b), DType::F32) => read_f32(b, g.values[v].shape.count()?),
                 (Kind::Constant(b), DType::F16) => read_f16(b, g.values[v].shape.count()?),
+                (Kind::Computed(c), DType::F32) => {
+                    let vals = c.values()?;
+                    if vals.len() != g.values[v].shape.count()? {
+                        return Err(invalid(format!(
+                            "computed constant {v} has {} values for shape {:?}",
+                            vals.len(),
+                            g.values[v].shape.dims()
+                        )));
+                    }
+                    Ok(vals)
+                }
                 _ => Err(invalid(format!("value {v} is not a float constant"))),
             }
         };
         let mut homes = vec![Home::Arena; nv];
         let mut consts = Vec::new();
         for (v, val) in g.values.iter().enumerate() {
-            if let Kind::Constant(_) = val.kind {
+            if val.kind.is_constant() {
                 homes[v] = if in_place[v] {
                     consts.push(match (val.kind, val.dtype) {
                         (Kind::Constant(b), d) if d.is_q8() => {
@@ -340,7 +351,7 @@ impl XnnDelegate {
                         (ws.dims()[1], ws.dims()[0])
                     };
                     let filter = match g.values[w].kind {
-                        Kind::Constant(_) => {
+                        Kind::Constant(_) | Kind::Computed(_) => {
                             // Rows of the input at its declared shape.
                             let xs = &g.values[node.inputs().0[0]].shape;
                             let rows = match xs.rank() {
@@ -357,7 +368,7 @@ impl XnnDelegate {
                         },
                     };
                     let bias = match bias {
-                        Some(b) if matches!(g.values[b].kind, Kind::Constant(_)) => {
+                        Some(b) if g.values[b].kind.is_constant() => {
                             let v = const_f32(b).map_err(ctx)?;
                             if v.len() != oc {
                                 return Err(ctx(invalid(format!(
@@ -379,8 +390,8 @@ impl XnnDelegate {
                     clamp,
                     ..
                 } => {
-                    if !matches!(g.values[w].kind, Kind::Constant(_))
-                        || bias.is_some_and(|b| !matches!(g.values[b].kind, Kind::Constant(_)))
+                    if !g.values[w].kind.is_constant()
+                        || bias.is_some_and(|b| !g.values[b].kind.is_constant())
                     {
                         return Err(ctx(KernelError::unsupported(
                             "convolution with a non-constant filter or bias",

@@ -136,6 +136,22 @@ pub enum Kind<'a> {
     Output(u32),
     /// Constant bytes (at least `numel × element size`).
     Constant(&'a [u8]),
+    /// A float constant computed when the graph is prepared (a filter reordered and folded
+    /// from a portable program's tensors; see [`crate::nhwc`]).
+    Computed(&'a dyn ConstSource),
+}
+
+impl Kind<'_> {
+    /// Stored or computed constant data.
+    pub fn is_constant(&self) -> bool {
+        matches!(self, Kind::Constant(_) | Kind::Computed(_))
+    }
+}
+
+/// Produces a computed constant's values (f32, in the value's declared shape and order) when
+/// the graph is prepared; the values are dropped once packed.
+pub trait ConstSource: Sync + std::fmt::Debug {
+    fn values(&self) -> Result<Vec<f32>, KernelError>;
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -18,6 +18,7 @@ pub mod blob;
 pub mod exec;
 pub mod graph;
 pub mod kernels;
+pub mod nhwc;
 pub mod qexec;
 pub mod util;
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use pteron_core::{BackendRegistry, LoadOptions, MethodConfig, Parallel};
+use pteron_core::{BackendRegistry, LoadOptions, MethodConfig, Parallel, Partitioner};
 
 use crate::threads::{default_pool, ThreadPool};
 use crate::{Error, Result};
@@ -31,6 +31,9 @@ pub struct MethodOptions {
     /// Backends for delegated programs: `None` is [`crate::default_backends`] (XNNPACK);
     /// an empty registry refuses delegated programs with `BackendMissing`.
     pub backends: Option<Arc<BackendRegistry>>,
+    /// Run the convolution regions of portable programs channels-last on the XNNPACK
+    /// engine (`pteron_xnnpack::nhwc`). On by default; only with `prepare`.
+    pub channels_last: bool,
 }
 
 impl Default for MethodOptions {
@@ -41,6 +44,7 @@ impl Default for MethodOptions {
             pool: None,
             prepare: true,
             backends: None,
+            channels_last: true,
         }
     }
 }
@@ -75,6 +79,11 @@ impl MethodOptions {
         self.prepare = on;
         self
     }
+    /// Whether convolution regions of portable programs run channels-last.
+    pub fn channels_last(mut self, on: bool) -> Self {
+        self.channels_last = on;
+        self
+    }
     /// The backends delegated parts of programs run on.
     pub fn backends(mut self, backends: impl Into<Arc<BackendRegistry>>) -> Self {
         self.backends = Some(backends.into());
@@ -100,6 +109,11 @@ impl MethodOptions {
                 .backends
                 .clone()
                 .unwrap_or_else(crate::shared_default_backends),
+            partitioners: if self.channels_last {
+                vec![Arc::new(pteron_xnnpack::nhwc::NhwcPartitioner) as Arc<dyn Partitioner>]
+            } else {
+                Vec::new()
+            },
         })
     }
 }
