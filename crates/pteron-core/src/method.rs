@@ -1443,10 +1443,7 @@ fn partition_calls<'p>(
     num_threads: usize,
     release: Option<&dyn PageRelease>,
     partitioners: &[Arc<dyn Partitioner>],
-    (delegates, names): (
-        &mut Vec<Box<dyn DelegateHandle + 'p>>,
-        &mut Vec<String>,
-    ),
+    (delegates, names): (&mut Vec<Box<dyn DelegateHandle + 'p>>, &mut Vec<String>),
 ) -> Result<(usize, usize)> {
     let (mut regions, mut replaced) = (0, 0);
     let op_names: Vec<&str> = ops.iter().map(|o| o.name.as_str()).collect();
@@ -1469,6 +1466,7 @@ fn partition_calls<'p>(
             hidden: &hidden,
             num_threads,
             constants_read: Some(&constants_read),
+            release,
         };
         let taken = p
             .partition(&CallGraph { graph: &graph })
@@ -1490,7 +1488,13 @@ fn partition_calls<'p>(
         drop(graph);
         for (name, region) in edits {
             let start = args.len() as u32;
-            args.extend(region.inputs.iter().chain(&region.outputs).map(|&v| v as u32));
+            args.extend(
+                region
+                    .inputs
+                    .iter()
+                    .chain(&region.outputs)
+                    .map(|&v| v as u32),
+            );
             let r = ListRef {
                 start,
                 len: (region.inputs.len() + region.outputs.len()) as u32,
@@ -1500,10 +1504,13 @@ fn partition_calls<'p>(
                 pool,
                 args: &args[r.range()],
             };
-            region.handle.check(&view).map_err(|source| Error::Delegate {
-                delegate: name.clone(),
-                source,
-            })?;
+            region
+                .handle
+                .check(&view)
+                .map_err(|source| Error::Delegate {
+                    delegate: name.clone(),
+                    source,
+                })?;
             for k in region.calls.clone() {
                 let c = calls[k];
                 chains[c.chain as usize][c.pc as usize] = if k == region.calls.start {
@@ -1575,6 +1582,7 @@ fn plan_calls(
             hidden: &hidden,
             num_threads,
             constants_read: Some(&constants_read),
+            release: None,
         };
         let mut states: Vec<Option<Prepared>> = (0..calls.len()).map(|_| None).collect();
         // For each call fused into an earlier one: that call.
@@ -1716,6 +1724,7 @@ fn plan_calls(
             hidden: &[],
             num_threads: 1,
             constants_read: None,
+            release: None,
         };
         if graph.overlaps_args(new, k, old) {
             rehome.push(new);
@@ -1851,6 +1860,7 @@ fn final_graph_primary(
         hidden: &[],
         num_threads: 1,
         constants_read: None,
+        release: None,
     };
     graph.primary_output(c)
 }

@@ -23,6 +23,7 @@ use core::ops::Range;
 
 use crate::backend::DelegateHandle;
 use crate::error::KernelError;
+use crate::method::PageRelease;
 use crate::prepare::{Graph, PrepareContext};
 use crate::value::Value;
 
@@ -105,7 +106,9 @@ impl<'g, 'p> CallGraph<'g, 'p> {
     /// The value call `k` returns: its last argument when that is a tensor, or the first item
     /// of a tuple return.
     pub fn output(&self, k: usize) -> Option<usize> {
-        (k < self.len()).then(|| self.graph.primary_output(k)).flatten()
+        (k < self.len())
+            .then(|| self.graph.primary_output(k))
+            .flatten()
     }
     /// A tensor stored in the file that no instruction replaces.
     pub fn is_constant(&self, v: usize) -> bool {
@@ -113,6 +116,11 @@ impl<'g, 'p> CallGraph<'g, 'p> {
     }
     pub fn value(&self, v: usize) -> Option<&'g Value<'p>> {
         self.graph.values.get(v)
+    }
+    /// Where to give back memory of constants the partitioner has copied and will not read
+    /// again (e.g. the pages of the memory-mapped file), if the program has such memory.
+    pub fn page_release(&self) -> Option<&'g dyn PageRelease> {
+        self.graph.release
     }
     /// Threads the method's runs will have.
     pub fn num_threads(&self) -> usize {
@@ -168,7 +176,9 @@ pub(crate) fn check_region(
                     return if u.returned_by == 0 && !u.written {
                         Ok(())
                     } else {
-                        Err(format!("call {k} reads value {v}, which changes at run time"))
+                        Err(format!(
+                            "call {k} reads value {v}, which changes at run time"
+                        ))
                     };
                 }
                 None => return Err(format!("value {v} out of range")),
@@ -182,7 +192,9 @@ pub(crate) fn check_region(
                     return Err(format!("value {v} is written more than once"));
                 }
                 if view.used_outside(v, r) && role[v] != 2 {
-                    return Err(format!("value {v} is read after the region but not an output"));
+                    return Err(format!(
+                        "value {v} is read after the region but not an output"
+                    ));
                 }
                 if let Some(i) = region.outputs.iter().position(|&o| o == v) {
                     written[i] = true;
@@ -191,7 +203,9 @@ pub(crate) fn check_region(
             } else if role[v] == 1 {
                 Ok(())
             } else {
-                Err(format!("call {k} reads value {v} from outside but it is not an input"))
+                Err(format!(
+                    "call {k} reads value {v} from outside but it is not an input"
+                ))
             }
         };
         let args = &graph.args[graph.calls[k].args.range()];
@@ -213,7 +227,9 @@ pub(crate) fn check_region(
     }
     for v in needed_outputs(graph, r)? {
         if role[v] != 2 {
-            return Err(format!("value {v} is read after the region but not an output"));
+            return Err(format!(
+                "value {v} is read after the region but not an output"
+            ));
         }
     }
     if let Some(i) = written.iter().position(|w| !w) {
@@ -229,7 +245,10 @@ pub(crate) fn check_region(
 const MAX_ALIAS_CHECK: usize = 1 << 12;
 
 /// See [`CallGraph::needed_outputs`].
-pub(crate) fn needed_outputs(graph: &Graph<'_, '_>, r: &Range<usize>) -> Result<Vec<usize>, String> {
+pub(crate) fn needed_outputs(
+    graph: &Graph<'_, '_>,
+    r: &Range<usize>,
+) -> Result<Vec<usize>, String> {
     if r.start > r.end || r.end > graph.calls.len() {
         return Err(format!("call range {r:?} of {} calls", graph.calls.len()));
     }
@@ -275,18 +294,23 @@ pub(crate) fn needed_outputs(graph: &Graph<'_, '_>, r: &Range<usize>) -> Result<
         if u.returned_by > 0 || !read_after {
             continue;
         }
-        let Some((a, lo, hi)) = bytes(w) else { continue };
+        let Some((a, lo, hi)) = bytes(w) else {
+            continue;
+        };
         if lo == hi {
             continue;
         }
         aliases += 1;
         if aliases > MAX_ALIAS_CHECK {
-            return Err(format!("more than {MAX_ALIAS_CHECK} aliases read after the range"));
+            return Err(format!(
+                "more than {MAX_ALIAS_CHECK} aliases read after the range"
+            ));
         }
         // The last value written over any of `w`'s bytes must cover all of them.
-        let last = written.iter().enumerate().rev().find(|(_, &x)| {
-            bytes(x).is_some_and(|(xa, xlo, xhi)| xa == a && xlo < hi && lo < xhi)
-        });
+        let last =
+            written.iter().enumerate().rev().find(|(_, &x)| {
+                bytes(x).is_some_and(|(xa, xlo, xhi)| xa == a && xlo < hi && lo < xhi)
+            });
         if let Some((i, &x)) = last {
             match bytes(x) {
                 Some((_, xlo, xhi)) if xlo <= lo && hi <= xhi => needed[i] = true,

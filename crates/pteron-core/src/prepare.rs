@@ -174,6 +174,8 @@ pub(crate) struct Graph<'g, 'p> {
     /// Where [`PrepareContext::constant`] logs the values it hands out (for releasing the
     /// file pages of constants a kernel packed).
     pub constants_read: Option<&'g core::cell::RefCell<Vec<usize>>>,
+    /// Where memory a partitioner no longer needs is given back (see [`crate::partition`]).
+    pub release: Option<&'g dyn crate::method::PageRelease>,
 }
 
 impl<'p> Graph<'_, 'p> {

@@ -248,6 +248,7 @@ impl TestCall {
                     hidden: &hidden,
                     num_threads: parallel.num_threads(),
                     constants_read: None,
+                    release: None,
                 };
                 prepare(&PrepareContext {
                     graph: &graph,

@@ -130,6 +130,42 @@ impl PackedB {
         let nr = tile().1;
         Self::with_nr(k, n, nr, at)
     }
+    /// Packs the `k × n` matrix given transposed: element (k, j) is `src[j·k + k]` (a
+    /// `[n, k]` weight read as its transpose), times `scale[j]` when given. Panics if `src`
+    /// is shorter than `n·k` or `scale` than `n`.
+    pub fn from_transposed(src: &[f32], k: usize, n: usize, scale: Option<&[f32]>) -> Self {
+        let nr = tile().1;
+        let panels = n.div_ceil(nr);
+        let mut data = AlignedVec::zeroed(panels * k * nr);
+        let src = &src[..n * k];
+        // 16 × 16 blocks through a local tile: rows read whole (scaled), columns written whole.
+        const B: usize = 16;
+        let mut tile = [[0.0f32; B]; B];
+        for p in 0..panels {
+            let dst = &mut data[p * k * nr..][..k * nr];
+            let cols = nr.min(n - p * nr);
+            for c0 in (0..cols).step_by(B) {
+                let cb = B.min(cols - c0);
+                for k0 in (0..k).step_by(B) {
+                    let kb = B.min(k - k0);
+                    for (c, t) in tile.iter_mut().enumerate().take(cb) {
+                        let j = p * nr + c0 + c;
+                        let s = scale.map_or(1.0, |s| s[j]);
+                        for (d, &v) in t.iter_mut().zip(&src[j * k + k0..][..kb]) {
+                            *d = v * s;
+                        }
+                    }
+                    for i in 0..kb {
+                        let out = &mut dst[(k0 + i) * nr + c0..][..cb];
+                        for (c, d) in out.iter_mut().enumerate() {
+                            *d = tile[c][i];
+                        }
+                    }
+                }
+            }
+        }
+        PackedB { data, k, n, nr }
+    }
     fn with_nr(k: usize, n: usize, nr: usize, at: impl Fn(usize, usize) -> f32) -> Self {
         let panels = n.div_ceil(nr);
         let mut data = AlignedVec::zeroed(panels * k * nr);
@@ -306,6 +342,11 @@ pub fn gemm(
         gemv_packed(l, par, &data[..k], p, &mut c[..n], epi);
         return Ok(());
     }
+    if let (1, MatA::Rows { data: av, .. }, MatB::Cols { data, ldb }, None) = (m, a, b, epi.affine)
+    {
+        gemv_cols(l, par, &av[..k], data, ldb, &mut c[..n], epi);
+        return Ok(());
+    }
     let c = SharedMut::new(c);
     let job = Job {
         m,
@@ -355,6 +396,94 @@ fn gemv_packed(
         run(0..1);
     } else {
         par.parallel_for(tasks, &run);
+    }
+}
+
+/// One row of A times B read in place as columns (`B[k][j] = data[j·ldb + k]`: a linear
+/// layer's `[n, k]` weight, no packing): a dot product per column, four columns at a time,
+/// columns split over the threads. Memory-bound like [`gemv_packed`], without its copy of B.
+fn gemv_cols(
+    l: Level,
+    par: &dyn Parallel,
+    a: &[f32],
+    data: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    epi: &Epilogue<'_>,
+) {
+    let (n, k) = (c.len(), a.len());
+    let groups = n.div_ceil(4);
+    let tasks = crate::par::tasks_for(par, groups, (1usize << 13).div_ceil(4 * k.max(1)));
+    let c = SharedMut::new(c);
+    let run = |r: Range<usize>| {
+        for t in r {
+            let g = crate::par::part(groups, tasks, t);
+            let op = GemvColsOp {
+                a,
+                data,
+                ldb,
+                cols: g.start * 4..(g.end * 4).min(n),
+                c: &c,
+                epi,
+            };
+            run_op_at(l, op);
+        }
+    };
+    if tasks <= 1 {
+        run(0..1);
+    } else {
+        par.parallel_for(tasks, &run);
+    }
+}
+
+struct GemvColsOp<'a, 'b> {
+    a: &'a [f32],
+    data: &'a [f32],
+    ldb: usize,
+    cols: Range<usize>,
+    c: &'a SharedMut<f32>,
+    epi: &'a Epilogue<'b>,
+}
+
+impl SimdOp for GemvColsOp<'_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) {
+        let (a, k, l) = (self.a, self.a.len(), S::LANES);
+        let body = k - k % l;
+        // Safety: tasks own disjoint column ranges of C.
+        let cs = unsafe { self.c.slice(self.cols.clone()) };
+        for (j0, out) in self.cols.clone().step_by(4).zip(cs.chunks_mut(4)) {
+            let rows: [&[f32]; 4] =
+                core::array::from_fn(|r| &self.data[(j0 + r.min(out.len() - 1)) * self.ldb..][..k]);
+            let mut acc = [s.zero(); 4];
+            for kk in (0..body).step_by(l) {
+                let av = s.ld(&a[kk..]);
+                for (x, row) in acc.iter_mut().zip(&rows) {
+                    *x = s.fma(av, s.ld(&row[kk..]), *x);
+                }
+            }
+            for (r, o) in out.iter_mut().enumerate() {
+                let mut lanes = [0.0f32; 16];
+                s.st(&mut lanes[..l], acc[r]);
+                let mut dot: f32 = lanes[..l].iter().sum();
+                for kk in body..k {
+                    dot += a[kk] * rows[r][kk];
+                }
+                let j = j0 + r;
+                let init = match self.epi.init {
+                    Init::Zero => 0.0,
+                    Init::Accumulate => *o,
+                    Init::RowBias(bias) => bias[0],
+                    Init::ColBias(bias) => bias[j],
+                };
+                let mut v = init + dot;
+                if let Some((lo, hi)) = self.epi.clamp {
+                    v = v.max(lo).min(hi);
+                }
+                *o = v;
+            }
+        }
     }
 }
 

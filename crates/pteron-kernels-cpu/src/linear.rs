@@ -41,7 +41,7 @@ fn is_f32_contig(t: &TensorInfo) -> bool {
 /// `[k × n]` from a constant `[k, n]` (`transposed == false`) or `[n, k]` (`true`).
 fn pack_constant(c: &[f32], k: usize, n: usize, transposed: bool) -> PackedB {
     if transposed {
-        PackedB::new(k, n, |kk, j| c[j * k + kk])
+        PackedB::from_transposed(c, k, n, None)
     } else {
         PackedB::new(k, n, |kk, j| c[kk * n + j])
     }
@@ -58,6 +58,20 @@ fn pack_rhs_arg(ctx: &PrepareContext<'_, '_>, i: usize) -> Option<(PackedB, bool
     if let Some(c) = ctx.constant(i) {
         return Some((pack_constant(c.as_slice::<f32>().ok()?, k, n, false), false));
     }
+    let p = transposing_producer(ctx, i)?;
+    let c = p.constant(0)?;
+    if !is_f32_contig(c.info) || c.info.sizes() != [n, k] {
+        return None;
+    }
+    Some((pack_constant(c.as_slice::<f32>().ok()?, k, n, true), true))
+}
+
+/// The call computing argument `i` as the transpose of a 2-d constant (`permute_copy`,
+/// `t_copy`, `transpose_copy` of a file tensor), if that is what computes it.
+fn transposing_producer<'a, 'p>(
+    ctx: &PrepareContext<'a, 'p>,
+    i: usize,
+) -> Option<PrepareContext<'a, 'p>> {
     let p = ctx.producer(i)?;
     let transposes = match p.op_name() {
         "aten::permute_copy.out" => {
@@ -76,14 +90,13 @@ fn pack_rhs_arg(ctx: &PrepareContext<'_, '_>, i: usize) -> Option<(PackedB, bool
         }
         _ => false,
     };
-    if !transposes {
-        return None;
-    }
-    let c = p.constant(0)?;
-    if !is_f32_contig(c.info) || c.info.sizes() != [n, k] {
-        return None;
-    }
-    Some((pack_constant(c.as_slice::<f32>().ok()?, k, n, true), true))
+    transposes.then_some(p)
+}
+
+/// `addmm` of one row by a transposed constant: the constant's value, read in place as B's
+/// columns at every run (no packed copy: a one-row product reads each weight once anyway).
+pub struct TransposedRhs {
+    value: usize,
 }
 
 fn prepared(b: PackedB, arg: usize, absorbed: bool) -> Prepared {
@@ -107,6 +120,20 @@ fn prepare_addmm(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, Kerne
     for i in [0, 1, 5] {
         if !is_f32_contig(ctx.tensor(i)?) {
             return Ok(None);
+        }
+    }
+    let (x, y, bias) = (ctx.tensor(1)?, ctx.tensor(2)?, ctx.tensor(0)?);
+    let unit = |i: usize| ctx.scalar(i).is_ok_and(|v| v.to_f64() == 1.0);
+    let row_bias = y.rank() == 2 && (bias.sizes() == [y.size(1)] || bias.sizes() == [1, y.size(1)]);
+    if x.rank() == 2 && x.size(0) == 1 && row_bias && unit(3) && unit(4) {
+        if let Some(p) = transposing_producer(ctx, 2) {
+            let in_place = p
+                .constant_in_place(0)
+                .is_some_and(|c| is_f32_contig(c.info) && c.info.sizes() == [y.size(1), y.size(0)]);
+            if in_place {
+                let value = p.value_index(0)?;
+                return Ok(Some(Prepared::new(TransposedRhs { value }, 0).absorbing(2)));
+            }
         }
     }
     Ok(pack_rhs_arg(ctx, 2).map(|(b, abs)| prepared(b, 2, abs)))
@@ -272,7 +299,55 @@ fn batched(
     Ok(())
 }
 
+/// `addmm(self, mat1, mat2)` with `mat2` the transpose of constant value `wv` (`[n, k]`),
+/// whose producer the method removed: `self` a row of `n` (or one value), alpha = beta = 1,
+/// else the portable kernel's semantics are out of reach and it is an error.
+fn addmm_transposed(ctx: &mut KernelContext<'_, '_>, wv: usize) -> Result<(), KernelError> {
+    let (s, x, o) = (*ctx.tensor(0)?, *ctx.tensor(1)?, *ctx.tensor(5)?);
+    let w = *ctx.tensor_at(wv)?;
+    let (beta, alpha) = (ctx.scalar(3)?.to_f64(), ctx.scalar(4)?.to_f64());
+    if ![&s, &x, &o, &w].iter().all(|t| is_f32_contig(t)) || x.rank() != 2 || w.rank() != 2 {
+        return Err(KernelError::unsupported(
+            "addmm: prepared for float32 contiguous matrices",
+        ));
+    }
+    let (m, k, n) = (x.size(0), x.size(1), w.size(0));
+    if w.size(1) != k {
+        return Err(shape_err("addmm", &x, &w));
+    }
+    if alpha != 1.0 || beta != 1.0 || !(s.sizes() == [n] || s.sizes() == [1, n]) {
+        return Err(KernelError::unsupported(
+            "addmm with a transposed constant: only alpha = beta = 1 and a bias row",
+        ));
+    }
+    ctx.resize(5, &[m, n])?;
+    let par = ctx.parallel();
+    let (sv, xv, ov) = (
+        ctx.value_index(0)?,
+        ctx.value_index(1)?,
+        ctx.value_index(5)?,
+    );
+    let ([sv, a, wt], [mut out]) = ctx.io_values([sv, xv, wv], [ov])?;
+    let epi = Epilogue {
+        init: Init::ColBias(sv.as_slice::<f32>()?),
+        affine: None,
+        clamp: None,
+    };
+    let a = MatA::Rows {
+        data: a.as_slice::<f32>()?,
+        lda: k,
+    };
+    let b = MatB::Cols {
+        data: wt.as_slice::<f32>()?,
+        ldb: k,
+    };
+    gemm(par, m, n, k, a, b, out.as_mut_slice::<f32>()?, n, &epi).map_err(gemm_err)
+}
+
 fn addmm_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    if let Some(t) = ctx.prepared::<TransposedRhs>() {
+        return addmm_transposed(ctx, t.value);
+    }
     let state = ctx.prepared::<PackedRhs>();
     let (s, x, y, o) = (
         *ctx.tensor(0)?,

@@ -409,7 +409,17 @@ impl XnnDelegate {
                             ws.dims()
                         ))));
                     }
-                    let wv = const_f32(w).map_err(ctx)?;
+                    let source = match g.values[w].kind {
+                        Kind::Computed(c) => Some(c),
+                        _ => None,
+                    };
+                    let rows = source
+                        .filter(|_| conv.kind == ConvKind::Conv)
+                        .and_then(|c| c.scaled_rows());
+                    let wv = match rows {
+                        Some(_) => Vec::new(),
+                        None => const_f32(w).map_err(ctx)?,
+                    };
                     let bv = bias.map(const_f32).transpose().map_err(ctx)?;
                     if let Some(b) = &bv {
                         if b.len() != conv.out_channels() {
@@ -420,7 +430,7 @@ impl XnnDelegate {
                             ))));
                         }
                     }
-                    if conv.kind == ConvKind::Depthwise {
+                    let prep = if conv.kind == ConvKind::Depthwise {
                         let co = conv.out_channels();
                         let dw = DwWeights::new(
                             conv.win,
@@ -434,10 +444,20 @@ impl XnnDelegate {
                         packed_bytes += dw.bytes();
                         Prep::Dw(dw)
                     } else {
-                        let cw = ConvWeights::new(conv, &wv, bv.as_deref(), clamp).map_err(ctx)?;
+                        let cw = match rows {
+                            Some((wr, scale)) => {
+                                ConvWeights::scaled(conv, wr, scale, bv.as_deref(), clamp)
+                            }
+                            None => ConvWeights::new(conv, &wv, bv.as_deref(), clamp),
+                        }
+                        .map_err(ctx)?;
                         packed_bytes += cw.bytes();
                         Prep::Conv(cw)
+                    };
+                    if let Some(c) = source {
+                        c.done();
                     }
+                    prep
                 }
                 _ => Prep::None,
             };

@@ -152,6 +152,13 @@ impl Kind<'_> {
 /// the graph is prepared; the values are dropped once packed.
 pub trait ConstSource: Sync + std::fmt::Debug {
     fn values(&self) -> Result<Vec<f32>, KernelError>;
+    /// The values as `[rows, cols]` rows already in the declared order, each row times
+    /// `scale[row]` when given, for a packer that reads them in place (no copy).
+    fn scaled_rows(&self) -> Option<(&[f32], Option<&[f32]>)> {
+        None
+    }
+    /// The engine has packed the values and will not ask for them again.
+    fn done(&self) {}
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -25,15 +25,14 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use pteron_core::{
-    ArgAccess, CallGraph, Dynamism, KernelError, Partitioner, PrepareContext, Region,
+    ArgAccess, CallGraph, Dynamism, KernelError, PageRelease, Partitioner, PrepareContext, Region,
     ScalarType, TensorInfo, Value as PValue,
 };
 use pteron_kernels_cpu::conv::{batch_norm_of, clamp_of};
 
 use crate::exec::XnnDelegate;
 use crate::graph::{
-    BinaryOp, Clamp, ConstSource, Conv, ConvKind, DType, Graph, Kind, Node, UnaryOp, Value,
-    Window,
+    BinaryOp, Clamp, ConstSource, Conv, ConvKind, DType, Graph, Kind, Node, UnaryOp, Value, Window,
 };
 use crate::util::Shape;
 
@@ -92,11 +91,53 @@ enum Source<'g> {
         taps: usize,
         depthwise: bool,
         scale: Option<Vec<f32>>,
+        release: Release<'g>,
     },
     Values(Vec<f32>),
 }
 
+/// Gives back the pages of a filter once it is packed.
+#[derive(Clone, Copy)]
+struct Release<'g>(Option<&'g dyn PageRelease>);
+
+impl std::fmt::Debug for Release<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Release" } else { "None" })
+    }
+}
+
+impl Source<'_> {
+    fn filter_bytes(&self) -> &[u8] {
+        match self {
+            Source::Filter { w, .. } => bytemuck::cast_slice(w),
+            Source::Values(_) => &[],
+        }
+    }
+}
+
 impl ConstSource for Source<'_> {
+    fn scaled_rows(&self) -> Option<(&[f32], Option<&[f32]>)> {
+        match self {
+            // A 1×1 filter `[cout, gin, 1, 1]` is already `[cout, 1, 1, gin]`.
+            Source::Filter {
+                w,
+                taps: 1,
+                depthwise: false,
+                scale,
+                ..
+            } => Some((w, scale.as_deref())),
+            _ => None,
+        }
+    }
+    fn done(&self) {
+        if let Source::Filter {
+            release: Release(Some(r)),
+            ..
+        } = self
+        {
+            r.release(self.filter_bytes());
+        }
+    }
     fn values(&self) -> Result<Vec<f32>, KernelError> {
         match self {
             Source::Values(v) => Ok(v.clone()),
@@ -107,6 +148,7 @@ impl ConstSource for Source<'_> {
                 taps,
                 depthwise,
                 ref scale,
+                ..
             } => {
                 let n = cout
                     .checked_mul(gin)
@@ -116,6 +158,14 @@ impl ConstSource for Source<'_> {
                 let mut out = vec![0.0f32; n];
                 for o in 0..cout {
                     let s = scale.as_ref().map_or(1.0, |s| s[o]);
+                    if taps == 1 && !depthwise {
+                        // [cout, gin, 1, 1] is already [cout, 1, 1, gin].
+                        let (src, dst) = (&w[o * gin..][..gin], &mut out[o * gin..][..gin]);
+                        for (d, &v) in dst.iter_mut().zip(src) {
+                            *d = v * s;
+                        }
+                        continue;
+                    }
                     for i in 0..gin {
                         let src = &w[(o * gin + i) * taps..][..taps];
                         for (t, &v) in src.iter().enumerate() {
@@ -198,16 +248,17 @@ impl<'g> Builder<'g> {
                 CONVOLUTION => self.conv(g, k, &c),
                 ADD => self.add(g, k, &c),
                 MEAN => self.mean(g, k, &c),
-                "aten::relu.out" | "aten::hardtanh.out" | "aten::clamp.out" => {
-                    self.clamp(g, k, &c)
-                }
+                "aten::relu.out" | "aten::hardtanh.out" | "aten::clamp.out" => self.clamp(g, k, &c),
                 _ => None,
             };
             match took {
                 Some(n) => k += n,
                 None => {
                     if std::env::var("PTERON_NHWC_DEBUG").is_ok() {
-                        eprintln!("nhwc: region from call {start} stops at call {k} ({})", c.op_name());
+                        eprintln!(
+                            "nhwc: region from call {start} stops at call {k} ({})",
+                            c.op_name()
+                        );
                     }
                     break;
                 }
@@ -275,13 +326,17 @@ impl<'g> Builder<'g> {
         }
     }
 
-    fn conv(&mut self, g: &CallGraph<'g, '_>, k: usize, c: &PrepareContext<'g, '_>) -> Option<usize> {
+    fn conv(
+        &mut self,
+        g: &CallGraph<'g, '_>,
+        k: usize,
+        c: &PrepareContext<'g, '_>,
+    ) -> Option<usize> {
         let xv = c.value_index(0).ok()?;
         let xi = activation(g, xv, 4)?;
         let [n, cin, ih, iw] = dims4(xi);
         let wt = c.constant_in_place(1)?;
-        if wt.info.dtype() != ScalarType::Float || wt.info.rank() != 4 || !wt.info.is_contiguous()
-        {
+        if wt.info.dtype() != ScalarType::Float || wt.info.rank() != 4 || !wt.info.is_contiguous() {
             return None;
         }
         let w = wt.as_slice::<f32>().ok()?;
@@ -377,6 +432,7 @@ impl<'g> Builder<'g> {
             taps: kh * kw,
             depthwise,
             scale,
+            release: Release(g.page_release()),
         });
         let wv = self.value(&wdims, VKind::Source(self.sources.len() - 1))?;
         self.sources.push(Source::Values(bias));
@@ -402,7 +458,12 @@ impl<'g> Builder<'g> {
         Some(used)
     }
 
-    fn add(&mut self, g: &CallGraph<'g, '_>, k: usize, c: &PrepareContext<'g, '_>) -> Option<usize> {
+    fn add(
+        &mut self,
+        g: &CallGraph<'g, '_>,
+        k: usize,
+        c: &PrepareContext<'g, '_>,
+    ) -> Option<usize> {
         let (av, bv) = (c.value_index(0).ok()?, c.value_index(1).ok()?);
         let alpha = c.scalar(2).ok()?.to_f64();
         let ov = c.value_index(3).ok()?;
@@ -441,7 +502,12 @@ impl<'g> Builder<'g> {
         Some(1 + more)
     }
 
-    fn clamp(&mut self, g: &CallGraph<'g, '_>, k: usize, c: &PrepareContext<'g, '_>) -> Option<usize> {
+    fn clamp(
+        &mut self,
+        g: &CallGraph<'g, '_>,
+        k: usize,
+        c: &PrepareContext<'g, '_>,
+    ) -> Option<usize> {
         let xv = c.value_index(0).ok()?;
         let x = *self.nhwc.get(&xv)?;
         let (lo, hi) = clamp_of(c)?;
@@ -464,7 +530,12 @@ impl<'g> Builder<'g> {
     }
 
     /// `mean` over dims 2 and 3 of a value the region computed, as a global average pool.
-    fn mean(&mut self, g: &CallGraph<'g, '_>, k: usize, c: &PrepareContext<'g, '_>) -> Option<usize> {
+    fn mean(
+        &mut self,
+        g: &CallGraph<'g, '_>,
+        k: usize,
+        c: &PrepareContext<'g, '_>,
+    ) -> Option<usize> {
         let xv = c.value_index(0).ok()?;
         let x = *self.nhwc.get(&xv)?;
         let &[n, h, w, ch] = self.values[x].0.dims() else {
@@ -503,7 +574,11 @@ impl<'g> Builder<'g> {
 
     /// The region over calls `range`: outputs for every computed value read after it, the
     /// engine prepared over the graph.
-    fn finish<'p>(mut self, g: &CallGraph<'g, 'p>, range: Range<usize>) -> Result<Region<'p>, KernelError> {
+    fn finish<'p>(
+        mut self,
+        g: &CallGraph<'g, 'p>,
+        range: Range<usize>,
+    ) -> Result<Region<'p>, KernelError> {
         let bad = || KernelError::unsupported("region shape");
         let mut outputs = Vec::new();
         let produced = std::mem::take(&mut self.produced);
@@ -518,7 +593,9 @@ impl<'g> Builder<'g> {
                 continue;
             }
             let ext = (self.inputs.len() + outputs.len()) as u32;
-            let o = self.value(shape.dims(), VKind::Output(ext)).ok_or_else(bad)?;
+            let o = self
+                .value(shape.dims(), VKind::Output(ext))
+                .ok_or_else(bad)?;
             let spatial = self.values[x].0.dims()[1..3] == [1, 1];
             let node = if shape.rank() == 4 && !spatial {
                 Node::Transpose {

@@ -253,6 +253,18 @@ impl ConvWeights {
         bias: Option<&[f32]>,
         clamp: Clamp,
     ) -> Result<Self, KernelError> {
+        Self::scaled(conv, w, None, bias, clamp)
+    }
+
+    /// As [`ConvWeights::new`], each output channel's filter times `scale[channel]` (a
+    /// folded batch norm) as it is packed; only for a (not transposed) convolution.
+    pub fn scaled(
+        conv: Conv,
+        w: &[f32],
+        scale: Option<&[f32]>,
+        bias: Option<&[f32]>,
+        clamp: Clamp,
+    ) -> Result<Self, KernelError> {
         let (g, gi, go) = (conv.groups, conv.group_in, conv.group_out);
         let (kh, kw) = (conv.win.kh, conv.win.kw);
         let taps = kh.checked_mul(kw).ok_or(KernelError::SizeOverflow)?;
@@ -268,12 +280,19 @@ impl ConvWeights {
             )));
         }
         let cout = g * go;
+        if scale.is_some_and(|s| s.len() < cout || conv.kind != ConvKind::Conv) {
+            return Err(KernelError::invalid(
+                "filter scale too short, or not a convolution",
+            ));
+        }
         let mut packed = Vec::with_capacity(g);
         for gr in 0..g {
             let base = gr * go * k;
             packed.push(match conv.kind {
                 // B[k][j] = W[g·goc + j][tap][ci] with k = tap·gic + ci.
-                ConvKind::Conv => PackedB::new(k, go, |kk, j| w[base + j * k + kk]),
+                ConvKind::Conv => {
+                    PackedB::from_transposed(&w[base..], k, go, scale.map(|s| &s[gr * go..]))
+                }
                 // B[ci][tap·goc + o] = W[g·goc + o][tap][ci].
                 _ => PackedB::new(gi, taps * go, |ci, j| {
                     let (t, o) = (j / go, j % go);
