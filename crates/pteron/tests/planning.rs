@@ -85,6 +85,18 @@ fn planning_and_threads_keep_results() {
             (stats3.fused_calls, stats3.absorbed_calls),
             "{name}: planning depends on the thread count"
         );
+        assert_eq!(
+            (stats.regions, stats.partitioned_calls),
+            (stats3.regions, stats3.partitioned_calls),
+            "{name}: partitioning depends on the thread count"
+        );
+        let (first, no_regions) = run(
+            &dir,
+            &default,
+            MethodOptions::new().threads(1).channels_last(false),
+        );
+        assert_same(&name, "planned channels-first", &reference, &first);
+        assert_eq!(no_regions.regions, 0, "{name}: channels_last(false) partitioned");
         let (unplanned, none) = run(&dir, &default, MethodOptions::new().prepare(false));
         assert_same(&name, "unplanned", &reference, &unplanned);
         assert_eq!(none, Default::default(), "{name}: prepare(false) planned");
@@ -94,7 +106,8 @@ fn planning_and_threads_keep_results() {
 #[test]
 fn mobilenet_folds_batch_norm_and_clamp_and_packs_weights() {
     let dir = models_dir().join("mobilenet_v2_small");
-    let (_, stats) = run(&dir, &pteron::default_kernels(), MethodOptions::new());
+    let options = MethodOptions::new().channels_last(false);
+    let (_, stats) = run(&dir, &pteron::default_kernels(), options);
     // Every convolution is followed by a batch norm, most by a hardtanh: all fused.
     assert!(stats.fused_calls >= 2 * 35, "{stats:?}");
     // The classifier's weight transpose is packed by addmm and removed.
@@ -103,6 +116,20 @@ fn mobilenet_folds_batch_norm_and_clamp_and_packs_weights() {
         stats.prepared_bytes > 0 && stats.prepared_calls >= 52,
         "{stats:?}"
     );
+}
+
+/// By default the whole convolution part of MobileNetV2 (every call before the classifier)
+/// becomes one channels-last region; its results match the portable kernels (checked for
+/// every fixture by `planning_and_threads_keep_results`) and the golden outputs.
+#[test]
+fn mobilenet_runs_as_one_channels_last_region() {
+    let dir = models_dir().join("mobilenet_v2_small");
+    let (_, stats) = run(&dir, &pteron::default_kernels(), MethodOptions::new().threads(2));
+    assert_eq!(stats.regions, 1, "{stats:?}");
+    // 52 convolutions with their batch norms, the clamps, the residual adds and the mean.
+    assert!(stats.partitioned_calls >= 52 * 2 + 10, "{stats:?}");
+    // The classifier stays a kernel call; its transposed weight is read in place.
+    assert_eq!(stats.absorbed_calls, 1, "{stats:?}");
 }
 
 /// Regression: a constant call (here `arange` from static scalars) whose output no
