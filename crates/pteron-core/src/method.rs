@@ -1485,7 +1485,6 @@ fn partition_calls<'p>(
             after = region.calls.end;
             edits.push((name, region));
         }
-        drop(graph);
         for (name, region) in edits {
             let start = args.len() as u32;
             args.extend(
