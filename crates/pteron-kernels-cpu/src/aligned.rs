@@ -11,32 +11,76 @@ use core::ops::{Deref, DerefMut};
 struct Line([f32; 16]);
 
 /// `len` floats from a 64-byte boundary.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct AlignedVec {
-    lines: Vec<Line>,
+    store: Store,
     len: usize,
 }
+
+enum Store {
+    Lines(Vec<Line>),
+    /// Big buffers: an anonymous map whose pages the kernel zeroes and maps in one call
+    /// (`MAP_POPULATE`), several times cheaper here than one page fault per page as the
+    /// buffer is first written (weights packed at load).
+    Map(memmap2::MmapMut),
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store::Lines(Vec::new())
+    }
+}
+
+/// Buffers from this size are mapped (smaller ones come from the allocator).
+const MAP_BYTES: usize = 256 << 10;
 
 impl AlignedVec {
     /// `len` zeros.
     pub fn zeroed(len: usize) -> Self {
+        let lines = len.div_ceil(16);
+        let bytes = lines.saturating_mul(64);
+        if bytes >= MAP_BYTES {
+            if let Ok(map) = memmap2::MmapOptions::new().len(bytes).populate().map_anon() {
+                return AlignedVec {
+                    store: Store::Map(map),
+                    len,
+                };
+            }
+        }
         AlignedVec {
-            lines: vec![Line([0.0; 16]); len.div_ceil(16)],
+            store: Store::Lines(bytemuck::zeroed_vec(lines)),
             len,
         }
+    }
+}
+
+impl Clone for AlignedVec {
+    fn clone(&self) -> Self {
+        let mut v = AlignedVec::zeroed(self.len);
+        v.copy_from_slice(self);
+        v
     }
 }
 
 impl Deref for AlignedVec {
     type Target = [f32];
     fn deref(&self) -> &[f32] {
-        &bytemuck::cast_slice(&self.lines)[..self.len]
+        let all: &[f32] = match &self.store {
+            Store::Lines(l) => bytemuck::cast_slice(l),
+            // A map starts on a page boundary and holds `len` floats (rounded up to lines).
+            Store::Map(m) => bytemuck::cast_slice(&m[..]),
+        };
+        &all[..self.len]
     }
 }
 
 impl DerefMut for AlignedVec {
     fn deref_mut(&mut self) -> &mut [f32] {
-        &mut bytemuck::cast_slice_mut(&mut self.lines)[..self.len]
+        let all: &mut [f32] = match &mut self.store {
+            Store::Lines(l) => bytemuck::cast_slice_mut(l),
+            Store::Map(m) => bytemuck::cast_slice_mut(&mut m[..]),
+        };
+        &mut all[..self.len]
     }
 }
 
@@ -52,7 +96,7 @@ mod tests {
 
     #[test]
     fn starts_on_a_line_and_holds_len_floats() {
-        for len in [0, 1, 15, 16, 17, 1000] {
+        for len in [0, 1, 15, 16, 17, 1000, 100_000] {
             let mut v = AlignedVec::zeroed(len);
             assert_eq!(v.len(), len);
             assert_eq!(v.as_ptr() as usize % 64, 0);

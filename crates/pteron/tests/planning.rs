@@ -96,7 +96,10 @@ fn planning_and_threads_keep_results() {
             MethodOptions::new().threads(1).channels_last(false),
         );
         assert_same(&name, "planned channels-first", &reference, &first);
-        assert_eq!(no_regions.regions, 0, "{name}: channels_last(false) partitioned");
+        assert_eq!(
+            no_regions.regions, 0,
+            "{name}: channels_last(false) partitioned"
+        );
         let (unplanned, none) = run(&dir, &default, MethodOptions::new().prepare(false));
         assert_same(&name, "unplanned", &reference, &unplanned);
         assert_eq!(none, Default::default(), "{name}: prepare(false) planned");
@@ -124,7 +127,11 @@ fn mobilenet_folds_batch_norm_and_clamp_and_packs_weights() {
 #[test]
 fn mobilenet_runs_as_one_channels_last_region() {
     let dir = models_dir().join("mobilenet_v2_small");
-    let (_, stats) = run(&dir, &pteron::default_kernels(), MethodOptions::new().threads(2));
+    let (_, stats) = run(
+        &dir,
+        &pteron::default_kernels(),
+        MethodOptions::new().threads(2),
+    );
     assert_eq!(stats.regions, 1, "{stats:?}");
     // 52 convolutions with their batch norms, the clamps, the residual adds and the mean.
     assert!(stats.partitioned_calls >= 52 * 2 + 10, "{stats:?}");
