@@ -962,6 +962,63 @@ def build_unet() -> Fixture:
     )
 
 
+# --------------------------------------------------------------------------
+# conv_blocks: the convolution patterns pteron runs channels-last
+# --------------------------------------------------------------------------
+
+
+class ConvBlocks(nn.Module):
+    """Every convolution pattern the channels-last regions take, in one small network: a strided
+    3x3 convolution with batch norm and ReLU6, an inverted-residual block (1x1 expand, depthwise
+    3x3, 1x1 project, residual add), a grouped and a dilated convolution, a depthwise
+    convolution with channel multiplier 2, a standalone clamp, and a squeeze branch (mean over
+    the spatial dims, 1x1 convolution, ReLU) multiplied back; a feature map is returned too."""
+
+    def __init__(self, num_classes=5):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU6())
+        self.expand = nn.Sequential(nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU6())
+        self.dw = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False), nn.BatchNorm2d(16), nn.ReLU6())
+        self.project = nn.Sequential(nn.Conv2d(16, 8, 1, bias=False), nn.BatchNorm2d(8))
+        self.grouped = nn.Conv2d(8, 12, 3, padding=1, groups=2, bias=True)
+        self.dilated = nn.Sequential(nn.Conv2d(12, 12, 3, padding=2, dilation=2, bias=True), nn.ReLU())
+        self.mult = nn.Conv2d(12, 24, 3, stride=2, padding=1, groups=12, bias=True)
+        self.squeeze = nn.Conv2d(24, 24, 1, bias=True)
+        self.fc = nn.Linear(24, num_classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = x + self.project(self.dw(self.expand(x)))
+        f = self.dilated(self.grouped(x))
+        y = torch.clamp(self.mult(f), -1.0, 1.0)
+        s = F.relu(self.squeeze(y.mean(dim=(-1, -2), keepdim=True)))
+        z = (y * s).mean(dim=(-1, -2))
+        return self.fc(z), f
+
+
+def build_conv_blocks() -> Fixture:
+    seed_all(7)
+    m = ConvBlocks()
+    randomize_bn(m, 17)
+    m.eval()
+    x = f32(rng(107).standard_normal((2, 3, 20, 12)))
+    return Fixture(
+        name="conv_blocks",
+        description=(
+            "Convolution patterns of channels-last regions: strided conv-BN-ReLU6, inverted "
+            "residual (expand, depthwise, project, add), grouped conv, dilated conv-ReLU, depthwise "
+            "x2 multiplier, clamp, squeeze (mean, 1x1 conv, ReLU) times the map, mean, Linear; "
+            "outputs logits and a feature map; input 2x3x20x12"
+        ),
+        module=m,
+        inputs=(x,),
+        atol=1e-5,
+        rtol=1e-4,
+        input_names=["image"],
+        output_names=["logits", "features"],
+    )
+
+
 COMMITTED: Dict[str, Callable[[], Fixture]] = {
     "mlp": build_mlp,
     "cnn": build_cnn,
@@ -978,6 +1035,7 @@ COMMITTED: Dict[str, Callable[[], Fixture]] = {
     "conformer_tiny": build_conformer_tiny,
     "lstm": build_lstm,
     "unet": build_unet,
+    "conv_blocks": build_conv_blocks,
 }
 
 FULL: Dict[str, Callable[[], Fixture]] = {

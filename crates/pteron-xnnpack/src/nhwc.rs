@@ -9,7 +9,8 @@
 //!   has one input channel), with a following inference batch norm folded into its filter and
 //!   bias and a following `relu` / `hardtanh` / `clamp` into its output clamp (the same
 //!   folding, in the same arithmetic, as [`pteron_kernels_cpu::conv`]);
-//! - `add` of two same-shape tensors (alpha 1) becomes an add node, with a following clamp;
+//! - `add` / `sub` (alpha 1) and `mul` of tensors that broadcast become binary nodes, with a
+//!   following clamp;
 //! - a lone clamp becomes a clamp node; `mean` over the two spatial dims a global average pool;
 //! - tensors entering the region are transposed to channels-last once, tensors leaving it (read
 //!   by a later call or returned) back to channels-first; values private to the region exist
@@ -42,7 +43,6 @@ pub const MIN_CONVS: usize = 2;
 const MAX_REGION_BYTES: u64 = 16 << 30;
 
 const CONVOLUTION: &str = "aten::convolution.out";
-const ADD: &str = "aten::add.out";
 const MEAN: &str = "aten::mean.out";
 const NCHW_TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 const NHWC_TO_NCHW: [usize; 4] = [0, 3, 1, 2];
@@ -246,7 +246,9 @@ impl<'g> Builder<'g> {
             let Some(c) = g.call(k) else { break };
             let took = match c.op_name() {
                 CONVOLUTION => self.conv(g, k, &c),
-                ADD => self.add(g, k, &c),
+                "aten::add.out" => self.binary(g, k, &c, BinaryOp::Add),
+                "aten::sub.out" => self.binary(g, k, &c, BinaryOp::Sub),
+                "aten::mul.out" => self.binary(g, k, &c, BinaryOp::Mul),
                 MEAN => self.mean(g, k, &c),
                 "aten::relu.out" | "aten::hardtanh.out" | "aten::clamp.out" => self.clamp(g, k, &c),
                 _ => None,
@@ -458,27 +460,34 @@ impl<'g> Builder<'g> {
         Some(used)
     }
 
-    fn add(
+    /// `add` / `sub` (alpha 1) and `mul` of two 4-d tensors that broadcast (NumPy rules, the
+    /// same in either layout), with a following clamp.
+    fn binary(
         &mut self,
         g: &CallGraph<'g, '_>,
         k: usize,
         c: &PrepareContext<'g, '_>,
+        op: BinaryOp,
     ) -> Option<usize> {
         let (av, bv) = (c.value_index(0).ok()?, c.value_index(1).ok()?);
-        let alpha = c.scalar(2).ok()?.to_f64();
-        let ov = c.value_index(3).ok()?;
-        let out = activation(g, ov, 4)?;
-        let dims = dims4(out);
+        let out_at = if op == BinaryOp::Mul { 2 } else { 3 };
+        if op != BinaryOp::Mul && c.scalar(2).ok()?.to_f64() != 1.0 {
+            return None;
+        }
+        let dims = dims4(activation(g, c.value_index(out_at).ok()?, 4)?);
         let shape_of = |v: usize| match g.value(v) {
             Some(PValue::Tensor(t)) if t.info.rank() == 4 => Some(dims4(&t.info)),
             _ => None,
         };
-        if alpha != 1.0
-            || shape_of(av)? != dims
-            || shape_of(bv)? != dims
+        let (da, db) = (shape_of(av)?, shape_of(bv)?);
+        let broadcasts = (0..4).all(|i| {
+            let (x, y) = (da[i], db[i]);
+            (x == y || x == 1 || y == 1) && dims[i] == x.max(y)
+        });
+        if !broadcasts
             || !self.readable(g, av)
             || !self.readable(g, bv)
-            // Only inside a region: an add alone is not worth two transposes.
+            // Only inside a region: an operation alone is not worth two transposes.
             || !(self.nhwc.contains_key(&av) || self.nhwc.contains_key(&bv))
         {
             return None;
@@ -488,15 +497,20 @@ impl<'g> Builder<'g> {
         let (a, b) = (self.read(g, av)?, self.read(g, bv)?);
         let [n, ch, h, w] = dims;
         let o = self.value(&[n, h, w, ch], VKind::Internal)?;
+        let name = match op {
+            BinaryOp::Add => "XNNAdd",
+            BinaryOp::Sub => "XNNSubtract",
+            _ => "XNNMultiply2",
+        };
         self.node(
             Node::Binary {
-                op: BinaryOp::Add,
+                op,
                 a,
                 b,
                 out: o,
                 clamp,
             },
-            "XNNAdd",
+            name,
         );
         self.wrote(out_v, o, &dims, true)?;
         Some(1 + more)

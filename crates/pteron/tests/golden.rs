@@ -129,6 +129,7 @@ fixtures!(
     conformer_tiny,
     lstm,
     unet,
+    conv_blocks,
 );
 
 #[test]

@@ -139,6 +139,23 @@ fn mobilenet_runs_as_one_channels_last_region() {
     assert_eq!(stats.absorbed_calls, 1, "{stats:?}");
 }
 
+/// The convolution-pattern fixture (grouped, dilated, depthwise ×2, squeeze multiply, two
+/// outputs, batch 2) runs as one region up to the classifier.
+#[test]
+fn conv_blocks_run_as_one_channels_last_region() {
+    let dir = models_dir().join("conv_blocks");
+    let (_, stats) = run(
+        &dir,
+        &pteron::default_kernels(),
+        MethodOptions::new().threads(2),
+    );
+    assert_eq!(
+        (stats.regions, stats.partitioned_calls),
+        (1, 22),
+        "{stats:?}"
+    );
+}
+
 /// Regression: a constant call (here `arange` from static scalars) whose output no
 /// instruction reads by value index was "absorbed" (removed) although no reader had taken it
 /// over; the memory plan gives that output's buffer to another value, read later, so the
