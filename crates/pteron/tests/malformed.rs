@@ -1849,6 +1849,7 @@ fuzz_fixtures!(
     bert_tiny,
     cnn,
     conformer_tiny,
+    conv_blocks,
     dynamic_mlp,
     dynamic_reshape,
     external_weights,
