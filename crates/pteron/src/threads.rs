@@ -99,6 +99,9 @@ impl Shared {
 
     fn worker(&self, me: usize) {
         let mut seen = epoch(self.state.load(Ordering::Acquire));
+        // A new worker sleeps until the first job: spinning from the start would compete
+        // with the loading of the method the pool was made for.
+        let mut started = false;
         loop {
             // Wait for a new job.
             let t0 = Instant::now();
@@ -111,7 +114,7 @@ impl Shared {
                     break;
                 }
                 spins = spins.wrapping_add(1);
-                if spins & 63 != 0 || t0.elapsed() < SPIN {
+                if started && (spins & 63 != 0 || t0.elapsed() < SPIN) {
                     std::hint::spin_loop();
                     continue;
                 }
@@ -126,6 +129,7 @@ impl Shared {
                 drop(g);
                 break;
             }
+            started = true;
             // Join it if it is still open.
             let mut s = self.state.load(Ordering::Acquire);
             seen = epoch(s);
