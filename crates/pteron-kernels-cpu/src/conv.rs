@@ -89,7 +89,8 @@ impl Geom {
     }
 }
 
-fn pair<'p>(a: &impl ArgAccess<'p>, i: usize) -> Option<(usize, usize)> {
+/// An `int[]` argument of one or two entries (a stride, padding or dilation) as a pair.
+pub fn pair<'p>(a: &impl ArgAccess<'p>, i: usize) -> Option<(usize, usize)> {
     let l = a.int_list(i).ok()?;
     let get = |k: usize| l.get(k).ok().and_then(|v| usize::try_from(v).ok());
     match l.len() {

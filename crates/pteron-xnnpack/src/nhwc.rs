@@ -29,7 +29,7 @@ use pteron_core::{
     ArgAccess, CallGraph, Dynamism, KernelError, PageRelease, Partitioner, PrepareContext, Region,
     ScalarType, TensorInfo, Value as PValue,
 };
-use pteron_kernels_cpu::conv::{batch_norm_of, clamp_of};
+use pteron_kernels_cpu::conv::{batch_norm_of, clamp_of, pair};
 
 use crate::exec::XnnDelegate;
 use crate::graph::{
@@ -226,16 +226,6 @@ fn activation<'g>(g: &CallGraph<'g, '_>, v: usize, rank: usize) -> Option<&'g Te
 
 fn dims4(t: &TensorInfo) -> [usize; 4] {
     [t.size(0), t.size(1), t.size(2), t.size(3)]
-}
-
-fn pair<'p>(a: &impl ArgAccess<'p>, i: usize) -> Option<(usize, usize)> {
-    let l = a.int_list(i).ok()?;
-    let get = |k: usize| l.get(k).ok().and_then(|v| usize::try_from(v).ok());
-    match l.len() {
-        1 => get(0).map(|v| (v, v)),
-        2 => Some((get(0)?, get(1)?)),
-        _ => None,
-    }
 }
 
 impl<'g> Builder<'g> {
