@@ -668,10 +668,10 @@ fn shallow(job: &Job<'_>) -> bool {
     job.k <= SHALLOW_K && matches!(job.b, MatB::Rows { .. } | MatB::Packed(_))
 }
 
-/// Splits C into task rectangles and runs them.
 /// Rows up to which a multi-threaded product splits its columns only (see [`tiles`]).
 const SMALL_M: usize = 64;
 
+/// Splits C into task rectangles and runs them.
 #[inline(always)]
 fn tiles<S: Simd, const MR: usize, const NV: usize>(s: S, par: &dyn Parallel, job: &Job<'_>) {
     let nr = NV * S::LANES;
