@@ -12,6 +12,8 @@
 //! - `add` / `sub` (alpha 1) and `mul` of tensors that broadcast become binary nodes, with a
 //!   following clamp;
 //! - a lone clamp becomes a clamp node; `mean` over the two spatial dims a global average pool;
+//!   `avg_pool2d` without padding an average pool (max pooling is left out: the engine's max
+//!   does not propagate NaN as the portable kernel's comparisons do);
 //! - tensors entering the region are transposed to channels-last once, tensors leaving it (read
 //!   by a later call or returned) back to channels-first; values private to the region exist
 //!   only in the engine's own arena, in channels-last order.
@@ -33,7 +35,8 @@ use pteron_kernels_cpu::conv::{batch_norm_of, clamp_of, pair};
 
 use crate::exec::XnnDelegate;
 use crate::graph::{
-    BinaryOp, Clamp, ConstSource, Conv, ConvKind, DType, Graph, Kind, Node, UnaryOp, Value, Window,
+    BinaryOp, Clamp, ConstSource, Conv, ConvKind, DType, Graph, Kind, Node, PoolKind, UnaryOp,
+    Value, Window,
 };
 use crate::util::Shape;
 
@@ -240,6 +243,7 @@ impl<'g> Builder<'g> {
                 "aten::sub.out" => self.binary(g, k, &c, BinaryOp::Sub),
                 "aten::mul.out" => self.binary(g, k, &c, BinaryOp::Mul),
                 MEAN => self.mean(g, k, &c),
+                "aten::avg_pool2d.out" => self.avg_pool(g, k, &c),
                 "aten::relu.out" | "aten::hardtanh.out" | "aten::clamp.out" => self.clamp(g, k, &c),
                 _ => None,
             };
@@ -531,6 +535,62 @@ impl<'g> Builder<'g> {
         );
         self.wrote(ov, o, &[n, ch, h, w], true)?;
         Some(1)
+    }
+
+    /// `avg_pool2d` without padding (so that the divisor, the window size, is the same
+    /// whether padding counts or not), floor mode, no divisor override, with a following clamp.
+    fn avg_pool(
+        &mut self,
+        g: &CallGraph<'g, '_>,
+        k: usize,
+        c: &PrepareContext<'g, '_>,
+    ) -> Option<usize> {
+        let xv = c.value_index(0).ok()?;
+        let x = *self.nhwc.get(&xv)?;
+        let &[n, ih, iw, ch] = self.values[x].0.dims() else {
+            return None;
+        };
+        let (kh, kw) = pair(c, 1)?;
+        let (sh, sw) = if c.int_list(2).ok()?.is_empty() {
+            (kh, kw)
+        } else {
+            pair(c, 2)?
+        };
+        if pair(c, 3)? != (0, 0) || c.bool(4).ok()? || !c.is_none(6).ok()? {
+            return None;
+        }
+        if [kh, kw, sh, sw].contains(&0) || kh > ih || kw > iw {
+            return None;
+        }
+        let win = Window {
+            kh,
+            kw,
+            sh,
+            sw,
+            dh: 1,
+            dw: 1,
+            ..Window::default()
+        };
+        let (oh, ow) = win.out_hw(ih, iw).ok()?;
+        let out = activation(g, c.value_index(7).ok()?, 4)?;
+        if dims4(out) != [n, ch, oh, ow] {
+            return None;
+        }
+        let (clamp, more, out_v) = Self::fused_clamp(g, c, k);
+        let out_v = out_v?;
+        let o = self.value(&[n, oh, ow, ch], VKind::Internal)?;
+        self.node(
+            Node::Pool {
+                kind: PoolKind::Avg,
+                win,
+                x,
+                out: o,
+                clamp,
+            },
+            "XNNAvgPooling2d",
+        );
+        self.wrote(out_v, o, &[n, ch, oh, ow], true)?;
+        Some(1 + more)
     }
 
     /// `mean` over dims 2 and 3 of a value the region computed, as a global average pool.

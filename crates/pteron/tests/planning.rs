@@ -156,6 +156,15 @@ fn conv_blocks_run_as_one_channels_last_region() {
     );
 }
 
+/// The small CNN's second stage (convolution, batch norm, ReLU, 2×2 average pool, strided
+/// convolution, ReLU, mean) is one region; its max pool is left to the portable kernel.
+#[test]
+fn cnn_average_pool_joins_the_region() {
+    let dir = models_dir().join("cnn");
+    let (_, stats) = run(&dir, &pteron::default_kernels(), MethodOptions::new().threads(1));
+    assert_eq!((stats.regions, stats.partitioned_calls), (1, 7), "{stats:?}");
+}
+
 /// Regression: a constant call (here `arange` from static scalars) whose output no
 /// instruction reads by value index was "absorbed" (removed) although no reader had taken it
 /// over; the memory plan gives that output's buffer to another value, read later, so the
