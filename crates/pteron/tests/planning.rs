@@ -161,8 +161,16 @@ fn conv_blocks_run_as_one_channels_last_region() {
 #[test]
 fn cnn_average_pool_joins_the_region() {
     let dir = models_dir().join("cnn");
-    let (_, stats) = run(&dir, &pteron::default_kernels(), MethodOptions::new().threads(1));
-    assert_eq!((stats.regions, stats.partitioned_calls), (1, 7), "{stats:?}");
+    let (_, stats) = run(
+        &dir,
+        &pteron::default_kernels(),
+        MethodOptions::new().threads(1),
+    );
+    assert_eq!(
+        (stats.regions, stats.partitioned_calls),
+        (1, 7),
+        "{stats:?}"
+    );
 }
 
 /// Regression: a constant call (here `arange` from static scalars) whose output no
