@@ -411,37 +411,31 @@ fn gemv_cols(
     c: &mut [f32],
     epi: &Epilogue<'_>,
 ) {
-    let (n, k) = (c.len(), a.len());
-    let groups = n.div_ceil(4);
-    let tasks = crate::par::tasks_for(par, groups, (1usize << 13).div_ceil(4 * k.max(1)));
-    let c = SharedMut::new(c);
-    let run = |r: Range<usize>| {
-        for t in r {
-            let g = crate::par::part(groups, tasks, t);
-            let op = GemvColsOp {
+    // Blocks of columns, each task at least 32 KiB of weights.
+    const COLS: usize = 64;
+    let min_blocks = (1usize << 13).div_ceil(COLS * a.len().max(1));
+    crate::par::for_chunks_mut(par, c, COLS, min_blocks, &|b, out| {
+        run_op_at(
+            l,
+            GemvColsOp {
                 a,
                 data,
                 ldb,
-                cols: g.start * 4..(g.end * 4).min(n),
-                c: &c,
+                j0: b * COLS,
+                out,
                 epi,
-            };
-            run_op_at(l, op);
-        }
-    };
-    if tasks <= 1 {
-        run(0..1);
-    } else {
-        par.parallel_for(tasks, &run);
-    }
+            },
+        )
+    });
 }
 
+/// C columns `j0 .. j0 + out.len()` of [`gemv_cols`].
 struct GemvColsOp<'a, 'b> {
     a: &'a [f32],
     data: &'a [f32],
     ldb: usize,
-    cols: Range<usize>,
-    c: &'a SharedMut<f32>,
+    j0: usize,
+    out: &'a mut [f32],
     epi: &'a Epilogue<'b>,
 }
 
@@ -451,9 +445,8 @@ impl SimdOp for GemvColsOp<'_, '_> {
     fn run<S: Simd>(self, s: S) {
         let (a, k, l) = (self.a, self.a.len(), S::LANES);
         let body = k - k % l;
-        // Safety: tasks own disjoint column ranges of C.
-        let cs = unsafe { self.c.slice(self.cols.clone()) };
-        for (j0, out) in self.cols.clone().step_by(4).zip(cs.chunks_mut(4)) {
+        for (q, out) in self.out.chunks_mut(4).enumerate() {
+            let j0 = self.j0 + 4 * q;
             let rows: [&[f32]; 4] =
                 core::array::from_fn(|r| &self.data[(j0 + r.min(out.len() - 1)) * self.ldb..][..k]);
             let mut acc = [s.zero(); 4];
@@ -470,12 +463,11 @@ impl SimdOp for GemvColsOp<'_, '_> {
                 for kk in body..k {
                     dot += a[kk] * rows[r][kk];
                 }
-                let j = j0 + r;
                 let init = match self.epi.init {
                     Init::Zero => 0.0,
                     Init::Accumulate => *o,
                     Init::RowBias(bias) => bias[0],
-                    Init::ColBias(bias) => bias[j],
+                    Init::ColBias(bias) => bias[j0 + r],
                 };
                 let mut v = init + dot;
                 if let Some((lo, hi)) = self.epi.clamp {

@@ -109,15 +109,6 @@ impl std::fmt::Debug for Release<'_> {
     }
 }
 
-impl Source<'_> {
-    fn filter_bytes(&self) -> &[u8] {
-        match self {
-            Source::Filter { w, .. } => bytemuck::cast_slice(w),
-            Source::Values(_) => &[],
-        }
-    }
-}
-
 impl ConstSource for Source<'_> {
     fn scaled_rows(&self) -> Option<(&[f32], Option<&[f32]>)> {
         match self {
@@ -134,11 +125,12 @@ impl ConstSource for Source<'_> {
     }
     fn done(&self) {
         if let Source::Filter {
+            w,
             release: Release(Some(r)),
             ..
         } = self
         {
-            r.release(self.filter_bytes());
+            r.release(bytemuck::cast_slice(w));
         }
     }
     fn values(&self) -> Result<Vec<f32>, KernelError> {
@@ -271,6 +263,11 @@ impl<'g> Builder<'g> {
     fn node(&mut self, node: Node, name: &'static str) {
         self.nodes.push(node);
         self.names.push(name);
+    }
+
+    /// The engine value of call `c`'s first argument, if the region computed it.
+    fn computed_input(&self, c: &PrepareContext<'g, '_>) -> Option<usize> {
+        self.nhwc.get(&c.value_index(0).ok()?).copied()
     }
 
     /// Whether portable value `v` can be read by the region as a 4-d tensor.
@@ -516,8 +513,7 @@ impl<'g> Builder<'g> {
         k: usize,
         c: &PrepareContext<'g, '_>,
     ) -> Option<usize> {
-        let xv = c.value_index(0).ok()?;
-        let x = *self.nhwc.get(&xv)?;
+        let x = self.computed_input(c)?;
         let (lo, hi) = clamp_of(c)?;
         let ov = g.output(k)?;
         let [n, ch, h, w] = dims4(activation(g, ov, 4)?);
@@ -545,8 +541,7 @@ impl<'g> Builder<'g> {
         k: usize,
         c: &PrepareContext<'g, '_>,
     ) -> Option<usize> {
-        let xv = c.value_index(0).ok()?;
-        let x = *self.nhwc.get(&xv)?;
+        let x = self.computed_input(c)?;
         let &[n, ih, iw, ch] = self.values[x].0.dims() else {
             return None;
         };
@@ -600,8 +595,7 @@ impl<'g> Builder<'g> {
         k: usize,
         c: &PrepareContext<'g, '_>,
     ) -> Option<usize> {
-        let xv = c.value_index(0).ok()?;
-        let x = *self.nhwc.get(&xv)?;
+        let x = self.computed_input(c)?;
         let &[n, h, w, ch] = self.values[x].0.dims() else {
             return None;
         };
