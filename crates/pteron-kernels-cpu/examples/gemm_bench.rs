@@ -89,6 +89,7 @@ fn main() {
                 &Epilogue {
                     init: Init::ColBias(&bias),
                     affine: None,
+                    residual: None,
                     clamp: None,
                 },
             )
@@ -134,6 +135,7 @@ fn main() {
                 &Epilogue {
                     init: Init::RowBias(&bias),
                     affine: None,
+                    residual: None,
                     clamp: Some((0.0, 6.0)),
                 },
             )
@@ -152,6 +154,7 @@ fn main() {
                 &Epilogue {
                     init: Init::RowBias(&bias),
                     affine: None,
+                    residual: None,
                     clamp: Some((0.0, 6.0)),
                 },
             )

@@ -299,6 +299,7 @@ impl Job<'_> {
                     &Epilogue {
                         init: Init::Accumulate,
                         affine: None,
+                        residual: None,
                         clamp: None,
                     },
                 )?;
@@ -400,6 +401,7 @@ impl Job<'_> {
                 &Epilogue {
                     init: Init::Accumulate,
                     affine: None,
+                    residual: None,
                     clamp: None,
                 },
             )?;

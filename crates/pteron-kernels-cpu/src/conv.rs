@@ -387,6 +387,7 @@ fn convolution_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
             Variant::Pointwise(Some((sc, sh))) => Some((sc.as_slice(), sh.as_slice())),
             _ => None,
         },
+        residual: None,
         clamp: st.clamp,
     };
     let err = |e: crate::gemm::GemmError| KernelError::invalid(e.0);

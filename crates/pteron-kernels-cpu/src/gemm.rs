@@ -253,6 +253,10 @@ pub struct Epilogue<'a> {
     /// `(scale, shift)`: row i's sums become `sum·scale[i] + shift[i]` (an inference batch
     /// norm applied to a convolution whose weights are read in place), before the clamp.
     pub affine: Option<(&'a [f32], &'a [f32])>,
+    /// `(r, ldr)`: `r[i·ldr + j]` is added to C(i, j) after the affine step, before the clamp
+    /// (a residual connection's add fused into the convolution before it; the same rounding
+    /// as adding afterwards).
+    pub residual: Option<(&'a [f32], usize)>,
     /// Clamp every result to `[lo, hi]`.
     pub clamp: Option<(f32, f32)>,
 }
@@ -262,6 +266,7 @@ impl Default for Epilogue<'_> {
         Epilogue {
             init: Init::Zero,
             affine: None,
+            residual: None,
             clamp: None,
         }
     }
@@ -325,6 +330,12 @@ pub fn gemm(
     {
         return Err(GemmError("row scale or shift too short"));
     }
+    if epi
+        .residual
+        .is_some_and(|(r, ldr)| !fits(r.len(), m, ldr, n))
+    {
+        return Err(GemmError("residual does not match m, n and its stride"));
+    }
     if m == 0 || n == 0 {
         return Ok(());
     }
@@ -338,12 +349,12 @@ pub fn gemm(
         reference(m, n, k, a, b, c, ldc, epi);
         return Ok(());
     }
-    if let (1, MatA::Rows { data, .. }, MatB::Packed(p), None) = (m, a, b, epi.affine) {
+    let plain = epi.affine.is_none() && epi.residual.is_none();
+    if let (1, MatA::Rows { data, .. }, MatB::Packed(p), true) = (m, a, b, plain) {
         gemv_packed(l, par, &data[..k], p, &mut c[..n], epi);
         return Ok(());
     }
-    if let (1, MatA::Rows { data: av, .. }, MatB::Cols { data, ldb }, None) = (m, a, b, epi.affine)
-    {
+    if let (1, MatA::Rows { data: av, .. }, MatB::Cols { data, ldb }, true) = (m, a, b, plain) {
         gemv_cols(l, par, &av[..k], data, ldb, &mut c[..n], epi);
         return Ok(());
     }
@@ -602,6 +613,9 @@ fn reference(
             if let Some((sc, sh)) = epi.affine {
                 acc = acc * sc[i] + sh[i];
             }
+            if let Some((r, ldr)) = epi.residual {
+                acc += r[i * ldr + j];
+            }
             if let Some((lo, hi)) = epi.clamp {
                 acc = acc.max(lo).min(hi);
             }
@@ -854,6 +868,14 @@ fn col_tail<S: Simd, const T: usize>(
         let (sc, sh) = (s.ld_tail(&sc[i0..i0 + mv]), s.ld_tail(&sh[i0..i0 + mv]));
         for x in acc.iter_mut() {
             *x = s.add(s.mul(*x, sc), sh);
+        }
+    }
+    if let Some((r, ldr)) = job.epi.residual {
+        for (j, x) in acc.iter_mut().enumerate() {
+            for (q, v) in col.iter_mut().enumerate().take(mv) {
+                *v = r[(i0 + q) * ldr + j0 + j];
+            }
+            *x = s.add(*x, s.ld(&col));
         }
     }
     if let Some((lo, hi)) = job.epi.clamp {
@@ -1145,6 +1167,16 @@ fn micro_tile<S: Simd, const MR: usize, const NV: usize>(s: S, job: &Job<'_>, t:
                 let (a, b) = (s.splat(sc[t.i0 + i]), s.splat(sh[t.i0 + i]));
                 for x in row.iter_mut() {
                     *x = s.add(s.mul(*x, a), b);
+                }
+            }
+        }
+        if let Some((r, ldr)) = job.epi.residual {
+            for (i, row) in acc.iter_mut().enumerate().take(t.mv) {
+                for (v, x) in row.iter_mut().enumerate() {
+                    if lanes[v] > 0 {
+                        let at = (t.i0 + i) * ldr + t.j0 + v * l;
+                        *x = s.add(*x, s.ld_tail(&r[at..at + lanes[v]]));
+                    }
                 }
             }
         }

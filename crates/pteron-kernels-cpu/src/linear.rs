@@ -331,6 +331,7 @@ fn addmm_transposed(ctx: &mut KernelContext<'_, '_>, wv: usize) -> Result<(), Ke
     let epi = Epilogue {
         init: Init::ColBias(sv.as_slice::<f32>()?),
         affine: None,
+        residual: None,
         clamp: None,
     };
     let a = MatA::Rows {
@@ -401,6 +402,7 @@ fn addmm_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
         let epi = Epilogue {
             init: Init::ColBias(sv),
             affine: None,
+            residual: None,
             clamp: None,
         };
         return gemm(par, m, n, k, a, b, out, n, &epi).map_err(gemm_err);
@@ -456,6 +458,7 @@ fn linear_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     let epi = Epilogue {
         init,
         affine: None,
+        residual: None,
         clamp: None,
     };
     gemm(

@@ -1,4 +1,5 @@
-//! The GEMM against a plain f64 reference: every operand layout, init, row affine and clamp, odd sizes
+//! The GEMM against a plain f64 reference: every operand layout, init, row affine, residual and
+//! clamp, odd sizes
 //! (tails in every dimension), k across several blocks, each SIMD level, 1 and 3 threads.
 
 mod common;
@@ -20,6 +21,7 @@ fn reference(
     init: &str,
     bias: &[f32],
     affine: Option<(&[f32], &[f32])>,
+    residual: Option<(&[f32], usize)>,
     clamp: Option<(f32, f32)>,
 ) -> Vec<f32> {
     let mut c = c0.to_vec();
@@ -36,6 +38,9 @@ fn reference(
             }
             if let Some((sc, sh)) = affine {
                 acc = acc * sc[i] as f64 + sh[i] as f64;
+            }
+            if let Some((r, ldr)) = residual {
+                acc += r[i * ldr + j] as f64;
             }
             let mut v = acc as f32;
             if let Some((lo, hi)) = clamp {
@@ -61,6 +66,8 @@ fn check(m: usize, n: usize, k: usize, par: &dyn Parallel, seed: u64) {
     let scale = rand_vec(m, seed + 6);
     let shift = rand_vec(m, seed + 7);
     let c0 = rand_vec(m * ldc, seed + 5);
+    let ldr = n + 2;
+    let res = rand_vec(m * ldr, seed + 8);
     let fa = |i: usize, kk: usize| a_rows[i * lda_r + kk];
     let fb = |kk: usize, j: usize| b_rows[kk * ldb_r + j];
     let pa = PackedA::new(m, k, fa);
@@ -100,10 +107,20 @@ fn check(m: usize, n: usize, k: usize, par: &dyn Parallel, seed: u64) {
                 ("row", Init::RowBias(&bias)),
                 ("col", Init::ColBias(&bias)),
             ] {
-                for (clamp, affine) in [
-                    (None, None),
-                    (Some((-0.5f32, 0.75f32)), None),
-                    (Some((-0.5f32, 0.75f32)), Some((&scale[..], &shift[..]))),
+                for (clamp, affine, residual) in [
+                    (None, None, None),
+                    (Some((-0.5f32, 0.75f32)), None, None),
+                    (
+                        Some((-0.5f32, 0.75f32)),
+                        Some((&scale[..], &shift[..])),
+                        None,
+                    ),
+                    (None, None, Some((&res[..], ldr))),
+                    (
+                        Some((-0.5f32, 0.75f32)),
+                        Some((&scale[..], &shift[..])),
+                        Some((&res[..], ldr)),
+                    ),
                 ] {
                     let ga = |i: usize, kk: usize| match ai {
                         0 | 1 => a_rows[i * lda_r + kk],
@@ -113,12 +130,14 @@ fn check(m: usize, n: usize, k: usize, par: &dyn Parallel, seed: u64) {
                         0 | 1 => b_rows[kk * ldb_r + j],
                         _ => b_cols[j * ldb_c + kk],
                     };
-                    let want =
-                        reference(m, n, k, &ga, &gb, &c0, ldc, init_name, &bias, affine, clamp);
+                    let want = reference(
+                        m, n, k, &ga, &gb, &c0, ldc, init_name, &bias, affine, residual, clamp,
+                    );
                     let mut c = c0.clone();
                     let epi = Epilogue {
                         init,
                         affine,
+                        residual,
                         clamp,
                     };
                     gemm(par, m, n, k, a, b, &mut c, ldc, &epi).unwrap();
@@ -128,8 +147,10 @@ fn check(m: usize, n: usize, k: usize, par: &dyn Parallel, seed: u64) {
                         tol,
                         tol,
                         &format!(
-                            "m{m} n{n} k{k} a{ai} b{bi} {init_name} {clamp:?} affine {}",
-                            affine.is_some()
+                            "m{m} n{n} k{k} a{ai} b{bi} {init_name} {clamp:?} affine {} \
+                             residual {}",
+                            affine.is_some(),
+                            residual.is_some()
                         ),
                     );
                 }

@@ -84,6 +84,7 @@ fn main() {
             expand: Some(&pw),
             dw: &dw,
             project: None,
+            add: None,
         };
         let mut scratch = vec![0.0; scratch_floats(&chain, hw, ow, budget, 1).unwrap()];
         let t_fused = min_time(|| {

@@ -14,10 +14,10 @@ use pteron_core::{
 };
 use pteron_kernels_cpu::simd::level;
 
-use crate::graph::{ConvKind, DType, Graph, Kind, Node};
+use crate::graph::{BinaryOp, ConvKind, DType, Graph, Kind, Node};
 use crate::kernels;
 use crate::kernels::elementwise::{binary, broadcast, unary};
-use crate::kernels::gemm::{bmm, fully_connected, ConvWeights, FcFilter};
+use crate::kernels::gemm::{bmm, fully_connected, AddInto, ConvWeights, FcFilter};
 use crate::kernels::layout;
 use crate::kernels::spatial::{depthwise, global_mean, pool, DwWeights, Geom};
 use crate::qexec::{self, QPrep};
@@ -54,16 +54,32 @@ enum Fuse {
     IntoNext,
     /// Runs the chain that ends here (`kernels::fused`): a 3×3 depthwise convolution with the
     /// pointwise convolution before it (`expand`), the one after it (`project`, this step),
-    /// or both; reads the chain's first input.
-    Chain { expand: bool, project: bool },
+    /// or both; reads the chain's first input. With `add`, this step is the add of a
+    /// residual connection after the chain (which then ends with `project` at the step
+    /// before), run as the project step's epilogue.
+    Chain {
+        expand: bool,
+        project: bool,
+        add: bool,
+    },
+    /// An add of a residual connection that runs the convolution before it (a plain
+    /// convolution step, then `IntoNext`) with the add as the convolution's epilogue: the
+    /// convolution's output is never stored.
+    ConvAdd,
 }
 
 /// The chain step `i` runs: the kernels' view, and the value it reads.
 fn chain_at(steps: &[Step], i: usize) -> Option<(kernels::fused::Chain<'_>, usize)> {
-    let Fuse::Chain { expand, project } = steps[i].fuse else {
+    let Fuse::Chain {
+        expand,
+        project,
+        add,
+    } = steps[i].fuse
+    else {
         return None;
     };
-    let d = if project { i.checked_sub(1)? } else { i };
+    let end = if add { i.checked_sub(1)? } else { i };
+    let d = if project { end.checked_sub(1)? } else { end };
     let Prep::Dw(dw) = &steps[d].prep else {
         return None;
     };
@@ -80,12 +96,13 @@ fn chain_at(steps: &[Step], i: usize) -> Option<(kernels::fused::Chain<'_>, usiz
         };
         (None, x)
     };
-    let p = if project { Some(conv(i)?.0) } else { None };
+    let p = if project { Some(conv(end)?.0) } else { None };
     Some((
         kernels::fused::Chain {
             expand: e,
             dw,
             project: p,
+            add: None,
         },
         input,
     ))
@@ -521,8 +538,14 @@ impl XnnDelegate {
         // size (tests).
         match std::env::var("PTERON_XNNPACK_FUSE").as_deref() {
             Ok("0") => {}
-            Ok("all") => d.fuse(0),
-            _ => d.fuse(FUSE_MIN_BYTES),
+            Ok("all") => {
+                d.fuse(0);
+                d.fuse_residuals();
+            }
+            _ => {
+                d.fuse(FUSE_MIN_BYTES);
+                d.fuse_residuals();
+            }
         }
         d.plan()?;
         Ok(d)
@@ -581,12 +604,7 @@ impl XnnDelegate {
                 Node::Conv { x, .. } => *x,
                 _ => continue,
             };
-            // The chain's input: an arena value some earlier non-reshape step produced (never
-            // a method tensor read in place).
-            let made_here = (0..first).any(|p| {
-                self.steps[p].node.output() == input
-                    && !matches!(self.steps[p].node, Node::Reshape { .. })
-            });
+            let made_here = self.made_before(input, first);
             let out = self.steps[last].node.output();
             let ok = made_here
                 && self.homes[input] == Home::Arena
@@ -600,13 +618,111 @@ impl XnnDelegate {
             for k in first..last {
                 self.steps[k].fuse = Fuse::IntoNext;
             }
-            self.steps[last].fuse = Fuse::Chain { expand, project };
+            self.steps[last].fuse = Fuse::Chain {
+                expand,
+                project,
+                add: false,
+            };
             self.names[last] = match (expand, project) {
                 (true, true) => "XNNConv2d+XNNDepthwiseConv2d+XNNConv2d",
                 (true, false) => "XNNConv2d+XNNDepthwiseConv2d",
                 _ => "XNNDepthwiseConv2d+XNNConv2d",
             };
             self.lifetimes[input].1 = self.lifetimes[input].1.max(last);
+        }
+    }
+
+    /// Whether `v` is an arena value some step before `step` produced, other than a reshape
+    /// (never a method tensor read in place: a fused step reads it where the node's own
+    /// operands do not say).
+    fn made_before(&self, v: usize, step: usize) -> bool {
+        (0..step).any(|p| {
+            self.steps[p].node.output() == v && !matches!(self.steps[p].node, Node::Reshape { .. })
+        })
+    }
+
+    /// Runs each residual connection's add (`clamp(conv + r)`, same shapes) as the epilogue
+    /// of the convolution or fused chain just before it, when only the add reads the
+    /// convolution's output: MobileNetV2's ten adds stop being passes over memory (and, on
+    /// several threads, waits for every thread). Bit-identical: the sum is rounded once
+    /// either way.
+    fn fuse_residuals(&mut self) {
+        for i in 1..self.steps.len() {
+            let Node::Binary {
+                op: BinaryOp::Add,
+                a,
+                b,
+                out,
+                ..
+            } = self.steps[i].node
+            else {
+                continue;
+            };
+            if self.steps[i].fuse != Fuse::No {
+                continue;
+            }
+            let prev = &self.steps[i - 1];
+            let c = prev.node.output();
+            let r = if a == c && b != c {
+                b
+            } else if b == c && a != c {
+                a
+            } else {
+                continue;
+            };
+            let f32_4d = |v: usize| {
+                self.homes[v] == Home::Arena
+                    && self.dtypes[v] == DType::F32
+                    && self.shapes[v].rank() == 4
+            };
+            let ok = f32_4d(c)
+                && f32_4d(r)
+                && f32_4d(out)
+                && self.shapes[r] == self.shapes[c]
+                && self.shapes[out] == self.shapes[c]
+                && self.lifetimes[c].1 == i
+                && !self.outputs.iter().any(|&(_, o)| o == c);
+            if !ok {
+                continue;
+            }
+            let (fuse, input) = match (prev.fuse, &prev.prep, &prev.node) {
+                (Fuse::No, Prep::Conv(cw), &Node::Conv { x, .. }) if cw.takes_residual() => {
+                    (Fuse::ConvAdd, x)
+                }
+                (
+                    Fuse::Chain {
+                        expand,
+                        project: true,
+                        add: false,
+                    },
+                    Prep::Conv(cw),
+                    _,
+                ) if cw.takes_residual() => match chain_at(&self.steps, i - 1) {
+                    Some((_, x)) => (
+                        Fuse::Chain {
+                            expand,
+                            project: true,
+                            add: true,
+                        },
+                        x,
+                    ),
+                    None => continue,
+                },
+                _ => continue,
+            };
+            if !(f32_4d(input) && self.made_before(input, i - 1)) {
+                continue;
+            }
+            self.steps[i - 1].fuse = Fuse::IntoNext;
+            self.steps[i].fuse = fuse;
+            self.names[i] = match (fuse, self.names[i - 1]) {
+                (Fuse::ConvAdd, _) => "XNNConv2d+XNNAdd",
+                (_, "XNNConv2d+XNNDepthwiseConv2d+XNNConv2d") => {
+                    "XNNConv2d+XNNDepthwiseConv2d+XNNConv2d+XNNAdd"
+                }
+                _ => "XNNDepthwiseConv2d+XNNConv2d+XNNAdd",
+            };
+            self.lifetimes[input].1 = self.lifetimes[input].1.max(i);
         }
     }
 
@@ -647,7 +763,12 @@ impl XnnDelegate {
             }
             let (s, e) = self.lifetimes[v];
             let b = if is_input[v] { 0 } else { s + 1 };
-            let produced = is_input[v] || self.steps.get(s).is_some_and(|st| st.node.output() == v);
+            // The outputs of steps fused into later ones are never written: no bytes.
+            let produced = is_input[v]
+                || self
+                    .steps
+                    .get(s)
+                    .is_some_and(|st| st.node.output() == v && st.fuse != Fuse::IntoNext);
             if !produced {
                 continue;
             }
@@ -726,6 +847,15 @@ impl XnnDelegate {
                 }
             }
         }
+        if std::env::var_os("PTERON_PLAN_DEBUG").is_some() {
+            for (i, st) in self.steps.iter().enumerate() {
+                let v = st.node.output();
+                eprintln!(
+                    "step {i} out {v} off {} size {}",
+                    self.offsets[v], self.sizes[v]
+                );
+            }
+        }
         if top as u64 > self.max_bytes {
             return Err(KernelError::unsupported(format!(
                 "the delegate needs {top} bytes of memory, over the limit of {}",
@@ -778,15 +908,36 @@ impl XnnDelegate {
             ),
             _ => None,
         };
+        // A step that runs the convolution before it and its add: the convolution, its input,
+        // and the slot of the add's operand that the convolution wrote (the other is the
+        // residual).
+        let conv_add = match st.fuse {
+            Fuse::ConvAdd => match (&self.steps[i - 1].prep, &self.steps[i - 1].node) {
+                (Prep::Conv(cw), &Node::Conv { x, out: c, .. }) => Some((Some(cw), x, c)),
+                _ => return Err(invalid("fused add without its convolution")),
+            },
+            Fuse::Chain { add: true, .. } => {
+                let (_, x) = chain.ok_or_else(|| invalid("fused add without its chain"))?;
+                Some((None, x, self.steps[i - 1].node.output()))
+            }
+            _ => None,
+        };
+        let (ins, n) = st.node.inputs();
+        let conv_slot = match conv_add {
+            Some((_, _, c)) => usize::from(ins[0] != c),
+            None => 0,
+        };
         let srcs = {
-            let (ins, n) = st.node.inputs();
             let mut s = [Src::Arena(0, 0); 5];
             for k in 0..n {
                 s[k] = self.src(ins[k]);
             }
             if let Some((_, x)) = chain {
                 // A chain reads its first step's input.
-                s[0] = self.src(x);
+                s[conv_slot] = self.src(x);
+            }
+            if let Some((_, x, _)) = conv_add {
+                s[conv_slot] = self.src(x);
             }
             s
         };
@@ -810,8 +961,40 @@ impl XnnDelegate {
             );
         }
         let o = f32s_mut(o)?;
-        if let Some((chain, x)) = chain {
+        // With an add: the convolution's input, and the residual with the add's clamp.
+        let (a, add) = match (conv_add, &st.node) {
+            (Some(_), &Node::Binary { clamp, .. }) => {
+                let (x, r) = if conv_slot == 0 { (a, b) } else { (b, a) };
+                let rv = ins[1 - conv_slot];
+                if shapes[rv] != os {
+                    return Err(KernelError::unsupported(
+                        "a residual add fused into its convolution changed shape",
+                    ));
+                }
+                let r = f32s(r)?;
+                (x, Some(AddInto { r, clamp }))
+            }
+            (Some(_), _) => return Err(invalid("fused add without its add")),
+            _ => (a, None),
+        };
+        if let Some((Some(cw), x, _)) = conv_add {
             let xs = shapes[x].dims();
+            return cw.run_add(
+                par,
+                f32s(a)?,
+                xs[0],
+                xs[1],
+                xs[2],
+                o,
+                os.dims()[1],
+                os.dims()[2],
+                &mut self.scratch,
+                add,
+            );
+        }
+        if let Some((mut chain, x)) = chain {
+            let xs = shapes[x].dims();
+            chain.add = add;
             return kernels::fused::run(
                 par,
                 chain,

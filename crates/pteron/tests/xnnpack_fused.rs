@@ -1,10 +1,17 @@
-//! The XNNPACK delegate's fused convolution chains (`PTERON_XNNPACK_FUSE=all`: every 3×3
-//! depthwise convolution with the pointwise convolutions that only feed it or only read it,
-//! whatever the map sizes) give bit for bit what the nodes give apart (`PTERON_XNNPACK_FUSE=0`),
-//! on one to three threads, twice per method (the second run reuses the planned bands). The
-//! small MobileNetV2 fixture has 16 expand-depthwise-project chains and one
-//! depthwise-project chain. A test binary of its own: the variable is read when a method
-//! loads, and no other test runs in this process meanwhile.
+//! The XNNPACK delegate's fused steps give bit for bit what the nodes give apart
+//! (`PTERON_XNNPACK_FUSE=0`), on one to three threads, twice per method (the second run reuses
+//! the planned bands):
+//! - `PTERON_XNNPACK_FUSE=all`: every 3×3 depthwise convolution with the pointwise
+//!   convolutions that only feed it or only read it, whatever the map sizes; the small
+//!   MobileNetV2 fixture has 16 expand-depthwise-project chains and one depthwise-project
+//!   chain, 11 of them ending in a residual add run as the project step's epilogue;
+//! - the default: chains on large maps only, so the residual adds there follow plain
+//!   convolutions (`XNNConv2d+XNNAdd`: 11 in the small MobileNetV2, one in the U-Net and in
+//!   the portable conv blocks).
+//!
+//! The XNNPACK files and, through the channels-last partitioner, portable ones. A test binary
+//! of its own: the variable is read when a method loads, and no other test runs in this
+//! process meanwhile.
 
 use std::path::Path;
 
@@ -42,13 +49,28 @@ fn outputs(dir: &Path, threads: usize) -> Vec<Vec<Tensor>> {
 
 #[test]
 fn fused_steps_equal_the_two_nodes() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/xnnpack");
-    for name in ["mobilenet_v2_small", "cnn", "unet"] {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata");
+    for name in [
+        "xnnpack/mobilenet_v2_small",
+        "xnnpack/cnn",
+        "xnnpack/unet",
+        "models/mobilenet_v2_small",
+        "models/conv_blocks",
+    ] {
         let dir = root.join(name);
         std::env::set_var("PTERON_XNNPACK_FUSE", "0");
         let apart = outputs(&dir, 1);
-        std::env::set_var("PTERON_XNNPACK_FUSE", "all");
-        for threads in 1..=3 {
+        for (mode, threads) in [
+            ("all", 1),
+            ("all", 2),
+            ("all", 3),
+            ("default", 1),
+            ("default", 2),
+        ] {
+            match mode {
+                "all" => std::env::set_var("PTERON_XNNPACK_FUSE", "all"),
+                _ => std::env::remove_var("PTERON_XNNPACK_FUSE"),
+            }
             let fused = outputs(&dir, threads);
             for (round, (f, a)) in fused.iter().zip(&apart).enumerate() {
                 assert_eq!(f.len(), a.len());
@@ -56,7 +78,8 @@ fn fused_steps_equal_the_two_nodes() {
                     assert_eq!(f.sizes, a.sizes, "{name} output {k}");
                     assert_eq!(
                         f.data, a.data,
-                        "{name} output {k}, {threads} thread(s), run {round}: fused differs"
+                        "{name} output {k}, fusion {mode}, {threads} thread(s), run {round}: \
+                         fused differs"
                     );
                 }
             }

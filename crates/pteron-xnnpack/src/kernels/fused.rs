@@ -15,7 +15,7 @@ use pteron_core::{KernelError, Parallel, INLINE};
 use pteron_kernels_cpu::gemm::{gemm, Epilogue, Init, MatA, MatB};
 use pteron_kernels_cpu::par::{part, SharedMut};
 
-use super::gemm::ConvWeights;
+use super::gemm::{AddInto, ConvWeights};
 use super::spatial::{depthwise3x3_ring, DwWeights, Geom};
 
 /// Floats of intermediate rows a stripe aims at (about 192 KiB: a tenth of an L2, with room
@@ -29,6 +29,8 @@ pub struct Chain<'a> {
     pub expand: Option<&'a ConvWeights>,
     pub dw: &'a DwWeights,
     pub project: Option<&'a ConvWeights>,
+    /// A residual added to `project`'s output (laid out as the chain's output).
+    pub add: Option<AddInto<'a>>,
 }
 
 /// Whether a depthwise convolution can be fused at all: 3×3, multiplier 1, dilation 1, with
@@ -56,6 +58,9 @@ impl Chain<'_> {
         fusable_dw(self.dw)
             && self.expand.is_none_or(|e| fusable_expand(e, self.dw))
             && self.project.is_none_or(|p| fusable_project(self.dw, p))
+            && self
+                .add
+                .is_none_or(|_| self.project.is_some_and(|p| p.takes_residual()))
     }
 
     /// `(output rows per stripe, ring rows, floats per band)` for maps `iw` and `ow` wide:
@@ -131,7 +136,7 @@ pub fn run(
     let need_x = size(&[n, ih, iw, cin])?;
     let need_out = size(&[n, oh, ow, cout])?;
     size(&[ih, iw, c])?;
-    if x.len() < need_x || out.len() < need_out {
+    if x.len() < need_x || out.len() < need_out || chain.add.is_some_and(|a| a.r.len() < need_out) {
         return Err(KernelError::invalid("convolution operands too short"));
     }
     let all_rows = n * oh;
@@ -177,13 +182,21 @@ pub fn run(
     Ok(())
 }
 
-/// `c = x·w + bias` (clamped) over `m` rows with a pointwise convolution's packed filter.
-fn pointwise_rows(pw: &ConvWeights, m: usize, x: &[f32], c: &mut [f32]) -> Result<(), KernelError> {
+/// `c = x·w + bias` (clamped) over `m` rows with a pointwise convolution's packed filter;
+/// with `add`, `c = clamp(x·w + bias + r)` (`r` the rows of the residual that `c` covers).
+fn pointwise_rows(
+    pw: &ConvWeights,
+    m: usize,
+    x: &[f32],
+    c: &mut [f32],
+    add: Option<AddInto<'_>>,
+) -> Result<(), KernelError> {
     let (k, n) = (pw.conv.in_channels(), pw.conv.out_channels());
     let epi = Epilogue {
         init: Init::ColBias(&pw.bias),
         affine: None,
-        clamp: pw.clamp,
+        residual: add.map(|a| (a.r, n)),
+        clamp: add.map_or(pw.clamp, |a| a.clamp),
     };
     gemm(
         &INLINE,
@@ -256,7 +269,7 @@ impl Band<'_> {
                         let xs = &self.x[(img * ih + y) * iw * cin..(img * ih + end) * iw * cin];
                         let slot = y % ring;
                         let dst = &mut ring_buf[slot * row..(slot + end - y) * row];
-                        pointwise_rows(e, (end - y) * iw, xs, dst)?;
+                        pointwise_rows(e, (end - y) * iw, xs, dst, None)?;
                         y = end;
                     }
                     done = (img, hi);
@@ -270,7 +283,18 @@ impl Band<'_> {
                 Some(p) => {
                     let d = &mut dw_buf[..(oy1 - oy0) * ow * c];
                     let ok = depthwise3x3_ring(self.chain.dw, g, slots, oy0, src, d)?;
-                    pointwise_rows(p, (oy1 - oy0) * ow, d, o)?;
+                    // The residual's rows beside these output rows (numbered across the
+                    // batch, as `r`).
+                    let add = match self.chain.add {
+                        Some(a) => Some(AddInto {
+                            r: a.r
+                                .get(r * out_row..(r + oy1 - oy0) * out_row)
+                                .ok_or_else(|| KernelError::invalid("residual too short"))?,
+                            clamp: a.clamp,
+                        }),
+                        None => None,
+                    };
+                    pointwise_rows(p, (oy1 - oy0) * ow, d, o, add)?;
                     ok
                 }
                 None => depthwise3x3_ring(self.chain.dw, g, slots, oy0, src, o)?,
@@ -335,6 +359,15 @@ mod tests {
                 };
                 let expand = pointwise(cin, c, &mut rnd);
                 let project = pointwise(c, cout, &mut rnd);
+                // Without a clamp, to take a residual.
+                let project_nc = {
+                    let w: Vec<f32> = (0..c * cout).map(|_| rnd()).collect();
+                    let b: Vec<f32> = (0..cout).map(|_| rnd()).collect();
+                    ConvWeights::new(Conv::pointwise(c, cout), &w, Some(&b), None).unwrap()
+                };
+                let res: Vec<f32> = (0..n * oh * ow * cout).map(|_| rnd()).collect();
+                let (lo, hi) = (-0.45f32, 0.6f32);
+                let add_clamp = Some((lo, hi));
                 let w2: Vec<f32> = (0..9 * c).map(|_| rnd()).collect();
                 let b2: Vec<f32> = (0..c).map(|_| rnd()).collect();
                 let dw = DwWeights::new(win, c, 1, w2, b2, Some((-0.2, 0.5))).unwrap();
@@ -346,11 +379,22 @@ mod tests {
                     ow,
                     c,
                 };
-                for (e, p) in [(true, false), (false, true), (true, true)] {
+                for (e, p, a) in [
+                    (true, false, false),
+                    (false, true, false),
+                    (true, true, false),
+                    (false, true, true),
+                    (true, true, true),
+                ] {
+                    let project = if a { &project_nc } else { &project };
                     let chain = Chain {
                         expand: e.then_some(&expand),
                         dw: &dw,
-                        project: p.then_some(&project),
+                        project: p.then_some(project),
+                        add: a.then_some(AddInto {
+                            r: &res,
+                            clamp: add_clamp,
+                        }),
                     };
                     let k = if e { cin } else { c };
                     let x: Vec<f32> = (0..n * ih * iw * k).map(|_| rnd()).collect();
@@ -371,6 +415,12 @@ mod tests {
                         project
                             .run(&INLINE, &d, n, oh, ow, &mut o, oh, ow, &mut [])
                             .unwrap();
+                        if a {
+                            // The add node after the convolution.
+                            for (v, r) in o.iter_mut().zip(&res) {
+                                *v = (*v + r).max(lo).min(hi);
+                            }
+                        }
                         o
                     } else {
                         d
@@ -395,7 +445,7 @@ mod tests {
                                 assert_eq!(
                                     a.to_bits(),
                                     b.to_bits(),
-                                    "expand {e} project {p}: n{n} {ih}x{iw} cin {cin} c {c} \
+                                    "expand {e} project {p} add {a}: n{n} {ih}x{iw} cin {cin} c {c} \
                                      s{s} pad {pt},{pb} budget {budget} threads {threads}: \
                                      [{i}] {a} vs {b}"
                                 );

@@ -220,6 +220,7 @@ pub fn fully_connected(
     let epi = Epilogue {
         init: bias.map_or(Init::Zero, Init::ColBias),
         affine: None,
+        residual: None,
         clamp,
     };
     gemm(
@@ -234,6 +235,15 @@ pub fn fully_connected(
         &epi,
     )
     .map_err(gerr)
+}
+
+/// A residual connection's add run as a convolution's epilogue: `out = clamp(conv(x) + r)`,
+/// with `r` laid out as the output and a convolution that has no clamp of its own. The sum is
+/// rounded once, as when the add runs afterwards: the results are bit-identical.
+#[derive(Clone, Copy)]
+pub struct AddInto<'a> {
+    pub r: &'a [f32],
+    pub clamp: Clamp,
 }
 
 /// A convolution or transposed convolution with its filter packed per group.
@@ -328,6 +338,13 @@ impl ConvWeights {
         self.conv.groups == 1
             && (w.kh, w.kw, w.sh, w.sw) == (1, 1, 1, 1)
             && (w.pad_top, w.pad_right, w.pad_bottom, w.pad_left) == (0, 0, 0, 0)
+    }
+
+    /// Whether [`run_add`](Self::run_add) can add a residual to this convolution's output:
+    /// a convolution (not transposed) without a clamp, run as products (not by
+    /// [`SmallCin`]).
+    pub fn takes_residual(&self) -> bool {
+        self.conv.kind == ConvKind::Conv && self.clamp.is_none() && !self.small_cin()
     }
 
     /// Whether [`SmallCin`] runs this convolution (few input channels, one group).
@@ -479,6 +496,24 @@ impl ConvWeights {
         ow: usize,
         scratch: &mut [f32],
     ) -> Result<(), KernelError> {
+        self.run_add(par, x, n, ih, iw, out, oh, ow, scratch, None)
+    }
+
+    /// [`run`](Self::run), with `add` (when given) added to the output in the epilogue.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_add(
+        &self,
+        par: &dyn Parallel,
+        x: &[f32],
+        n: usize,
+        ih: usize,
+        iw: usize,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+        scratch: &mut [f32],
+        add: Option<AddInto<'_>>,
+    ) -> Result<(), KernelError> {
         let c = &self.conv;
         let (cin, cout) = (c.in_channels(), c.out_channels());
         let in_img = ih * iw * cin;
@@ -486,13 +521,22 @@ impl ConvWeights {
         if x.len() < n * in_img || out.len() < n * out_img {
             return Err(KernelError::invalid("convolution operands too short"));
         }
+        if let Some(a) = add {
+            if !self.takes_residual() || a.r.len() < n * out_img {
+                return Err(KernelError::invalid(
+                    "residual add: convolution kind or operand size",
+                ));
+            }
+        }
         if c.kind == ConvKind::Deconv {
             return self.run_deconv(par, x, n, ih, iw, out, oh, ow, scratch);
         }
-        let epi = |g: usize| Epilogue {
+        // `at`: where the output block starts (the residual's block starts there too).
+        let epi = |g: usize, at: usize| Epilogue {
             init: Init::ColBias(&self.bias[g * c.group_out..]),
             affine: None,
-            clamp: self.clamp,
+            residual: add.map(|a| (&a.r[at + g * c.group_out..], cout)),
+            clamp: add.map_or(self.clamp, |a| a.clamp),
         };
         if self.pointwise() {
             return gemm(
@@ -504,7 +548,7 @@ impl ConvWeights {
                 MatB::Packed(&self.packed[0]),
                 out,
                 cout,
-                &epi(0),
+                &epi(0, 0),
             )
             .map_err(gerr);
         }
@@ -546,7 +590,7 @@ impl ConvWeights {
                         MatB::Packed(&self.packed[g]),
                         &mut ob[p0 * cout + g * c.group_out..],
                         cout,
-                        &epi(g),
+                        &epi(g, b * out_img + p0 * cout),
                     )
                     .map_err(gerr)?;
                 }
