@@ -847,15 +847,6 @@ impl XnnDelegate {
                 }
             }
         }
-        if std::env::var_os("PTERON_PLAN_DEBUG").is_some() {
-            for (i, st) in self.steps.iter().enumerate() {
-                let v = st.node.output();
-                eprintln!(
-                    "step {i} out {v} off {} size {}",
-                    self.offsets[v], self.sizes[v]
-                );
-            }
-        }
         if top as u64 > self.max_bytes {
             return Err(KernelError::unsupported(format!(
                 "the delegate needs {top} bytes of memory, over the limit of {}",
