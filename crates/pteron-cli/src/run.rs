@@ -261,10 +261,11 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
         .map(|c| format!(", calling thread's CPU time {} (median)", ms(*c)))
         .unwrap_or_default();
     println!(
-        "load {}, execute {} (median of {}), {} thread(s){cpu}",
+        "load {}, execute {} (median of {}, fastest {}), {} thread(s){cpu}",
         ms(load),
         ms(median),
         times.len(),
+        ms(times[0]),
         method.num_threads()
     );
     println!(

@@ -714,6 +714,11 @@ fn tiles<S: Simd, const MR: usize, const NV: usize>(s: S, par: &dyn Parallel, jo
         // 0.15 ms, 1.4× XNNPACK's).
         gm = panels_m;
         gn = panels_n.div_ceil(4 * threads).max(1);
+        // Column tasks that the threads divide (10 panels in 5 tasks made the count even by
+        // splitting the 49 rows instead, and both threads streamed all of B).
+        while gn > 1 && panels_n.div_ceil(gn) % threads != 0 {
+            gn -= 1;
+        }
     } else if threads > 1 {
         let want = 4 * threads;
         gn = panels_n.div_ceil(want).max(1);
@@ -734,12 +739,29 @@ fn tiles<S: Simd, const MR: usize, const NV: usize>(s: S, par: &dyn Parallel, jo
         tm += 1;
     }
     // Near-equal blocks (of at most gm and gn panels): 25 row panels in 4 blocks are 7, 6, 6
-    // and 6, not 7, 7, 7 and 4, which on 2 threads left one thread 14 panels of 25.
+    // and 6, not 7, 7, 7 and 4, which on 2 threads left one thread 14 panels of 25. An A read
+    // in place may start a tile on any row: its blocks are cut at the multiple of MR nearest
+    // to an equal share of the rows (49 rows in 2 blocks are 24 and 25, not 32 and 17; 196 in
+    // 4 are 48, 48, 48 and 52, not 56, 48, 48 and 44), so only the last block ends in a
+    // partial tile.
+    let in_place_a = !matches!(job.a, MatA::Packed(_));
+    let row_cut = |it: usize| {
+        if it >= tm {
+            job.m
+        } else {
+            ((job.m * it / tm + MR / 2) / MR * MR).min(job.m)
+        }
+    };
     let run = |r: Range<usize>| {
         for t in r {
             let (it, jt) = (t / tn, t % tn);
-            let (pm, pn) = (part(panels_m, tm, it), part(panels_n, tn, jt));
-            let rows = pm.start * MR..(pm.end * MR).min(job.m);
+            let pn = part(panels_n, tn, jt);
+            let rows = if in_place_a {
+                row_cut(it)..row_cut(it + 1)
+            } else {
+                let pm = part(panels_m, tm, it);
+                pm.start * MR..(pm.end * MR).min(job.m)
+            };
             let cols = pn.start * nr..(pn.end * nr).min(job.n);
             s.enter(BlockOp::<MR, NV> { job, rows, cols });
         }
