@@ -738,8 +738,8 @@ fn tiles<S: Simd, const MR: usize, const NV: usize>(s: S, par: &dyn Parallel, jo
     while threads > 1 && (tm * tn) % threads != 0 && tm < panels_m {
         tm += 1;
     }
-    // Near-equal blocks (of at most gm and gn panels): 25 row panels in 4 blocks are 7, 6, 6
-    // and 6, not 7, 7, 7 and 4, which on 2 threads left one thread 14 panels of 25. An A read
+    // Near-equal blocks (of at most gm and gn panels): 25 row panels in 4 blocks are 6, 6, 6
+    // and 7, not 7, 7, 7 and 4, which on 2 threads left one thread 14 panels of 25. An A read
     // in place may start a tile on any row: its blocks are cut at the multiple of MR nearest
     // to an equal share of the rows (49 rows in 2 blocks are 24 and 25, not 32 and 17; 196 in
     // 4 are 48, 48, 48 and 52, not 56, 48, 48 and 44), so only the last block ends in a

@@ -9,9 +9,9 @@ pub const MIN_PARALLEL_ELEMS: usize = 1 << 15;
 
 /// How many tasks to cut `work` units into: up to 16 per thread, each at least `min_per_task`
 /// units (1 task when single-threaded or when the work is small). Many small tasks spread
-/// evenly: 28 rows in 8 tasks are tasks of 4 and 3 rows, and the thread whose share holds
-/// the four 4-row tasks finishes last (16 rows against 14); the pool hands each thread a
-/// contiguous share of the tasks, so a thread still works on one region of the output.
+/// evenly ([`part`]: 28 rows in 8 tasks of 3 or 4 rows are 14 rows per thread on 2
+/// threads, the pool handing each thread a contiguous share of the tasks), and a thread
+/// still works on one region of the output.
 pub fn tasks_for(par: &dyn Parallel, work: usize, min_per_task: usize) -> usize {
     let t = par.num_threads();
     if t <= 1 || work < 2 * min_per_task.max(1) {
@@ -20,11 +20,12 @@ pub fn tasks_for(par: &dyn Parallel, work: usize, min_per_task: usize) -> usize 
     (work / min_per_task.max(1)).clamp(1, 16 * t)
 }
 
-/// The `k`-th of `tasks` near-equal parts of `0..n`.
+/// The `k`-th of `tasks` near-equal parts of `0..n`. The longer parts are spread out, not
+/// first: the pool gives each thread a contiguous run of tasks, and 49 units in 32 tasks
+/// gave the first 16 tasks (one thread's share) 32 units and the other 16 only 17.
 pub fn part(n: usize, tasks: usize, k: usize) -> Range<usize> {
-    let (q, r) = (n / tasks, n % tasks);
-    let start = k * q + k.min(r);
-    start..start + q + usize::from(k < r)
+    let at = |k: usize| (k as u128 * n as u128 / tasks.max(1) as u128) as usize;
+    at(k)..at(k + 1)
 }
 
 /// A pointer to an output buffer that tasks on several threads write disjoint parts of.
@@ -105,6 +106,16 @@ pub fn for_chunks_mut<T: Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn threads_get_equal_shares() {
+        // 49 units in 32 tasks, each half of the tasks (one thread's share) 24 or 25 units.
+        let half: usize = (0..16).map(|k| part(49, 32, k).len()).sum();
+        assert_eq!(half, 24);
+        for k in 0..32 {
+            assert!((1..=2).contains(&part(49, 32, k).len()));
+        }
+    }
 
     #[test]
     fn parts_cover_exactly() {
