@@ -772,12 +772,19 @@ fn pixel_shuffle_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
             "pixel_shuffle: needs rank >= 3 and a positive factor",
         ));
     }
-    let r = r as usize;
+    // The factor comes from the program: every product with it is checked (r² wrapped to 0
+    // and divided by it).
+    let ovf = || KernelError::SizeOverflow;
+    let r = usize::try_from(r).map_err(|_| ovf())?;
+    let rr = r.checked_mul(r).ok_or_else(ovf)?;
+    let (r_i, rr_i) = (
+        isize::try_from(r).map_err(|_| ovf())?,
+        isize::try_from(rr).map_err(|_| ovf())?,
+    );
     let (c, h, w) = (x.size(rank - 3), x.size(rank - 2), x.size(rank - 1));
-    if c % (r * r) != 0 {
+    if c % rr != 0 {
         return Err(KernelError::shape(format!(
-            "pixel_shuffle: {c} channels not divisible by {}",
-            r * r
+            "pixel_shuffle: {c} channels not divisible by {rr}"
         )));
     }
     let src = View::of(&x);
@@ -786,7 +793,6 @@ fn pixel_shuffle_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         src.strides[rank - 2],
         src.strides[rank - 1],
     );
-    let r_i = r as isize;
     let mut v = View::empty();
     let mut out = Dims::new();
     for k in 0..rank - 3 {
@@ -794,14 +800,14 @@ fn pixel_shuffle_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         out.push(x.size(k))?;
     }
     // out[c, h*r+i, w*r+j] = in[c*r*r + i*r + j, h, w]; the output as [C, H, r, W, r].
-    v.push(c / (r * r), sc * r_i * r_i)?;
+    v.push(c / rr, sc.checked_mul(rr_i).ok_or_else(ovf)?)?;
     v.push(h, sh)?;
-    v.push(r, sc * r_i)?;
+    v.push(r, sc.checked_mul(r_i).ok_or_else(ovf)?)?;
     v.push(w, sw)?;
     v.push(r, sc)?;
-    out.push(c / (r * r))?;
-    out.push(h * r)?;
-    out.push(w * r)?;
+    out.push(c / rr)?;
+    out.push(h.checked_mul(r).ok_or_else(ovf)?)?;
+    out.push(w.checked_mul(r).ok_or_else(ovf)?)?;
     copy_out(ctx, "pixel_shuffle", 0, 2, &v, &out)
 }
 
@@ -814,7 +820,9 @@ fn pixel_unshuffle_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
             "pixel_unshuffle: needs rank >= 3 and a positive factor",
         ));
     }
-    let r = r as usize;
+    let ovf = || KernelError::SizeOverflow;
+    let r = usize::try_from(r).map_err(|_| ovf())?;
+    let r_i = isize::try_from(r).map_err(|_| ovf())?;
     let (c, h, w) = (x.size(rank - 3), x.size(rank - 2), x.size(rank - 1));
     if h % r != 0 || w % r != 0 {
         return Err(KernelError::shape(format!(
@@ -827,7 +835,6 @@ fn pixel_unshuffle_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         src.strides[rank - 2],
         src.strides[rank - 1],
     );
-    let r_i = r as isize;
     let mut v = View::empty();
     let mut out = Dims::new();
     for k in 0..rank - 3 {
@@ -838,9 +845,13 @@ fn pixel_unshuffle_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     v.push(c, sc)?;
     v.push(r, sh)?;
     v.push(r, sw)?;
-    v.push(h / r, sh * r_i)?;
-    v.push(w / r, sw * r_i)?;
-    out.push(c * r * r)?;
+    v.push(h / r, sh.checked_mul(r_i).ok_or_else(ovf)?)?;
+    v.push(w / r, sw.checked_mul(r_i).ok_or_else(ovf)?)?;
+    out.push(
+        c.checked_mul(r)
+            .and_then(|v| v.checked_mul(r))
+            .ok_or_else(ovf)?,
+    )?;
     out.push(h / r)?;
     out.push(w / r)?;
     copy_out(ctx, "pixel_unshuffle", 0, 2, &v, &out)
