@@ -450,9 +450,9 @@ fn check_quantize_common<'p>(
     }
     let (lo, hi) = quant_bounds(dt).ok_or_else(|| KernelError::dtype(dt, "quantize output"))?;
     let (qmin, qmax) = (a.int(qmin)?, a.int(qmin + 1)?);
-    if qmin < lo || qmax > hi {
+    if qmin < lo || qmax > hi || qmin > qmax {
         return Err(KernelError::invalid(format!(
-            "quantize: [{qmin}, {qmax}] exceeds the range of {dt}"
+            "quantize: [{qmin}, {qmax}] is not a range within that of {dt}"
         )));
     }
     require_contiguous("quantize", &[x, o])
@@ -533,6 +533,13 @@ fn dispatch_quantize(
     qmax: i64,
     params: Params,
 ) -> Result<(), KernelError> {
+    // Checked at load too; here again because an Int value can be written at run time
+    // (`i64::clamp` panics on an inverted range).
+    if qmin > qmax {
+        return Err(KernelError::invalid(format!(
+            "quantize: quant_min {qmin} > quant_max {qmax}"
+        )));
+    }
     let x = *ctx.tensor(input)?;
     ctx.resize(out, x.sizes())?;
     macro_rules! run {
