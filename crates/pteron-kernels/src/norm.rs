@@ -120,6 +120,21 @@ impl Param {
     }
 }
 
+/// Checks, after the outputs are resized and the operands borrowed, that each slice still
+/// holds what the arithmetic indexes: a hostile program can pass the same tensor as a
+/// parameter and as an output that the kernel resizes (a bias that is also `save_mean`,
+/// resized to `[0]`, was then indexed per channel).
+fn long_enough(slices: &[Option<usize>], need: &[usize]) -> Result<(), KernelError> {
+    for (len, &n) in slices.iter().zip(need) {
+        if len.is_some_and(|l| l < n) {
+            return Err(KernelError::invalid(
+                "batch_norm: an operand is also an output the kernel resized",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Element `k` of an optional parameter in the accumulation type, or `default` when absent.
 #[inline]
 fn param_or<T: Acc>(p: Option<&[T]>, k: usize, default: T::A) -> T::A {
@@ -228,6 +243,15 @@ where
     let (w, b) = (w.slice::<T>(&wr)?, b.slice::<T>(&br)?);
     let (mean, var) = (mr.as_slice::<T>()?, vr.as_slice::<T>()?);
     let (xs, os) = (xr.as_slice::<T>()?, o.as_mut_slice::<T>()?);
+    long_enough(
+        &[
+            w.map(<[T]>::len),
+            b.map(<[T]>::len),
+            Some(mean.len()),
+            Some(var.len()),
+        ],
+        &[c; 4],
+    )?;
     // Blocks of `inner` elements cycle through the channels.
     for (k, (xb, ob)) in xs
         .chunks(inner.max(1))
@@ -263,9 +287,23 @@ fn bn_train_apply<T: Acc>(
     os: &mut [T],
     (save_mean, save_invstd): (&mut [T], &mut [T]),
     mut running: Option<Running<'_, T>>,
-) where
+) -> Result<(), KernelError>
+where
     T::A: AccFloat,
 {
+    let all = n * c * inner;
+    long_enough(
+        &[
+            Some(xs.len()),
+            Some(os.len()),
+            w.map(<[T]>::len),
+            b.map(<[T]>::len),
+            Some(save_mean.len()),
+            Some(save_invstd.len()),
+            running.as_ref().map(|r| r.mean.len().min(r.var.len())),
+        ],
+        &[all, all, c, c, c, c, c],
+    )?;
     let cnt = T::A::from_f64((n * inner) as f64);
     for ch in 0..c {
         let block = |k: usize| (k * c + ch) * inner..(k * c + ch + 1) * inner;
@@ -299,6 +337,7 @@ fn bn_train_apply<T: Acc>(
             *d = T::from_acc(keep.mul(d.to_acc()).add(m.mul(var.mul(r.unbias))));
         }
     }
+    Ok(())
 }
 
 /// Training batch norm: batch statistics, optional running-stat update.
@@ -362,7 +401,7 @@ where
                 o.as_mut_slice::<T>()?,
                 (sm.as_mut_slice::<T>()?, si.as_mut_slice::<T>()?),
                 Some(running),
-            );
+            )?;
         }
         None => {
             let ([xr, wr, br], [mut o, mut sm, mut si]) =
@@ -376,7 +415,7 @@ where
                 o.as_mut_slice::<T>()?,
                 (sm.as_mut_slice::<T>()?, si.as_mut_slice::<T>()?),
                 None,
-            );
+            )?;
         }
     }
     Ok(())
