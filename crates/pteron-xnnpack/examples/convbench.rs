@@ -39,7 +39,7 @@ fn main() {
     let mut out = vec![0.0f32; oh * ow * 32];
     let mut scratch = vec![0.0f32; cw.scratch_len(ih, iw).unwrap()];
     let mut run = || {
-        cw.run(&INLINE, &x, 1, ih, iw, &mut out, oh, ow, &mut scratch)
+        cw.run(&INLINE, &x, 1, ih, iw, &mut out, oh, ow, &mut scratch, None)
             .unwrap()
     };
     if let Some(n) = std::env::args()

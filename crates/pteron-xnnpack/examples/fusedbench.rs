@@ -71,12 +71,12 @@ fn main() {
             c,
         };
         let t_pw = min_time(|| {
-            pw.run(&INLINE, &x, 1, hw, hw, mid, hw, hw, &mut [])
+            pw.run(&INLINE, &x, 1, hw, hw, mid, hw, hw, &mut [], None)
                 .unwrap()
         });
         let t_dw = min_time(|| depthwise(&INLINE, &dw, g, mid, out).unwrap());
         let t_both = min_time(|| {
-            pw.run(&INLINE, &x, 1, hw, hw, mid, hw, hw, &mut [])
+            pw.run(&INLINE, &x, 1, hw, hw, mid, hw, hw, &mut [], None)
                 .unwrap();
             depthwise(&INLINE, &dw, g, mid, out).unwrap()
         });

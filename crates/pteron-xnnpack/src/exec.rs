@@ -968,9 +968,15 @@ impl XnnDelegate {
             (Some(_), _) => return Err(invalid("fused add without its add")),
             _ => (a, None),
         };
-        if let Some((Some(cw), x, _)) = conv_add {
+        // A convolution on its own, or with the add after it.
+        let conv = match (conv_add, &st.node, &st.prep) {
+            (Some((Some(cw), x, _)), _, _) => Some((cw, x)),
+            (None, &Node::Conv { x, .. }, Prep::Conv(cw)) => Some((cw, x)),
+            _ => None,
+        };
+        if let Some((cw, x)) = conv {
             let xs = shapes[x].dims();
-            return cw.run_add(
+            return cw.run(
                 par,
                 f32s(a)?,
                 xs[0],
@@ -1046,20 +1052,6 @@ impl XnnDelegate {
                 };
                 let bias = cb.as_deref().or(dyn_bias);
                 fully_connected(par, f32s(a)?, m, ic, oc, filter, f32s(b)?, bias, clamp, o)?;
-            }
-            (&Node::Conv { x, .. }, Prep::Conv(cw)) => {
-                let xs = shapes[x].dims();
-                cw.run(
-                    par,
-                    f32s(a)?,
-                    xs[0],
-                    xs[1],
-                    xs[2],
-                    o,
-                    os.dims()[1],
-                    os.dims()[2],
-                    &mut self.scratch,
-                )?;
             }
             (&Node::Conv { x, .. }, Prep::Dw(dw)) => {
                 let xs = shapes[x].dims();

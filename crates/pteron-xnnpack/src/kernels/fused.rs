@@ -402,7 +402,7 @@ mod tests {
                     let mid = if e {
                         let mut mid = vec![0.0; n * ih * iw * c];
                         expand
-                            .run(&INLINE, &x, n, ih, iw, &mut mid, ih, iw, &mut [])
+                            .run(&INLINE, &x, n, ih, iw, &mut mid, ih, iw, &mut [], None)
                             .unwrap();
                         mid
                     } else {
@@ -413,7 +413,7 @@ mod tests {
                     let want = if p {
                         let mut o = vec![0.0; n * oh * ow * cout];
                         project
-                            .run(&INLINE, &d, n, oh, ow, &mut o, oh, ow, &mut [])
+                            .run(&INLINE, &d, n, oh, ow, &mut o, oh, ow, &mut [], None)
                             .unwrap();
                         if a {
                             // The add node after the convolution.

@@ -340,7 +340,7 @@ impl ConvWeights {
             && (w.pad_top, w.pad_right, w.pad_bottom, w.pad_left) == (0, 0, 0, 0)
     }
 
-    /// Whether [`run_add`](Self::run_add) can add a residual to this convolution's output:
+    /// Whether [`run`](Self::run) can add a residual to this convolution's output:
     /// a convolution (not transposed) without a clamp, run as products (not by
     /// [`SmallCin`]).
     pub fn takes_residual(&self) -> bool {
@@ -482,26 +482,10 @@ impl ConvWeights {
         ((8 << 20) / per_row.max(1)).clamp(1, ih.max(1))
     }
 
-    /// Runs over `x: [n, ih, iw, groups·gic]` into `out: [n, oh, ow, groups·goc]`.
+    /// Runs over `x: [n, ih, iw, groups·gic]` into `out: [n, oh, ow, groups·goc]`, with `add`
+    /// (when given) added to the output in the epilogue.
     #[allow(clippy::too_many_arguments)]
     pub fn run(
-        &self,
-        par: &dyn Parallel,
-        x: &[f32],
-        n: usize,
-        ih: usize,
-        iw: usize,
-        out: &mut [f32],
-        oh: usize,
-        ow: usize,
-        scratch: &mut [f32],
-    ) -> Result<(), KernelError> {
-        self.run_add(par, x, n, ih, iw, out, oh, ow, scratch, None)
-    }
-
-    /// [`run`](Self::run), with `add` (when given) added to the output in the epilogue.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run_add(
         &self,
         par: &dyn Parallel,
         x: &[f32],
@@ -1183,7 +1167,7 @@ mod tests {
                             let mut scratch = vec![0.0; cw.scratch_len(ih, iw).unwrap()];
                             let mut out = vec![f32::NAN; n * oh * ow * cout];
                             with_level(run, || {
-                                cw.run(&INLINE, &x, n, ih, iw, &mut out, oh, ow, &mut scratch)
+                                cw.run(&INLINE, &x, n, ih, iw, &mut out, oh, ow, &mut scratch, None)
                             })
                             .unwrap();
                             outs.push(out);
