@@ -971,7 +971,7 @@ impl XnnDelegate {
         // A convolution on its own, or with the add after it.
         let conv = match (conv_add, &st.node, &st.prep) {
             (Some((Some(cw), x, _)), _, _) => Some((cw, x)),
-            (None, &Node::Conv { x, .. }, Prep::Conv(cw)) => Some((cw, x)),
+            (None, &Node::Conv { x, .. }, Prep::Conv(cw)) if chain.is_none() => Some((cw, x)),
             _ => None,
         };
         if let Some((cw, x)) = conv {
