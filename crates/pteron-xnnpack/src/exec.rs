@@ -536,16 +536,14 @@ impl XnnDelegate {
         d.propagate()?;
         // `PTERON_XNNPACK_FUSE=0`: no fusion (to set nodes beside ExecuTorch's); `=all`: at any
         // size (tests).
-        match std::env::var("PTERON_XNNPACK_FUSE").as_deref() {
-            Ok("0") => {}
-            Ok("all") => {
-                d.fuse(0);
-                d.fuse_residuals();
-            }
-            _ => {
-                d.fuse(FUSE_MIN_BYTES);
-                d.fuse_residuals();
-            }
+        let min_bytes = match std::env::var("PTERON_XNNPACK_FUSE").as_deref() {
+            Ok("0") => None,
+            Ok("all") => Some(0),
+            _ => Some(FUSE_MIN_BYTES),
+        };
+        if let Some(min_bytes) = min_bytes {
+            d.fuse(min_bytes);
+            d.fuse_residuals();
         }
         d.plan()?;
         Ok(d)
@@ -923,11 +921,8 @@ impl XnnDelegate {
             for k in 0..n {
                 s[k] = self.src(ins[k]);
             }
-            if let Some((_, x)) = chain {
-                // A chain reads its first step's input.
-                s[conv_slot] = self.src(x);
-            }
-            if let Some((_, x, _)) = conv_add {
+            // A fused step reads its first convolution's input in the convolution's slot.
+            if let Some(x) = chain.map(|(_, x)| x).or(conv_add.map(|(_, x, _)| x)) {
                 s[conv_slot] = self.src(x);
             }
             s

@@ -12,7 +12,6 @@
 //! stripe), so the results are bit-identical.
 
 use pteron_core::{KernelError, Parallel, INLINE};
-use pteron_kernels_cpu::gemm::{gemm, Epilogue, Init, MatA, MatB};
 use pteron_kernels_cpu::par::{part, SharedMut};
 
 use super::gemm::{AddInto, ConvWeights};
@@ -183,7 +182,8 @@ pub fn run(
 }
 
 /// `c = x·w + bias` (clamped) over `m` rows with a pointwise convolution's packed filter;
-/// with `add`, `c = clamp(x·w + bias + r)` (`r` the rows of the residual that `c` covers).
+/// with `add`, `c = clamp(x·w + bias + r)` (`r` the rows of the residual that `c` covers):
+/// the convolution's own run over the rows as a 1 × m image, on this thread.
 fn pointwise_rows(
     pw: &ConvWeights,
     m: usize,
@@ -191,25 +191,7 @@ fn pointwise_rows(
     c: &mut [f32],
     add: Option<AddInto<'_>>,
 ) -> Result<(), KernelError> {
-    let (k, n) = (pw.conv.in_channels(), pw.conv.out_channels());
-    let epi = Epilogue {
-        init: Init::ColBias(&pw.bias),
-        affine: None,
-        residual: add.map(|a| (a.r, n)),
-        clamp: add.map_or(pw.clamp, |a| a.clamp),
-    };
-    gemm(
-        &INLINE,
-        m,
-        n,
-        k,
-        MatA::Rows { data: x, lda: k },
-        MatB::Packed(&pw.packed[0]),
-        c,
-        n,
-        &epi,
-    )
-    .map_err(|e| KernelError::invalid(format!("gemm: {}", e.0)))
+    pw.run(&INLINE, x, 1, 1, m, c, 1, m, &mut [], add)
 }
 
 /// What one band needs.
