@@ -951,8 +951,9 @@ impl XnnDelegate {
         let (a, add) = match (conv_add, &st.node) {
             (Some(_), &Node::Binary { clamp, .. }) => {
                 let (x, r) = if conv_slot == 0 { (a, b) } else { (b, a) };
-                let rv = ins[1 - conv_slot];
-                if shapes[rv] != os {
+                // Both operands as the output (new input shapes could make one broadcast,
+                // and the convolution would then run at the output's size).
+                if shapes[ins[0]] != os || shapes[ins[1]] != os {
                     return Err(KernelError::unsupported(
                         "a residual add fused into its convolution changed shape",
                     ));
