@@ -22,8 +22,14 @@ use crate::aligned::AlignedVec;
 use crate::par::{part, SharedMut};
 use crate::simd::{level, run_op_at, Level, Portable, Simd, SimdOp};
 
-/// Largest k block (the B panel of one micro-kernel call is at most KC × NR floats).
+/// Largest k block of a B panel copied into a stack buffer (at most KC × NR floats).
 pub const KC: usize = 256;
+/// Largest k block over packed weights. One block (no pass of C through memory between
+/// blocks) as long as the task's A block stays within [`A_BLOCK`] floats: on a 110M Llama's
+/// linears (128 rows, depth 768 and 2048) 256-deep blocks cost 3–8 % more time.
+const KC_PACKED: usize = 1024;
+/// Floats of A (a task's rows × the k block) kept in L2 across a B panel's row tiles.
+const A_BLOCK: usize = 256 << 10;
 /// Largest NR of any configuration.
 const NR_MAX: usize = 32;
 /// Rows of A per task block (the A block of one task stays in L2).
@@ -925,7 +931,11 @@ fn block_vec<S: Simd, const MR: usize, const NV: usize>(
 ) {
     let nr = NV * S::LANES;
     let k = job.k;
-    let nkb = k.div_ceil(KC);
+    let kc_max = match job.b {
+        MatB::Packed(_) => (A_BLOCK / rows.len().max(1)).clamp(KC, KC_PACKED),
+        _ => KC,
+    };
+    let nkb = k.div_ceil(kc_max);
     if shallow(job) {
         // Shallow product: the task's B block is a few rows (pages, or a few KB of packed
         // panels) that stay in L1, so read it in place and walk C row panel by row panel,
@@ -953,6 +963,7 @@ fn block_vec<S: Simd, const MR: usize, const NV: usize>(
                     ldb,
                     partial,
                     pf: core::ptr::null(),
+                    pf_every: 1,
                     first: true,
                     last: true,
                 };
@@ -1008,8 +1019,8 @@ fn block_vec<S: Simd, const MR: usize, const NV: usize>(
                     (bbuf.as_ptr() as *const f32, nr, false)
                 }
             };
-            // The next packed panel of this k block (the same rows of B), prefetched by the
-            // first tiles of this one: a line per k step each, `nr / 16` tiles in all.
+            // The next packed panel of this k block (the same rows of B), prefetched while
+            // this one runs, spread over all its row tiles (see `next_panel_share`).
             let next = match job.b {
                 MatB::Packed(p) if j0 + nr < cols.end => p
                     .data
@@ -1021,10 +1032,13 @@ fn block_vec<S: Simd, const MR: usize, const NV: usize>(
             let mut ti = 0;
             while i0 < rows.end {
                 let mv = MR.min(rows.end - i0);
-                let pf = if !next.is_null() && ti * 16 < nr {
-                    next.wrapping_add(ti * kc * 16)
+                let (pf, pf_every) = if next.is_null() {
+                    (core::ptr::null(), 1)
                 } else {
-                    core::ptr::null()
+                    next_panel_share(rows.len().div_ceil(MR), kc * nr / 16, kc, ti)
+                        .map_or((core::ptr::null(), 1), |(at, every)| {
+                            (next.wrapping_add(at * 16), every)
+                        })
                 };
                 tile_dispatch::<S, MR, NV>(
                     s,
@@ -1040,6 +1054,7 @@ fn block_vec<S: Simd, const MR: usize, const NV: usize>(
                         ldb,
                         partial,
                         pf,
+                        pf_every,
                         first,
                         last,
                     },
@@ -1050,6 +1065,24 @@ fn block_vec<S: Simd, const MR: usize, const NV: usize>(
             j0 += nr;
         }
     }
+}
+
+/// Which lines of the next B panel (`lines` cache lines in all) row tile `tile` of `tiles`
+/// prefetches over its `kc` k steps: `(first line, k steps per line)`, or `None` when the
+/// earlier tiles cover the panel. The lines are spread over every tile at the slowest even
+/// pace that covers the panel (a power of two k steps per line, at most 64): on a 110M Llama's
+/// linears, prefetching the whole next panel during the first two tiles (a line per k step)
+/// asked memory for about 17 GB/s and left the GEMM at 110 GFLOP/s, spread it reaches 125–130
+/// (a core's peak here is about 139).
+fn next_panel_share(tiles: usize, lines: usize, kc: usize, tile: usize) -> Option<(usize, usize)> {
+    let per_tile = lines.div_ceil(tiles.max(1));
+    let mut every = 1;
+    while every < 64 && kc.div_ceil(every * 2) >= per_tile {
+        every *= 2;
+    }
+    let issued = kc.div_ceil(every);
+    let first = tile.checked_mul(issued)?;
+    (first < lines).then_some((first, every))
 }
 
 /// A tile whose columns fit in one vector runs the one-vector kernel (no all-masked vectors);
@@ -1090,10 +1123,12 @@ struct TileArgs {
     ldb: usize,
     /// B lanes past `nv` must not be read.
     partial: bool,
-    /// Where this tile's kernel prefetches `kc` cache lines, one per k step (null: nowhere):
-    /// a part of the next packed B panel, so that the first tile of each panel does not wait
-    /// on memory for weights a network's layer reads once.
+    /// Where this tile's kernel prefetches cache lines, one every `pf_every` k steps (null:
+    /// nowhere): a part of the next packed B panel, so that the first tile of each panel does
+    /// not wait on memory for weights a network's layer reads once.
     pf: *const f32,
+    /// k steps per prefetched line.
+    pf_every: usize,
     first: bool,
     last: bool,
 }
@@ -1158,7 +1193,8 @@ fn micro_tile<S: Simd, const MR: usize, const NV: usize>(s: S, job: &Job<'_>, t:
             MatA::Packed(p) => {
                 let ap = p.data[(t.i0 / MR) * p.k * MR + t.k0 * MR..].as_ptr();
                 kernel::<S, MR, NV, 0>(
-                    s, t.kc, ap, MR, [0; MR], t.bp, t.ldb, t.partial, t.pf, lanes, &mut acc,
+                    s, t.kc, ap, MR, [0; MR], t.bp, t.ldb, t.partial, t.pf, t.pf_every, lanes,
+                    &mut acc,
                 );
             }
             MatA::Rows { data, lda } => {
@@ -1168,7 +1204,7 @@ fn micro_tile<S: Simd, const MR: usize, const NV: usize>(s: S, job: &Job<'_>, t:
                 }
                 let ap = data[t.i0 * lda + t.k0..].as_ptr();
                 kernel::<S, MR, NV, 1>(
-                    s, t.kc, ap, 1, off, t.bp, t.ldb, t.partial, t.pf, lanes, &mut acc,
+                    s, t.kc, ap, 1, off, t.bp, t.ldb, t.partial, t.pf, t.pf_every, lanes, &mut acc,
                 );
             }
             MatA::Cols { data, lda } => {
@@ -1178,7 +1214,8 @@ fn micro_tile<S: Simd, const MR: usize, const NV: usize>(s: S, job: &Job<'_>, t:
                 }
                 let ap = data[t.k0 * lda + t.i0..].as_ptr();
                 kernel::<S, MR, NV, 1>(
-                    s, t.kc, ap, lda, off, t.bp, t.ldb, t.partial, t.pf, lanes, &mut acc,
+                    s, t.kc, ap, lda, off, t.bp, t.ldb, t.partial, t.pf, t.pf_every, lanes,
+                    &mut acc,
                 );
             }
         }
@@ -1246,6 +1283,7 @@ unsafe fn kernel<S: Simd, const MR: usize, const NV: usize, const MODE: u8>(
     ldb: usize,
     partial: bool,
     pf: *const f32,
+    pf_every: usize,
     lanes: [usize; NV],
     acc: &mut [[S::V; NV]; MR],
 ) {
@@ -1283,15 +1321,15 @@ unsafe fn kernel<S: Simd, const MR: usize, const NV: usize, const MODE: u8>(
     // Safety: the caller's contract, forwarded.
     unsafe {
         if pf.is_null() {
-            full_rows::<S, MR, NV, MODE, false>(s, kc, a, a_step, off, b, ldb, pf, acc)
+            full_rows::<S, MR, NV, MODE, false>(s, kc, a, a_step, off, b, ldb, pf, 1, acc)
         } else {
-            full_rows::<S, MR, NV, MODE, true>(s, kc, a, a_step, off, b, ldb, pf, acc)
+            full_rows::<S, MR, NV, MODE, true>(s, kc, a, a_step, off, b, ldb, pf, pf_every, acc)
         }
     }
 }
 
 /// [`kernel`] over full B rows; with `PF`, one cache line at `pf` (then the next) is
-/// prefetched per k step.
+/// prefetched every `pf_every` k steps.
 ///
 /// # Safety
 /// As [`kernel`].
@@ -1306,31 +1344,71 @@ unsafe fn full_rows<S: Simd, const MR: usize, const NV: usize, const MODE: u8, c
     mut b: *const f32,
     ldb: usize,
     mut pf: *const f32,
+    pf_every: usize,
     acc: &mut [[S::V; NV]; MR],
 ) {
     let l = S::LANES;
-    for _ in 0..kc {
+    // Runs of `step` k steps, each after one prefetch (with `PF`; else one run).
+    let step = if PF { pf_every.max(1) } else { kc.max(1) };
+    let mut k0 = 0;
+    while k0 < kc {
+        let k1 = (k0 + step).min(kc);
         if PF {
             prefetch(pf);
             pf = pf.wrapping_add(16);
         }
-        let mut bv = [s.zero(); NV];
-        for (v, x) in bv.iter_mut().enumerate() {
-            // Safety: a full B row of NV vectors.
-            *x = unsafe { s.load(b.add(v * l)) };
-        }
-        for i in 0..MR {
-            let o = if MODE == 0 { i } else { off[i] };
-            // Safety: see the function contract.
-            let av = s.splat(unsafe { *a.add(o) });
-            for v in 0..NV {
-                acc[i][v] = s.fma(av, bv[v], acc[i][v]);
+        for _ in k0..k1 {
+            let mut bv = [s.zero(); NV];
+            for (v, x) in bv.iter_mut().enumerate() {
+                // Safety: a full B row of NV vectors.
+                *x = unsafe { s.load(b.add(v * l)) };
+            }
+            for i in 0..MR {
+                let o = if MODE == 0 { i } else { off[i] };
+                // Safety: see the function contract.
+                let av = s.splat(unsafe { *a.add(o) });
+                for v in 0..NV {
+                    acc[i][v] = s.fma(av, bv[v], acc[i][v]);
+                }
+            }
+            // Safety: pointers advance within (or one past) their operands.
+            unsafe {
+                a = a.add(a_step);
+                b = b.add(ldb);
             }
         }
-        // Safety: pointers advance within (or one past) their operands.
-        unsafe {
-            a = a.add(a_step);
-            b = b.add(ldb);
+        k0 = k1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_panel_share;
+
+    /// The tiles' shares cover every line of the next panel once, in order, whenever the
+    /// tiles issue enough prefetches (one per k step at most).
+    #[test]
+    fn prefetch_shares_cover_the_next_panel() {
+        for tiles in [1, 2, 7, 16, 64] {
+            for kc in [1, 5, 64, 256, 683, 1024] {
+                for lines in [kc, 2 * kc] {
+                    let mut next = 0;
+                    for t in 0..tiles {
+                        match next_panel_share(tiles, lines, kc, t) {
+                            Some((first, every)) => {
+                                assert_eq!(first, next, "tiles {tiles} kc {kc} lines {lines}");
+                                assert!((1..=64).contains(&every));
+                                next = first + kc.div_ceil(every);
+                            }
+                            None => assert!(next >= lines),
+                        }
+                    }
+                    assert!(
+                        next >= lines.min(tiles * kc),
+                        "tiles {tiles} kc {kc} lines {lines}"
+                    );
+                }
+            }
         }
     }
 }

@@ -170,6 +170,9 @@ fn matches_reference_on_odd_sizes() {
         (6, 16, 300),
         (13, 47, KC + 1),
         (40, 20, 2 * KC + 5),
+        // Packed weights deeper than one packed k block, and a task's rows too many for one.
+        (13, 47, 1100),
+        (600, 5, 500),
         (2, 100, 0),
         // A row-major B wider than the in-place stride limit: copied panel by panel.
         (20, 4100, 40),
