@@ -1,4 +1,5 @@
-//! Binary arithmetic on float32 (`add`, `sub`, `mul`, `div`; tensor and scalar forms) with
+//! Binary arithmetic on float32 (`add`, `sub`, `mul`, `div`; tensor and scalar forms; `pow`
+//! to the scalar 2, as `x·x`) with
 //! broadcasting: the shapes are collapsed into an outer loop over runs that are, for each
 //! input, either contiguous or a single repeated value; runs are vectorized. Other dtypes and
 //! layouts run the portable kernels.
@@ -19,6 +20,11 @@ pub fn register(r: &mut KernelRegistry) {
     register_over(r, "aten::div.out", Kernel::new(div_out));
     register_over(r, "aten::add.Scalar_out", Kernel::new(add_scalar_out));
     register_over(r, "aten::mul.Scalar_out", Kernel::new(mul_scalar_out));
+    register_over(
+        r,
+        "aten::pow.Tensor_Scalar_out",
+        Kernel::new(pow_scalar_out),
+    );
 }
 
 /// The arithmetic: `a + alpha·b` (`alpha` applied only when it is not 1), `a · b`, `a / b`.
@@ -360,4 +366,35 @@ fn mul_scalar_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
         }
     }
     fallback("aten::mul.Scalar_out", ctx)
+}
+
+/// pow.Tensor_Scalar_out: [self, exponent, out]. The exponent 2 (an RMS norm's square) is
+/// `x·x`, as PyTorch and the portable kernel compute it; other exponents run the portable
+/// kernel.
+fn pow_scalar_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    let two = match ctx.scalar(1)? {
+        pteron_core::Scalar::Int(v) => v == 2,
+        pteron_core::Scalar::Double(v) => v == 2.0,
+        pteron_core::Scalar::Bool(_) => false,
+    };
+    let (a, o) = (*ctx.tensor(0)?, *ctx.tensor(2)?);
+    if two && f32c(&a) && f32c(&o) && o.rank() == a.rank() {
+        ctx.resize(2, a.sizes())?;
+        let par = ctx.parallel();
+        let ([ar], [mut or]) = ctx.io([0], [2])?;
+        let x = ar.as_slice()?;
+        binary(
+            par,
+            BinOp::Mul,
+            x,
+            a.sizes(),
+            x,
+            a.sizes(),
+            or.as_mut_slice()?,
+            a.sizes(),
+        )
+        .map_err(KernelError::invalid)?;
+        return Ok(());
+    }
+    fallback("aten::pow.Tensor_Scalar_out", ctx)
 }

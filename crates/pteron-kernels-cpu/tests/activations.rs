@@ -4,7 +4,7 @@
 mod common;
 
 use common::{check_against_portable, levels, rand_vec, Scoped};
-use pteron_core::{Parallel, ScalarType, INLINE};
+use pteron_core::{Parallel, Scalar, ScalarType, INLINE};
 use pteron_kernels_cpu::simd::with_level;
 
 fn inputs(n: usize, seed: u64, scale: f32) -> Vec<f32> {
@@ -170,6 +170,21 @@ fn binary_ops_broadcast_like_portable() {
                         if let Some(al) = alpha {
                             c.double(al);
                         }
+                        let o = c.out(ScalarType::Float, a);
+                        c.ret(o);
+                        vec![o]
+                    });
+                }
+                // pow to a scalar: 2 (int or double) runs here as x·x, 3 runs the portable
+                // kernel; both bit for bit.
+                for e in [Scalar::Int(2), Scalar::Double(2.0), Scalar::Double(3.0)] {
+                    check_against_portable("aten::pow.Tensor_Scalar_out", par, 0.0, 0.0, &|c| {
+                        c.tensor(a, &xa[..na]);
+                        match e {
+                            Scalar::Int(v) => c.int(v),
+                            Scalar::Double(v) => c.double(v),
+                            Scalar::Bool(v) => c.bool(v),
+                        };
                         let o = c.out(ScalarType::Float, a);
                         c.ret(o);
                         vec![o]
