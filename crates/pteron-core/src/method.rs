@@ -148,6 +148,9 @@ pub struct Method<'p> {
     values: Vec<Value<'p>>,
     pool: ListPool,
     arenas: Vec<Arena>,
+    /// The arena of tensors the plan leaves unplanned (user inputs and outputs); arenas after
+    /// it hold values that load-time planning gave memory of their own.
+    io_arena: u32,
     /// Instruction arguments (value indices).
     args: Vec<u32>,
     chains: Vec<Vec<Instr>>,
@@ -780,6 +783,7 @@ impl<'p> Method<'p> {
             values,
             pool,
             arenas,
+            io_arena,
             args,
             chains,
             ops,
@@ -1191,12 +1195,11 @@ impl<'p> Method<'p> {
         let Some(&vi) = self.inputs.get(i) else {
             return false;
         };
-        let io_arena = self.arenas.len().saturating_sub(1);
         match self.values.get(vi as usize) {
             Some(Value::Tensor(Tensor {
                 storage: Storage::Planned { arena, .. },
                 ..
-            })) if *arena as usize == io_arena => {}
+            })) if *arena == self.io_arena => {}
             _ => return false,
         }
         if self.cache_tensors().contains(&(vi as usize)) {
