@@ -1372,19 +1372,8 @@ unsafe fn kernel<S: Simd, const MR: usize, const NV: usize, const MODE: u8>(
                     bv[v] = unsafe { s.load_partial(b.add(v * l), lanes[v]) };
                 }
             }
-            for i in 0..MR {
-                let o = if MODE == 0 { i } else { off[i] };
-                // Safety: see the function contract.
-                let av = s.splat(unsafe { *a.add(o) });
-                for v in 0..NV {
-                    acc[i][v] = s.fma(av, bv[v], acc[i][v]);
-                }
-            }
-            // Safety: pointers advance within (or one past) their operands.
-            unsafe {
-                a = a.add(a_step);
-                b = b.add(ldb);
-            }
+            // Safety: the caller's contract, forwarded.
+            unsafe { k_step::<S, MR, NV, MODE>(s, &mut a, a_step, &off, &bv, &mut b, ldb, acc) };
         }
         return;
     }
@@ -1398,6 +1387,38 @@ unsafe fn kernel<S: Simd, const MR: usize, const NV: usize, const MODE: u8>(
         } else {
             full_rows::<S, MR, NV, MODE, true>(s, kc, a, a_step, off, b, ldb, pf, pf_every, acc)
         }
+    }
+}
+
+/// One k step of the micro-kernel: `acc[i][v] += A(i, k) · bv[v]`, then A and B advance to
+/// the next k.
+///
+/// # Safety
+/// As [`kernel`], for this step.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn k_step<S: Simd, const MR: usize, const NV: usize, const MODE: u8>(
+    s: S,
+    a: &mut *const f32,
+    a_step: usize,
+    off: &[usize; MR],
+    bv: &[S::V; NV],
+    b: &mut *const f32,
+    ldb: usize,
+    acc: &mut [[S::V; NV]; MR],
+) {
+    for i in 0..MR {
+        let o = if MODE == 0 { i } else { off[i] };
+        // Safety: see the function contract.
+        let av = s.splat(unsafe { *a.add(o) });
+        for v in 0..NV {
+            acc[i][v] = s.fma(av, bv[v], acc[i][v]);
+        }
+    }
+    // Safety: pointers advance within (or one past) their operands.
+    unsafe {
+        *a = a.add(a_step);
+        *b = b.add(ldb);
     }
 }
 
@@ -1436,19 +1457,8 @@ unsafe fn full_rows<S: Simd, const MR: usize, const NV: usize, const MODE: u8, c
                 // Safety: a full B row of NV vectors.
                 *x = unsafe { s.load(b.add(v * l)) };
             }
-            for i in 0..MR {
-                let o = if MODE == 0 { i } else { off[i] };
-                // Safety: see the function contract.
-                let av = s.splat(unsafe { *a.add(o) });
-                for v in 0..NV {
-                    acc[i][v] = s.fma(av, bv[v], acc[i][v]);
-                }
-            }
-            // Safety: pointers advance within (or one past) their operands.
-            unsafe {
-                a = a.add(a_step);
-                b = b.add(ldb);
-            }
+            // Safety: the caller's contract, forwarded.
+            unsafe { k_step::<S, MR, NV, MODE>(s, &mut a, a_step, &off, &bv, &mut b, ldb, acc) };
         }
         k0 = k1;
     }
