@@ -144,8 +144,9 @@ impl PackedB {
         let panels = n.div_ceil(nr);
         let mut data = AlignedVec::zeroed(panels * k * nr);
         let src = &src[..n * k];
+        // Every SIMD level above the portable one has AVX.
         #[cfg(target_arch = "x86_64")]
-        let avx = std::arch::is_x86_feature_detected!("avx");
+        let avx = level() != Level::Portable;
         // 8 × 8 blocks: with AVX transposed in registers (MobileNetV2's weights packed 4–5×
         // faster than element by element, a tenth of its load time), else through a local
         // tile (rows read whole, columns written whole).

@@ -10,6 +10,8 @@ use pteron_core::{
     Prepared, ScalarType, TensorInfo, MAX_RANK,
 };
 
+use pteron_kernels::shape::infer_view_sizes;
+
 use crate::gemm::{gemm, Epilogue, Init, MatA, MatB, PackedB};
 use crate::{fallback, register_over};
 
@@ -102,9 +104,9 @@ pub struct TransposedRhs {
     value: usize,
 }
 
-fn prepared(b: PackedB, arg: usize, absorbed: bool) -> Prepared {
+fn prepared(b: PackedB, view: Option<Vec<i64>>, arg: usize, absorbed: bool) -> Prepared {
     let bytes = b.bytes();
-    let p = Prepared::new(PackedRhs { b, view: None }, bytes);
+    let p = Prepared::new(PackedRhs { b, view }, bytes);
     if absorbed {
         p.absorbing(arg)
     } else {
@@ -133,45 +135,8 @@ fn prepare_mm(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelEr
         sizes.iter().collect::<Result<Vec<i64>, _>>().ok()
     });
     let fuses = view.is_some();
-    let bytes = b.bytes();
-    let mut p = Prepared::new(PackedRhs { b, view }, bytes);
-    if absorbed {
-        p = p.absorbing(1);
-    }
+    let p = prepared(b, view, 1, absorbed);
     Ok(Some(if fuses { p.fusing(1) } else { p }))
-}
-
-/// The sizes of a `[m, n]` product viewed as `view` (one size may be -1), in `buf`.
-fn view_sizes<'b>(
-    view: &[i64],
-    m: usize,
-    n: usize,
-    buf: &'b mut [usize; MAX_RANK],
-) -> Result<&'b [usize], KernelError> {
-    let bad = || {
-        KernelError::shape(format!(
-            "view_copy (fused into mm): cannot view [{m}, {n}] as {view:?}"
-        ))
-    };
-    let numel = m.checked_mul(n).ok_or_else(bad)?;
-    let sizes = buf.get_mut(..view.len()).ok_or_else(bad)?;
-    let mut known = 1usize;
-    let mut infer = None;
-    for (d, &v) in view.iter().enumerate() {
-        if v == -1 && infer.is_none() {
-            infer = Some(d);
-            sizes[d] = 0;
-        } else {
-            sizes[d] = usize::try_from(v).map_err(|_| bad())?;
-            known = known.checked_mul(sizes[d]).ok_or_else(bad)?;
-        }
-    }
-    match infer {
-        Some(d) if known != 0 && numel % known == 0 => sizes[d] = numel / known,
-        None if known == numel => {}
-        _ => return Err(bad()),
-    }
-    Ok(sizes)
 }
 
 fn prepare_addmm(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError> {
@@ -194,7 +159,7 @@ fn prepare_addmm(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, Kerne
             }
         }
     }
-    Ok(pack_rhs_arg(ctx, 2).map(|(b, abs)| prepared(b, 2, abs)))
+    Ok(pack_rhs_arg(ctx, 2).map(|(b, abs)| prepared(b, None, 2, abs)))
 }
 
 fn prepare_linear(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, KernelError> {
@@ -214,7 +179,12 @@ fn prepare_linear(ctx: &PrepareContext<'_, '_>) -> Result<Option<Prepared>, Kern
         return Ok(None);
     };
     let (n, k) = (w.size(0), w.size(1));
-    Ok(Some(prepared(pack_constant(data, k, n, true), 1, false)))
+    Ok(Some(prepared(
+        pack_constant(data, k, n, true),
+        None,
+        1,
+        false,
+    )))
 }
 
 fn shape_err(op: &str, a: &TensorInfo, b: &TensorInfo) -> KernelError {
@@ -241,7 +211,10 @@ fn mm_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     }
     let (m, k, n) = (x.size(0), x.size(1), y.size(1));
     match state.and_then(|s| s.view.as_deref()) {
-        Some(view) => ctx.resize(2, view_sizes(view, m, n, &mut [0; MAX_RANK])?)?,
+        Some(view) => {
+            let numel = m.checked_mul(n).ok_or(KernelError::SizeOverflow)?;
+            ctx.resize(2, infer_view_sizes(numel, view)?.as_slice())?
+        }
         None => ctx.resize(2, &[m, n])?,
     }
     let par = ctx.parallel();
