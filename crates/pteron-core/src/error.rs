@@ -2,6 +2,7 @@
 
 use crate::dtype::ScalarType;
 use alloc::string::String;
+use alloc::vec::Vec;
 
 /// What a kernel (or the argument accessors it uses) reports. The executor wraps it in
 /// [`Error::Kernel`] with the op name and instruction index.
@@ -45,6 +46,44 @@ pub enum KernelError {
     NoData { value: usize },
     #[error("tensor data is misaligned for {dtype}")]
     Misaligned { dtype: ScalarType },
+    /// Shapes that must agree do not (`what` names the operand, e.g. "out" or "weight").
+    #[error("{op}: {what} has shape {found:?}, expected {expected:?}")]
+    ShapeMismatch {
+        op: &'static str,
+        what: &'static str,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    /// A tensor's rank is not the one the op needs.
+    #[error("{op}: {what} has rank {found}, expected {expected}")]
+    RankMismatch {
+        op: &'static str,
+        what: &'static str,
+        expected: usize,
+        found: usize,
+    },
+    /// Dtypes that must agree do not.
+    #[error("{op}: {what} has dtype {found}, expected {expected}")]
+    DTypeMismatch {
+        op: &'static str,
+        what: &'static str,
+        expected: ScalarType,
+        found: ScalarType,
+    },
+    /// A dimension argument outside `[-rank, rank)`.
+    #[error("{op}: dim {dim} is out of range for rank {rank}")]
+    DimOutOfRange {
+        op: &'static str,
+        dim: i64,
+        rank: usize,
+    },
+    /// An index (an argument or an element of an index tensor) outside `[-size, size)`.
+    #[error("{op}: index {index} is out of range for a dimension of size {size}")]
+    IndexOutOfRange {
+        op: &'static str,
+        index: i64,
+        size: usize,
+    },
 }
 
 impl KernelError {
@@ -59,6 +98,45 @@ impl KernelError {
     }
     pub fn dtype(dtype: ScalarType, what: &'static str) -> Self {
         KernelError::UnsupportedDType { dtype, what }
+    }
+    pub fn shape_mismatch(
+        op: &'static str,
+        what: &'static str,
+        expected: &[usize],
+        found: &[usize],
+    ) -> Self {
+        KernelError::ShapeMismatch {
+            op,
+            what,
+            expected: expected.to_vec(),
+            found: found.to_vec(),
+        }
+    }
+    pub fn rank_mismatch(
+        op: &'static str,
+        what: &'static str,
+        expected: usize,
+        found: usize,
+    ) -> Self {
+        KernelError::RankMismatch {
+            op,
+            what,
+            expected,
+            found,
+        }
+    }
+    pub fn dtype_mismatch(
+        op: &'static str,
+        what: &'static str,
+        expected: ScalarType,
+        found: ScalarType,
+    ) -> Self {
+        KernelError::DTypeMismatch {
+            op,
+            what,
+            expected,
+            found,
+        }
     }
 }
 
