@@ -850,152 +850,6 @@ mod tests {
         // Cut at the silence start, then padded.
         assert_eq!(s[0].end, 15 * 512 + 480);
     }
-}
-
-/// The line-for-line port the rewrite replaces, kept only to compare the two. TEMPORARY.
-#[cfg(test)]
-mod reference {
-    use super::*;
-
-    /// Speech segments from per-frame probabilities (frames of [`FRAME`] samples), the same
-    /// hysteresis, minimum durations, maximum-length cuts and padding as silero-vad's
-    /// `get_speech_timestamps_from_probs`. `audio_len` is the signal's length in samples.
-    pub fn port(probs: &[f32], audio_len: usize, p: &SegmentParams) -> Vec<Segment> {
-        let sr = p.sample_rate as f64;
-        let window = FRAME as f64;
-        let min_speech = sr * p.min_speech_ms as f64 / 1000.0;
-        let pad = sr * p.speech_pad_ms as f64 / 1000.0;
-        let max_speech = sr * p.max_speech_s - window - 2.0 * pad;
-        let min_silence = sr * p.min_silence_ms as f64 / 1000.0;
-        let min_silence_at_max = sr * p.min_silence_at_max_speech_ms as f64 / 1000.0;
-        let neg = p.neg_threshold.unwrap_or((p.threshold - 0.15).max(0.01));
-
-        let mut triggered = false;
-        let mut speeches: Vec<Segment> = Vec::new();
-        // The open segment's start (Python's `current_speech` dict: empty or with a start).
-        let mut current: Option<usize> = None;
-        let (mut temp_end, mut prev_end, mut next_start) = (0usize, 0usize, 0usize);
-        let mut possible_ends: Vec<(usize, usize)> = Vec::new();
-
-        for (i, &prob) in probs.iter().enumerate() {
-            let cur = FRAME * i;
-            if prob >= p.threshold && temp_end != 0 {
-                let sil = cur - temp_end;
-                if sil as f64 > min_silence_at_max {
-                    possible_ends.push((temp_end, sil));
-                }
-                temp_end = 0;
-                if next_start < prev_end {
-                    next_start = cur;
-                }
-            }
-            if prob >= p.threshold && !triggered {
-                triggered = true;
-                current = Some(cur);
-                continue;
-            }
-            let start = current.unwrap_or(0);
-            if triggered && (cur as f64 - start as f64) > max_speech {
-                if p.use_max_possible_silence && !possible_ends.is_empty() {
-                    // The longest silence (the first of equals, as Python's max).
-                    let (end, dur) = possible_ends
-                        .iter()
-                        .copied()
-                        .fold(None::<(usize, usize)>, |best, e| match best {
-                            Some(b) if b.1 >= e.1 => Some(b),
-                            _ => Some(e),
-                        })
-                        .unwrap_or((0, 0));
-                    speeches.push(Segment { start, end });
-                    next_start = end + dur;
-                    if next_start < end + cur {
-                        current = Some(next_start);
-                    } else {
-                        current = None;
-                        triggered = false;
-                    }
-                    (prev_end, next_start, temp_end) = (0, 0, 0);
-                    possible_ends.clear();
-                } else if prev_end != 0 {
-                    speeches.push(Segment {
-                        start,
-                        end: prev_end,
-                    });
-                    if next_start < prev_end {
-                        current = None;
-                        triggered = false;
-                    } else {
-                        current = Some(next_start);
-                    }
-                    (prev_end, next_start, temp_end) = (0, 0, 0);
-                    possible_ends.clear();
-                } else {
-                    speeches.push(Segment { start, end: cur });
-                    current = None;
-                    (prev_end, next_start, temp_end) = (0, 0, 0);
-                    triggered = false;
-                    possible_ends.clear();
-                    continue;
-                }
-            }
-            if prob < neg && triggered {
-                if temp_end == 0 {
-                    temp_end = cur;
-                }
-                let sil_now = cur - temp_end;
-                if !p.use_max_possible_silence && sil_now as f64 > min_silence_at_max {
-                    prev_end = temp_end;
-                }
-                if (sil_now as f64) < min_silence {
-                    continue;
-                }
-                let start = current.unwrap_or(0);
-                if (temp_end as f64 - start as f64) > min_speech {
-                    speeches.push(Segment {
-                        start,
-                        end: temp_end,
-                    });
-                }
-                current = None;
-                (prev_end, next_start, temp_end) = (0, 0, 0);
-                triggered = false;
-                possible_ends.clear();
-            }
-        }
-        if let Some(start) = current {
-            if (audio_len as f64 - start as f64) > min_speech {
-                speeches.push(Segment {
-                    start,
-                    end: audio_len,
-                });
-            }
-        }
-        pad_segments(&mut speeches, audio_len, pad);
-        speeches
-    }
-
-    /// silero's padding: pad each side by `pad`, or split a shorter gap between neighbours.
-    fn pad_segments(s: &mut [Segment], audio_len: usize, pad: f64) {
-        let n = s.len();
-        let pad_i = pad as i64;
-        for i in 0..n {
-            if i == 0 {
-                s[0].start = (s[0].start as i64 - pad_i).max(0) as usize;
-            }
-            if i + 1 != n {
-                let gap = s[i + 1].start as i64 - s[i].end as i64;
-                if (gap as f64) < 2.0 * pad {
-                    s[i].end = (s[i].end as i64 + gap.div_euclid(2)) as usize;
-                    s[i + 1].start = (s[i + 1].start as i64 - gap.div_euclid(2)).max(0) as usize;
-                } else {
-                    s[i].end = ((s[i].end as i64 + pad_i) as usize).min(audio_len);
-                    s[i + 1].start = (s[i + 1].start as i64 - pad_i).max(0) as usize;
-                }
-            } else {
-                s[i].end = ((s[i].end as i64 + pad_i) as usize).min(audio_len);
-            }
-        }
-    }
 
     /// xorshift64*: reproducible without a dependency.
     struct Rng(u64);
@@ -1024,14 +878,9 @@ mod reference {
     }
 
     #[test]
-    fn rewrite_equals_the_port_on_random_sequences() {
-        let cases: usize = std::env::var("VAD_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(10_000);
+    fn random_sequences_give_ordered_segments_inside_the_audio() {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        let mut segments = 0usize;
-        for case in 0..cases {
+        for case in 0..5_000 {
             let d = SegmentParams::default();
             let threshold = match rng.below(4) {
                 0 => 0.5,
@@ -1090,14 +939,13 @@ mod reference {
                 n if rng.below(3) == 0 => n * FRAME,
                 n => n * FRAME - rng.below(FRAME as u64) as usize,
             };
-            let new = super::segments_from_probs(&probs, audio_len, &p);
-            let old = port(&probs, audio_len, &p);
-            assert_eq!(
-                new, old,
-                "case {case}: {p:?}, audio_len {audio_len}, probs {probs:?}"
+            let segs = segments_from_probs(&probs, audio_len, &p);
+            let ok = segs.iter().all(|s| s.start <= s.end && s.end <= audio_len)
+                && segs.windows(2).all(|w| w[0].end <= w[1].start);
+            assert!(
+                ok,
+                "case {case}: {p:?}, audio_len {audio_len}, probs {probs:?}: {segs:?}"
             );
-            segments += new.len();
         }
-        println!("{cases} random sequences identical ({segments} segments)");
     }
 }
