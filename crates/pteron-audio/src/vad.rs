@@ -788,7 +788,7 @@ mod tests {
         p.extend([0.9; 10]);
         p.extend([0.0; 10]);
         let len = p.len() * FRAME;
-        // Ends at the first silent frame (temp_end), padded by 480 samples.
+        // Ends where the silence started, padded by 480 samples.
         assert_eq!(
             seg(&p, len),
             vec![(0, 10 * 512 + 480), (15 * 512 - 480, 25 * 512 + 480)]
