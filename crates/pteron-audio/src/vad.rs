@@ -479,9 +479,7 @@ mod tests {
 
     /// Probabilities from (value, frames) runs.
     fn frames(runs: &[(f32, usize)]) -> Vec<f32> {
-        runs.iter()
-            .flat_map(|&(v, n)| std::iter::repeat(v).take(n))
-            .collect()
+        runs.iter().flat_map(|&(v, n)| vec![v; n]).collect()
     }
 
     /// No minimum durations and no padding, so one rule at a time shows.
@@ -920,8 +918,8 @@ mod tests {
             let mut probs = Vec::new();
             for _ in 0..rng.below(16) {
                 let v = match rng.below(12) {
-                    0 | 1 | 2 => threshold + (1.0 - threshold) * rng.unit(),
-                    3 | 4 | 5 => neg * rng.unit(),
+                    0..=2 => threshold + (1.0 - threshold) * rng.unit(),
+                    3..=5 => neg * rng.unit(),
                     6 => neg + (threshold - neg) * rng.unit(),
                     7 => threshold,
                     8 => neg,
