@@ -6,12 +6,15 @@
 //! ([`schema`]) and checked byte slices (constants, segments, delegate data, named data) that
 //! borrow from the file's bytes: nothing is copied.
 
+// Only the flatc-generated accessors use `unsafe` (unchecked reads of the verified buffer).
+#![deny(unsafe_code)]
+
 pub mod data_file;
 mod error;
 mod header;
 mod program;
 
-#[allow(clippy::all, unused_imports, dead_code, non_camel_case_types, non_snake_case, deprecated, mismatched_lifetime_syntaxes, unsafe_op_in_unsafe_fn)]
+#[allow(clippy::all, unused_imports, dead_code, non_camel_case_types, non_snake_case, deprecated, mismatched_lifetime_syntaxes, unsafe_op_in_unsafe_fn, unsafe_code)]
 #[rustfmt::skip]
 mod generated {
     pub mod program {

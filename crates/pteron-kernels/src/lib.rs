@@ -18,6 +18,8 @@
 //! }
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod util;
 
 pub mod copy;
