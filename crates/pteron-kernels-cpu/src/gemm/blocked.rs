@@ -69,11 +69,7 @@ const SMALL_M: usize = 64;
 
 /// Splits C into task rectangles and runs them.
 #[inline(always)]
-fn tiles<S: Simd, const MR: usize, const NV: usize>(
-    s: S,
-    par: &dyn Parallel,
-    job: &Job<'_>,
-) {
+fn tiles<S: Simd, const MR: usize, const NV: usize>(s: S, par: &dyn Parallel, job: &Job<'_>) {
     let nr = NV * S::LANES;
     let panels_n = job.n.div_ceil(nr);
     let panels_m = job.m.div_ceil(MR);
