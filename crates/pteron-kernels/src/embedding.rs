@@ -95,10 +95,10 @@ fn embedding_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
         let r = usize::try_from(id)
             .ok()
             .filter(|&r| r < rows)
-            .ok_or_else(|| {
-                KernelError::invalid(format!(
-                    "embedding: index {id} out of range for {rows} rows"
-                ))
+            .ok_or_else(|| KernelError::IndexOutOfRange {
+                op: "embedding",
+                index: id,
+                size: rows,
             })?;
         o.bytes[k * row_bytes..(k + 1) * row_bytes]
             .copy_from_slice(&wr.bytes[r * row_bytes..(r + 1) * row_bytes]);
@@ -161,7 +161,10 @@ mod tests {
         for bad in [4i64, -1, i64::MIN] {
             let (mut c, _) = call(Some(&[0, bad]), None, &[2]);
             assert!(
-                matches!(c.run(embedding_out), Err(KernelError::Invalid(_))),
+                matches!(
+                    c.run(embedding_out),
+                    Err(KernelError::IndexOutOfRange { index, size: 4, .. }) if index == bad
+                ),
                 "id {bad}"
             );
         }

@@ -183,13 +183,11 @@ fn check_nonzero(a: &ArgView) -> Result<(), KernelError> {
 
 /// Wraps a possibly negative index into `0..size`, or errors.
 #[inline]
-fn wrap(i: i64, size: usize, op: &str) -> Result<usize, KernelError> {
+fn wrap(i: i64, size: usize, op: &'static str) -> Result<usize, KernelError> {
     let n = size as i64;
     let j = if i < 0 { i + n } else { i };
     if j < 0 || j >= n {
-        return Err(KernelError::invalid(format!(
-            "{op}: index {i} out of range for size {size}"
-        )));
+        return Err(KernelError::IndexOutOfRange { op, index: i, size });
     }
     Ok(j as usize)
 }

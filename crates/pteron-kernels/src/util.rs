@@ -93,9 +93,7 @@ pub fn require_same_dtype(
     if a == b {
         Ok(())
     } else {
-        Err(KernelError::invalid(format!(
-            "{op}: dtypes differ ({a} vs {b})"
-        )))
+        Err(KernelError::dtype_mismatch(op, "second operand", a, b))
     }
 }
 

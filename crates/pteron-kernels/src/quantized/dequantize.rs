@@ -20,20 +20,32 @@ fn check_dequantize_common<'p>(
     if quant_bounds(x.dtype()).is_none() {
         return Err(KernelError::dtype(x.dtype(), "dequantize input"));
     }
-    let dt = a.opt_dtype(dtype)?;
-    if dt != Some(x.dtype()) {
-        return Err(KernelError::invalid(format!(
-            "dequantize: input is {}, dtype argument {dt:?}",
-            x.dtype()
-        )));
+    match a.opt_dtype(dtype)? {
+        Some(dt) if dt == x.dtype() => {}
+        Some(dt) => {
+            return Err(KernelError::dtype_mismatch(
+                "dequantize",
+                "input",
+                dt,
+                x.dtype(),
+            ))
+        }
+        None => {
+            return Err(KernelError::invalid(format!(
+                "dequantize: input is {}, dtype argument None",
+                x.dtype()
+            )))
+        }
     }
     if let Some(i) = out_dtype {
         if let Some(od) = a.opt_dtype(i)? {
             if od != o.dtype() {
-                return Err(KernelError::invalid(format!(
-                    "dequantize: out is {}, out_dtype {od}",
-                    o.dtype()
-                )));
+                return Err(KernelError::dtype_mismatch(
+                    "dequantize",
+                    "out",
+                    od,
+                    o.dtype(),
+                ));
             }
         }
     }

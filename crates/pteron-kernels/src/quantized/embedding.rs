@@ -35,7 +35,7 @@ fn check_emb<'p>(a: &impl ArgAccess<'p>, e: EmbArgs) -> Result<(), KernelError> 
         )));
     }
     if w.rank() != 2 {
-        return Err(KernelError::shape(format!("{op}: weight must be 2-d")));
+        return Err(KernelError::rank_mismatch(op, "weight", 2, w.rank()));
     }
     let wdt_ok = match e.bits {
         8 => matches!(w.dtype(), ScalarType::Byte | ScalarType::Char),
@@ -70,11 +70,12 @@ fn check_emb<'p>(a: &impl ArgAccess<'p>, e: EmbArgs) -> Result<(), KernelError> 
             )));
         }
         if z.sizes() != s.sizes() {
-            return Err(KernelError::shape(format!(
-                "{op}: zero points {:?} and scales {:?} differ",
+            return Err(KernelError::shape_mismatch(
+                op,
+                "zero points",
+                s.sizes(),
                 z.sizes(),
-                s.sizes()
-            )));
+            ));
         }
     }
     let idx_ok = match e.bits {
@@ -90,19 +91,17 @@ fn check_emb<'p>(a: &impl ArgAccess<'p>, e: EmbArgs) -> Result<(), KernelError> 
     if let Some(i) = e.dtype_arg {
         if let Some(dt) = a.opt_dtype(i)? {
             if dt != o.dtype() {
-                return Err(KernelError::invalid(format!(
-                    "{op}: dtype {dt} differs from the out tensor's {}",
-                    o.dtype()
-                )));
+                return Err(KernelError::dtype_mismatch(op, "out", dt, o.dtype()));
             }
         }
     }
     if o.rank() != idx.rank() + 1 {
-        return Err(KernelError::shape(format!(
-            "{op}: out of rank {} for indices of rank {}",
+        return Err(KernelError::rank_mismatch(
+            op,
+            "out",
+            idx.rank() + 1,
             o.rank(),
-            idx.rank()
-        )));
+        ));
     }
     require_contiguous("quantized embedding", &[w, s, idx, o])?;
     if let Some(z) = zp {
@@ -222,9 +221,11 @@ fn run_emb(ctx: &mut KernelContext, e: EmbArgs) -> Result<(), KernelError> {
                     for k in 0..ids.len() {
                         let id = ids.get(k);
                         let r = usize::try_from(id).ok().filter(|&r| r < rows).ok_or_else(|| {
-                            KernelError::invalid(format!(
-                                "quantized embedding: index {id} out of range for {rows} rows"
-                            ))
+                            KernelError::IndexOutOfRange {
+                                op: "quantized embedding",
+                                index: id,
+                                size: rows,
+                            }
                         })?;
                         let row = &$wr.bytes[r * packed..(r + 1) * packed];
                         let sc = &scales[r * groups..(r + 1) * groups];

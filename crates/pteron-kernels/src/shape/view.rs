@@ -195,9 +195,11 @@ pub(super) fn select_copy_out(ctx: &mut KernelContext) -> Result<(), KernelError
     let n = x.size(d) as i64;
     let mut i = ctx.int(2)?;
     if i < -n || i >= n {
-        return Err(KernelError::invalid(format!(
-            "select_copy: index {i} out of range for size {n}"
-        )));
+        return Err(KernelError::IndexOutOfRange {
+            op: "select_copy",
+            index: i,
+            size: x.size(d),
+        });
     }
     if i < 0 {
         i += n;

@@ -917,7 +917,7 @@ fn embedding_4bit_2bit_indices_checked() {
                 .err()
                 .unwrap_or_else(|| panic!("{file}: {bad} accepted"));
             assert!(
-                e.to_string().contains(&format!("index {bad} out of range")),
+                e.to_string().contains(&format!("index {bad} is out of range")),
                 "{file}: {e}"
             );
         }
