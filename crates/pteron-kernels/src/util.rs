@@ -71,6 +71,21 @@ pub fn require_contiguous(op: &'static str, tensors: &[&TensorInfo]) -> Result<(
     Ok(())
 }
 
+/// Errors unless every named tensor (`(what, tensor)`) has rank `rank`; the first that does
+/// not is reported.
+pub fn require_rank(
+    op: &'static str,
+    rank: usize,
+    tensors: &[(&'static str, &TensorInfo)],
+) -> Result<(), KernelError> {
+    for &(what, t) in tensors {
+        if t.rank() != rank {
+            return Err(KernelError::rank_mismatch(op, what, rank, t.rank()));
+        }
+    }
+    Ok(())
+}
+
 /// Errors unless `dtype` is one of `allowed`.
 pub fn require_dtype(
     op: &'static str,

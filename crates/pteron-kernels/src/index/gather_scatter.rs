@@ -67,11 +67,12 @@ fn scatter_offsets(
         }
     }
     if ishape.len() != tshape.len().max(1) && !(ishape.is_empty() && tshape.is_empty()) {
-        return Err(KernelError::shape(format!(
-            "{op}: index rank {} differs from input rank {}",
+        return Err(KernelError::rank_mismatch(
+            op,
+            "index",
+            tshape.len().max(1),
             ishape.len(),
-            tshape.len()
-        )));
+        ));
     }
     for d in 0..ishape.len().min(tshape.len()) {
         if d != dim && ishape[d] > tshape[d] {

@@ -18,11 +18,12 @@ fn scatter_view(
 ) -> Result<(), KernelError> {
     let s = *ctx.tensor(src)?;
     if s.sizes() != v.sizes.as_slice() {
-        return Err(KernelError::shape(format!(
-            "scatter: src {:?} does not match the slice {:?}",
+        return Err(KernelError::shape_mismatch(
+            "scatter",
+            "src",
+            &v.sizes,
             s.sizes(),
-            v.sizes.as_slice()
-        )));
+        ));
     }
     copy_input_to_out(ctx, 0, out)?;
     let ([sr], [mut o]) = ctx.io([src], [out])?;

@@ -42,7 +42,11 @@ fn index_select_and_gather() {
     c.ret(o);
     assert!(matches!(
         c.run(gather_out),
-        Err(KernelError::IndexOutOfRange { index: 3, size: 3, .. })
+        Err(KernelError::IndexOutOfRange {
+            index: 3,
+            size: 3,
+            ..
+        })
     ));
 }
 

@@ -15,7 +15,12 @@ fn upsample_target(
     let g = Nchw::of(x)?;
     let (ih, iw) = (g.h, g.w);
     if x.rank() != 4 {
-        return Err(KernelError::shape("upsample2d: input must be 4-d"));
+        return Err(KernelError::rank_mismatch(
+            "upsample2d",
+            "input",
+            4,
+            x.rank(),
+        ));
     }
     match (ctx.opt_int_list(osz)?, ctx.is_none(sf)?) {
         (Some(l), true) if l.len() == 2 => {

@@ -4,7 +4,7 @@
 use pteron_core::{ArgAccess, ArgView, KernelContext, KernelError, ScalarType};
 
 use super::quantize::tokens_of;
-use crate::util::require_contiguous;
+use crate::util::{require_contiguous, require_rank};
 
 const SMALL_SCALE_THRESHOLD: f32 = 6.1e-5;
 
@@ -62,11 +62,11 @@ fn check_choose_qparams<'p>(a: &impl ArgAccess<'p>) -> Result<(), KernelError> {
             "choose_qparams zero_point_out",
         ));
     }
-    if x.rank() == 0 || s.rank() != x.rank() || z.rank() != x.rank() {
-        return Err(KernelError::shape(
-            "choose_qparams_per_token_asymmetric: outputs must have the input's rank",
-        ));
+    let op = "choose_qparams_per_token_asymmetric";
+    if x.rank() == 0 {
+        return Err(KernelError::shape(format!("{op}: 0-d input (no tokens)")));
     }
+    require_rank(op, x.rank(), &[("scale_out", s), ("zero_point_out", z)])?;
     require_contiguous("choose_qparams", &[x, s, z])
 }
 

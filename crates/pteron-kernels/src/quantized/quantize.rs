@@ -37,7 +37,12 @@ fn check_quantize_common<'p>(
         .opt_dtype(dtype)?
         .ok_or_else(|| KernelError::invalid("quantize: dtype is None"))?;
     if o.dtype() != dt {
-        return Err(KernelError::dtype_mismatch("quantize", "out", dt, o.dtype()));
+        return Err(KernelError::dtype_mismatch(
+            "quantize",
+            "out",
+            dt,
+            o.dtype(),
+        ));
     }
     let (lo, hi) = quant_bounds(dt).ok_or_else(|| KernelError::dtype(dt, "quantize output"))?;
     let (qmin, qmax) = (a.int(qmin)?, a.int(qmin + 1)?);

@@ -7,7 +7,7 @@ use pteron_core::{
 };
 
 use super::real;
-use crate::util::{Acc, AccFloat, AccNum};
+use crate::util::{require_rank, Acc, AccFloat, AccNum};
 
 /// The float operations the kernels need beyond [`AccFloat`].
 pub trait Fl: AccFloat + core::ops::Rem<Output = Self> {
@@ -89,14 +89,7 @@ pub(super) fn check_grid_sampler(a: &ArgView) -> Result<(), KernelError> {
             return Err(KernelError::dtype(t.dtype(), op));
         }
     }
-    if x.rank() != 4 || g.rank() != 4 || o.rank() != 4 {
-        return Err(KernelError::shape(format!(
-            "{op}: input, grid and out must be 4-d (ranks {}, {}, {})",
-            x.rank(),
-            g.rank(),
-            o.rank()
-        )));
-    }
+    require_rank(op, 4, &[("input", x), ("grid", g), ("out", o)])?;
     modes(a.int(2)?, a.int(3)?)?;
     a.bool(4)?;
     Ok(())
@@ -542,17 +535,11 @@ fn sample_int<T: Element>(
 pub(super) fn grid_sampler_2d_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let op = "grid_sampler_2d";
     let (x, g) = (*ctx.tensor(0)?, *ctx.tensor(1)?);
-    if x.rank() != 4 || g.rank() != 4 {
-        return Err(KernelError::shape(format!(
-            "{op}: input and grid must be 4-d"
-        )));
-    }
+    require_rank(op, 4, &[("input", &x), ("grid", &g)])?;
     if g.size(3) != 2 || g.size(0) != x.size(0) {
-        return Err(KernelError::shape(format!(
-            "{op}: grid {:?} must be [N, H, W, 2] with the input's N ({:?})",
-            g.sizes(),
-            x.sizes()
-        )));
+        // [N, H, W, 2], with the input's N
+        let want = [x.size(0), g.size(1), g.size(2), 2];
+        return Err(KernelError::shape_mismatch(op, "grid", &want, g.sizes()));
     }
     let (interp, pad, align) = (ctx.int(2)?, ctx.int(3)?, ctx.bool(4)?);
     modes(interp, pad)?;

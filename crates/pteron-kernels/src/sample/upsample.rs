@@ -7,6 +7,7 @@ use pteron_core::{
 
 use super::grid::strides4;
 use super::real;
+use crate::util::require_rank;
 
 /// _upsample_bilinear2d_aa.out: [input, output_size, align_corners, scales_h, scales_w, out].
 pub(super) fn check_upsample_aa(a: &ArgView) -> Result<(), KernelError> {
@@ -16,13 +17,7 @@ pub(super) fn check_upsample_aa(a: &ArgView) -> Result<(), KernelError> {
     if o.dtype() != x.dtype() {
         return Err(KernelError::dtype(o.dtype(), op));
     }
-    if x.rank() != 4 || o.rank() != 4 {
-        return Err(KernelError::shape(format!(
-            "{op}: input and out must be 4-d (ranks {} and {})",
-            x.rank(),
-            o.rank()
-        )));
-    }
+    require_rank(op, 4, &[("input", x), ("out", o)])?;
     if a.int_list(1)?.len() != 2 {
         return Err(KernelError::invalid(format!(
             "{op}: output_size must have 2 entries"
@@ -210,7 +205,7 @@ pub(super) fn upsample_bilinear2d_aa_out(ctx: &mut KernelContext) -> Result<(), 
     let op = "_upsample_bilinear2d_aa";
     let x = *ctx.tensor(0)?;
     if x.rank() != 4 {
-        return Err(KernelError::shape(format!("{op}: input must be 4-d")));
+        return Err(KernelError::rank_mismatch(op, "input", 4, x.rank()));
     }
     let l = ctx.int_list(1)?;
     if l.len() != 2 {

@@ -76,11 +76,12 @@ fn concat(
         }
         if stack {
             if t.sizes() != r.sizes() {
-                return Err(KernelError::shape(format!(
-                    "stack: shapes {:?} and {:?} differ",
+                return Err(KernelError::shape_mismatch(
+                    "stack",
+                    "input",
                     r.sizes(),
-                    t.sizes()
-                )));
+                    t.sizes(),
+                ));
             }
             total += 1;
         } else {
