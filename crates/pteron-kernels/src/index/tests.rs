@@ -178,7 +178,11 @@ fn advanced_index_out_of_range() {
     c.ret(o);
     assert!(matches!(
         c.run(index_tensor_out),
-        Err(KernelError::Invalid(_))
+        Err(KernelError::IndexOutOfRange {
+            index: 2,
+            size: 2,
+            ..
+        })
     ));
 }
 
