@@ -92,14 +92,15 @@ fn embedding_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let ids = Indices::of(&ir)?;
     for k in 0..ids.len() {
         let id = ids.get(k);
-        let r = usize::try_from(id)
-            .ok()
-            .filter(|&r| r < rows)
-            .ok_or_else(|| KernelError::IndexOutOfRange {
-                op: "embedding",
-                index: id,
-                size: rows,
-            })?;
+        let r =
+            usize::try_from(id)
+                .ok()
+                .filter(|&r| r < rows)
+                .ok_or(KernelError::IndexOutOfRange {
+                    op: "embedding",
+                    index: id,
+                    size: rows,
+                })?;
         o.bytes[k * row_bytes..(k + 1) * row_bytes]
             .copy_from_slice(&wr.bytes[r * row_bytes..(r + 1) * row_bytes]);
     }
