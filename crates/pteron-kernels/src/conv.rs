@@ -59,8 +59,11 @@ fn check_convolution(a: &ArgView) -> Result<(), KernelError> {
         }
     }
     if x.rank() != o.rank() {
-        return Err(KernelError::shape(
-            "convolution: input and output ranks differ",
+        return Err(KernelError::rank_mismatch(
+            "convolution",
+            "out",
+            x.rank(),
+            o.rank(),
         ));
     }
     if !(3..=5).contains(&w.rank()) {

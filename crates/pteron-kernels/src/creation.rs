@@ -188,7 +188,7 @@ fn arange_fill(
 ) -> Result<(), KernelError> {
     let info = *ctx.tensor(out)?;
     if info.rank() != 1 {
-        return Err(KernelError::shape("arange: out must be 1-d"));
+        return Err(KernelError::rank_mismatch("arange", "out", 1, info.rank()));
     }
     let dtype = info.dtype();
     let n = arange_len(start, end, step, dtype)?;
@@ -255,8 +255,9 @@ fn check_tril(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
             "tril: input tensor must have at least 2 dimensions",
         ));
     }
-    if out_dtype(v, 2)? != x.dtype() {
-        return Err(KernelError::invalid("tril: out dtype must match self"));
+    let od = out_dtype(v, 2)?;
+    if od != x.dtype() {
+        return Err(KernelError::dtype_mismatch("tril", "out", x.dtype(), od));
     }
     Ok(())
 }

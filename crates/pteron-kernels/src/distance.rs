@@ -14,7 +14,8 @@ use pteron_core::{
 
 use crate::elementwise::engine::broadcast_all;
 use crate::util::{
-    contiguous_strides, require_contiguous, require_dtype, Acc, AccFloat, AccNum, FLOATS,
+    contiguous_strides, require_contiguous, require_dtype, require_rank, Acc, AccFloat, AccNum,
+    FLOATS,
 };
 
 pub fn register(r: &mut KernelRegistry) {
@@ -58,13 +59,8 @@ fn check_pdist(a: &ArgView) -> Result<(), KernelError> {
     if o.dtype() != x.dtype() {
         return Err(KernelError::dtype(o.dtype(), op));
     }
-    if x.rank() != 2 || o.rank() != 1 {
-        return Err(KernelError::shape(format!(
-            "{op}: input must be 2-d and out 1-d (ranks {} and {})",
-            x.rank(),
-            o.rank()
-        )));
-    }
+    require_rank(op, 2, &[("input", x)])?;
+    require_rank(op, 1, &[("out", o)])?;
     a.double(1)?;
     require_contiguous(op, &[x, o])
 }
@@ -296,7 +292,7 @@ fn pdist_forward_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let x = *ctx.tensor(0)?;
     require_contiguous(op, &[&x, ctx.tensor(2)?])?;
     if x.rank() != 2 {
-        return Err(KernelError::shape(format!("{op}: input must be 2-d")));
+        return Err(KernelError::rank_mismatch(op, "input", 2, x.rank()));
     }
     let p = ctx.double(1)?;
     check_p(op, p)?;

@@ -92,14 +92,15 @@ fn embedding_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let ids = Indices::of(&ir)?;
     for k in 0..ids.len() {
         let id = ids.get(k);
-        let r = usize::try_from(id)
-            .ok()
-            .filter(|&r| r < rows)
-            .ok_or_else(|| {
-                KernelError::invalid(format!(
-                    "embedding: index {id} out of range for {rows} rows"
-                ))
-            })?;
+        let r =
+            usize::try_from(id)
+                .ok()
+                .filter(|&r| r < rows)
+                .ok_or(KernelError::IndexOutOfRange {
+                    op: "embedding",
+                    index: id,
+                    size: rows,
+                })?;
         o.bytes[k * row_bytes..(k + 1) * row_bytes]
             .copy_from_slice(&wr.bytes[r * row_bytes..(r + 1) * row_bytes]);
     }
@@ -128,7 +129,8 @@ mod tests {
         c.int(-1);
         c.bool(false);
         c.bool(false);
-        let o = c.out(St::Float, &[1, 1, 1]);
+        // the output's rank is the indices' + 1, so that the resize succeeds
+        let o = c.out(St::Float, &vec![1; shape.len() + 1]);
         c.ret(o);
         (c, o)
     }
@@ -160,9 +162,10 @@ mod tests {
     fn out_of_range_ids_are_errors() {
         for bad in [4i64, -1, i64::MIN] {
             let (mut c, _) = call(Some(&[0, bad]), None, &[2]);
+            let r = c.run(embedding_out);
             assert!(
-                matches!(c.run(embedding_out), Err(KernelError::Invalid(_))),
-                "id {bad}"
+                matches!(r, Err(KernelError::IndexOutOfRange { index, size: 4, .. }) if index == bad),
+                "id {bad}: {r:?}"
             );
         }
         let (c, _) = call(None, Some(&[0]), &[1]);

@@ -8,7 +8,9 @@ use pteron_core::{
     ArgAccess, ArgView, Kernel, KernelContext, KernelError, KernelRegistry, ScalarType,
 };
 
-use crate::util::{broadcast_strides, require_contiguous, require_dtype, Acc, AccNum, REALS};
+use crate::util::{
+    broadcast_strides, require_contiguous, require_dtype, require_rank, Acc, AccNum, REALS,
+};
 
 /// Like `dispatch_dtype!` over the types with an [`Acc`] implementation (all reals; not bool).
 macro_rules! dispatch_acc {
@@ -155,33 +157,24 @@ fn check_dtypes(op: &'static str, ts: &[ScalarType]) -> Result<(), KernelError> 
     Ok(())
 }
 
-fn check_ranks(op: &'static str, got: &[usize], want: &[usize]) -> Result<(), KernelError> {
-    if got != want {
-        return Err(KernelError::shape(format!(
-            "{op}: expected ranks {want:?}, got {got:?}"
-        )));
-    }
-    Ok(())
-}
-
 fn check_mm(a: &ArgView) -> Result<(), KernelError> {
     let (x, y, o) = (a.tensor(0)?, a.tensor(1)?, a.tensor(2)?);
     check_dtypes("mm", &[x.dtype(), y.dtype(), o.dtype()])?;
-    check_ranks("mm", &[x.rank(), y.rank(), o.rank()], &[2, 2, 2])?;
+    require_rank("mm", 2, &[("self", x), ("mat2", y), ("out", o)])?;
     require_contiguous("mm", &[x, y, o])
 }
 
 fn check_bmm(a: &ArgView) -> Result<(), KernelError> {
     let (x, y, o) = (a.tensor(0)?, a.tensor(1)?, a.tensor(2)?);
     check_dtypes("bmm", &[x.dtype(), y.dtype(), o.dtype()])?;
-    check_ranks("bmm", &[x.rank(), y.rank(), o.rank()], &[3, 3, 3])?;
+    require_rank("bmm", 3, &[("self", x), ("mat2", y), ("out", o)])?;
     require_contiguous("bmm", &[x, y, o])
 }
 
 fn check_addmm(a: &ArgView) -> Result<(), KernelError> {
     let (s, x, y, o) = (a.tensor(0)?, a.tensor(1)?, a.tensor(2)?, a.tensor(5)?);
     check_dtypes("addmm", &[x.dtype(), s.dtype(), y.dtype(), o.dtype()])?;
-    check_ranks("addmm", &[x.rank(), y.rank(), o.rank()], &[2, 2, 2])?;
+    require_rank("addmm", 2, &[("mat1", x), ("mat2", y), ("out", o)])?;
     if s.rank() > 2 {
         return Err(KernelError::shape("addmm: self has rank > 2"));
     }

@@ -279,10 +279,7 @@ fn check_sdpa_common<'p>(
             ));
         }
         if m.rank() != 2 {
-            return Err(KernelError::shape(format!(
-                "{op}: attn_mask must be 2-d, got rank {}",
-                m.rank()
-            )));
+            return Err(KernelError::rank_mismatch(op, "attn_mask", 2, m.rank()));
         }
         require_contiguous(op, &[m])?;
     }

@@ -77,10 +77,7 @@ fn check_masked_select(a: &ArgView) -> Result<(), KernelError> {
     bool_mask(op, m)?;
     same_dtype(op, x, o)?;
     if o.rank() != 1 {
-        return Err(KernelError::shape(format!(
-            "{op}: out must be 1-d, has rank {}",
-            o.rank()
-        )));
+        return Err(KernelError::rank_mismatch(op, "out", 1, o.rank()));
     }
     Ok(())
 }
@@ -181,12 +178,10 @@ fn check_repeat_interleave(a: &ArgView) -> Result<(), KernelError> {
     }
     same_dtype(op, r, o)?;
     a.opt_int(1)?;
-    if r.rank() != 1 || o.rank() != 1 {
-        return Err(KernelError::shape(format!(
-            "{op}: repeats and out must be 1-d (ranks {} and {})",
-            r.rank(),
-            o.rank()
-        )));
+    for (what, t) in [("repeats", r), ("out", o)] {
+        if t.rank() != 1 {
+            return Err(KernelError::rank_mismatch(op, what, 1, t.rank()));
+        }
     }
     Ok(())
 }
@@ -195,7 +190,7 @@ fn repeat_interleave_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let op = "repeat_interleave";
     let r = *ctx.tensor(0)?;
     if r.rank() != 1 {
-        return Err(KernelError::shape(format!("{op}: repeats must be 1-d")));
+        return Err(KernelError::rank_mismatch(op, "repeats", 1, r.rank()));
     }
     let output_size = ctx.opt_int(1)?;
     let total = {
@@ -320,11 +315,7 @@ fn index_put_inplace(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let mut want: Dims = x.dims();
     want.as_mut_slice()[dim] = n;
     if v.sizes() != want.as_slice() {
-        return Err(KernelError::shape(format!(
-            "{op}: values {:?} must have shape {:?}",
-            v.sizes(),
-            want.as_slice()
-        )));
+        return Err(KernelError::shape_mismatch(op, "values", &want, v.sizes()));
     }
     let size = x.size(dim);
     let lead: usize = x.sizes()[..dim].iter().product();
@@ -365,9 +356,11 @@ fn wrap(i: i64, size: usize) -> Result<usize, KernelError> {
     let n = size as i64;
     let j = if i < 0 { i + n } else { i };
     if j < 0 || j >= n {
-        return Err(KernelError::invalid(format!(
-            "index_put_: index {i} out of range for size {size}"
-        )));
+        return Err(KernelError::IndexOutOfRange {
+            op: "index_put_",
+            index: i,
+            size,
+        });
     }
     Ok(j as usize)
 }

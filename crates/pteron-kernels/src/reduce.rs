@@ -179,10 +179,7 @@ fn check_sum(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     require_dtype("sum", out.dtype(), &REALS_AND_BOOL)?;
     if let Some(d) = v.opt_dtype(3)? {
         if d != out.dtype() {
-            return Err(KernelError::invalid(format!(
-                "sum: dtype={d} but out is {}",
-                out.dtype()
-            )));
+            return Err(KernelError::dtype_mismatch("sum", "out", d, out.dtype()));
         }
     }
     v.opt_int_list(1)?;
@@ -304,11 +301,12 @@ fn check_minmax(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     let (x, out) = (v.tensor(0)?, v.tensor(3)?);
     require_dtype("amax/amin", x.dtype(), &REALS_AND_BOOL)?;
     if x.dtype() != out.dtype() {
-        return Err(KernelError::invalid(format!(
-            "amax/amin: out dtype {} differs from input {}",
+        return Err(KernelError::dtype_mismatch(
+            "amax/amin",
+            "out",
+            x.dtype(),
             out.dtype(),
-            x.dtype()
-        )));
+        ));
     }
     Ok(())
 }
@@ -511,11 +509,12 @@ fn check_softmax(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
         return Err(KernelError::unsupported("softmax with half_to_float=True"));
     }
     if x.dtype() != out.dtype() {
-        return Err(KernelError::invalid(format!(
-            "softmax: out dtype {} differs from input {}",
+        return Err(KernelError::dtype_mismatch(
+            "softmax",
+            "out",
+            x.dtype(),
             out.dtype(),
-            x.dtype()
-        )));
+        ));
     }
     Ok(())
 }

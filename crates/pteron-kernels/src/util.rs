@@ -71,6 +71,21 @@ pub fn require_contiguous(op: &'static str, tensors: &[&TensorInfo]) -> Result<(
     Ok(())
 }
 
+/// Errors unless every named tensor (`(what, tensor)`) has rank `rank`; the first that does
+/// not is reported.
+pub fn require_rank(
+    op: &'static str,
+    rank: usize,
+    tensors: &[(&'static str, &TensorInfo)],
+) -> Result<(), KernelError> {
+    for &(what, t) in tensors {
+        if t.rank() != rank {
+            return Err(KernelError::rank_mismatch(op, what, rank, t.rank()));
+        }
+    }
+    Ok(())
+}
+
 /// Errors unless `dtype` is one of `allowed`.
 pub fn require_dtype(
     op: &'static str,
@@ -93,9 +108,7 @@ pub fn require_same_dtype(
     if a == b {
         Ok(())
     } else {
-        Err(KernelError::invalid(format!(
-            "{op}: dtypes differ ({a} vs {b})"
-        )))
+        Err(KernelError::dtype_mismatch(op, "second operand", a, b))
     }
 }
 

@@ -141,10 +141,9 @@ fn better<C: Num>(new: C, cur: C, max: bool) -> bool {
 fn check_dim_max(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     let x = v.tensor(0)?.dtype();
     require_supported("max/min", x)?;
-    if v.tensor(3)?.dtype() != x {
-        return Err(KernelError::invalid(
-            "max/min: values dtype must match self",
-        ));
+    let values = v.tensor(3)?.dtype();
+    if values != x {
+        return Err(KernelError::dtype_mismatch("max/min", "values", x, values));
     }
     if v.tensor(4)?.dtype() != ScalarType::Long {
         return Err(KernelError::dtype(
@@ -196,8 +195,9 @@ fn min_dim_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 fn check_same<const OUT: usize>(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     let x = v.tensor(0)?.dtype();
     require_supported("reduction", x)?;
-    if out_dtype(v, OUT)? != x {
-        return Err(KernelError::invalid("out dtype must match self"));
+    let od = out_dtype(v, OUT)?;
+    if od != x {
+        return Err(KernelError::dtype_mismatch("reduction", "out", x, od));
     }
     Ok(())
 }
@@ -493,8 +493,9 @@ fn check_topk(v: &ArgView<'_, '_>) -> Result<(), KernelError> {
     if x == ScalarType::Bool {
         return Err(KernelError::dtype(x, "topk"));
     }
-    if v.tensor(5)?.dtype() != x {
-        return Err(KernelError::invalid("topk: values dtype must match self"));
+    let values = v.tensor(5)?.dtype();
+    if values != x {
+        return Err(KernelError::dtype_mismatch("topk", "values", x, values));
     }
     if v.tensor(6)?.dtype() != ScalarType::Long {
         return Err(KernelError::dtype(

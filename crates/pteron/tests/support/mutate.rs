@@ -1,4 +1,4 @@
-//! Mutations of `.pte` programs, shared by `malformed.rs`, `regressions.rs` and the cargo-fuzz
+//! Mutations of `.pte` programs, shared by `malformed/`, `regressions.rs` and the cargo-fuzz
 //! targets in `fuzz/` (which include this file by path): a deterministic PRNG, byte-level
 //! mutations, and structure-aware ones that edit fields of a program unpacked with the
 //! flatbuffers object API (`program_object_api.rs`, declared as `crate::objapi` by every user)
