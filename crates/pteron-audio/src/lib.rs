@@ -43,8 +43,8 @@ pub enum Error {
     Invalid(String),
 }
 
-impl From<pteron::core::Error> for Error {
-    fn from(e: pteron::core::Error) -> Self {
+impl From<pteron::MethodError> for Error {
+    fn from(e: pteron::MethodError) -> Self {
         Error::Pteron(e.into())
     }
 }
@@ -54,15 +54,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Float output `i` of `method` copied into `out`; returns its shape. `what` names the method
 /// in errors.
 pub(crate) fn output_f32<'m>(
-    method: &'m pteron::core::Method<'_>,
+    method: &'m pteron::Method<'_>,
     i: usize,
     what: &str,
     out: &mut Vec<f32>,
 ) -> Result<&'m [usize]> {
-    let pteron::core::Output::Tensor(t) = method.output(i)? else {
+    let pteron::Output::Tensor(t) = method.output(i)? else {
         return Err(Error::Model(format!("{what}: output {i} is not a tensor")));
     };
-    if t.info.dtype() != pteron::core::ScalarType::Float {
+    if t.info.dtype() != pteron::ScalarType::Float {
         return Err(Error::Model(format!(
             "{what}: output {i} is {}, not float",
             t.info.dtype()

@@ -60,7 +60,7 @@
 //!   the pad is whole; at rates where it is not, silero-vad rounds the padded start instead
 //!   of the pad, so its padded starts (away from 0) are one sample earlier.
 
-use pteron::core::{KernelRegistry, Method, ScalarType, Value};
+use pteron::{Method, ScalarType, ValueSpec as Value};
 use pteron::{MethodOptions, Program};
 
 use crate::{output_f32, Error, Result};
@@ -102,12 +102,8 @@ fn tensor_spec(method: &Method<'_>, i: usize, want: &[usize]) -> Result<()> {
 
 impl<'a> Vad<'a> {
     /// Loads `forward` and checks its signature.
-    pub fn new(
-        program: &Program<'a>,
-        kernels: &KernelRegistry,
-        options: MethodOptions,
-    ) -> Result<Self> {
-        let method = program.load_method_with("forward", kernels, options)?;
+    pub fn new(program: &Program<'a>, options: MethodOptions) -> Result<Self> {
+        let method = program.load_method_with("forward", options)?;
         if method.num_inputs() != 2 || method.num_outputs() != 2 {
             return Err(Error::Model(format!(
                 "VAD forward takes {} inputs and returns {} outputs; expected (x, state) -> (prob, state)",

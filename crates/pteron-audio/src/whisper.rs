@@ -15,7 +15,7 @@
 
 use std::path::Path;
 
-use pteron::core::{KernelRegistry, Method, ScalarType, Value};
+use pteron::{Method, ScalarType, ValueSpec as Value};
 use pteron::{MethodOptions, Program};
 
 use crate::mel::{LogMel, HOP};
@@ -183,12 +183,11 @@ pub struct Whisper<'a> {
 impl<'a> Whisper<'a> {
     pub fn new(
         program: &Program<'a>,
-        kernels: &KernelRegistry,
         options: MethodOptions,
         config: WhisperConfig,
     ) -> Result<Self> {
-        let encode = program.load_method_with("encode", kernels, options.clone())?;
-        let decode = program.load_method_with("decode", kernels, options)?;
+        let encode = program.load_method_with("encode", options.clone())?;
+        let decode = program.load_method_with("decode", options)?;
         let mel_shape = [1, config.n_mels, config.n_frames];
         match encode.input_spec(0) {
             Some(Value::Tensor(t)) if t.info.sizes() == mel_shape && t.info.dtype() == ScalarType::Float => {}

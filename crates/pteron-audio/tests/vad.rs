@@ -34,11 +34,10 @@ fn max_abs(a: &[f32], b: &[f64]) -> f64 {
 #[test]
 fn probabilities_match_executorch_and_the_package() {
     let file = pteron::ProgramFile::from_bytes(SILERO_VAD_PTE);
-    let program = file.program().unwrap();
-    let kernels = pteron::default_kernels();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
     for threads in [1, 2] {
         let options = pteron::MethodOptions::new().threads(threads);
-        let mut vad = Vad::new(&program, &kernels, options).unwrap();
+        let mut vad = Vad::new(&program, options).unwrap();
         let g = goldens();
         for (clip, want) in g["clips"].as_object().unwrap() {
             let audio = read_wav(speech_dir().join(format!("{clip}.wav"))).unwrap();
@@ -69,9 +68,8 @@ fn probabilities_match_executorch_and_the_package() {
 #[test]
 fn streaming_in_odd_pieces_equals_whole() {
     let file = pteron::ProgramFile::from_bytes(SILERO_VAD_PTE);
-    let program = file.program().unwrap();
-    let kernels = pteron::default_kernels();
-    let mut vad = Vad::new(&program, &kernels, pteron::MethodOptions::new().threads(1)).unwrap();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
+    let mut vad = Vad::new(&program, pteron::MethodOptions::new().threads(1)).unwrap();
     let audio = read_wav(speech_dir().join("gaps_16k.wav")).unwrap();
     let whole = vad.probabilities(&audio.samples).unwrap();
     vad.reset();
@@ -88,9 +86,8 @@ fn streaming_in_odd_pieces_equals_whole() {
 fn resampled_clips_find_the_same_speech() {
     // The 22.05 kHz clip against sox's 16 kHz resampling of it: same segments, close probs.
     let file = pteron::ProgramFile::from_bytes(SILERO_VAD_PTE);
-    let program = file.program().unwrap();
-    let kernels = pteron::default_kernels();
-    let mut vad = Vad::new(&program, &kernels, pteron::MethodOptions::new().threads(1)).unwrap();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
+    let mut vad = Vad::new(&program, pteron::MethodOptions::new().threads(1)).unwrap();
     let src = read_wav(speech_dir().join("numbers_22k.wav")).unwrap();
     let ours = resample(&src.samples, src.sample_rate, 16_000).unwrap();
     let sox = read_wav(speech_dir().join("numbers_22k_sox16k.wav")).unwrap();
@@ -132,13 +129,9 @@ fn wrong_program_is_a_model_error() {
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models/mlp/model.pte");
     let file = pteron::ProgramFile::open(path).unwrap();
-    let program = file.program().unwrap();
-    let err = Vad::new(
-        &program,
-        &pteron::default_kernels(),
-        pteron::MethodOptions::new().threads(1),
-    )
-    .err()
-    .unwrap();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
+    let err = Vad::new(&program, pteron::MethodOptions::new().threads(1))
+        .err()
+        .unwrap();
     assert!(matches!(err, pteron_audio::Error::Model(_)), "{err}");
 }

@@ -38,12 +38,11 @@ fn random_fixture_matches_executorch() {
     let dir = root().join("testdata/speech/whisper_tiny_random");
     let config = WhisperConfig::from_file(dir.join("whisper.json")).unwrap();
     let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
-    let program = file.program().unwrap();
-    let kernels = pteron::default_kernels();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
     let golden = json(&dir.join("goldens.json"));
     for threads in [1, 2] {
         let options = pteron::MethodOptions::new().threads(threads);
-        let mut w = Whisper::new(&program, &kernels, options, config.clone()).unwrap();
+        let mut w = Whisper::new(&program, options, config.clone()).unwrap();
 
         // Front end on the 2 s window vs transformers, then the encoder vs ExecuTorch.
         let audio = read_wav(root().join("testdata/speech/hello_16k.wav")).unwrap();
@@ -96,13 +95,12 @@ fn random_fixture_beam_search_matches_executorch() {
     let dir = root().join("testdata/speech/whisper_tiny_random");
     let config = WhisperConfig::from_file(dir.join("whisper.json")).unwrap();
     let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
-    let program = file.program().unwrap();
-    let kernels = pteron::default_kernels();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
     let golden = &json(&dir.join("goldens.json"))["beam"];
     let audio = read_wav(root().join("testdata/speech/hello_16k.wav")).unwrap();
     for threads in [1, 2] {
         let options = pteron::MethodOptions::new().threads(threads);
-        let mut w = Whisper::new(&program, &kernels, options, config.clone()).unwrap();
+        let mut w = Whisper::new(&program, options, config.clone()).unwrap();
         w.encode_window(&audio.samples).unwrap();
         let opts = DecodeOptions {
             timestamps: false,
@@ -130,15 +128,8 @@ fn random_fixture_timestamp_rules_hold() {
     let config = WhisperConfig::from_file(dir.join("whisper.json")).unwrap();
     let ts = config.timestamp_begin.unwrap();
     let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
-    let program = file.program().unwrap();
-    let kernels = pteron::default_kernels();
-    let mut w = Whisper::new(
-        &program,
-        &kernels,
-        pteron::MethodOptions::new().threads(1),
-        config,
-    )
-    .unwrap();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
+    let mut w = Whisper::new(&program, pteron::MethodOptions::new().threads(1), config).unwrap();
     let audio = read_wav(root().join("testdata/speech/gaps_16k.wav")).unwrap();
     w.encode_window(&audio.samples).unwrap();
     let r = w
@@ -167,15 +158,8 @@ fn tiny_en_greedy_tokens_match_pytorch() {
     let dir = root().join("tools/export/out/speech/whisper_tiny_en");
     let config = WhisperConfig::from_file(dir.join("whisper.json")).unwrap();
     let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
-    let program = file.program().unwrap();
-    let kernels = pteron::default_kernels();
-    let mut w = Whisper::new(
-        &program,
-        &kernels,
-        pteron::MethodOptions::new().threads(2),
-        config,
-    )
-    .unwrap();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
+    let mut w = Whisper::new(&program, pteron::MethodOptions::new().threads(2), config).unwrap();
     let golden = json(&root().join("testdata/speech/whisper_tiny_en_tokens.json"));
     for clip in ["hello_16k", "gaps_16k"] {
         let audio = read_wav(root().join(format!("testdata/speech/{clip}.wav"))).unwrap();

@@ -99,7 +99,7 @@ fn load<'a>(
 ) -> Res<(Model<'a>, std::time::Duration)> {
     let t = std::time::Instant::now();
     let options = pteron::MethodOptions::new().threads(threads);
-    let model = Model::load(program, &pteron::default_kernels(), options)?;
+    let model = Model::load(program, options)?;
     Ok((model, t.elapsed()))
 }
 
@@ -135,7 +135,7 @@ pub fn chat(args: &ChatArgs) -> pteron::Result<()> {
 fn generate_inner(args: &GenerateArgs) -> Res<()> {
     let tokenizer = Tokenizer::from_file(&args.sample.tokenizer)?;
     let file = pteron::ProgramFile::open(&args.model)?;
-    let program = file.program()?;
+    let program = pteron::Runtime::new().load_program(&file)?;
     let (model, load_time) = load(&program, args.sample.threads)?;
     let threads = model.method().num_threads();
     let mut gen = Generator::new(model, &tokenizer);
@@ -210,7 +210,7 @@ fn generate_inner(args: &GenerateArgs) -> Res<()> {
 fn chat_inner(args: &ChatArgs) -> Res<()> {
     let tokenizer = Tokenizer::from_file(&args.sample.tokenizer)?;
     let file = pteron::ProgramFile::open(&args.model)?;
-    let program = file.program()?;
+    let program = pteron::Runtime::new().load_program(&file)?;
     let (model, load_time) = load(&program, args.sample.threads)?;
     let context = model.meta.max_context_len;
     let mut gen = Generator::new(model, &tokenizer);

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use pteron::format::schema;
+use pteron_format::schema;
 use serde_json::{json, Value as Json};
 
 fn value_desc(v: &schema::EValue<'_>) -> Json {
@@ -37,7 +37,7 @@ fn value_desc(v: &schema::EValue<'_>) -> Json {
 
 fn describe(path: &Path) -> pteron::Result<Json> {
     let file = pteron::ProgramFile::open(path)?;
-    let program = file.program()?;
+    let program = pteron::Runtime::new().load_program(&file)?;
     let p = program.format();
     let fb = p.flatbuffer();
     let mut methods = Vec::new();
@@ -55,7 +55,7 @@ fn describe(path: &Path) -> pteron::Result<Json> {
             .operators()
             .into_iter()
             .flatten()
-            .map(|o| pteron::core::method::operator_name(&o))
+            .map(|o| pteron_core::method::operator_name(&o))
             .collect();
         let mut uses: BTreeMap<String, usize> = BTreeMap::new();
         let mut instructions = 0usize;

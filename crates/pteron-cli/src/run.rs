@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pteron::core::{Method, Value as CoreValue};
 use pteron::{npy, RunMethod, ScalarType, Tensor, Value};
+use pteron::{Method, ValueSpec as CoreValue};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -130,19 +130,18 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
         .as_ref()
         .map(pteron::ProgramFile::open)
         .transpose()?;
-    let mut program = file.program()?;
+    let mut runtime = pteron::Runtime::builder().threads(args.threads.unwrap_or(0));
+    if args.portable {
+        runtime = runtime.portable();
+    }
+    let runtime = runtime
+        .channels_last(!args.portable && !args.channels_first)
+        .build()?;
+    let mut program = runtime.load_program(&file)?;
     if let Some(d) = &data_file {
         program = program.with_external_data(d.data_file()?);
     }
-    let kernels = if args.portable {
-        pteron::portable_kernels()
-    } else {
-        pteron::default_kernels()
-    };
-    let options = pteron::MethodOptions::new()
-        .threads(args.threads.unwrap_or(0))
-        .channels_last(!args.portable && !args.channels_first);
-    let mut method = program.load_method_with(&args.method, &kernels, options)?;
+    let mut method = program.load_method(&args.method)?;
     let load = t0.elapsed();
 
     let inputs = inputs_for(&method, args)?;

@@ -64,11 +64,11 @@ pub fn transcribe(args: &TranscribeArgs) -> pteron::Result<()> {
     let samples = resample(&audio.samples, audio.sample_rate, MODEL_RATE).map_err(err)?;
 
     let file = pteron::ProgramFile::open(&args.model)?;
-    let program = file.program()?;
-    let kernels = pteron::default_kernels();
+    let runtime = pteron::Runtime::new();
+    let program = runtime.load_program(&file)?;
     let options = crate::vad::options(args.threads);
     let t_load = Instant::now();
-    let whisper = Whisper::new(&program, &kernels, options.clone(), config).map_err(err)?;
+    let whisper = Whisper::new(&program, options.clone(), config).map_err(err)?;
     let load_s = t_load.elapsed().as_secs_f64();
     let decode = DecodeOptions {
         timestamps: args.timestamps,
@@ -99,8 +99,8 @@ pub fn transcribe(args: &TranscribeArgs) -> pteron::Result<()> {
     let st;
     if args.vad {
         let vad_file = pteron::ProgramFile::from_bytes(SILERO_VAD_PTE);
-        let vad_program = vad_file.program()?;
-        let vad = Vad::new(&vad_program, &kernels, options).map_err(err)?;
+        let vad_program = runtime.load_program(&vad_file)?;
+        let vad = Vad::new(&vad_program, options).map_err(err)?;
         let mut stream = StreamingTranscriber::new(transcriber, vad, SegmentParams::default());
         // One second at a time, as audio would arrive.
         for (i, chunk) in samples.chunks(MODEL_RATE as usize).enumerate() {

@@ -54,9 +54,8 @@ pub fn vad(args: &VadArgs) -> pteron::Result<()> {
         Some(p) => pteron::ProgramFile::open(p)?,
         None => pteron::ProgramFile::from_bytes(SILERO_VAD_PTE),
     };
-    let program = file.program()?;
-    let kernels = pteron::default_kernels();
-    let mut vad = Vad::new(&program, &kernels, options(args.threads)).map_err(err)?;
+    let program = pteron::Runtime::new().load_program(&file)?;
+    let mut vad = Vad::new(&program, options(args.threads)).map_err(err)?;
 
     let t0 = Instant::now();
     let mut probs = Vec::new();

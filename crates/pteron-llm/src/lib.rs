@@ -69,8 +69,8 @@ pub enum Error {
     },
 }
 
-impl From<pteron::core::Error> for Error {
-    fn from(e: pteron::core::Error) -> Self {
+impl From<pteron::MethodError> for Error {
+    fn from(e: pteron::MethodError) -> Self {
         Error::Pteron(e.into())
     }
 }

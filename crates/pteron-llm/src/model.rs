@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use pteron::core::{Dynamism, KernelRegistry, Method, Output, ScalarType, Value};
+use pteron::{Dynamism, Method, Output, ScalarType, ValueSpec as Value};
 use pteron::{MethodOptions, Program};
 
 use crate::{Error, Result};
@@ -27,13 +27,13 @@ pub struct Metadata {
 
 impl Metadata {
     /// Runs every method that takes no input and returns scalars.
-    pub fn read(program: &Program<'_>, kernels: &KernelRegistry) -> Result<Self> {
+    pub fn read(program: &Program<'_>) -> Result<Self> {
         let mut all = BTreeMap::new();
         for name in program.method_names() {
             if name == "forward" {
                 continue;
             }
-            let mut m = program.load_method_with(name, kernels, MethodOptions::new().threads(1))?;
+            let mut m = program.load_method_with(name, MethodOptions::new().threads(1))?;
             if m.num_inputs() != 0 {
                 continue;
             }
@@ -95,19 +95,15 @@ pub struct Model<'a> {
 
 impl<'a> Model<'a> {
     /// Loads `forward` and reads the metadata.
-    pub fn load(
-        program: &Program<'a>,
-        kernels: &KernelRegistry,
-        options: MethodOptions,
-    ) -> Result<Self> {
-        let meta = Metadata::read(program, kernels)?;
+    pub fn load(program: &Program<'a>, options: MethodOptions) -> Result<Self> {
+        let meta = Metadata::read(program)?;
         if !meta.use_kv_cache {
             return Err(Error::Model(
                 "programs exported without a KV cache (use_kv_cache=False) are not supported"
                     .into(),
             ));
         }
-        let method = program.load_method_with("forward", kernels, options)?;
+        let method = program.load_method_with("forward", options)?;
         if method.num_inputs() != 2 {
             return Err(Error::Model(format!(
                 "forward takes {} inputs; expected (tokens, input_pos)",

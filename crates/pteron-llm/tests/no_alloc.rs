@@ -29,15 +29,20 @@ static A: Counting = Counting;
 #[test]
 fn decode_steps_allocate_nothing() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/llm/tiny");
-    for (pte, kernels) in [
-        ("fp32.pte", pteron::default_kernels()),
-        ("emb8.pte", pteron::portable_kernels()),
-        ("static.pte", pteron::default_kernels()),
+    // The portable kernels with the default options otherwise.
+    let portable = pteron::Runtime::builder()
+        .kernels(pteron::portable_kernels())
+        .build()
+        .unwrap();
+    for (pte, runtime) in [
+        ("fp32.pte", pteron::Runtime::new()),
+        ("emb8.pte", portable),
+        ("static.pte", pteron::Runtime::new()),
     ] {
         let file = pteron::ProgramFile::open(dir.join(pte)).unwrap();
-        let program = file.program().unwrap();
+        let program = runtime.load_program(&file).unwrap();
         let opts = pteron::MethodOptions::new().threads(1);
-        let mut model = pteron_llm::Model::load(&program, &kernels, opts).unwrap();
+        let mut model = pteron_llm::Model::load(&program, opts).unwrap();
         let prompt: Vec<u32> = (1..40).collect();
         model.forward(&prompt).unwrap();
         let mut tok = pteron_llm::Sampler::new(pteron_llm::SamplerConfig {

@@ -36,11 +36,16 @@ fn greedy_tokens_match_executorch() {
     let g = json("goldens.json");
     let n = g["new_tokens"].as_u64().unwrap() as usize;
     let mut checked = 0;
-    for kernels in [pteron::default_kernels(), pteron::portable_kernels()] {
+    // The default kernels, then the portable ones (with the default options otherwise).
+    let portable = pteron::Runtime::builder()
+        .kernels(pteron::portable_kernels())
+        .build()
+        .unwrap();
+    for runtime in [pteron::Runtime::new(), portable] {
         for (name, v) in g["variants"].as_object().unwrap() {
             let file = pteron::ProgramFile::open(dir().join(v["pte"].as_str().unwrap())).unwrap();
-            let program = file.program().unwrap();
-            let model = Model::load(&program, &kernels, options(1)).unwrap();
+            let program = runtime.load_program(&file).unwrap();
+            let model = Model::load(&program, options(1)).unwrap();
             let meta = &v["metadata"];
             assert_eq!(
                 model.meta.max_seq_len as u64,
@@ -77,9 +82,9 @@ fn generate_streams_the_greedy_text() {
     let v = &g["variants"]["fp32"];
     let p = &v["prompts"]["long"];
     let file = pteron::ProgramFile::open(dir().join("fp32.pte")).unwrap();
-    let program = file.program().unwrap();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
     let tok = Tokenizer::from_file(dir().join("tokenizer.json")).unwrap();
-    let model = Model::load(&program, &pteron::default_kernels(), options(2)).unwrap();
+    let model = Model::load(&program, options(2)).unwrap();
     // 31 tokens per call: the exporter bounds the tokens input at max_seq_len - 1.
     assert_eq!(model.chunk_len(), 31);
     let mut gen = Generator::new(model, &tok);
@@ -121,9 +126,9 @@ fn generate_streams_the_greedy_text() {
 #[test]
 fn sampling_is_seeded_and_context_overflow_is_reported() {
     let file = pteron::ProgramFile::open(dir().join("fp32.pte")).unwrap();
-    let program = file.program().unwrap();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
     let tok = Tokenizer::from_file(dir().join("tokenizer.json")).unwrap();
-    let model = Model::load(&program, &pteron::default_kernels(), options(1)).unwrap();
+    let model = Model::load(&program, options(1)).unwrap();
     let ctx = model.meta.max_context_len;
     let mut gen = Generator::new(model, &tok);
     let opts = GenerateOptions {
@@ -231,9 +236,9 @@ fn check_tokenizer_goldens(tok: &Tokenizer, g: &Value) {
 #[test]
 fn chat_keeps_the_cache_across_turns() {
     let file = pteron::ProgramFile::open(dir().join("fp32.pte")).unwrap();
-    let program = file.program().unwrap();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
     let tok = Tokenizer::from_file(dir().join("tokenizer.json")).unwrap();
-    let model = Model::load(&program, &pteron::default_kernels(), options(1)).unwrap();
+    let model = Model::load(&program, options(1)).unwrap();
     let mut gen = Generator::new(model, &tok);
     let opts = GenerateOptions {
         max_new_tokens: 12,
@@ -257,7 +262,7 @@ fn chat_keeps_the_cache_across_turns() {
 
     // The same turn from a fresh cache gives the same answer (the cache reuse is exact up to
     // floating-point summation order; greedy tokens agree on this fixture).
-    let model = Model::load(&program, &pteron::default_kernels(), options(1)).unwrap();
+    let model = Model::load(&program, options(1)).unwrap();
     let mut fresh = Generator::new(model, &tok);
     let ids2 = tok.encode(&prompt2, false).unwrap();
     let eos = chat.eos_ids();
@@ -303,9 +308,9 @@ fn smollm2_greedy_matches_executorch() {
     assert!(!variants.is_empty());
     for (name, v) in variants {
         let file = pteron::ProgramFile::open(out.join(v["pte"].as_str().unwrap())).unwrap();
-        let program = file.program().unwrap();
+        let program = pteron::Runtime::new().load_program(&file).unwrap();
         let want = ids(&v["generated_ids"]);
-        let model = Model::load(&program, &pteron::default_kernels(), options(0)).unwrap();
+        let model = Model::load(&program, options(0)).unwrap();
         let mut gen = Generator::new(model, &tok);
         let got = gen.greedy_ids(&prompt, want.len()).unwrap();
         eprintln!("{name}: {:?}", tok.decode(&got, false).unwrap());

@@ -33,11 +33,13 @@ fn greedy_tokens_match_executorch_xnnpack() {
     for threads in [1, 2] {
         for (name, v) in g["variants"].as_object().unwrap() {
             let file = pteron::ProgramFile::open(dir().join(v["pte"].as_str().unwrap())).unwrap();
-            let program = file.program().unwrap();
-            let options = pteron::MethodOptions::new()
-                .threads(threads)
-                .backends(pteron::default_backends());
-            let model = Model::load(&program, &pteron::default_kernels(), options).unwrap();
+            let runtime = pteron::Runtime::builder()
+                .backends(pteron::default_backends())
+                .build()
+                .unwrap();
+            let program = runtime.load_program(&file).unwrap();
+            let options = pteron::MethodOptions::new().threads(threads);
+            let model = Model::load(&program, options).unwrap();
             assert_eq!(
                 model.meta.max_context_len as u64,
                 v["metadata"]["get_max_context_len"].as_u64().unwrap()
@@ -72,10 +74,12 @@ fn without_the_backend_the_programs_do_not_load() {
     let g = goldens();
     for v in g["variants"].as_object().unwrap().values() {
         let file = pteron::ProgramFile::open(dir().join(v["pte"].as_str().unwrap())).unwrap();
-        let program = file.program().unwrap();
-        let options = pteron::MethodOptions::new()
-            .threads(1)
-            .backends(Arc::new(pteron::BackendRegistry::new()));
-        assert!(Model::load(&program, &pteron::default_kernels(), options).is_err());
+        let runtime = pteron::Runtime::builder()
+            .backends(Arc::new(pteron::BackendRegistry::new()))
+            .build()
+            .unwrap();
+        let program = runtime.load_program(&file).unwrap();
+        let options = pteron::MethodOptions::new().threads(1);
+        assert!(Model::load(&program, options).is_err());
     }
 }

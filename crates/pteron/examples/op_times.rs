@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use pteron::core::{ExecutionObserver, KernelEvent};
+use pteron::{ExecutionObserver, KernelEvent};
 
 struct Rec {
     start: Option<Instant>,
@@ -29,13 +29,9 @@ fn main() -> pteron::Result<()> {
     let file = pteron::ProgramFile::open(&args[1])?;
     let threads: usize = args[2].parse().unwrap();
     let runs: usize = args[3].parse().unwrap();
-    let program = file.program()?;
-    let kernels = pteron::default_kernels();
-    let mut m = program.load_method_with(
-        "forward",
-        &kernels,
-        pteron::MethodOptions::new().threads(threads),
-    )?;
+    let program = pteron::Runtime::new().load_program(&file)?;
+    let mut m =
+        program.load_method_with("forward", pteron::MethodOptions::new().threads(threads))?;
     let inputs: Vec<pteron::Tensor> = args[4..]
         .iter()
         .map(pteron::npy::read)

@@ -3,12 +3,10 @@
 
 use std::path::Path;
 
-use pteron_core::{KernelRegistry, Method, MethodConfig};
+use pteron_core::Method;
+use pteron_format::DataFile;
 
-use crate::MethodOptions;
-use pteron_format::{DataFile, Limits};
-
-use crate::{Error, Result};
+use crate::{Error, MethodOptions, Result, Runtime};
 
 enum Bytes {
     Mapped(memmap2::Mmap),
@@ -74,24 +72,6 @@ impl ProgramFile {
         }
     }
 
-    /// Verifies the bytes as a `.pte` program.
-    pub fn program(&self) -> Result<Program<'_>> {
-        Ok(Program {
-            inner: pteron_format::Program::parse(self.bytes())?,
-            external: None,
-            file: Some(self),
-        })
-    }
-
-    /// Verifies the bytes as a `.pte` program with explicit verifier limits.
-    pub fn program_with_limits(&self, limits: Limits) -> Result<Program<'_>> {
-        Ok(Program {
-            inner: pteron_format::Program::parse_with_limits(self.bytes(), limits)?,
-            external: None,
-            file: Some(self),
-        })
-    }
-
     /// Verifies the bytes as a `.ptd` external data file.
     pub fn data_file(&self) -> Result<DataFile<'_>> {
         Ok(DataFile::parse(self.bytes())?)
@@ -134,23 +114,44 @@ impl pteron_core::PageRelease for ProgramFile {
     }
 }
 
-/// A verified program, borrowing the file's bytes.
-#[derive(Clone, Copy)]
+/// A verified program, borrowing the file's bytes, and the runtime its methods load with
+/// ([`crate::Runtime::load_program`]).
+#[derive(Clone)]
 pub struct Program<'a> {
     inner: pteron_format::Program<'a>,
     external: Option<DataFile<'a>>,
     file: Option<&'a ProgramFile>,
+    runtime: Runtime,
 }
 
 impl<'a> Program<'a> {
+    pub(crate) fn new(
+        inner: pteron_format::Program<'a>,
+        file: Option<&'a ProgramFile>,
+        runtime: Runtime,
+    ) -> Self {
+        Program {
+            inner,
+            external: None,
+            file,
+            runtime,
+        }
+    }
+
     /// Attaches a `.ptd` file that holds tensors the program stores externally.
     pub fn with_external_data(mut self, data: DataFile<'a>) -> Self {
         self.external = Some(data);
         self
     }
 
+    /// The verified flatbuffer view (`pteron-format`), for tools that inspect a program.
     pub fn format(&self) -> &pteron_format::Program<'a> {
         &self.inner
+    }
+
+    /// The runtime this program's methods are loaded with.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
     }
 
     /// Names of the methods (execution plans).
@@ -158,17 +159,15 @@ impl<'a> Program<'a> {
         self.inner.plans().filter_map(|p| p.name()).collect()
     }
 
-    /// Loads a method with default options (limits, threads = physical cores).
-    pub fn load_method(&self, name: &str, kernels: &KernelRegistry) -> Result<Method<'a>> {
-        self.load_method_with(name, kernels, MethodConfig::default())
+    /// Loads a method with the runtime's kernels, backends, threads and limits.
+    pub fn load_method(&self, name: &str) -> Result<Method<'a>> {
+        self.load_method_with(name, MethodOptions::default())
     }
 
-    /// Loads a method with explicit options: limits ([`MethodConfig`]), threads, preparation
-    /// (a plain `MethodConfig` converts into options with default threads).
+    /// Loads a method with per-method overrides of the runtime's threads and limits.
     pub fn load_method_with(
         &self,
         name: &str,
-        kernels: &KernelRegistry,
         options: impl Into<MethodOptions>,
     ) -> Result<Method<'a>> {
         let src = pteron_core::DataSources {
@@ -179,11 +178,12 @@ impl<'a> Program<'a> {
                 .map(|f| f as &'a (dyn pteron_core::PageRelease + 'a)),
         };
         let options: MethodOptions = options.into();
+        let load = options.load_options(&self.runtime)?;
         Ok(Method::load_with_options(
             src,
             name,
-            kernels,
-            options.load_options()?,
+            self.runtime.kernels(),
+            load,
         )?)
     }
 }

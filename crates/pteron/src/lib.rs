@@ -3,10 +3,10 @@
 //! ```no_run
 //! use pteron::RunMethod;
 //!
+//! let runtime = pteron::Runtime::new();
 //! let file = pteron::ProgramFile::open("model.pte")?;
-//! let program = file.program()?;
-//! let kernels = pteron::default_kernels();
-//! let mut method = program.load_method("forward", &kernels)?;
+//! let program = runtime.load_program(&file)?;
+//! let mut method = program.load_method("forward")?;
 //! let input = pteron::Tensor::from_f32(&[1, 4], &[1.0, 2.0, 3.0, 4.0]);
 //! let outputs = method.run(&[input])?;
 //! if let pteron::Value::Tensor(t) = &outputs[0] {
@@ -19,17 +19,30 @@ mod file;
 pub mod npy;
 mod options;
 mod profile;
+mod runtime;
 mod tensor;
 mod threads;
 
 pub use file::{Program, ProgramFile};
 pub use options::MethodOptions;
 pub use profile::{OpTime, Profiler, SiteTime};
-pub use pteron_core as core;
-pub use pteron_core::{BackendRegistry, MethodConfig, ScalarType};
-pub use pteron_format as format;
+pub use runtime::{default_backends, Runtime, RuntimeBuilder};
 pub use tensor::{RunMethod, Tensor, Value};
 pub use threads::{default_threads, ThreadPool};
+
+// The loaded method and what it reports, from the execution core.
+pub use pteron_core::{
+    BackendRegistry, Dynamism, ExecutionObserver, KernelEvent, KernelRegistry, Method,
+    MethodConfig, Output, PlanStats, ScalarType,
+};
+pub use pteron_format::{DataFile, Limits};
+
+// The execution core's descriptions of a method's values, for code that works on its inputs
+// and outputs in place (a runner's KV cache, a profiler), each under one name here.
+pub use pteron_core::{
+    Error as MethodError, KernelError, Storage, Tensor as TensorSpec, TensorInfo, TensorRef,
+    Value as ValueSpec, NONE_INDEX,
+};
 
 /// Everything that can go wrong when loading or running a program.
 #[derive(Debug, thiserror::Error)]
@@ -55,28 +68,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A kernel registry holding every kernel pteron ships: the portable kernels, with the fast
 /// CPU kernels (`pteron-kernels-cpu`: SIMD, packed weights, threads) registered over them.
-pub fn default_kernels() -> pteron_core::KernelRegistry {
+/// The default runtime's; start from it to register kernels of your own over it.
+pub fn default_kernels() -> KernelRegistry {
     pteron_kernels_cpu::registry()
-}
-
-/// Every delegate backend pteron ships, by id: `XnnpackBackend` (`pteron-xnnpack`, running
-/// XNNPACK-lowered programs on pteron's kernels).
-pub fn default_backends() -> pteron_core::BackendRegistry {
-    let mut r = pteron_core::BackendRegistry::new();
-    pteron_xnnpack::register(&mut r);
-    r
-}
-
-/// [`default_backends`], built once and shared by the methods loaded with default options.
-pub(crate) fn shared_default_backends() -> std::sync::Arc<pteron_core::BackendRegistry> {
-    static B: std::sync::OnceLock<std::sync::Arc<pteron_core::BackendRegistry>> =
-        std::sync::OnceLock::new();
-    B.get_or_init(|| std::sync::Arc::new(default_backends()))
-        .clone()
 }
 
 /// Only the portable reference kernels (simple loops; the oracle the fast kernels are checked
 /// against).
-pub fn portable_kernels() -> pteron_core::KernelRegistry {
+pub fn portable_kernels() -> KernelRegistry {
     pteron_kernels::registry()
 }

@@ -1,58 +1,38 @@
-//! How a method is loaded: limits, threads and load-time preparation.
+//! Per-method overrides of what the [`crate::Runtime`] loads methods with.
 
 use std::sync::Arc;
 
-use pteron_core::{BackendRegistry, LoadOptions, MethodConfig, Parallel, Partitioner};
+use pteron_core::{LoadOptions, MethodConfig};
 
-use crate::threads::{default_pool, ThreadPool};
-use crate::{Error, Result};
+use crate::runtime::resolve_pool;
+use crate::threads::ThreadPool;
+use crate::{Result, Runtime};
 
-/// Options for [`crate::Program::load_method_with`].
+/// Options for [`crate::Program::load_method_with`]: what one method does differently from
+/// its runtime (its own threads, other limits). Kernels, backends and engines are the
+/// runtime's ([`crate::RuntimeBuilder`]).
 ///
 /// ```no_run
 /// # let file = pteron::ProgramFile::open("model.pte")?;
-/// # let program = file.program()?;
-/// let options = pteron::MethodOptions::new().threads(2);
-/// let method = program.load_method_with("forward", &pteron::default_kernels(), options)?;
+/// # let program = pteron::Runtime::new().load_program(&file)?;
+/// let method = program.load_method_with("forward", pteron::MethodOptions::new().threads(1))?;
 /// # Ok::<(), pteron::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct MethodOptions {
-    /// Limits on what a program may ask for.
-    pub config: MethodConfig,
-    /// Threads for kernels: `None` is [`crate::default_threads`] (the physical cores; methods
-    /// loaded this way share one pool), `Some(1)` runs everything on the calling thread and
-    /// starts no thread, `Some(n)` gives the method its own pool of `n` threads.
+    /// Limits on what the program may ask for (default: the runtime's).
+    pub config: Option<MethodConfig>,
+    /// Threads for this method's kernels: `Some(1)` runs them on the calling thread, `Some(n)`
+    /// gives the method a pool of its own; `None` uses the runtime's pool.
     pub threads: Option<usize>,
-    /// An existing pool to use (overrides `threads`), to share threads between methods.
+    /// An existing pool for this method (overrides `threads`).
     pub pool: Option<Arc<ThreadPool>>,
-    /// Run kernels' load-time preparation (weight packing, fusion). On by default.
-    pub prepare: bool,
-    /// Backends for delegated programs: `None` is [`crate::default_backends`] (XNNPACK);
-    /// an empty registry refuses delegated programs with `BackendMissing`.
-    pub backends: Option<Arc<BackendRegistry>>,
-    /// Run the convolution regions of portable programs channels-last on the XNNPACK
-    /// engine (`pteron_xnnpack::nhwc`). On by default; only with `prepare`.
-    pub channels_last: bool,
-}
-
-impl Default for MethodOptions {
-    fn default() -> Self {
-        MethodOptions {
-            config: MethodConfig::default(),
-            threads: None,
-            pool: None,
-            prepare: true,
-            backends: None,
-            channels_last: true,
-        }
-    }
 }
 
 impl From<MethodConfig> for MethodOptions {
     fn from(config: MethodConfig) -> Self {
         MethodOptions {
-            config,
+            config: Some(config),
             ..Default::default()
         }
     }
@@ -63,10 +43,10 @@ impl MethodOptions {
         Self::default()
     }
     pub fn config(mut self, config: MethodConfig) -> Self {
-        self.config = config;
+        self.config = Some(config);
         self
     }
-    /// Threads for kernels (1: none started). 0 means the default.
+    /// Threads for kernels (1: none started). 0 means the runtime's.
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = (n != 0).then_some(n);
         self
@@ -75,45 +55,12 @@ impl MethodOptions {
         self.pool = Some(pool);
         self
     }
-    pub fn prepare(mut self, on: bool) -> Self {
-        self.prepare = on;
-        self
-    }
-    /// Whether convolution regions of portable programs run channels-last.
-    pub fn channels_last(mut self, on: bool) -> Self {
-        self.channels_last = on;
-        self
-    }
-    /// The backends delegated parts of programs run on.
-    pub fn backends(mut self, backends: impl Into<Arc<BackendRegistry>>) -> Self {
-        self.backends = Some(backends.into());
-        self
-    }
 
-    pub(crate) fn load_options(&self) -> Result<LoadOptions> {
-        let pool: Option<Arc<ThreadPool>> = match (&self.pool, self.threads) {
-            (Some(p), _) => Some(Arc::clone(p)),
-            (None, None) => default_pool(),
-            (None, Some(1)) => None,
-            (None, Some(n)) => {
-                Some(Arc::new(ThreadPool::new(n).map_err(|e| {
-                    Error::Invalid(format!("cannot start {n} threads: {e}"))
-                })?))
-            }
+    pub(crate) fn load_options(&self, runtime: &Runtime) -> Result<LoadOptions> {
+        let pool = match (&self.pool, self.threads) {
+            (None, None) => None,
+            (pool, threads) => Some(resolve_pool(pool.clone(), threads)?),
         };
-        Ok(LoadOptions {
-            config: self.config,
-            parallel: pool.map(|p| p as Arc<dyn Parallel + Send + Sync>),
-            prepare: self.prepare,
-            backends: self
-                .backends
-                .clone()
-                .unwrap_or_else(crate::shared_default_backends),
-            partitioners: if self.channels_last {
-                vec![Arc::new(pteron_xnnpack::nhwc::NhwcPartitioner) as Arc<dyn Partitioner>]
-            } else {
-                Vec::new()
-            },
-        })
+        Ok(runtime.load_options(self.config, pool))
     }
 }

@@ -8,7 +8,7 @@ use pteron_core::{ExecutionObserver, KernelEvent, Method};
 /// Times every kernel call of `Method::execute_observed`.
 ///
 /// ```no_run
-/// # fn f(method: &mut pteron::core::Method) -> pteron::Result<()> {
+/// # fn f(method: &mut pteron::Method) -> pteron::Result<()> {
 /// let mut profiler = pteron::Profiler::new(method);
 /// method.execute_observed(&mut profiler)?;
 /// for row in profiler.summary() {

@@ -10,18 +10,19 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pteron::core::{KernelRegistry, Method};
-use pteron::format::DataFile;
-use pteron::{npy, Program, ProgramFile, RunMethod, Tensor, Value};
+use pteron::{
+    npy, DataFile, KernelRegistry, Method, Program, ProgramFile, RunMethod, Runtime, Tensor, Value,
+};
 
 #[allow(dead_code)]
 fn static_assertions() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<ProgramFile>();
     send_sync::<Program<'static>>();
-    send_sync::<pteron::format::Program<'static>>();
+    send_sync::<pteron_format::Program<'static>>();
     send_sync::<DataFile<'static>>();
     send_sync::<KernelRegistry>();
+    send_sync::<Runtime>();
     send_sync::<pteron::ThreadPool>();
     send_sync::<pteron::MethodOptions>();
     send_sync::<Method<'static>>();
@@ -60,8 +61,12 @@ fn fixture(name: &'static str) -> Fixture {
     }
 }
 
-fn program<'a>(pte: &'a ProgramFile, ptd: Option<&'a ProgramFile>) -> Program<'a> {
-    let p = pte.program().unwrap();
+fn program<'a>(
+    runtime: &Runtime,
+    pte: &'a ProgramFile,
+    ptd: Option<&'a ProgramFile>,
+) -> Program<'a> {
+    let p = runtime.load_program(pte).unwrap();
     match ptd {
         Some(d) => p.with_external_data(d.data_file().unwrap()),
         None => p,
@@ -89,13 +94,8 @@ fn inputs_for(f: &Fixture, k: usize) -> Vec<Tensor> {
 
 /// `runs` executions of a fresh method (state such as mutable buffers carries over from one
 /// to the next, as it would for each thread).
-fn run_sequence(
-    program: &Program<'_>,
-    kernels: &KernelRegistry,
-    f: &Fixture,
-    runs: usize,
-) -> Vec<Vec<Value>> {
-    let mut m = program.load_method("forward", kernels).unwrap();
+fn run_sequence(program: &Program<'_>, f: &Fixture, runs: usize) -> Vec<Vec<Value>> {
+    let mut m = program.load_method("forward").unwrap();
     (0..runs)
         .map(|k| {
             m.run(&inputs_for(f, k))
@@ -116,14 +116,14 @@ const FIXTURES: &[&str] = &[
 const THREADS: usize = 6;
 const RUNS: usize = 24;
 
-/// One `Program` and one registry, borrowed by scoped threads.
+/// One `Program` and one runtime, borrowed by scoped threads.
 #[test]
 fn shared_program_scoped_threads() {
-    let kernels = pteron::default_kernels();
+    let runtime = Runtime::new();
     for &name in FIXTURES {
         let f = fixture(name);
-        let program = program(&f.pte, f.ptd.as_ref());
-        let expected = run_sequence(&program, &kernels, &f, RUNS);
+        let program = program(&runtime, &f.pte, f.ptd.as_ref());
+        let expected = run_sequence(&program, &f, RUNS);
         // Different runs really differ (the comparison below would catch mixed-up outputs).
         if f.inputs
             .iter()
@@ -137,9 +137,9 @@ fn shared_program_scoped_threads() {
         }
         std::thread::scope(|s| {
             for t in 0..THREADS {
-                let (program, kernels, f, expected) = (&program, &kernels, &f, &expected);
+                let (program, f, expected) = (&program, &f, &expected);
                 s.spawn(move || {
-                    let got = run_sequence(program, kernels, f, RUNS);
+                    let got = run_sequence(program, f, RUNS);
                     for (k, (g, e)) in got.iter().zip(expected).enumerate() {
                         assert!(g == e, "{name}: thread {t}, run {k}: outputs differ");
                     }
@@ -149,28 +149,28 @@ fn shared_program_scoped_threads() {
     }
 }
 
-/// `'static` threads holding `Arc`s of the file and registry; methods loaded on one thread and
-/// moved to another, interleaved with methods of other programs.
+/// `'static` threads holding `Arc`s of the file and clones of the runtime; methods loaded on
+/// one thread and moved to another, interleaved with methods of other programs.
 #[test]
 fn arc_threads_and_moved_methods() {
-    let kernels = Arc::new(pteron::default_kernels());
+    let runtime = Runtime::new();
     let fixtures: Vec<Arc<Fixture>> = FIXTURES.iter().map(|n| Arc::new(fixture(n))).collect();
     let expected: Vec<Vec<Vec<Value>>> = fixtures
         .iter()
-        .map(|f| run_sequence(&program(&f.pte, f.ptd.as_ref()), &kernels, f, RUNS))
+        .map(|f| run_sequence(&program(&runtime, &f.pte, f.ptd.as_ref()), f, RUNS))
         .collect();
     let expected = Arc::new(expected);
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
-            let (kernels, fixtures, expected) =
-                (kernels.clone(), fixtures.clone(), expected.clone());
+            let (runtime, fixtures, expected) =
+                (runtime.clone(), fixtures.clone(), expected.clone());
             std::thread::spawn(move || {
                 // Each thread walks the fixtures in its own order.
                 for j in 0..fixtures.len() {
                     let i = (j + t) % fixtures.len();
                     let f = &fixtures[i];
-                    let program = program(&f.pte, f.ptd.as_ref());
-                    let mut m = program.load_method("forward", &kernels).unwrap();
+                    let program = program(&runtime, &f.pte, f.ptd.as_ref());
+                    let mut m = program.load_method("forward").unwrap();
                     // Half the runs here, the other half on a thread the method is moved to.
                     for k in 0..RUNS / 2 {
                         assert!(m.run(&inputs_for(f, k)).unwrap() == expected[i][k]);
@@ -198,21 +198,18 @@ fn arc_threads_and_moved_methods() {
 /// work to the pool while other threads do the same).
 #[test]
 fn shared_thread_pool() {
-    let kernels = pteron::default_kernels();
+    let runtime = Runtime::new();
     let pool = Arc::new(pteron::ThreadPool::new(3).unwrap());
     for name in ["cnn", "mlp", "lstm"] {
         let f = fixture(name);
-        let program = program(&f.pte, f.ptd.as_ref());
-        let expected = run_sequence(&program, &kernels, &f, RUNS);
+        let program = program(&runtime, &f.pte, f.ptd.as_ref());
+        let expected = run_sequence(&program, &f, RUNS);
         std::thread::scope(|s| {
             for t in 0..4 {
-                let (program, kernels, f, expected, pool) =
-                    (&program, &kernels, &f, &expected, pool.clone());
+                let (program, f, expected, pool) = (&program, &f, &expected, pool.clone());
                 s.spawn(move || {
                     let options = pteron::MethodOptions::new().pool(pool);
-                    let mut m = program
-                        .load_method_with("forward", kernels, options)
-                        .unwrap();
+                    let mut m = program.load_method_with("forward", options).unwrap();
                     for (k, e) in expected.iter().enumerate() {
                         let got = m.run(&inputs_for(f, k)).unwrap();
                         assert!(&got == e, "{name}: thread {t}, run {k}: outputs differ");
@@ -227,12 +224,11 @@ fn shared_thread_pool() {
 /// them (each has its own arenas).
 #[test]
 fn interleaved_methods_do_not_share_state() {
-    let kernels = pteron::default_kernels();
     let f = fixture("mutable_buffer");
-    let program = program(&f.pte, f.ptd.as_ref());
-    let expected = run_sequence(&program, &kernels, &f, RUNS);
+    let program = program(&Runtime::new(), &f.pte, f.ptd.as_ref());
+    let expected = run_sequence(&program, &f, RUNS);
     let mut methods: Vec<Method<'_>> = (0..4)
-        .map(|_| program.load_method("forward", &kernels).unwrap())
+        .map(|_| program.load_method("forward").unwrap())
         .collect();
     for k in 0..RUNS {
         for m in methods.iter_mut() {

@@ -56,13 +56,12 @@ fn run_fixture(name: &str) {
     let data = meta["external_data"]
         .as_str()
         .map(|f| pteron::ProgramFile::open(dir.join(f)).unwrap());
-    let mut program = file.program().unwrap();
+    let mut program = pteron::Runtime::new().load_program(&file).unwrap();
     if let Some(d) = &data {
         program = program.with_external_data(d.data_file().unwrap());
     }
-    let kernels = pteron::default_kernels();
     let mut method = program
-        .load_method("forward", &kernels)
+        .load_method("forward")
         .unwrap_or_else(|e| panic!("{name}: load: {e}"));
 
     let cases: Vec<String> = match meta["cases"].as_array() {
@@ -149,10 +148,8 @@ fn every_fixture_is_listed() {
 #[test]
 fn wrong_input_shape_names_expected_and_given() {
     let file = pteron::ProgramFile::open(models_dir().join("mlp/model.pte")).unwrap();
-    let program = file.program().unwrap();
-    let mut method = program
-        .load_method("forward", &pteron::default_kernels())
-        .unwrap();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
+    let mut method = program.load_method("forward").unwrap();
     let bad = Tensor::from_f32(&[1, 3], &[0.0; 3]);
     let err = method.run(&[bad]).unwrap_err().to_string();
     assert!(
@@ -170,10 +167,8 @@ fn wrong_input_shape_names_expected_and_given() {
 #[test]
 fn dynamic_input_above_bound_is_rejected() {
     let file = pteron::ProgramFile::open(models_dir().join("dynamic_mlp/model.pte")).unwrap();
-    let program = file.program().unwrap();
-    let mut method = program
-        .load_method("forward", &pteron::default_kernels())
-        .unwrap();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
+    let mut method = program.load_method("forward").unwrap();
     let x = Tensor::from_f32(&[9, 16], &[0.0; 9 * 16]);
     let y = Tensor::from_f32(&[1, 8], &[0.0; 8]);
     let err = method.run(&[x, y]).unwrap_err().to_string();

@@ -42,7 +42,6 @@ static GLOBAL: Counting = Counting;
 #[test]
 fn execute_allocates_nothing() {
     let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models");
-    let kernels = pteron::default_kernels();
     let mut checked = 0;
     let mut names: Vec<_> = std::fs::read_dir(&models)
         .unwrap()
@@ -58,11 +57,11 @@ fn execute_allocates_nothing() {
         let data = data
             .exists()
             .then(|| pteron::ProgramFile::open(&data).unwrap());
-        let mut program = file.program().unwrap();
+        let mut program = pteron::Runtime::new().load_program(&file).unwrap();
         if let Some(d) = &data {
             program = program.with_external_data(d.data_file().unwrap());
         }
-        let mut method = program.load_method("forward", &kernels).unwrap();
+        let mut method = program.load_method("forward").unwrap();
         for i in 0..method.num_inputs() {
             let t = pteron::npy::read(dir.join(format!("input{i}.npy"))).unwrap();
             method

@@ -544,20 +544,20 @@ fn run_case(
     dir: &Path,
     case: &serde_json::Value,
     data: &[u8],
-    kernels: &pteron::core::KernelRegistry,
+    runtime: &pteron::Runtime,
 ) -> Outcome {
     let file = match pteron::ProgramFile::open(dir.join(case["pte"].as_str().unwrap())) {
         Ok(f) => f,
         Err(e) => return Outcome::Fail(format!("open: {e}")),
     };
-    let program = match file.program() {
+    let program = match runtime.load_program(&file) {
         Ok(p) => p,
         Err(e) => return Outcome::Fail(format!("parse: {e}")),
     };
-    let mut method = match program.load_method("forward", kernels) {
+    let mut method = match program.load_method("forward") {
         Ok(m) => m,
         Err(e) => {
-            use pteron::core::{Error as E, KernelError as K};
+            use pteron::{KernelError as K, MethodError as E};
             return match &e {
                 pteron::Error::Runtime(E::OperatorMissing { .. })
                 | pteron::Error::Runtime(E::Kernel {
@@ -612,7 +612,7 @@ fn run_case(
         .map(|s| (s["mean"].as_f64().unwrap(), s["std"].as_f64().unwrap()));
     for (k, spec) in want.iter().enumerate() {
         let got = match method.output(k) {
-            Ok(pteron::core::Output::Tensor(t)) => {
+            Ok(pteron::Output::Tensor(t)) => {
                 let stored = Tensor::new(t.info.dtype(), t.info.sizes(), t.bytes.to_vec());
                 let order: Vec<usize> = t.info.dim_order().iter().map(|&d| d as usize).collect();
                 match stored {
@@ -664,11 +664,13 @@ fn op_conformance() {
 
     // The portable kernels (this suite's subject); PTERON_OPS_KERNELS=default runs the default
     // registry instead (faster kernel libraries registered over the portable ones).
+    // Either way with the default options otherwise (preparation, channels-last regions).
     let kernels = match std::env::var("PTERON_OPS_KERNELS").as_deref() {
         Ok("default") => pteron::default_kernels(),
         Ok("portable") | Err(_) => pteron_kernels::registry(),
         Ok(other) => panic!("PTERON_OPS_KERNELS={other:?}: expected portable or default"),
     };
+    let runtime = pteron::Runtime::builder().kernels(kernels).build().unwrap();
     let mut table: BTreeMap<(String, String), Counts> = BTreeMap::new();
     let mut problems = Vec::new();
     let mut seen_ignored = Vec::new();
@@ -684,7 +686,7 @@ fn op_conformance() {
             let name = case["name"].as_str().unwrap();
             let dtype = case["dtype"].as_str().unwrap().to_string();
             let counts = table.entry((op.clone(), dtype)).or_default();
-            let outcome = run_case(dir, case, &data, &kernels);
+            let outcome = run_case(dir, case, &data, &runtime);
             total += 1;
             let ignored = IGNORE.iter().find(|(n, _)| *n == name);
             if let Some((n, _)) = ignored {

@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use pteron::core::{
+use pteron_core::{
     ArgAccess, CallGraph, DataSources, DelegateHandle, KernelContext, KernelError, LoadOptions,
     Method, Partitioner, Region,
 };
@@ -57,7 +57,7 @@ fn load(p: Fixed) -> Result<usize, String> {
     let dir =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models/mobilenet_v2_small");
     let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
-    let program = pteron::format::Program::parse(file.bytes()).unwrap();
+    let program = pteron_format::Program::parse(file.bytes()).unwrap();
     let options = LoadOptions {
         partitioners: vec![Arc::new(p) as Arc<dyn Partitioner>],
         ..Default::default()

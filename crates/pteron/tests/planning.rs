@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use pteron::{npy, MethodOptions, RunMethod, Tensor, Value};
+use pteron::{npy, MethodOptions, RunMethod, Runtime, Tensor, Value};
 
 fn models_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models")
@@ -21,30 +21,35 @@ fn fixtures() -> Vec<PathBuf> {
     v
 }
 
-/// Outputs of `dir`'s fixture (default case) with the given kernels and options, and the
-/// method's planning statistics.
-fn run(
-    dir: &Path,
-    kernels: &pteron::core::KernelRegistry,
-    options: MethodOptions,
-) -> (Vec<Value>, pteron::core::PlanStats) {
+/// Outputs of `dir`'s fixture (default case) with the given runtime (kernels, preparation,
+/// engines) and options, and the method's planning statistics.
+fn run(dir: &Path, runtime: &Runtime, options: MethodOptions) -> (Vec<Value>, pteron::PlanStats) {
     let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
     let data = dir.join("model.ptd");
     let data = data
         .exists()
         .then(|| pteron::ProgramFile::open(&data).unwrap());
-    let mut program = file.program().unwrap();
+    let mut program = runtime.load_program(&file).unwrap();
     if let Some(d) = &data {
         program = program.with_external_data(d.data_file().unwrap());
     }
     let mut method = program
-        .load_method_with("forward", kernels, options)
+        .load_method_with("forward", options)
         .unwrap_or_else(|e| panic!("{}: load: {e}", dir.display()));
     let inputs: Vec<Tensor> = (0..method.num_inputs())
         .map(|i| npy::read(dir.join(format!("input{i}.npy"))).unwrap())
         .collect();
     let stats = method.plan_stats();
     (method.run(&inputs).unwrap(), stats)
+}
+
+/// The portable kernels, with the default options otherwise (preparation, channels-last
+/// regions, backends), as `load_method_with(name, &pteron::portable_kernels(), options)` loaded.
+fn portable_runtime() -> Runtime {
+    Runtime::builder()
+        .kernels(pteron::portable_kernels())
+        .build()
+        .unwrap()
 }
 
 fn assert_same(name: &str, what: &str, a: &[Value], b: &[Value]) {
@@ -71,8 +76,11 @@ fn assert_same(name: &str, what: &str, a: &[Value], b: &[Value]) {
 
 #[test]
 fn planning_and_threads_keep_results() {
-    let default = pteron::default_kernels();
-    let portable = pteron::portable_kernels();
+    let default = Runtime::new();
+    // The portable kernels with the default options otherwise (channels-last regions on).
+    let portable = portable_runtime();
+    let channels_first = Runtime::builder().channels_last(false).build().unwrap();
+    let unprepared = Runtime::builder().prepare(false).build().unwrap();
     for dir in fixtures() {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         let (reference, _) = run(&dir, &portable, MethodOptions::new().threads(1));
@@ -90,17 +98,13 @@ fn planning_and_threads_keep_results() {
             (stats3.regions, stats3.partitioned_calls),
             "{name}: partitioning depends on the thread count"
         );
-        let (first, no_regions) = run(
-            &dir,
-            &default,
-            MethodOptions::new().threads(1).channels_last(false),
-        );
+        let (first, no_regions) = run(&dir, &channels_first, MethodOptions::new().threads(1));
         assert_same(&name, "planned channels-first", &reference, &first);
         assert_eq!(
             no_regions.regions, 0,
             "{name}: channels_last(false) partitioned"
         );
-        let (unplanned, none) = run(&dir, &default, MethodOptions::new().prepare(false));
+        let (unplanned, none) = run(&dir, &unprepared, MethodOptions::new());
         assert_same(&name, "unplanned", &reference, &unplanned);
         assert_eq!(none, Default::default(), "{name}: prepare(false) planned");
     }
@@ -109,8 +113,8 @@ fn planning_and_threads_keep_results() {
 #[test]
 fn mobilenet_folds_batch_norm_and_clamp_and_packs_weights() {
     let dir = models_dir().join("mobilenet_v2_small");
-    let options = MethodOptions::new().channels_last(false);
-    let (_, stats) = run(&dir, &pteron::default_kernels(), options);
+    let channels_first = Runtime::builder().channels_last(false).build().unwrap();
+    let (_, stats) = run(&dir, &channels_first, MethodOptions::new());
     // Every convolution is followed by a batch norm, most by a hardtanh: all fused.
     assert!(stats.fused_calls >= 2 * 35, "{stats:?}");
     // The classifier's weight transpose is packed by addmm and removed.
@@ -127,11 +131,7 @@ fn mobilenet_folds_batch_norm_and_clamp_and_packs_weights() {
 #[test]
 fn mobilenet_runs_as_one_channels_last_region() {
     let dir = models_dir().join("mobilenet_v2_small");
-    let (_, stats) = run(
-        &dir,
-        &pteron::default_kernels(),
-        MethodOptions::new().threads(2),
-    );
+    let (_, stats) = run(&dir, &Runtime::new(), MethodOptions::new().threads(2));
     assert_eq!(stats.regions, 1, "{stats:?}");
     // 52 convolutions with their batch norms, the clamps, the residual adds and the mean.
     assert!(stats.partitioned_calls >= 52 * 2 + 10, "{stats:?}");
@@ -144,11 +144,7 @@ fn mobilenet_runs_as_one_channels_last_region() {
 #[test]
 fn conv_blocks_run_as_one_channels_last_region() {
     let dir = models_dir().join("conv_blocks");
-    let (_, stats) = run(
-        &dir,
-        &pteron::default_kernels(),
-        MethodOptions::new().threads(2),
-    );
+    let (_, stats) = run(&dir, &Runtime::new(), MethodOptions::new().threads(2));
     assert_eq!(
         (stats.regions, stats.partitioned_calls),
         (1, 22),
@@ -161,11 +157,7 @@ fn conv_blocks_run_as_one_channels_last_region() {
 #[test]
 fn cnn_average_pool_joins_the_region() {
     let dir = models_dir().join("cnn");
-    let (_, stats) = run(
-        &dir,
-        &pteron::default_kernels(),
-        MethodOptions::new().threads(1),
-    );
+    let (_, stats) = run(&dir, &Runtime::new(), MethodOptions::new().threads(1));
     assert_eq!(
         (stats.regions, stats.partitioned_calls),
         (1, 7),
@@ -184,11 +176,11 @@ fn cnn_average_pool_joins_the_region() {
 fn unread_constant_calls_are_kept() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/regressions/planning");
     let file = pteron::ProgramFile::open(dir.join("whisper_where_mask.pte")).unwrap();
-    let program = file.program().unwrap();
     let cross = npy::read(dir.join("whisper_where_mask_cross_kv.npy")).unwrap();
-    let steps = |kernels: &pteron::core::KernelRegistry| -> Vec<Vec<Value>> {
+    let steps = |runtime: &Runtime| -> Vec<Vec<Value>> {
+        let program = runtime.load_program(&file).unwrap();
         let mut m = program
-            .load_method_with("decode", kernels, MethodOptions::new().threads(1))
+            .load_method_with("decode", MethodOptions::new().threads(1))
             .unwrap();
         [121i64, 122, 51]
             .iter()
@@ -203,8 +195,8 @@ fn unread_constant_calls_are_kept() {
             })
             .collect()
     };
-    let planned = steps(&pteron::default_kernels());
-    let portable = steps(&pteron::portable_kernels());
+    let planned = steps(&Runtime::new());
+    let portable = steps(&portable_runtime());
     for (k, (a, b)) in planned.iter().zip(&portable).enumerate() {
         assert_same("whisper_tiny_random decode", &format!("step {k}"), b, a);
     }
@@ -216,12 +208,11 @@ fn unread_constant_calls_are_kept() {
 #[test]
 fn unplanned_inputs_are_preserved() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata");
-    let kernels = pteron::default_kernels();
     let file =
         pteron::ProgramFile::open(root.join("speech/whisper_tiny_random/model.pte")).unwrap();
-    let program = file.program().unwrap();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
     let m = program
-        .load_method_with("decode", &kernels, MethodOptions::new())
+        .load_method_with("decode", MethodOptions::new())
         .unwrap();
     assert!(m.num_inputs() > 2);
     assert!((0..m.num_inputs()).all(|i| m.input_is_preserved(i)));
@@ -229,9 +220,9 @@ fn unplanned_inputs_are_preserved() {
     assert_eq!(m.cache_tensors().len(), 4);
     let old = pteron::ProgramFile::open(root.join("regressions/planning/whisper_where_mask.pte"))
         .unwrap();
-    let program = old.program().unwrap();
+    let program = pteron::Runtime::new().load_program(&old).unwrap();
     let m = program
-        .load_method_with("decode", &kernels, MethodOptions::new())
+        .load_method_with("decode", MethodOptions::new())
         .unwrap();
     assert!(!m.input_is_preserved(2));
     assert!(m.cache_tensors().is_empty());

@@ -8,13 +8,11 @@ use pteron::{npy, RunMethod, Value};
 fn profiler_counts_every_kernel_call() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models/mlp");
     let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
-    let program = file.program().unwrap();
     // Unplanned, so that every instruction of the program is a kernel call (planning removes
     // the weight transposes that addmm packs).
-    let options = pteron::MethodOptions::new().prepare(false);
-    let mut method = program
-        .load_method_with("forward", &pteron::default_kernels(), options)
-        .unwrap();
+    let runtime = pteron::Runtime::builder().prepare(false).build().unwrap();
+    let program = runtime.load_program(&file).unwrap();
+    let mut method = program.load_method("forward").unwrap();
     let x = npy::read(dir.join("input0.npy")).unwrap();
     let plain = method.run(std::slice::from_ref(&x)).unwrap();
 

@@ -304,10 +304,8 @@ fn smoke_execute_inputs() {
 fn run_differential(file: &str, inputs: &[Tensor]) -> Tensor {
     let bytes = std::fs::read(regressions_dir().join("differential").join(file)).unwrap();
     let f = pteron::ProgramFile::from_bytes(&bytes);
-    let program = f.program().unwrap();
-    let mut m = program
-        .load_method("forward", &pteron::default_kernels())
-        .unwrap();
+    let program = pteron::Runtime::new().load_program(&f).unwrap();
+    let mut m = program.load_method("forward").unwrap();
     match m.run(inputs).unwrap().remove(0) {
         Value::Tensor(t) => t,
         v => panic!("{file}: output {v:?}"),

@@ -125,10 +125,9 @@ fn run(name: &str, options: MethodOptions) -> Vec<f64> {
 fn run_in(root: &Path, name: &str, options: MethodOptions) -> Vec<f64> {
     let dir = root.join(name);
     let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
-    let program = file.program().unwrap();
-    let kernels = pteron::default_kernels();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
     let mut method = program
-        .load_method_with("forward", &kernels, options)
+        .load_method_with("forward", options)
         .unwrap_or_else(|e| panic!("{name}: load: {e}"));
     let case = load_case(&dir);
     let mut errors = Vec::new();
@@ -203,17 +202,21 @@ fn fixtures_match_with_threads() {
 fn int8_clamps_fold_without_changing_outputs() {
     let dir = fixtures_dir().join("mobilenet_v2_small_int8");
     let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
-    let program = file.program().unwrap();
     let case = load_case(&dir);
     let mut unfused = pteron::BackendRegistry::new();
     unfused.register(std::sync::Arc::new(pteron_xnnpack::XnnpackBackend {
         unfused: true,
         ..Default::default()
     }));
+    let unfused = pteron::Runtime::builder()
+        .backends(unfused)
+        .build()
+        .unwrap();
     let mut outputs = Vec::new();
-    for options in [MethodOptions::new(), MethodOptions::new().backends(unfused)] {
+    for runtime in [pteron::Runtime::new(), unfused] {
+        let program = runtime.load_program(&file).unwrap();
         let mut method = program
-            .load_method_with("forward", &pteron::default_kernels(), options.threads(2))
+            .load_method_with("forward", MethodOptions::new().threads(2))
             .unwrap();
         let out = method.run(&case.inputs).unwrap();
         let Value::Tensor(t) = &out[0] else {
@@ -227,17 +230,14 @@ fn int8_clamps_fold_without_changing_outputs() {
 #[test]
 fn no_backend_registered_is_backend_missing() {
     let file = pteron::ProgramFile::open(fixtures_dir().join("mlp").join("model.pte")).unwrap();
-    let program = file.program().unwrap();
-    let e = program
-        .load_method_with(
-            "forward",
-            &pteron::default_kernels(),
-            MethodOptions::new().backends(pteron::BackendRegistry::new()),
-        )
-        .err()
-        .expect("refused");
+    let runtime = pteron::Runtime::builder()
+        .backends(pteron::BackendRegistry::new())
+        .build()
+        .unwrap();
+    let program = runtime.load_program(&file).unwrap();
+    let e = program.load_method("forward").err().expect("refused");
     assert!(
-        matches!(&e, pteron::Error::Runtime(pteron::core::Error::BackendMissing { backend }) if backend == "XnnpackBackend"),
+        matches!(&e, pteron::Error::Runtime(pteron::MethodError::BackendMissing { backend }) if backend == "XnnpackBackend"),
         "{e}"
     );
 }
@@ -279,10 +279,11 @@ fn corrupt_payloads_fail_cleanly() {
         for (i, b) in variants.iter().enumerate() {
             let r = std::panic::catch_unwind(|| {
                 let file = pteron::ProgramFile::from_bytes(b);
-                let Ok(program) = file.program() else { return };
-                let kernels = pteron::default_kernels();
+                let Ok(program) = pteron::Runtime::new().load_program(&file) else {
+                    return;
+                };
                 let Ok(mut m) =
-                    program.load_method_with("forward", &kernels, MethodOptions::new().threads(1))
+                    program.load_method_with("forward", MethodOptions::new().threads(1))
                 else {
                     return;
                 };

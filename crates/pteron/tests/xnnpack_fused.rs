@@ -19,10 +19,9 @@ use pteron::{npy, MethodOptions, RunMethod, Tensor, Value};
 
 fn outputs(dir: &Path, threads: usize) -> Vec<Vec<Tensor>> {
     let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
-    let program = file.program().unwrap();
-    let kernels = pteron::default_kernels();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
     let mut method = program
-        .load_method_with("forward", &kernels, MethodOptions::new().threads(threads))
+        .load_method_with("forward", MethodOptions::new().threads(threads))
         .unwrap();
     let mut inputs = Vec::new();
     for i in 0.. {

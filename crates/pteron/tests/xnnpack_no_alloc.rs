@@ -43,7 +43,6 @@ static GLOBAL: Counting = Counting;
 #[test]
 fn xnnpack_execute_allocates_nothing() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/xnnpack");
-    let kernels = pteron::default_kernels();
     let mut names: Vec<_> = std::fs::read_dir(&root)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -53,11 +52,9 @@ fn xnnpack_execute_allocates_nothing() {
     assert!(!names.is_empty());
     for dir in names {
         let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
-        let program = file.program().unwrap();
+        let program = pteron::Runtime::new().load_program(&file).unwrap();
         let options = pteron::MethodOptions::new().threads(1);
-        let mut method = program
-            .load_method_with("forward", &kernels, options)
-            .unwrap();
+        let mut method = program.load_method_with("forward", options).unwrap();
         let inputs: Vec<_> = (0..method.num_inputs())
             .map(|i| pteron::npy::read(dir.join(format!("input{i}.npy"))).unwrap())
             .collect();

@@ -22,11 +22,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use crate::mutate::{self, Rng};
-use pteron::core::{
+use pteron::{MethodConfig, MethodOptions, Runtime, ScalarType, ThreadPool};
+use pteron_core::{
     ArgAccess, Dynamism, Element, Kernel, KernelContext, KernelError, KernelRegistry, Method,
     Output, Value,
 };
-use pteron::{MethodConfig, MethodOptions, ScalarType, ThreadPool};
 
 // ------------------------------------------------------------------------------------------
 // Fixtures, kernels and limits
@@ -106,7 +106,7 @@ pub fn stub_kernel(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
             }
             Value::OptionalTensorList(_) => {
                 let items = ctx.opt_tensor_list(i)?.to_vec();
-                for vi in items.into_iter().filter(|&v| v != pteron::core::NONE_INDEX) {
+                for vi in items.into_iter().filter(|&v| v != pteron_core::NONE_INDEX) {
                     ctx.tensor_at(vi as usize)?;
                 }
             }
@@ -141,12 +141,12 @@ pub fn kernels() -> &'static KernelRegistry {
     K.get_or_init(|| {
         let mut reg = pteron::default_kernels();
         for bytes in fixtures().values() {
-            let Ok(p) = pteron::format::Program::parse(bytes) else {
+            let Ok(p) = pteron_format::Program::parse(bytes) else {
                 continue;
             };
             for plan in p.plans() {
                 for op in plan.operators().into_iter().flatten() {
-                    let full = pteron::core::method::operator_name(&op);
+                    let full = pteron_core::method::operator_name(&op);
                     if reg.get(&full).is_none() {
                         reg.register(&full, Kernel::new(stub_kernel));
                     }
@@ -176,9 +176,39 @@ pub fn config() -> MethodConfig {
     }
 }
 
+/// The runtime programs are loaded with, picked by `selector` (a byte of the input): [`kernels`]
+/// with load-time preparation (packed weights, fusion), or, 1 in 8 ([`options`]), without it
+/// (the portable kernels' plain paths). Default backends, limits and engines otherwise.
+pub fn runtime(selector: u8) -> &'static Runtime {
+    static PREPARED: OnceLock<Runtime> = OnceLock::new();
+    static UNPREPARED: OnceLock<Runtime> = OnceLock::new();
+    let (cell, prepare) = match selector % 8 {
+        1 => (&UNPREPARED, false),
+        _ => (&PREPARED, true),
+    };
+    cell.get_or_init(|| {
+        Runtime::builder()
+            .kernels(kernels().clone())
+            .config(config())
+            .threads(1)
+            .prepare(prepare)
+            .build()
+            .expect("runtime")
+    })
+}
+
+/// Verifies `file` as a program loaded with [`runtime`]`(selector)`.
+pub fn load<'a>(
+    file: &'a pteron::ProgramFile,
+    selector: u8,
+) -> pteron::Result<pteron::Program<'a>> {
+    runtime(selector).load_program(file)
+}
+
 /// How methods are loaded, picked by `selector` (a byte of the input): mostly on the calling
 /// thread with load-time preparation (packed weights, fusion); 1 in 8 without preparation (the
-/// portable kernels' plain paths); 1 in 8 with a pool of 2 threads shared by all inputs.
+/// portable kernels' plain paths: [`runtime`]); 1 in 8 with a pool of 2 threads shared by all
+/// inputs.
 pub fn options(selector: u8) -> MethodOptions {
     static POOL: OnceLock<Arc<ThreadPool>> = OnceLock::new();
     let o = MethodOptions::from(config()).threads(1);
@@ -187,7 +217,6 @@ pub fn options(selector: u8) -> MethodOptions {
             POOL.get_or_init(|| Arc::new(ThreadPool::new(2).expect("thread pool")))
                 .clone(),
         ),
-        1 => o.prepare(false),
         _ => o,
     }
 }
@@ -211,7 +240,7 @@ pub enum Outcome {
 fn run_all(program: &pteron::Program<'_>, selector: u8, choices: &[u8]) -> Outcome {
     let mut best = Outcome::Parsed;
     for name in program.method_names() {
-        if let Ok(mut m) = program.load_method_with(name, kernels(), options(selector)) {
+        if let Ok(mut m) = program.load_method_with(name, options(selector)) {
             best = best.max(run(&mut m, choices));
         }
     }
@@ -221,11 +250,12 @@ fn run_all(program: &pteron::Program<'_>, selector: u8, choices: &[u8]) -> Outco
 /// `load_program`: parse, walk the checked accessors, load every method, run it on zeros.
 pub fn load_program(data: &[u8]) -> Outcome {
     let file = pteron::ProgramFile::from_bytes(data);
-    let Ok(program) = file.program() else {
+    let selector = data.last().copied().unwrap_or(2);
+    let Ok(program) = load(&file, selector) else {
         return Outcome::Rejected;
     };
     walk_format(program.format());
-    run_all(&program, data.last().copied().unwrap_or(2), &[])
+    run_all(&program, selector, &[])
 }
 
 /// `load_ptd`: parse a `.ptd`, read every key, serve it as external_weights' external data.
@@ -245,11 +275,11 @@ pub fn load_ptd(data: &[u8]) -> Outcome {
             .expect("external_weights fixture")
     });
     let pte = pteron::ProgramFile::from_bytes(pte_bytes);
-    let program = pte
-        .program()
+    let selector = data.last().copied().unwrap_or(2);
+    let program = load(&pte, selector)
         .expect("fixture parses")
         .with_external_data(ptd);
-    run_all(&program, data.last().copied().unwrap_or(2), &[])
+    run_all(&program, selector, &[])
 }
 
 /// `load_method_execute`: a program and input bytes ([`split_lme`]); loads every method and
@@ -257,10 +287,11 @@ pub fn load_ptd(data: &[u8]) -> Outcome {
 pub fn load_method_execute(data: &[u8]) -> Outcome {
     let (inputs, pte) = split_lme(data);
     let file = pteron::ProgramFile::from_bytes(pte);
-    let Ok(program) = file.program() else {
+    let selector = inputs.last().copied().unwrap_or(2);
+    let Ok(program) = load(&file, selector) else {
         return Outcome::Rejected;
     };
-    run_all(&program, inputs.last().copied().unwrap_or(2), inputs)
+    run_all(&program, selector, inputs)
 }
 
 /// `xnnpack_payload`: the same body as [`load_method_execute`] (every method loaded with the
@@ -289,12 +320,13 @@ pub fn execute_inputs(data: &[u8]) -> Outcome {
         return Outcome::Rejected;
     };
     let file = pteron::ProgramFile::from_bytes(pte);
-    let program = file.program().expect("fixture parses");
-    run_all(&program, inputs.last().copied().unwrap_or(2), inputs)
+    let selector = inputs.last().copied().unwrap_or(2);
+    let program = load(&file, selector).expect("fixture parses");
+    run_all(&program, selector, inputs)
 }
 
 /// Touches every checked accessor of a verified program.
-pub fn walk_format(p: &pteron::format::Program<'_>) {
+pub fn walk_format(p: &pteron_format::Program<'_>) {
     let _ = p.constant_segment_bytes();
     for i in 0..p.num_segments() + 2 {
         let _ = p.segment(i);
@@ -426,7 +458,7 @@ fn encode<T: Element>(c: &mut Choices<'_>, mode: u8, numel: usize, out: &mut Vec
 }
 
 /// Input `i`'s tensor bytes and sizes, chosen by `c`.
-fn tensor_input(c: &mut Choices<'_>, spec: &pteron::core::Tensor<'_>) -> (Vec<usize>, Vec<u8>) {
+fn tensor_input(c: &mut Choices<'_>, spec: &pteron_core::Tensor<'_>) -> (Vec<usize>, Vec<u8>) {
     let h = c.byte();
     let bound = spec.info.sizes();
     let mut sizes: Vec<usize> = bound.to_vec();
@@ -457,7 +489,7 @@ fn tensor_input(c: &mut Choices<'_>, spec: &pteron::core::Tensor<'_>) -> (Vec<us
         // Raw bytes: any bit pattern (bool bytes other than 0/1, NaN payloads).
         3 => data.extend((0..nbytes).map(|_| c.byte())),
         mode => {
-            pteron::core::dispatch_dtype!(dtype, T => encode::<T>(c, mode, numel, &mut data),
+            pteron_core::dispatch_dtype!(dtype, T => encode::<T>(c, mode, numel, &mut data),
                 _ => data.extend((0..nbytes).map(|_| c.byte())))
         }
     }

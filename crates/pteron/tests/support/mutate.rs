@@ -10,8 +10,8 @@
 #![allow(dead_code)]
 
 use crate::objapi::executorch_flatbuffer as fbo;
-use pteron::format::ExtendedHeader;
 use pteron::Tensor;
+use pteron_format::ExtendedHeader;
 
 // ------------------------------------------------------------------------------------------
 // Containers
