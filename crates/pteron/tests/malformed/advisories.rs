@@ -25,9 +25,9 @@ fn bare(pte: Vec<u8>) -> Fixture {
 
 /// Loads every method of `pte` (and runs it), expecting an error matching `is`.
 fn load_err(pte: &[u8], what: &str, needles: &[&str]) -> pteron::Error {
-    let kernels = kernels();
+    let runtime = runtime();
     let r = catch_unwind(AssertUnwindSafe(|| {
-        exercise(pte, None, &[], &kernels, small_config(), true)
+        exercise(pte, None, &[], &runtime, small_config(), true)
     }))
     .unwrap_or_else(|_| panic!("{what}: panicked"));
     expect_err(r, what, needles)
@@ -35,11 +35,14 @@ fn load_err(pte: &[u8], what: &str, needles: &[&str]) -> pteron::Error {
 
 /// [`load_err`] with no delegate backend registered.
 fn load_err_no_backends(pte: &[u8], what: &str, needles: &[&str]) -> pteron::Error {
-    let kernels = kernels();
-    let options =
-        pteron::MethodOptions::from(small_config()).backends(pteron::BackendRegistry::new());
+    let runtime = Runtime::builder()
+        .kernels(runtime().kernels().clone())
+        .backends(pteron::BackendRegistry::new())
+        .build()
+        .expect("runtime");
+    let options = pteron::MethodOptions::from(small_config());
     let r = catch_unwind(AssertUnwindSafe(|| {
-        exercise_with(pte, None, &[], &kernels, options, true)
+        exercise_with(pte, None, &[], &runtime, options, true)
     }))
     .unwrap_or_else(|_| panic!("{what}: panicked"));
     expect_err(r, what, needles)
@@ -167,7 +170,7 @@ fn ghsa_f9hx_prim_kernel_arguments() {
     let mut p0 = unpack(&f.pte);
     let calls = prim_calls(&mut p0);
     assert!(calls.len() >= 4, "dynamic_reshape has prim calls");
-    let kernels = kernels();
+    let runtime = runtime();
     let mut errors = 0;
     for &k in &calls {
         let edits: Vec<Box<dyn Fn(&mut fbo::ProgramT)>> = vec![
@@ -198,7 +201,7 @@ fn ghsa_f9hx_prim_kernel_arguments() {
         for (j, e) in edits.iter().enumerate() {
             let b = edited(&f, |p| e(p));
             let r = catch_unwind(AssertUnwindSafe(|| {
-                exercise(&b, None, &f.inputs, &kernels, small_config(), true)
+                exercise(&b, None, &f.inputs, &runtime, small_config(), true)
             }))
             .unwrap_or_else(|_| panic!("prim call {k}, edit {j}: panicked"));
             errors += r.is_err() as usize;
@@ -345,10 +348,10 @@ fn et7581_plan_input_output_indices() {
     // MethodMeta's equivalents read nothing out of range either.
     let b = edited(&f, |p| plan(p).inputs = Some(vec![1 << 20]));
     let file = ProgramFile::from_bytes(&b);
-    let r = file
-        .program()
+    let r = runtime()
+        .load_program(&file)
         .unwrap()
-        .load_method_with("forward", &kernels(), small_config());
+        .load_method_with("forward", small_config());
     expect_err(r.map(|_| ()), "input index at load", &["plan input"]);
 }
 
@@ -451,7 +454,7 @@ fn et12294_condition_tensor_without_data() {
 #[test]
 fn et16704_missing_optional_fields() {
     let f = fixture("mlp");
-    let kernels = kernels();
+    let runtime = runtime();
     for b in [
         edited(&f, |p| plan(p).container_meta_type = None),
         edited(&f, |p| {
@@ -464,7 +467,7 @@ fn et16704_missing_optional_fields() {
         }),
     ] {
         let r = catch_unwind(AssertUnwindSafe(|| {
-            exercise(&b, None, &f.inputs, &kernels, small_config(), true)
+            exercise(&b, None, &f.inputs, &runtime, small_config(), true)
         }));
         assert!(r.is_ok(), "panicked");
     }
@@ -472,7 +475,7 @@ fn et16704_missing_optional_fields() {
         &edited(&f, |p| plan(p).container_meta_type = None),
         None,
         &f.inputs,
-        &kernels,
+        &runtime,
         small_config(),
         true,
     )
@@ -857,12 +860,12 @@ fn tob9_bundled_program_refused() {
 /// #16797: runner input memcpy size. `set_input_tensor` checks dtype, shape and byte count.
 #[test]
 fn et16797_input_size_checked() {
-    let kernels = kernels();
+    let runtime = runtime();
     for name in ["mlp", "dynamic_mlp"] {
         let f = fixture(name);
         let file = ProgramFile::from_bytes(&f.pte);
-        let program = file.program().unwrap();
-        let mut m = program.load_method("forward", &kernels).unwrap();
+        let program = runtime.load_program(&file).unwrap();
+        let mut m = program.load_method("forward").unwrap();
         let t = &f.inputs[0];
         let mut long = t.data.clone();
         long.extend_from_slice(&[0; 64]);
@@ -889,7 +892,7 @@ fn et16797_input_size_checked() {
 /// range, negative and huge ones are refused, naming the index.
 #[test]
 fn embedding_4bit_2bit_indices_checked() {
-    let kernels = kernels();
+    let runtime = runtime();
     for file in [
         "embedding_4bit/embedding_4bit_default_g1_f32.pte",
         "embedding_4bit/embedding_4bit_dtype_g2_zp_f32.pte",
@@ -899,8 +902,8 @@ fn embedding_4bit_2bit_indices_checked() {
             panic!("{file} missing");
         };
         let f = ProgramFile::from_bytes(&pte);
-        let program = f.program().unwrap();
-        let mut m = program.load_method("forward", &kernels).unwrap();
+        let program = runtime.load_program(&f).unwrap();
+        let mut m = program.load_method("forward").unwrap();
         let CValue::Tensor(spec) = *m.input_spec(0).unwrap() else {
             panic!("{file}: indices input");
         };
@@ -917,7 +920,8 @@ fn embedding_4bit_2bit_indices_checked() {
                 .err()
                 .unwrap_or_else(|| panic!("{file}: {bad} accepted"));
             assert!(
-                e.to_string().contains(&format!("index {bad} is out of range")),
+                e.to_string()
+                    .contains(&format!("index {bad} is out of range")),
                 "{file}: {e}"
             );
         }

@@ -46,7 +46,11 @@ fn truncated_files() {
         let mut cut = 0;
         while cut < f.pte.len() {
             let what = format!("{name} truncated to {cut} bytes");
-            let r = catch_unwind(|| ProgramFile::from_bytes(&f.pte[..cut]).program().map(|_| ()));
+            let r = catch_unwind(|| {
+                Runtime::new()
+                    .load_program(&ProgramFile::from_bytes(&f.pte[..cut]))
+                    .map(|_| ())
+            });
             let r = r.unwrap_or_else(|_| panic!("{what}: panicked"));
             expect_err(r, &what, &[]);
             cut += step;
@@ -58,7 +62,9 @@ fn truncated_files() {
             if cut >= f.pte.len() {
                 break;
             }
-            let r = ProgramFile::from_bytes(&f.pte[..cut]).program().map(|_| ());
+            let r = Runtime::new()
+                .load_program(&ProgramFile::from_bytes(&f.pte[..cut]))
+                .map(|_| ());
             expect_err(r, &format!("{name} truncated to {cut} bytes"), &[]);
         }
     }
@@ -138,7 +144,9 @@ fn bad_extended_header() {
     // A pre-1.0 header (24 bytes: no segment size) still reads; with no segment base the
     // constants cannot be found.
     let mut old = with_header(b, 12, &24u32.to_le_bytes());
-    assert!(ProgramFile::from_bytes(&old).program().is_ok());
+    assert!(Runtime::new()
+        .load_program(&ProgramFile::from_bytes(&old))
+        .is_ok());
     old[24..32].copy_from_slice(&0u64.to_le_bytes());
     parse_err(&old, "no segment base", &["segment"]);
     // Not "eh00": the whole file is then taken as the flatbuffer, which has no segments.
@@ -274,7 +282,7 @@ fn bad_segments_and_constants() {
 /// A program whose `n` values are all the same shared EValue table (a 64×64 float tensor):
 /// legal flatbuffer structure, but each offset is verified and loaded as its own value.
 fn shared_values_program(n: usize) -> Vec<u8> {
-    use pteron::format::schema as s;
+    use pteron_format::schema as s;
     let mut b = flatbuffers::FlatBufferBuilder::new();
     let sizes = b.create_vector(&[64i32, 64]);
     let dim_order = b.create_vector(&[0u8, 1]);
@@ -323,10 +331,10 @@ fn shared_values_program(n: usize) -> Vec<u8> {
 
 #[test]
 fn shared_tables_do_not_amplify() {
-    let kernels = kernels();
+    let runtime = runtime();
     // A few shared tables are fine.
     let small = shared_values_program(1000);
-    exercise(&small, None, &[], &kernels, small_config(), true).expect("1000 shared values load");
+    exercise(&small, None, &[], &runtime, small_config(), true).expect("1000 shared values load");
     // A 4 MB file that would verify and load as a million tensors (≈ 350 MB of metadata,
     // 16 GB of unplanned tensor memory) is stopped by the verifier's expansion limit.
     let big = shared_values_program(1 << 20);
@@ -338,7 +346,7 @@ fn shared_tables_do_not_amplify() {
         ..small_config()
     };
     let e = expect_err(
-        exercise(&small, None, &[], &kernels, cfg, true),
+        exercise(&small, None, &[], &runtime, cfg, true),
         "1000 values over a limit of 999",
         &["values"],
     );

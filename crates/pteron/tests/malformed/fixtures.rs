@@ -69,7 +69,7 @@ fn stub_kernel(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
             }
             CValue::OptionalTensorList(_) => {
                 let items = ctx.opt_tensor_list(i)?.to_vec();
-                for vi in items.into_iter().filter(|&v| v != pteron::core::NONE_INDEX) {
+                for vi in items.into_iter().filter(|&v| v != pteron_core::NONE_INDEX) {
                     ctx.tensor_at(vi as usize)?;
                 }
             }
@@ -98,25 +98,25 @@ fn stub_kernel(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     Ok(())
 }
 
-/// The default kernels, plus [`stub_kernel`] for every operator the fixtures use that has no
-/// kernel yet.
-pub(crate) fn kernels() -> KernelRegistry {
+/// A runtime with the default kernels, plus [`stub_kernel`] for every operator the fixtures use
+/// that has no kernel yet.
+pub(crate) fn runtime() -> Runtime {
     let mut reg = pteron::default_kernels();
     for name in all_fixture_names() {
         let f = fixture(&name);
-        let Ok(p) = pteron::format::Program::parse(&f.pte) else {
+        let Ok(p) = pteron_format::Program::parse(&f.pte) else {
             continue;
         };
         for plan in p.plans() {
             for op in plan.operators().into_iter().flatten() {
-                let full = pteron::core::method::operator_name(&op);
+                let full = pteron_core::method::operator_name(&op);
                 if reg.get(&full).is_none() {
                     reg.register(&full, Kernel::new(stub_kernel));
                 }
             }
         }
     }
-    reg
+    Runtime::builder().kernels(reg).build().expect("runtime")
 }
 
 fn synthetic_input(spec: &CValue<'_>) -> Option<Tensor> {
@@ -156,7 +156,7 @@ pub(crate) fn run_method(m: &mut Method<'_>, given: &[Tensor]) -> Result<(), pte
     }
     m.execute()?;
     for i in 0..m.num_outputs() {
-        if let pteron::core::Output::Tensor(t) = m.output(i)? {
+        if let pteron::Output::Tensor(t) = m.output(i)? {
             // Output bytes must cover the sizes the output claims.
             assert_eq!(
                 t.bytes.len(),
@@ -175,25 +175,25 @@ pub(crate) fn exercise(
     pte: &[u8],
     ptd: Option<&[u8]>,
     inputs: &[Tensor],
-    kernels: &KernelRegistry,
+    runtime: &Runtime,
     config: MethodConfig,
     execute: bool,
 ) -> Result<(), pteron::Error> {
-    exercise_with(pte, ptd, inputs, kernels, config.into(), execute)
+    exercise_with(pte, ptd, inputs, runtime, config.into(), execute)
 }
 
-/// [`exercise`] with explicit method options (backends).
+/// [`exercise`] with explicit method options.
 pub(crate) fn exercise_with(
     pte: &[u8],
     ptd: Option<&[u8]>,
     inputs: &[Tensor],
-    kernels: &KernelRegistry,
+    runtime: &Runtime,
     options: pteron::MethodOptions,
     execute: bool,
 ) -> Result<(), pteron::Error> {
     let file = ProgramFile::from_bytes(pte);
     let data = ptd.map(ProgramFile::from_bytes);
-    let mut program = file.program()?;
+    let mut program = runtime.load_program(&file)?;
     walk_format(program.format());
     if let Some(d) = &data {
         let df = d.data_file()?;
@@ -203,7 +203,7 @@ pub(crate) fn exercise_with(
     let mut first = None;
     for name in program.method_names() {
         let r = program
-            .load_method_with(name, kernels, options.clone())
+            .load_method_with(name, options.clone())
             .and_then(|mut m| {
                 if execute {
                     run_method(&mut m, inputs)?;
@@ -220,7 +220,7 @@ pub(crate) fn exercise_with(
 }
 
 /// Touches every checked accessor of a verified program.
-fn walk_format(p: &pteron::format::Program<'_>) {
+fn walk_format(p: &pteron_format::Program<'_>) {
     let _ = p.constant_segment_bytes();
     for i in 0..p.num_segments() + 2 {
         let _ = p.segment(i);
@@ -320,7 +320,7 @@ pub(crate) fn expect_err<T>(
 
 pub(crate) fn parse_err(bytes: &[u8], what: &str, needles: &[&str]) -> pteron::Error {
     let f = ProgramFile::from_bytes(bytes);
-    let r = f.program().map(|_| ());
+    let r = Runtime::new().load_program(&f).map(|_| ());
     expect_err(r, what, needles)
 }
 
@@ -332,9 +332,9 @@ pub(crate) fn run_err(
     what: &str,
     needles: &[&str],
 ) -> pteron::Error {
-    let kernels = kernels();
+    let runtime = runtime();
     let r = catch_unwind(AssertUnwindSafe(|| {
-        exercise(pte, f.ptd.as_deref(), &f.inputs, &kernels, config, true)
+        exercise(pte, f.ptd.as_deref(), &f.inputs, &runtime, config, true)
     }))
     .unwrap_or_else(|_| panic!("{what}: panicked"));
     expect_err(r, what, needles)

@@ -66,12 +66,11 @@ use std::time::{Duration, Instant};
 
 use mutate::*;
 use objapi::executorch_flatbuffer as fbo;
-use pteron::core::{
-    ArgAccess, Error as CoreError, Kernel, KernelContext, KernelError, KernelRegistry, Method,
-    Value as CValue,
+use pteron::{npy, MethodConfig, ProgramFile, RunMethod, Runtime, ScalarType, Tensor};
+use pteron_core::{
+    ArgAccess, Error as CoreError, Kernel, KernelContext, KernelError, Method, Value as CValue,
 };
-use pteron::format::{DataFile, FormatError};
-use pteron::{npy, MethodConfig, ProgramFile, RunMethod, ScalarType, Tensor};
+use pteron_format::{DataFile, FormatError};
 
 mod fixtures;
 mod rebuild;

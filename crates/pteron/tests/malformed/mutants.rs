@@ -31,23 +31,22 @@ fn fuzz_fixture(name: &'static str) {
     let n = mutants_per_fixture();
     record_panics();
     let report = with_watchdog(Duration::from_secs(30), move |step| {
-        let kernels = kernels();
+        let runtime = runtime();
         // Budgets from the original program: a little more than it needs.
         let file = ProgramFile::from_bytes(&f.pte);
         let data = f.ptd.as_deref().map(ProgramFile::from_bytes);
-        let mut program = file.program().expect("fixture parses");
+        let mut program = runtime.load_program(&file).expect("fixture parses");
         if let Some(d) = &data {
             program = program.with_external_data(d.data_file().unwrap());
         }
-        let (instrs, planned) =
-            match program.load_method_with("forward", &kernels, MethodConfig::default()) {
-                Ok(mut m) => {
-                    let planned = m.planned_bytes() as u64;
-                    let _ = run_method(&mut m, &f.inputs);
-                    (m.instructions_run(), planned)
-                }
-                Err(_) => (1000, 64 << 20),
-            };
+        let (instrs, planned) = match program.load_method_with("forward", MethodConfig::default()) {
+            Ok(mut m) => {
+                let planned = m.planned_bytes() as u64;
+                let _ = run_method(&mut m, &f.inputs);
+                (m.instructions_run(), planned)
+            }
+            Err(_) => (1000, 64 << 20),
+        };
         let config = MethodConfig {
             instruction_budget: 2 * instrs + 16,
             max_planned_bytes: 2 * planned + (1 << 20),
@@ -95,7 +94,7 @@ fn fuzz_fixture(name: &'static str) {
                 format!("{name} {kind} mutant seed {seed:#x} (#{k})"),
             );
             let r = catch_unwind(AssertUnwindSafe(|| {
-                exercise(&pte, ptd.as_deref(), &inputs, &kernels, config, execute)
+                exercise(&pte, ptd.as_deref(), &inputs, &runtime, config, execute)
             }));
             match r {
                 Err(_) => {

@@ -117,13 +117,13 @@ pub(crate) fn tcase(
 }
 
 pub(crate) fn run_cases(f: &Fixture, cases: Vec<Case>, config: MethodConfig) {
-    let kernels = kernels();
+    let runtime = runtime();
     for c in cases {
         let b = edited(f, |p| (c.edit)(p));
         if c.needles.is_empty() {
             // Accepted or rejected, but without a panic.
             let r = catch_unwind(AssertUnwindSafe(|| {
-                exercise(&b, f.ptd.as_deref(), &f.inputs, &kernels, config, true)
+                exercise(&b, f.ptd.as_deref(), &f.inputs, &runtime, config, true)
             }));
             assert!(r.is_ok(), "{}: panicked", c.what);
             continue;

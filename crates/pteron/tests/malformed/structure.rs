@@ -6,14 +6,14 @@ use super::*;
 #[test]
 fn rebuilt_fixtures_still_run() {
     // The re-serialiser itself must be faithful, or the cases below would test nothing.
-    let kernels = kernels();
+    let runtime = runtime();
     for name in all_fixture_names() {
         let f = fixture(&name);
         let b = edited(&f, |_| {});
         let cfg = MethodConfig::default();
-        let r0 = exercise(&f.pte, f.ptd.as_deref(), &f.inputs, &kernels, cfg, true)
+        let r0 = exercise(&f.pte, f.ptd.as_deref(), &f.inputs, &runtime, cfg, true)
             .map_err(|e| e.to_string());
-        let r1 = exercise(&b, f.ptd.as_deref(), &f.inputs, &kernels, cfg, true)
+        let r1 = exercise(&b, f.ptd.as_deref(), &f.inputs, &runtime, cfg, true)
             .map_err(|e| e.to_string());
         assert_eq!(r0, r1, "{name}: the rebuilt program behaves differently");
     }
@@ -349,10 +349,10 @@ fn bad_values_and_lists() {
     run_cases(&f, cases, small_config());
     // Loading by a name that is not there.
     let file = ProgramFile::from_bytes(&f.pte);
-    let e = file
-        .program()
+    let e = runtime()
+        .load_program(&file)
         .unwrap()
-        .load_method_with("nope", &kernels(), small_config())
+        .load_method_with("nope", small_config())
         .map(|_| ());
     expect_err(e, "unknown method", &["no method named"]);
 }
@@ -576,20 +576,20 @@ fn loops_stop_at_the_instruction_budget() {
         "{e:?}"
     );
     // On a true condition a jump falls through; on false it may go to the end of the chain.
-    let kernels = kernels();
+    let runtime = runtime();
     let b = edited(&f, |p| {
         let c = push_value(p, bool_value(true));
         instructions(p).insert(0, jump(c, 0));
     });
-    let _ = exercise(&b, None, &f.inputs, &kernels, cfg, true);
+    let _ = exercise(&b, None, &f.inputs, &runtime, cfg, true);
     let b = edited(&f, |p| {
         let c = push_value(p, bool_value(false));
         let n = instructions(p).len() as i32 + 1;
         instructions(p).insert(0, jump(c, n));
     });
     let file = ProgramFile::from_bytes(&b);
-    let program = file.program().unwrap();
-    let mut m = program.load_method_with("forward", &kernels, cfg).unwrap();
+    let program = runtime.load_program(&file).unwrap();
+    let mut m = program.load_method_with("forward", cfg).unwrap();
     m.set_input_tensor(0, f.inputs[0].dtype, &f.inputs[0].sizes, &f.inputs[0].data)
         .unwrap();
     m.execute().unwrap();
@@ -661,9 +661,9 @@ fn mutable_and_external_data() {
     // External weights.
     let f = fixture("external_weights");
     assert!(f.ptd.is_some(), "external_weights has a .ptd");
-    let kernels = kernels();
+    let runtime = runtime();
     let run = |pte: &[u8], ptd: Option<&[u8]>| {
-        exercise(pte, ptd, &f.inputs, &kernels, small_config(), true)
+        exercise(pte, ptd, &f.inputs, &runtime, small_config(), true)
     };
     expect_err(
         run(&f.pte, None),

@@ -101,10 +101,8 @@ fn xnn_outputs(name: &str, pte: &[u8]) -> Vec<pteron::Value> {
     )
     .expect("input0.npy");
     let f = ProgramFile::from_bytes(pte);
-    let program = f.program().expect("parses");
-    let mut m = program
-        .load_method("forward", &pteron::default_kernels())
-        .expect("loads");
+    let program = Runtime::new().load_program(&f).expect("parses");
+    let mut m = program.load_method("forward").expect("loads");
     m.run(&[input]).expect("runs")
 }
 
