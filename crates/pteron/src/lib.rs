@@ -28,6 +28,9 @@ pub use profile::{OpTime, Profiler, SiteTime};
 pub use pteron_core as core;
 pub use pteron_core::{BackendRegistry, MethodConfig, ScalarType};
 pub use pteron_format as format;
+/// The CPU's features and the process-wide cap on the kernels' SIMD level.
+pub use pteron_kernels_cpu::cpu;
+pub use pteron_nhwc::{EngineOptions, FusePolicy, NodeProfile};
 pub use tensor::{RunMethod, Tensor, Value};
 pub use threads::{default_threads, ThreadPool};
 
@@ -60,10 +63,18 @@ pub fn default_kernels() -> pteron_core::KernelRegistry {
 }
 
 /// Every delegate backend pteron ships, by id: `XnnpackBackend` (`pteron-xnnpack`, running
-/// XNNPACK-lowered programs on pteron's kernels).
+/// XNNPACK-lowered programs on pteron's channels-last engine, `pteron-nhwc`).
 pub fn default_backends() -> pteron_core::BackendRegistry {
+    backends_with(&EngineOptions::default())
+}
+
+/// [`default_backends`] with the engine run under `engine`.
+pub(crate) fn backends_with(engine: &EngineOptions) -> pteron_core::BackendRegistry {
     let mut r = pteron_core::BackendRegistry::new();
-    pteron_xnnpack::register(&mut r);
+    r.register(std::sync::Arc::new(pteron_xnnpack::XnnpackBackend {
+        engine: engine.clone(),
+        ..Default::default()
+    }));
     r
 }
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use pteron_core::{BackendRegistry, LoadOptions, MethodConfig, Parallel, Partitioner};
+use pteron_nhwc::{EngineOptions, FusePolicy, NhwcPartitioner};
 
 use crate::threads::{default_pool, ThreadPool};
 use crate::{Error, Result};
@@ -31,9 +32,13 @@ pub struct MethodOptions {
     /// Backends for delegated programs: `None` is [`crate::default_backends`] (XNNPACK);
     /// an empty registry refuses delegated programs with `BackendMissing`.
     pub backends: Option<Arc<BackendRegistry>>,
-    /// Run the convolution regions of portable programs channels-last on the XNNPACK
-    /// engine (`pteron_xnnpack::nhwc`). On by default; only with `prepare`.
+    /// Run the convolution regions of portable programs channels-last on the channels-last
+    /// engine (`pteron_nhwc::NhwcPartitioner`). On by default; only with `prepare`.
     pub channels_last: bool,
+    /// How the channels-last engine runs XNNPACK delegates and channels-last regions: which
+    /// chains it fuses, and whether it times every node (see [`crate::NodeProfile`]). With
+    /// `backends` set, only the regions follow it (the given backends keep their own).
+    pub engine: EngineOptions,
 }
 
 impl Default for MethodOptions {
@@ -45,6 +50,7 @@ impl Default for MethodOptions {
             prepare: true,
             backends: None,
             channels_last: true,
+            engine: EngineOptions::default(),
         }
     }
 }
@@ -84,10 +90,19 @@ impl MethodOptions {
         self.channels_last = on;
         self
     }
+    /// Options of the channels-last engine (fusion policy, per-node profile).
+    pub fn engine(mut self, engine: EngineOptions) -> Self {
+        self.engine = engine;
+        self
+    }
     /// The backends delegated parts of programs run on.
     pub fn backends(mut self, backends: impl Into<Arc<BackendRegistry>>) -> Self {
         self.backends = Some(backends.into());
         self
+    }
+
+    fn engine_is_default(&self) -> bool {
+        self.engine.fuse == FusePolicy::Default && self.engine.profile.is_none()
     }
 
     pub(crate) fn load_options(&self) -> Result<LoadOptions> {
@@ -105,12 +120,13 @@ impl MethodOptions {
             config: self.config,
             parallel: pool.map(|p| p as Arc<dyn Parallel + Send + Sync>),
             prepare: self.prepare,
-            backends: self
-                .backends
-                .clone()
-                .unwrap_or_else(crate::shared_default_backends),
+            backends: match &self.backends {
+                Some(b) => Arc::clone(b),
+                None if self.engine_is_default() => crate::shared_default_backends(),
+                None => Arc::new(crate::backends_with(&self.engine)),
+            },
             partitioners: if self.channels_last {
-                vec![Arc::new(pteron_xnnpack::nhwc::NhwcPartitioner) as Arc<dyn Partitioner>]
+                vec![Arc::new(NhwcPartitioner::new(self.engine.clone())) as Arc<dyn Partitioner>]
             } else {
                 Vec::new()
             },

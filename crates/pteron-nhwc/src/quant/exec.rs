@@ -13,8 +13,8 @@ use pteron_core::{KernelError, Parallel};
 
 use crate::graph::{BinaryOp, ConvKind, DType, Graph, Kind, Node, PoolKind, UnaryOp};
 use crate::kernels::layout;
-use crate::kernels::qgemm::{qgemm, Epilogue, Out, QWeights};
-use crate::kernels::quant::{self, quantize_bound, QDwWeights, Q};
+use crate::quant::gemm::{qgemm, Epilogue, Out, QWeights};
+use crate::quant::ops::{self, quantize_bound, QDwWeights, Q};
 use crate::kernels::spatial::Geom;
 use crate::util::{f32s, f32s_mut, Shape};
 
@@ -562,24 +562,24 @@ pub fn run(
     let [a, b, c, d, e] = ins;
     let n = os.count()?;
     match (prep, node) {
-        (QPrep::Quantize(q), _) => quant::quantize(par, f32s(a)?, *q, &mut i8s_mut(out)[..n]),
+        (QPrep::Quantize(q), _) => ops::quantize(par, f32s(a)?, *q, &mut i8s_mut(out)[..n]),
         (QPrep::Dequantize(q), _) => {
-            quant::dequantize(par, &i8s(a)[..n], *q, &mut f32s_mut(out)?[..n])
+            ops::dequantize(par, &i8s(a)[..n], *q, &mut f32s_mut(out)?[..n])
         }
         (QPrep::Requant { qi, qo, lo, hi }, _) => {
-            quant::requantize(&i8s(a)[..n], *qi, *qo, *lo, *hi, &mut i8s_mut(out)[..n])
+            ops::requantize(&i8s(a)[..n], *qi, *qo, *lo, *hi, &mut i8s_mut(out)[..n])
         }
         (QPrep::DynQuant { nonbatch }, _) => {
             let (rows, row) = qd8_rows(os, *nonbatch);
             let (data, sc, zp) = qd8_parts_mut(out, n, rows)?;
-            quant::quantize_rows(&f32s(a)?[..n], row, i8s_mut(data), sc, zp);
+            ops::quantize_rows(&f32s(a)?[..n], row, i8s_mut(data), sc, zp);
         }
         (
             QPrep::Binary { qa, qb, qo, lo, hi },
             &Node::Binary {
                 op, a: va, b: vb, ..
             },
-        ) => quant::binary(
+        ) => ops::binary(
             par,
             op,
             i8s(a),
@@ -634,13 +634,13 @@ pub fn run(
                 ow: os.dims()[2],
                 c: xs[3],
             };
-            quant::max_pool(par, &win, g, i8s(a), i8s_mut(out), *lo, *hi)?
+            ops::max_pool(par, &win, g, i8s(a), i8s_mut(out), *lo, *hi)?
         }
         (QPrep::Mean { qi, qo, lo, hi }, &Node::GlobalAvgPool { x, .. }) => {
             let xs = shapes[x].dims();
             let r = xs.len();
             let outer: usize = xs[..r - 3].iter().product();
-            quant::global_mean(
+            ops::global_mean(
                 i8s(a),
                 outer,
                 xs[r - 3] * xs[r - 2],
@@ -662,7 +662,7 @@ pub fn run(
                 ow: os.dims()[2],
                 c: xs[3],
             };
-            quant::depthwise(par, dw, g, i8s(a), i8s_mut(out))?
+            ops::depthwise(par, dw, g, i8s(a), i8s_mut(out))?
         }
         (QPrep::Product(p), &Node::Conv { conv, x, .. }) => {
             let bp = conv_block(p, &shapes[x]).max(1);
@@ -692,7 +692,7 @@ pub fn run(
                     let cols = scratch
                         .get_mut(..np * kp)
                         .ok_or_else(|| invalid("quantized convolution scratch too small"))?;
-                    quant::im2col_u8(par, xb, ih, iw, cin, &conv.win, ow, p0, np, kp, pad, cols);
+                    ops::im2col_u8(par, xb, ih, iw, cin, &conv.win, ow, p0, np, kp, pad, cols);
                     qgemm(
                         par,
                         cols,
@@ -714,7 +714,7 @@ pub fn run(
             let au = scratch
                 .get_mut(..rows * kp)
                 .ok_or_else(|| invalid("quantized fully connected scratch too small"))?;
-            quant::to_u8_rows(i8s(a), rows, k, kp, 128, au);
+            ops::to_u8_rows(i8s(a), rows, k, kp, 128, au);
             let epi = Epilogue::Requant {
                 bias: &p.bias,
                 scale: &p.scale,
@@ -741,7 +741,7 @@ pub fn run(
             let au = scratch
                 .get_mut(..rows * kp)
                 .ok_or_else(|| invalid("dynamic fully connected scratch too small"))?;
-            quant::to_u8_rows(i8s(data), rows, k, kp, 128, au);
+            ops::to_u8_rows(i8s(data), rows, k, kp, 128, au);
             let epi = Epilogue::Dequant {
                 rows: rs,
                 zps,

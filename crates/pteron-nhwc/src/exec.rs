@@ -13,6 +13,11 @@ use pteron_core::{
     ArgAccess, ArgView, DelegateHandle, KernelContext, KernelError, Parallel, ScalarType, TensorRef,
 };
 use pteron_kernels_cpu::simd::level;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::profile::NodeProfile;
+use crate::{EngineOptions, FusePolicy};
 
 use crate::graph::{BinaryOp, ConvKind, DType, Graph, Kind, Node};
 use crate::kernels;
@@ -20,7 +25,7 @@ use crate::kernels::elementwise::{binary, broadcast, unary};
 use crate::kernels::gemm::{bmm, fully_connected, AddInto, ConvWeights, FcFilter};
 use crate::kernels::layout;
 use crate::kernels::spatial::{depthwise, global_mean, pool, DwWeights, Geom};
-use crate::qexec::{self, QPrep};
+use crate::quant::exec::{self as qexec, QPrep};
 use crate::util::{
     f32s, f32s_mut, io, read_f16, read_f32, round_to_f16, Buf, Dst, Shape, Src, MAX_DIMS,
 };
@@ -124,7 +129,7 @@ enum Home {
 }
 
 /// An XNNPACK delegate ready to run.
-pub struct XnnDelegate {
+pub struct Executable {
     steps: Vec<Step>,
     names: Vec<&'static str>,
     homes: Vec<Home>,
@@ -158,66 +163,30 @@ pub struct XnnDelegate {
     /// Budget for the arena and scratch memory.
     max_bytes: u64,
     packed_bytes: usize,
-    /// Per-node time and runs, when `PTERON_XNNPACK_PROFILE` is set (printed on drop).
-    profile: Option<Vec<(std::time::Duration, u32)>>,
+    /// Per-node times of this run (time, ran) and where they are added, when profiling.
+    profile: Option<Profiling>,
 }
 
-impl Drop for XnnDelegate {
-    fn drop(&mut self) {
-        let Some(p) = &self.profile else { return };
-        let mut by_kind: Vec<(&str, std::time::Duration, u32)> = Vec::new();
-        let mut rows = Vec::new();
-        for (i, &(t, n)) in p.iter().enumerate() {
-            if n == 0 {
-                continue;
-            }
-            let name = self.names[i];
-            match by_kind.iter_mut().find(|k| k.0 == name) {
-                Some(k) => {
-                    k.1 += t;
-                    k.2 += 1;
-                }
-                None => by_kind.push((name, t, 1)),
-            }
-            rows.push((t / n, i));
-        }
-        let runs = p.iter().map(|x| x.1).max().unwrap_or(1).max(1);
-        by_kind.sort_by(|a, b| b.1.cmp(&a.1));
-        eprintln!("XNNPACK delegate profile ({runs} runs; time per run):");
-        for (name, t, nodes) in &by_kind {
-            eprintln!(
-                "  {:>9.3} ms  {name} ({nodes} nodes)",
-                (t.as_secs_f64() * 1e3) / runs as f64
-            );
-        }
-        // `PTERON_XNNPACK_PROFILE=all`: every node in execution order (to set beside
-        // ExecuTorch's own per-operator profile); otherwise the slowest dozen.
-        let all = std::env::var("PTERON_XNNPACK_PROFILE").is_ok_and(|v| v == "all");
-        if all {
-            eprintln!("  nodes in order:");
-        } else {
-            rows.sort_by(|a, b| b.0.cmp(&a.0));
-            rows.truncate(12);
-            eprintln!("  slowest nodes:");
-        }
-        for (t, i) in rows.iter() {
-            let out = self.steps[*i].node.output();
-            eprintln!(
-                "  {:>9.3} ms  node {i} {} -> {:?}",
-                t.as_secs_f64() * 1e3,
-                self.names[*i],
-                self.shapes[out].dims()
-            );
-        }
-    }
+/// A graph's rows in a [`NodeProfile`] and this run's times.
+struct Profiling {
+    sink: Arc<NodeProfile>,
+    graph: usize,
+    times: Vec<(Duration, bool)>,
 }
 
 fn invalid(msg: impl Into<String>) -> KernelError {
     KernelError::invalid(msg)
 }
 
-impl XnnDelegate {
-    pub fn new(g: Graph<'_>, max_bytes: u64) -> Result<Self, KernelError> {
+impl Executable {
+    /// Checks and prepares `g` to run within `max_bytes` of arena and scratch memory, on a
+    /// pool of `num_threads` threads.
+    pub fn new(
+        g: Graph<'_>,
+        max_bytes: u64,
+        num_threads: usize,
+        options: &EngineOptions,
+    ) -> Result<Self, KernelError> {
         let nv = g.values.len();
         let nn = g.nodes.len();
         // Which constants are read by a kernel in place (everything but packed filters).
@@ -507,7 +476,7 @@ impl XnnDelegate {
         }
         let shapes: Vec<Shape> = g.values.iter().map(|v| v.shape).collect();
         let dtypes: Vec<DType> = g.values.iter().map(|v| v.dtype).collect();
-        let mut d = XnnDelegate {
+        let mut d = Executable {
             steps,
             names: g.node_names,
             homes,
@@ -521,7 +490,7 @@ impl XnnDelegate {
             arena: Buf::default(),
             scratch: Vec::new(),
             fused_scratch: Vec::new(),
-            fused_bands: std::thread::available_parallelism().map_or(1, |n| n.get().min(16)),
+            fused_bands: num_threads.clamp(1, 16),
             qscratch: Vec::new(),
             inputs: g.inputs,
             outputs: g.outputs,
@@ -530,22 +499,26 @@ impl XnnDelegate {
             ext_out: vec![None; nv],
             max_bytes,
             packed_bytes,
-            profile: std::env::var_os("PTERON_XNNPACK_PROFILE")
-                .map(|_| vec![Default::default(); nn]),
+            profile: None,
         };
         d.propagate()?;
-        // `PTERON_XNNPACK_FUSE=0`: no fusion (to set nodes beside ExecuTorch's); `=all`: at any
-        // size (tests).
-        let min_bytes = match std::env::var("PTERON_XNNPACK_FUSE").as_deref() {
-            Ok("0") => None,
-            Ok("all") => Some(0),
-            _ => Some(FUSE_MIN_BYTES),
+        let min_bytes = match options.fuse {
+            FusePolicy::Off => None,
+            FusePolicy::All => Some(0),
+            FusePolicy::Default => Some(FUSE_MIN_BYTES),
         };
         if let Some(min_bytes) = min_bytes {
             d.fuse(min_bytes);
             d.fuse_residuals();
         }
         d.plan()?;
+        if let Some(sink) = &options.profile {
+            d.profile = Some(Profiling {
+                graph: sink.add_graph(&d.names),
+                sink: Arc::clone(sink),
+                times: vec![(Duration::ZERO, false); nn],
+            });
+        }
         Ok(d)
     }
 
@@ -1577,7 +1550,7 @@ fn infer(st: &Step, shapes: &[Shape]) -> Result<Shape, KernelError> {
     })
 }
 
-impl DelegateHandle for XnnDelegate {
+impl DelegateHandle for Executable {
     fn check(&self, args: &ArgView<'_, '_>) -> Result<(), KernelError> {
         for &(ext, v) in self.inputs.iter().chain(&self.outputs) {
             let t = args
@@ -1686,11 +1659,14 @@ impl DelegateHandle for XnnDelegate {
             }
         }
         let par = ctx.parallel();
+        if let Some(p) = &mut self.profile {
+            p.times.fill((Duration::ZERO, false));
+        }
         for i in 0..self.steps.len() {
             if self.steps[i].fuse == Fuse::IntoNext {
                 continue;
             }
-            let t0 = self.profile.as_ref().map(|_| std::time::Instant::now());
+            let t0 = self.profile.as_ref().map(|_| Instant::now());
             self.run_step_with(ctx, i, par).map_err(|e| match e {
                 KernelError::Invalid(m) => invalid(format!("node {i} ({}): {m}", self.names[i])),
                 e => e,
@@ -1701,9 +1677,13 @@ impl DelegateHandle for XnnDelegate {
                 round_to_f16(f32s_mut(&mut self.arena.bytes_mut()[r])?);
             }
             if let (Some(p), Some(t0)) = (&mut self.profile, t0) {
-                p[i].0 += t0.elapsed();
-                p[i].1 += 1;
+                p.times[i] = (t0.elapsed(), true);
             }
+        }
+        if let Some(p) = &mut self.profile {
+            let (steps, shapes) = (&self.steps, &self.shapes);
+            p.sink
+                .add_run(p.graph, &p.times, |i| shapes[steps[i].node.output()]);
         }
         for k in 0..self.outputs.len() {
             let (ext, v) = self.outputs[k];
@@ -1727,7 +1707,7 @@ impl DelegateHandle for XnnDelegate {
     }
 }
 
-impl XnnDelegate {
+impl Executable {
     /// Runs node `i`, borrowing from the method the operands and output used in place.
     fn run_step_with(
         &mut self,

@@ -14,7 +14,7 @@ use pteron_kernels_cpu::par::for_chunks_mut;
 use pteron_kernels_cpu::simd::{level, run_op_at, Simd, SimdOp};
 
 use crate::graph::{BinaryOp, Window};
-use crate::kernels::qgemm::requant;
+use crate::quant::gemm::requant;
 use crate::kernels::spatial::{taps, Geom};
 use crate::util::{Shape, MAX_DIMS};
 
@@ -732,15 +732,10 @@ mod avx512 {
 
     /// Whether the CPU has AVX-512 VBMI and VNNI (the interior of 3-wide filters then takes
     /// taps in pairs: bytes of two taps interleaved by one `vpermb`, widened to 16 bits, and
-    /// multiplied and added by one `vpdpwssd` instead of two `vpmulld` and two adds).
+    /// multiplied and added by one `vpdpwssd` instead of two `vpmulld` and two adds), and the
+    /// process's SIMD level is not capped below AVX-512.
     pub fn has_vbmi_vnni() -> bool {
-        use std::sync::OnceLock;
-        static V: OnceLock<bool> = OnceLock::new();
-        *V.get_or_init(|| {
-            std::arch::is_x86_feature_detected!("avx512vbmi")
-                && std::arch::is_x86_feature_detected!("avx512vnni")
-                && std::env::var("PTERON_SIMD").map_or(true, |v| v == "avx512")
-        })
+        pteron_kernels_cpu::cpu::int8_vbmi_vnni()
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]

@@ -356,23 +356,10 @@ fn gemv(par: &dyn Parallel, a: &[u8], w: &QWeights, epi: &Epilogue<'_>, out: &mu
     });
 }
 
+/// The AVX-512 VNNI products may run: the CPU has them and the process's SIMD level is not
+/// capped below AVX-512 (`pteron_kernels_cpu::cpu::set_max_level`).
 fn has_vnni() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static V: OnceLock<bool> = OnceLock::new();
-        *V.get_or_init(|| {
-            std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-                && std::arch::is_x86_feature_detected!("avx512vnni")
-                && std::env::var("PTERON_SIMD").map_or(true, |v| v == "avx512")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    pteron_kernels_cpu::cpu::int8_vnni()
 }
 
 /// Output rows `r0 .. r0 + rows` (`o` starts at row `r0`) with plain integer loops.
