@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use pteron_core::INLINE;
 use pteron_nhwc::graph::Window;
-use pteron_nhwc::quant::ops::{depthwise, quantize_rows, requantize, QDwWeights, Q};
 use pteron_nhwc::kernels::spatial::Geom;
+use pteron_nhwc::quant::ops::{depthwise, quantize_rows, requantize, QDwWeights, Q};
 
 fn best(mut f: impl FnMut()) -> f64 {
     f();

@@ -13,9 +13,9 @@ use pteron_core::{KernelError, Parallel};
 
 use crate::graph::{BinaryOp, ConvKind, DType, Graph, Kind, Node, PoolKind, UnaryOp};
 use crate::kernels::layout;
+use crate::kernels::spatial::Geom;
 use crate::quant::gemm::{qgemm, Epilogue, Out, QWeights};
 use crate::quant::ops::{self, quantize_bound, QDwWeights, Q};
-use crate::kernels::spatial::Geom;
 use crate::util::{f32s, f32s_mut, Shape};
 
 /// Rows of a `qdint8` value of shape `s` (the last `nonbatch` dims form a row) and the row

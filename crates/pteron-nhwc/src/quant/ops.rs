@@ -14,8 +14,8 @@ use pteron_kernels_cpu::par::for_chunks_mut;
 use pteron_kernels_cpu::simd::{level, run_op_at, Simd, SimdOp};
 
 use crate::graph::{BinaryOp, Window};
-use crate::quant::gemm::requant;
 use crate::kernels::spatial::{taps, Geom};
+use crate::quant::gemm::requant;
 use crate::util::{Shape, MAX_DIMS};
 
 /// Quantization of one int8 value: `real = scale · (q − zp)`.
