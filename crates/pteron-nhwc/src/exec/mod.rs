@@ -1,6 +1,7 @@
-//! The initialised delegate: per-node prepared kernels (packed weights), shape propagation,
-//! the memory plan of the graph's values in one arena, and execution over a `DelegateCall`'s
-//! arguments.
+//! A graph ready to run ([`Executable`], a `DelegateHandle`): per-node prepared kernels
+//! (packed weights; `prepare`), shape propagation (`shapes`), fused steps (`fuse`), the
+//! memory plan of the graph's values in one arena (`plan`), and execution over a
+//! `DelegateCall`'s arguments (`run`; the float32 node kernels in `nodes`).
 //!
 //! Shapes are propagated from the external inputs through every node, as XNNPACK's
 //! `xnn_reshape_runtime` does; this runs at init (with the exported input shapes) and again
@@ -87,7 +88,7 @@ enum Home {
     Arena,
 }
 
-/// An XNNPACK delegate ready to run.
+/// A graph ready to run: the handle of an XNNPACK delegate or of a channels-last region.
 pub struct Executable {
     steps: Vec<Step>,
     names: Vec<&'static str>,
@@ -106,7 +107,7 @@ pub struct Executable {
     arena: Buf,
     scratch: Vec<f32>,
     /// Stripe buffers of the fused pointwise-depthwise steps (sized at planning) for this
-    /// many bands: the machine's threads, read once at init (reading them allocates).
+    /// many bands: the threads of the method's pool (at most 16).
     fused_scratch: Vec<f32>,
     fused_bands: usize,
     /// Activation operands of the quantized products.

@@ -7,7 +7,7 @@ use super::fuse::chain_at;
 use super::{Executable, Fuse, Home, Prep};
 use crate::graph::Node;
 use crate::kernels;
-use crate::quant::exec::{self as qexec};
+use crate::quant::exec as qexec;
 use crate::util::Buf;
 
 impl Executable {
@@ -136,8 +136,8 @@ impl Executable {
                 }
             }
         }
-        // Fused pointwise-depthwise steps: a band of widened rows per thread of the machine
-        // (a pool of more threads runs as many bands as fit).
+        // Fused pointwise-depthwise steps: a band of widened rows per thread of the method's
+        // pool (a pool of more than 16 threads runs as many bands as fit).
         let bands = self.fused_bands;
         let mut fused = 0usize;
         for i in 0..self.steps.len() {

@@ -11,7 +11,7 @@ use super::{invalid, Executable, Fuse, Home, Prep};
 use crate::graph::{DType, Node};
 use crate::kernels;
 use crate::kernels::gemm::AddInto;
-use crate::quant::exec::{self as qexec};
+use crate::quant::exec as qexec;
 use crate::util::{f32s, f32s_mut, io, round_to_f16, Dst, Src, MAX_DIMS};
 
 impl Executable {

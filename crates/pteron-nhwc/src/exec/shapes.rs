@@ -6,7 +6,7 @@ use pteron_core::KernelError;
 use super::{invalid, Executable, Step};
 use crate::graph::{ConvKind, Node};
 use crate::kernels::elementwise::broadcast;
-use crate::quant::exec::{self as qexec};
+use crate::quant::exec as qexec;
 use crate::util::{Shape, MAX_DIMS};
 
 impl Executable {

@@ -26,7 +26,7 @@ use pteron::core::{
     ArgAccess, Dynamism, Element, Kernel, KernelContext, KernelError, KernelRegistry, Method,
     Output, Value,
 };
-use pteron::{MethodConfig, MethodOptions, ScalarType, ThreadPool};
+use pteron::{EngineOptions, FusePolicy, MethodConfig, MethodOptions, ScalarType, ThreadPool};
 
 // ------------------------------------------------------------------------------------------
 // Fixtures, kernels and limits
@@ -179,9 +179,19 @@ pub fn config() -> MethodConfig {
 /// How methods are loaded, picked by `selector` (a byte of the input): mostly on the calling
 /// thread with load-time preparation (packed weights, fusion); 1 in 8 without preparation (the
 /// portable kernels' plain paths); 1 in 8 with a pool of 2 threads shared by all inputs.
+/// `PTERON_XNNPACK_FUSE=all` (or `0`) sets the engine's fusion policy for a fuzzing session
+/// (`all`: fused chains at any map size, so that small hostile graphs reach them).
 pub fn options(selector: u8) -> MethodOptions {
     static POOL: OnceLock<Arc<ThreadPool>> = OnceLock::new();
-    let o = MethodOptions::from(config()).threads(1);
+    static FUSE: OnceLock<FusePolicy> = OnceLock::new();
+    let fuse = *FUSE.get_or_init(|| match std::env::var("PTERON_XNNPACK_FUSE").as_deref() {
+        Ok("all") => FusePolicy::All,
+        Ok("0") => FusePolicy::Off,
+        _ => FusePolicy::Default,
+    });
+    let o = MethodOptions::from(config())
+        .threads(1)
+        .engine(EngineOptions::new().fuse(fuse));
     match selector % 8 {
         0 => o.pool(
             POOL.get_or_init(|| Arc::new(ThreadPool::new(2).expect("thread pool")))
