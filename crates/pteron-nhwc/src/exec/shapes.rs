@@ -46,16 +46,6 @@ fn shape_err(msg: impl Into<String>) -> KernelError {
 
 /// The output shape of a step given the current shapes.
 fn infer(st: &Step, shapes: &[Shape]) -> Result<Shape, KernelError> {
-    let need_rank = |s: &Shape, r: usize, what: &str| {
-        if s.rank() != r {
-            Err(shape_err(format!(
-                "{what} of rank {}, expected {r}",
-                s.rank()
-            )))
-        } else {
-            Ok(())
-        }
-    };
     Ok(match (&st.node, &st.prep) {
         (&Node::Binary { a, b, .. }, _) => broadcast(&shapes[a], &shapes[b])?,
         (&Node::Unary { x, .. }, _) => shapes[x],
@@ -64,43 +54,6 @@ fn infer(st: &Step, shapes: &[Shape]) -> Result<Shape, KernelError> {
                 return Err(shape_err("softmax of a scalar"));
             }
             shapes[x]
-        }
-        (
-            &Node::FullyConnected {
-                x,
-                w,
-                bias,
-                transpose_w,
-                ..
-            },
-            _,
-        ) => {
-            let xs = shapes[x];
-            if xs.rank() == 0 {
-                return Err(shape_err("fully connected input of rank 0"));
-            }
-            let ws = shapes[w];
-            need_rank(&ws, 2, "filter")?;
-            let (ic, oc) = if transpose_w {
-                (ws.dims()[0], ws.dims()[1])
-            } else {
-                (ws.dims()[1], ws.dims()[0])
-            };
-            if xs.back(1) != ic {
-                return Err(shape_err(format!(
-                    "input has {} channels, filter {ic}",
-                    xs.back(1)
-                )));
-            }
-            if let Some(b) = bias {
-                if shapes[b].count()? != oc {
-                    return Err(shape_err("bias size differs from the output channels"));
-                }
-            }
-            let mut o = xs;
-            let r = o.rank();
-            o.dims_mut()[r - 1] = oc;
-            o
         }
         (&Node::Conv { conv, x, .. }, _) => {
             let xs = shapes[x];
@@ -144,7 +97,24 @@ fn infer(st: &Step, shapes: &[Shape]) -> Result<Shape, KernelError> {
                 Shape::new(&d[..r - 2])?
             }
         }
-        (&Node::Transpose { perm, x, .. }, _) => {
+        (
+            Node::Transpose { .. }
+            | Node::Reshape { .. }
+            | Node::Slice { .. }
+            | Node::Concat { .. }
+            | Node::Pad { .. }
+            | Node::Resize { .. },
+            _,
+        ) => layout_shape(&st.node, shapes)?,
+        (Node::FullyConnected { .. } | Node::Bmm { .. }, _) => product_shape(&st.node, shapes)?,
+    })
+}
+
+/// The output shape of a node that moves data (transpose, reshape, slice, concatenation,
+/// padding, resizing).
+fn layout_shape(node: &Node, shapes: &[Shape]) -> Result<Shape, KernelError> {
+    Ok(match node {
+        &Node::Transpose { perm, x, .. } => {
             let xs = shapes[x];
             need_rank(&xs, perm.rank(), "transpose input")?;
             let mut d = [0usize; MAX_DIMS];
@@ -153,7 +123,7 @@ fn infer(st: &Step, shapes: &[Shape]) -> Result<Shape, KernelError> {
             }
             Shape::new(&d[..perm.rank()])?
         }
-        (&Node::Reshape { new_shape, x, .. }, _) => {
+        &Node::Reshape { new_shape, x, .. } => {
             let n = shapes[x].count()?;
             let mut o = new_shape;
             let dynamic = o.dims().iter().position(|&d| d == 0);
@@ -186,12 +156,9 @@ fn infer(st: &Step, shapes: &[Shape]) -> Result<Shape, KernelError> {
             }
             o
         }
-        (
-            &Node::Slice {
-                offsets, sizes, x, ..
-            },
-            _,
-        ) => {
+        &Node::Slice {
+            offsets, sizes, x, ..
+        } => {
             let xs = shapes[x];
             need_rank(&xs, offsets.rank(), "slice input")?;
             let mut d = [0usize; MAX_DIMS];
@@ -211,12 +178,9 @@ fn infer(st: &Step, shapes: &[Shape]) -> Result<Shape, KernelError> {
             }
             Shape::new(&d[..xs.rank()])?
         }
-        (
-            &Node::Concat {
-                axis, inputs, n, ..
-            },
-            _,
-        ) => {
+        &Node::Concat {
+            axis, inputs, n, ..
+        } => {
             let first = shapes[inputs[0]];
             if axis >= first.rank() {
                 return Err(shape_err(format!(
@@ -244,7 +208,7 @@ fn infer(st: &Step, shapes: &[Shape]) -> Result<Shape, KernelError> {
             o.dims_mut()[axis] = total;
             o
         }
-        (&Node::Pad { pre, post, x, .. }, _) => {
+        &Node::Pad { pre, post, x, .. } => {
             let xs = shapes[x];
             if pre.rank() < xs.rank() {
                 return Err(shape_err("fewer paddings than dimensions"));
@@ -255,22 +219,57 @@ fn infer(st: &Step, shapes: &[Shape]) -> Result<Shape, KernelError> {
             }
             Shape::new(&d[..xs.rank()])?
         }
-        (
-            &Node::Resize {
-                height, width, x, ..
-            },
-            _,
-        ) => {
+        &Node::Resize {
+            height, width, x, ..
+        } => {
             let xs = shapes[x];
             need_rank(&xs, 4, "resize input")?;
             Shape::new(&[xs.dims()[0], height, width, xs.dims()[3]])?
         }
-        (
-            &Node::Bmm {
-                a, b, transpose_b, ..
-            },
-            _,
-        ) => {
+        _ => return Err(KernelError::invalid("not a data-movement node")),
+    })
+}
+
+/// The output shape of a product (fully connected, batch matrix multiply).
+fn product_shape(node: &Node, shapes: &[Shape]) -> Result<Shape, KernelError> {
+    Ok(match node {
+        &Node::FullyConnected {
+            x,
+            w,
+            bias,
+            transpose_w,
+            ..
+        } => {
+            let xs = shapes[x];
+            if xs.rank() == 0 {
+                return Err(shape_err("fully connected input of rank 0"));
+            }
+            let ws = shapes[w];
+            need_rank(&ws, 2, "filter")?;
+            let (ic, oc) = if transpose_w {
+                (ws.dims()[0], ws.dims()[1])
+            } else {
+                (ws.dims()[1], ws.dims()[0])
+            };
+            if xs.back(1) != ic {
+                return Err(shape_err(format!(
+                    "input has {} channels, filter {ic}",
+                    xs.back(1)
+                )));
+            }
+            if let Some(b) = bias {
+                if shapes[b].count()? != oc {
+                    return Err(shape_err("bias size differs from the output channels"));
+                }
+            }
+            let mut o = xs;
+            let r = o.rank();
+            o.dims_mut()[r - 1] = oc;
+            o
+        }
+        &Node::Bmm {
+            a, b, transpose_b, ..
+        } => {
             let (sa, sb) = (shapes[a], shapes[b]);
             if sa.rank() < 2 || sb.rank() < 2 {
                 return Err(shape_err("batch matrix multiply of rank below 2"));
@@ -297,5 +296,18 @@ fn infer(st: &Step, shapes: &[Shape]) -> Result<Shape, KernelError> {
             d[r + 1] = n;
             Shape::new(&d[..r + 2])?
         }
+
+        _ => return Err(KernelError::invalid("not a product node")),
     })
+}
+
+fn need_rank(s: &Shape, r: usize, what: &str) -> Result<(), KernelError> {
+    if s.rank() != r {
+        Err(shape_err(format!(
+            "{what} of rank {}, expected {r}",
+            s.rank()
+        )))
+    } else {
+        Ok(())
+    }
 }
