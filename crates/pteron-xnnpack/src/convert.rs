@@ -40,7 +40,6 @@ fn datatype_name(d: schema::XNNDatatype) -> String {
         .unwrap_or_else(|| format!("#{}", d.0))
 }
 
-
 fn invalid(msg: impl Into<String>) -> KernelError {
     KernelError::invalid(msg)
 }
@@ -648,6 +647,49 @@ fn parse_node(
                 transpose_w: node.flags() & XNN_FLAG_TRANSPOSE_WEIGHTS != 0,
             }
         }
+        T::XNNConv2d
+        | T::XNNDepthwiseConv2d
+        | T::XNNConvTranspose2d
+        | T::XNNMaxPooling2d
+        | T::XNNAvgPooling2d
+        | T::XNNGlobalAvgPooling2d => parse_window_node(b, n, ty, name)?,
+        T::XNNStaticTranspose
+        | T::XNNStaticReshape
+        | T::XNNStaticSlice
+        | T::XNNConcatenate2
+        | T::XNNConcatenate3
+        | T::XNNConcatenate4
+        | T::XNNConcatenate5
+        | T::XNNStaticConstantPad
+        | T::XNNStaticResizeBilinear2D => parse_layout_node(b, n, ty, name)?,
+        T::XNNBatchMatrixMultiply => {
+            let node = get!(n, xnode_union_as_xnnbatch_matrix_multiply);
+            check_flags(name, node.flags(), XNN_FLAG_TRANSPOSE_B)?;
+            Node::Bmm {
+                a: b.id(node.input1_id(), "input 1")?,
+                b: b.id(node.input2_id(), "input 2")?,
+                out: b.id(node.output_id(), "output")?,
+                transpose_b: node.flags() & XNN_FLAG_TRANSPOSE_B != 0,
+            }
+        }
+        other => {
+            return Err(unsupported(format!(
+                "node type {} is not supported",
+                other.variant_name().unwrap_or("unknown")
+            )))
+        }
+    })
+}
+
+/// Convolutions and pooling: nodes over a window of NHWC pixels.
+fn parse_window_node(
+    b: &Builder,
+    n: &schema::XNode<'_>,
+    ty: schema::XNodeUnion,
+    name: &str,
+) -> Result<Node, KernelError> {
+    use schema::XNodeUnion as T;
+    Ok(match ty {
         T::XNNConv2d | T::XNNDepthwiseConv2d | T::XNNConvTranspose2d => {
             let node = match ty {
                 T::XNNConv2d => get!(n, xnode_union_as_xnnconv_2d),
@@ -765,6 +807,25 @@ fn parse_node(
                 clamp: min_max(n)?,
             }
         }
+        other => {
+            return Err(invalid(format!(
+                "{} is not a {} node",
+                other.variant_name().unwrap_or("unknown"),
+                "window"
+            )))
+        }
+    })
+}
+
+/// Nodes that move data: transpose, reshape, slice, concatenation, padding, resizing.
+fn parse_layout_node(
+    b: &Builder,
+    n: &schema::XNode<'_>,
+    ty: schema::XNodeUnion,
+    name: &str,
+) -> Result<Node, KernelError> {
+    use schema::XNodeUnion as T;
+    Ok(match ty {
         T::XNNStaticTranspose => {
             let node = get!(n, xnode_union_as_xnnstatic_transpose);
             check_flags(name, node.flags(), 0)?;
@@ -877,20 +938,11 @@ fn parse_node(
                 out: b.id(node.output_id(), "output")?,
             }
         }
-        T::XNNBatchMatrixMultiply => {
-            let node = get!(n, xnode_union_as_xnnbatch_matrix_multiply);
-            check_flags(name, node.flags(), XNN_FLAG_TRANSPOSE_B)?;
-            Node::Bmm {
-                a: b.id(node.input1_id(), "input 1")?,
-                b: b.id(node.input2_id(), "input 2")?,
-                out: b.id(node.output_id(), "output")?,
-                transpose_b: node.flags() & XNN_FLAG_TRANSPOSE_B != 0,
-            }
-        }
         other => {
-            return Err(unsupported(format!(
-                "node type {} is not supported",
-                other.variant_name().unwrap_or("unknown")
+            return Err(invalid(format!(
+                "{} is not a {} node",
+                other.variant_name().unwrap_or("unknown"),
+                "data-movement"
             )))
         }
     })
