@@ -11,7 +11,7 @@
 
 use pteron_core::{KernelError, Parallel};
 
-use crate::graph::{BinaryOp, ConvKind, DType, Graph, Kind, Node, PoolKind, UnaryOp};
+use crate::graph::{BinaryOp, Clamp, Conv, ConvKind, DType, Graph, Kind, Node, PoolKind, UnaryOp};
 use crate::kernels::layout;
 use crate::kernels::spatial::Geom;
 use crate::quant::gemm::{qgemm, Epilogue, Out, QWeights};
@@ -410,47 +410,7 @@ pub fn prepare(g: &Graph<'_>, node: &Node) -> Result<Option<QPrep>, KernelError>
             };
             let ws = g.values[w].shape;
             match conv.kind {
-                ConvKind::Depthwise => {
-                    let co = conv.out_channels();
-                    if conv.group_out != 1 {
-                        return Err(unsupported(
-                            "int8 depthwise convolution with a channel multiplier",
-                        ));
-                    }
-                    if !(-128..=127).contains(&qi.zp) {
-                        return Err(invalid(format!("int8 zero point {}", qi.zp)));
-                    }
-                    if ws.dims() != [1, conv.win.kh, conv.win.kw, co] {
-                        return Err(invalid(format!("filter shape {:?}", ws.dims())));
-                    }
-                    let sw = weight_scales(g, w, co, 3)?;
-                    let wb = const_bytes(g, w)?;
-                    let taps = conv.win.kh * conv.win.kw;
-                    if wb.len() < taps * co {
-                        return Err(invalid("filter too short"));
-                    }
-                    let b = match bias {
-                        None => vec![0; co],
-                        Some(b) => match dt(b) {
-                            DType::QC32 { .. } | DType::QS32 { .. } => const_i32(g, b, co)?,
-                            d => return Err(unsupported(format!("bias of datatype {d:?}"))),
-                        },
-                    };
-                    let (lo, hi) = bounds(clamp, qo);
-                    let w: Vec<i16> = wb[..taps * co].iter().map(|&v| v as i8 as i16).collect();
-                    QPrep::Depthwise(QDwWeights {
-                        win: conv.win,
-                        channels: co,
-                        w32: w.iter().map(|&v| v as i32).collect(),
-                        w,
-                        bias: b,
-                        scale: sw.iter().map(|&s| qi.scale * s / qo.scale).collect(),
-                        qi,
-                        qo,
-                        lo,
-                        hi,
-                    })
-                }
+                ConvKind::Depthwise => prepare_depthwise(g, conv, w, bias, clamp, qi, qo)?,
                 ConvKind::Conv if conv.groups == 1 => {
                     let k = conv.win.kh * conv.win.kw * conv.group_in;
                     let oc = conv.out_channels();
@@ -497,30 +457,95 @@ pub fn prepare(g: &Graph<'_>, node: &Node) -> Result<Option<QPrep>, KernelError>
                     let (qi, qo) = (Q { scale, zp }, Q { scale: s2, zp: z2 });
                     QPrep::Product(product(g, wq, w, bias, qi, qo, clamp, 0)?)
                 }
-                (DType::QD8 { .. }, DType::F32) => {
-                    let (block, scale) = match dt(w) {
-                        DType::QB4 { block, scales } => {
-                            (block as usize, g.scales[scales as usize].clone())
-                        }
-                        DType::QC8 { .. } | DType::QC4 { .. } => (0, weight_scales(g, w, oc, 0)?),
-                        d => return Err(unsupported(format!("filter of datatype {d:?}"))),
-                    };
-                    let mut wq = pack_filter(g, w, oc, k, block)?;
-                    wq.set_block_scales(&scale)?;
-                    let bias = bias.map(|b| const_f32(g, b, oc)).transpose()?;
-                    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
-                    QPrep::Dynamic(DProduct {
-                        w: wq,
-                        scale,
-                        bias,
-                        lo,
-                        hi,
-                    })
-                }
+                (DType::QD8 { .. }, DType::F32) => dynamic_product(g, w, bias, clamp, oc, k)?,
                 _ => return Err(combo()),
             }
         }
         _ => return Err(combo()),
+    }))
+}
+
+/// An int8 depthwise convolution (multiplier 1): filter widened to i16 (and i32), biases,
+/// requantization scale per channel.
+#[allow(clippy::too_many_arguments)]
+fn prepare_depthwise(
+    g: &Graph<'_>,
+    conv: Conv,
+    w: usize,
+    bias: Option<usize>,
+    clamp: Clamp,
+    qi: Q,
+    qo: Q,
+) -> Result<QPrep, KernelError> {
+    let dt = |v: usize| g.values[v].dtype;
+    let ws = g.values[w].shape;
+    let co = conv.out_channels();
+    if conv.group_out != 1 {
+        return Err(unsupported(
+            "int8 depthwise convolution with a channel multiplier",
+        ));
+    }
+    if !(-128..=127).contains(&qi.zp) {
+        return Err(invalid(format!("int8 zero point {}", qi.zp)));
+    }
+    if ws.dims() != [1, conv.win.kh, conv.win.kw, co] {
+        return Err(invalid(format!("filter shape {:?}", ws.dims())));
+    }
+    let sw = weight_scales(g, w, co, 3)?;
+    let wb = const_bytes(g, w)?;
+    let taps = conv.win.kh * conv.win.kw;
+    if wb.len() < taps * co {
+        return Err(invalid("filter too short"));
+    }
+    let b = match bias {
+        None => vec![0; co],
+        Some(b) => match dt(b) {
+            DType::QC32 { .. } | DType::QS32 { .. } => const_i32(g, b, co)?,
+            d => return Err(unsupported(format!("bias of datatype {d:?}"))),
+        },
+    };
+    let (lo, hi) = bounds(clamp, qo);
+    let w: Vec<i16> = wb[..taps * co].iter().map(|&v| v as i8 as i16).collect();
+    Ok(QPrep::Depthwise(QDwWeights {
+        win: conv.win,
+        channels: co,
+        w32: w.iter().map(|&v| v as i32).collect(),
+        w,
+        bias: b,
+        scale: sw.iter().map(|&s| qi.scale * s / qo.scale).collect(),
+        qi,
+        qo,
+        lo,
+        hi,
+    }))
+}
+
+/// A fully connected node over dynamically quantized rows: packed 8- or 4-bit weights with
+/// their per-channel or blockwise scales, a float bias.
+fn dynamic_product(
+    g: &Graph<'_>,
+    w: usize,
+    bias: Option<usize>,
+    clamp: Clamp,
+    oc: usize,
+    k: usize,
+) -> Result<QPrep, KernelError> {
+    let dt = |v: usize| g.values[v].dtype;
+    let (block, scale) = match dt(w) {
+        DType::QB4 { block, scales } => (block as usize, g.scales[scales as usize].clone()),
+        DType::QC8 { .. } | DType::QC4 { .. } => (0, weight_scales(g, w, oc, 0)?),
+        d => return Err(unsupported(format!("filter of datatype {d:?}"))),
+    };
+    let mut wq = pack_filter(g, w, oc, k, block)?;
+    wq.set_block_scales(&scale)?;
+    let bias = bias.map(|b| const_f32(g, b, oc)).transpose()?;
+    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    Ok(QPrep::Dynamic(DProduct {
+        w: wq,
+        scale,
+        bias,
+        lo,
+        hi,
     }))
 }
 
