@@ -75,9 +75,13 @@ enum Fuse {
 /// The engine options of `args` (flags, else the environment variables the CLI has long read).
 fn engine_options(args: &RunArgs) -> (pteron::EngineOptions, Option<NodeReport>) {
     let report = args.profile_nodes.or_else(|| {
-        std::env::var("PTERON_XNNPACK_PROFILE")
-            .ok()
-            .map(|v| if v == "all" { NodeReport::All } else { NodeReport::Slowest })
+        std::env::var("PTERON_XNNPACK_PROFILE").ok().map(|v| {
+            if v == "all" {
+                NodeReport::All
+            } else {
+                NodeReport::Slowest
+            }
+        })
     });
     let fuse = match args.fuse {
         Some(Fuse::Off) => pteron::FusePolicy::Off,

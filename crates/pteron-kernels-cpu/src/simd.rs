@@ -15,17 +15,14 @@ use std::cell::Cell;
 
 pub use crate::cpu::Level;
 
-fn detect() -> Level {
-    crate::cpu::features().best_level()
-}
-
 thread_local! {
     static OVERRIDE: Cell<u8> = const { Cell::new(0) };
 }
 
-/// Runs `f` with kernels on this thread using at most level `l` (tests of every path).
+/// Runs `f` with kernels on this thread using at most level `l` (tests of every path), and
+/// at most the process's cap ([`crate::cpu::set_max_level`]).
 pub fn with_level<R>(l: Level, f: impl FnOnce() -> R) -> R {
-    let l = detect().min(l);
+    let l = crate::cpu::max_level().min(l);
     let old = OVERRIDE.with(|o| o.replace(l as u8));
     struct Restore(u8);
     impl Drop for Restore {
