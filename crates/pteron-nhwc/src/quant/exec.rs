@@ -11,7 +11,9 @@
 
 use pteron_core::{KernelError, Parallel};
 
-use crate::graph::{BinaryOp, Clamp, Conv, ConvKind, DType, Graph, Kind, Node, PoolKind, UnaryOp};
+use crate::graph::{
+    BinaryOp, Clamp, Conv, ConvKind, DType, Graph, Kind, Node, PoolKind, UnaryOp, Window,
+};
 use crate::kernels::layout;
 use crate::kernels::spatial::Geom;
 use crate::quant::gemm::{qgemm, Epilogue, Out, QWeights};
@@ -690,47 +692,7 @@ pub fn run(
             ops::depthwise(par, dw, g, i8s(a), i8s_mut(out))?
         }
         (QPrep::Product(p), &Node::Conv { conv, x, .. }) => {
-            let bp = conv_block(p, &shapes[x]).max(1);
-            let xs = shapes[x].dims();
-            let (bn, ih, iw, cin) = (xs[0], xs[1], xs[2], xs[3]);
-            let (oh, ow) = (os.dims()[1], os.dims()[2]);
-            let kp = p.w.quads * 4;
-            let pad = (p.qi.zp + 128) as u8;
-            let oc = p.w.n;
-            let epi = Epilogue::Requant {
-                bias: &p.bias,
-                scale: &p.scale,
-                zp: p.qo.zp,
-                qmin: p.lo,
-                qmax: p.hi,
-            };
-            let x = i8s(a);
-            let o = i8s_mut(out);
-            let pixels = oh * ow;
-            let (in_img, out_img) = (ih * iw * cin, pixels * oc);
-            for bi in 0..bn {
-                let xb = &x[bi * in_img..(bi + 1) * in_img];
-                let ob = &mut o[bi * out_img..(bi + 1) * out_img];
-                let mut p0 = 0;
-                while p0 < pixels {
-                    let np = bp.min(pixels - p0);
-                    let cols = scratch
-                        .get_mut(..np * kp)
-                        .ok_or_else(|| invalid("quantized convolution scratch too small"))?;
-                    ops::im2col_u8(par, xb, ih, iw, cin, &conv.win, ow, p0, np, kp, pad, cols);
-                    qgemm(
-                        par,
-                        cols,
-                        kp,
-                        np,
-                        &p.w,
-                        &epi,
-                        Out::I8(&mut ob[p0 * oc..]),
-                        oc,
-                    )?;
-                    p0 += np;
-                }
-            }
+            conv_product(par, p, &conv.win, &shapes[x], os, a, out, scratch)?
         }
         (QPrep::Product(p), &Node::FullyConnected { x, .. }) => {
             let k = p.w.k;
@@ -750,43 +712,113 @@ pub fn run(
             qgemm(par, au, kp, rows, &p.w, &epi, Out::I8(i8s_mut(out)), p.w.n)?
         }
         (QPrep::Dynamic(p), &Node::FullyConnected { x, .. }) => {
-            let DType::QD8 { nonbatch } = dtypes[x] else {
-                return Err(invalid("dynamic product without qdint8 input"));
-            };
-            let xs = shapes[x];
-            let (rows, row) = qd8_rows(&xs, nonbatch);
-            let k = p.w.k;
-            if row != k {
-                return Err(KernelError::shape(format!(
-                    "dynamic int8 rows of {row} values for {k} inputs"
-                )));
-            }
-            let (data, rs, zps) = qd8_parts(a, xs.count()?, rows)?;
-            let kp = p.w.quads * 4;
-            let au = scratch
-                .get_mut(..rows * kp)
-                .ok_or_else(|| invalid("dynamic fully connected scratch too small"))?;
-            ops::to_u8_rows(i8s(data), rows, k, kp, 128, au);
-            let epi = Epilogue::Dequant {
-                rows: rs,
-                zps,
-                scale: &p.scale,
-                bias: p.bias.as_deref(),
-                lo: p.lo,
-                hi: p.hi,
-            };
-            qgemm(
-                par,
-                au,
-                kp,
-                rows,
-                &p.w,
-                &epi,
-                Out::F32(f32s_mut(out)?),
-                p.w.n,
-            )?
+            dynamic_fc(par, p, dtypes[x], &shapes[x], a, out, scratch)?
         }
         _ => return Err(invalid("quantized node without a matching kernel")),
     }
+    Ok(())
+}
+
+/// An int8 convolution: products over im2col blocks of output pixels, requantized.
+#[allow(clippy::too_many_arguments)]
+fn conv_product(
+    par: &dyn Parallel,
+    p: &QProduct,
+    win: &Window,
+    x_shape: &Shape,
+    os: &Shape,
+    a: &[u8],
+    out: &mut [u8],
+    scratch: &mut [u8],
+) -> Result<(), KernelError> {
+    let bp = conv_block(p, x_shape).max(1);
+    let xs = x_shape.dims();
+    let (bn, ih, iw, cin) = (xs[0], xs[1], xs[2], xs[3]);
+    let (oh, ow) = (os.dims()[1], os.dims()[2]);
+    let kp = p.w.quads * 4;
+    let pad = (p.qi.zp + 128) as u8;
+    let oc = p.w.n;
+    let epi = Epilogue::Requant {
+        bias: &p.bias,
+        scale: &p.scale,
+        zp: p.qo.zp,
+        qmin: p.lo,
+        qmax: p.hi,
+    };
+    let x = i8s(a);
+    let o = i8s_mut(out);
+    let pixels = oh * ow;
+    let (in_img, out_img) = (ih * iw * cin, pixels * oc);
+    for bi in 0..bn {
+        let xb = &x[bi * in_img..(bi + 1) * in_img];
+        let ob = &mut o[bi * out_img..(bi + 1) * out_img];
+        let mut p0 = 0;
+        while p0 < pixels {
+            let np = bp.min(pixels - p0);
+            let cols = scratch
+                .get_mut(..np * kp)
+                .ok_or_else(|| invalid("quantized convolution scratch too small"))?;
+            ops::im2col_u8(par, xb, ih, iw, cin, win, ow, p0, np, kp, pad, cols);
+            qgemm(
+                par,
+                cols,
+                kp,
+                np,
+                &p.w,
+                &epi,
+                Out::I8(&mut ob[p0 * oc..]),
+                oc,
+            )?;
+            p0 += np;
+        }
+    }
+    Ok(())
+}
+
+/// A fully connected node over dynamically quantized rows (`qdint8`), dequantized to float32.
+fn dynamic_fc(
+    par: &dyn Parallel,
+    p: &DProduct,
+    x_dtype: DType,
+    x_shape: &Shape,
+    a: &[u8],
+    out: &mut [u8],
+    scratch: &mut [u8],
+) -> Result<(), KernelError> {
+    let DType::QD8 { nonbatch } = x_dtype else {
+        return Err(invalid("dynamic product without qdint8 input"));
+    };
+    let xs = *x_shape;
+    let (rows, row) = qd8_rows(&xs, nonbatch);
+    let k = p.w.k;
+    if row != k {
+        return Err(KernelError::shape(format!(
+            "dynamic int8 rows of {row} values for {k} inputs"
+        )));
+    }
+    let (data, rs, zps) = qd8_parts(a, xs.count()?, rows)?;
+    let kp = p.w.quads * 4;
+    let au = scratch
+        .get_mut(..rows * kp)
+        .ok_or_else(|| invalid("dynamic fully connected scratch too small"))?;
+    ops::to_u8_rows(i8s(data), rows, k, kp, 128, au);
+    let epi = Epilogue::Dequant {
+        rows: rs,
+        zps,
+        scale: &p.scale,
+        bias: p.bias.as_deref(),
+        lo: p.lo,
+        hi: p.hi,
+    };
+    qgemm(
+        par,
+        au,
+        kp,
+        rows,
+        &p.w,
+        &epi,
+        Out::F32(f32s_mut(out)?),
+        p.w.n,
+    )?;
     Ok(())
 }
