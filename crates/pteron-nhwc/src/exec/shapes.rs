@@ -113,8 +113,8 @@ fn infer(st: &Step, shapes: &[Shape]) -> Result<Shape, KernelError> {
 /// The output shape of a node that moves data (transpose, reshape, slice, concatenation,
 /// padding, resizing).
 fn layout_shape(node: &Node, shapes: &[Shape]) -> Result<Shape, KernelError> {
-    Ok(match node {
-        &Node::Transpose { perm, x, .. } => {
+    Ok(match *node {
+        Node::Transpose { perm, x, .. } => {
             let xs = shapes[x];
             need_rank(&xs, perm.rank(), "transpose input")?;
             let mut d = [0usize; MAX_DIMS];
@@ -123,7 +123,7 @@ fn layout_shape(node: &Node, shapes: &[Shape]) -> Result<Shape, KernelError> {
             }
             Shape::new(&d[..perm.rank()])?
         }
-        &Node::Reshape { new_shape, x, .. } => {
+        Node::Reshape { new_shape, x, .. } => {
             let n = shapes[x].count()?;
             let mut o = new_shape;
             let dynamic = o.dims().iter().position(|&d| d == 0);
@@ -156,7 +156,7 @@ fn layout_shape(node: &Node, shapes: &[Shape]) -> Result<Shape, KernelError> {
             }
             o
         }
-        &Node::Slice {
+        Node::Slice {
             offsets, sizes, x, ..
         } => {
             let xs = shapes[x];
@@ -178,7 +178,7 @@ fn layout_shape(node: &Node, shapes: &[Shape]) -> Result<Shape, KernelError> {
             }
             Shape::new(&d[..xs.rank()])?
         }
-        &Node::Concat {
+        Node::Concat {
             axis, inputs, n, ..
         } => {
             let first = shapes[inputs[0]];
@@ -208,7 +208,7 @@ fn layout_shape(node: &Node, shapes: &[Shape]) -> Result<Shape, KernelError> {
             o.dims_mut()[axis] = total;
             o
         }
-        &Node::Pad { pre, post, x, .. } => {
+        Node::Pad { pre, post, x, .. } => {
             let xs = shapes[x];
             if pre.rank() < xs.rank() {
                 return Err(shape_err("fewer paddings than dimensions"));
@@ -219,7 +219,7 @@ fn layout_shape(node: &Node, shapes: &[Shape]) -> Result<Shape, KernelError> {
             }
             Shape::new(&d[..xs.rank()])?
         }
-        &Node::Resize {
+        Node::Resize {
             height, width, x, ..
         } => {
             let xs = shapes[x];
@@ -232,8 +232,8 @@ fn layout_shape(node: &Node, shapes: &[Shape]) -> Result<Shape, KernelError> {
 
 /// The output shape of a product (fully connected, batch matrix multiply).
 fn product_shape(node: &Node, shapes: &[Shape]) -> Result<Shape, KernelError> {
-    Ok(match node {
-        &Node::FullyConnected {
+    Ok(match *node {
+        Node::FullyConnected {
             x,
             w,
             bias,
@@ -267,7 +267,7 @@ fn product_shape(node: &Node, shapes: &[Shape]) -> Result<Shape, KernelError> {
             o.dims_mut()[r - 1] = oc;
             o
         }
-        &Node::Bmm {
+        Node::Bmm {
             a, b, transpose_b, ..
         } => {
             let (sa, sb) = (shapes[a], shapes[b]);
