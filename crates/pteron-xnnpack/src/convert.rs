@@ -476,53 +476,10 @@ fn value_dtype<'a>(
             let p = q
                 .quant_params_as_per_channel_group_quant()
                 .ok_or_else(mismatch)?;
-            if shape.rank() != 2 || p.channel_dim() != 0 {
-                return Err(unsupported(format!(
-                    "{what} of rank {} with channel dim {}",
-                    shape.rank(),
-                    p.channel_dim()
-                )));
-            }
-            let (oc, ic) = (shape.dims()[0], shape.dims()[1]);
-            let bs = p.group_size();
-            if bs <= 0 || ic % bs as usize != 0 {
-                return Err(invalid(format!("{what}: block size {bs} for {ic} inputs")));
-            }
-            let n = oc
-                .checked_mul(ic / bs as usize)
-                .ok_or(KernelError::SizeOverflow)?;
-            let v = if p.scale_buffer_idx() != 0 {
-                if p.num_scales() as usize != n {
-                    return Err(invalid(format!(
-                        "{what}: {} scales, needs {n}",
-                        p.num_scales()
-                    )));
-                }
-                let b = constant_bytes(blob, named, p.scale_buffer_idx())?;
-                let need = n * 2;
-                let b = b.get(..need).ok_or_else(|| {
-                    invalid(format!(
-                        "{what}: {} bytes of bf16 scales, needs {need}",
-                        b.len()
-                    ))
-                })?;
-                b.chunks_exact(2)
-                    .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
-                    .collect::<Vec<f32>>()
-            } else {
-                let v: Vec<f32> = p
-                    .scale()
-                    .map(|s| s.iter().map(f32_to_bf16_et).collect())
-                    .unwrap_or_default();
-                if v.len() != n {
-                    return Err(invalid(format!("{what}: {} scales, needs {n}", v.len())));
-                }
-                v
-            };
-            check_scales(&v, &what)?;
+            let (block, v) = blockwise_scales(blob, named, &what, shape, &p)?;
             scales.push(v);
             DType::QB4 {
-                block: bs as u32,
+                block,
                 scales: (scales.len() - 1) as u32,
             }
         }
@@ -533,6 +490,62 @@ fn value_dtype<'a>(
             )))
         }
     })
+}
+
+/// The bf16 scales of a blockwise 4-bit filter `[oc, ic]` (one per block of `ic`), widened:
+/// from a constant buffer or from the table; returns the block size and the scales.
+fn blockwise_scales<'a>(
+    blob: &Blob<'a>,
+    named: &dyn NamedDataMap<'a>,
+    what: &str,
+    shape: &Shape,
+    p: &schema::PerChannelGroupQuant<'_>,
+) -> Result<(u32, Vec<f32>), KernelError> {
+    if shape.rank() != 2 || p.channel_dim() != 0 {
+        return Err(unsupported(format!(
+            "{what} of rank {} with channel dim {}",
+            shape.rank(),
+            p.channel_dim()
+        )));
+    }
+    let (oc, ic) = (shape.dims()[0], shape.dims()[1]);
+    let bs = p.group_size();
+    if bs <= 0 || ic % bs as usize != 0 {
+        return Err(invalid(format!("{what}: block size {bs} for {ic} inputs")));
+    }
+    let n = oc
+        .checked_mul(ic / bs as usize)
+        .ok_or(KernelError::SizeOverflow)?;
+    let v = if p.scale_buffer_idx() != 0 {
+        if p.num_scales() as usize != n {
+            return Err(invalid(format!(
+                "{what}: {} scales, needs {n}",
+                p.num_scales()
+            )));
+        }
+        let b = constant_bytes(blob, named, p.scale_buffer_idx())?;
+        let need = n * 2;
+        let b = b.get(..need).ok_or_else(|| {
+            invalid(format!(
+                "{what}: {} bytes of bf16 scales, needs {need}",
+                b.len()
+            ))
+        })?;
+        b.chunks_exact(2)
+            .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
+            .collect::<Vec<f32>>()
+    } else {
+        let v: Vec<f32> = p
+            .scale()
+            .map(|s| s.iter().map(f32_to_bf16_et).collect())
+            .unwrap_or_default();
+        if v.len() != n {
+            return Err(invalid(format!("{what}: {} scales, needs {n}", v.len())));
+        }
+        v
+    };
+    check_scales(&v, what)?;
+    Ok((bs as u32, v))
 }
 
 macro_rules! get {
