@@ -21,6 +21,34 @@ mod vad;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Highest SIMD level kernels may use (for the whole process; the int8 VNNI paths need
+    /// avx512). Default: the `PTERON_SIMD` environment variable, else the CPU's best.
+    #[arg(long, global = true, value_enum)]
+    simd: Option<Simd>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Simd {
+    Avx512,
+    Avx2,
+    Portable,
+}
+
+/// Caps the kernels' SIMD level from `--simd` or `PTERON_SIMD` (`avx512`, `avx2`,
+/// `portable`; unset or anything else: no cap).
+fn cap_simd(flag: Option<Simd>) {
+    use pteron::cpu::{set_max_level, Level};
+    let level = match flag {
+        Some(Simd::Avx512) => Level::Avx512,
+        Some(Simd::Avx2) => Level::Avx2,
+        Some(Simd::Portable) => Level::Portable,
+        None => match std::env::var("PTERON_SIMD") {
+            Ok(v) if v == "portable" => Level::Portable,
+            Ok(v) if v == "avx2" => Level::Avx2,
+            _ => Level::Avx512,
+        },
+    };
+    set_max_level(level);
 }
 
 #[derive(Subcommand)]
@@ -74,6 +102,7 @@ fn exit_quietly_on_broken_pipe() {
 fn main() -> ExitCode {
     exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
+    cap_simd(cli.simd);
     let result = match cli.command {
         Command::Inspect { model, json } => inspect::inspect(&model, json),
         Command::Run(args) => run::run(&args),

@@ -47,6 +47,57 @@ pub struct RunArgs {
     /// runs of convolution calls run channels-last, as one region each).
     #[arg(long)]
     channels_first: bool,
+    /// Print the time of the channels-last engine's nodes (XNNPACK delegates and
+    /// channels-last regions) per run: by node type, then the slowest nodes (`slowest`) or
+    /// every node in order (`all`). Default: the `PTERON_XNNPACK_PROFILE` environment
+    /// variable (`all`, or any other value for `slowest`).
+    #[arg(long, value_enum)]
+    profile_nodes: Option<NodeReport>,
+    /// Which chains of convolutions the engine fuses: `off`, `default` (large maps), `all`.
+    /// Default: the `PTERON_XNNPACK_FUSE` environment variable (`0` or `all`), else `default`.
+    #[arg(long, value_enum)]
+    fuse: Option<Fuse>,
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum NodeReport {
+    Slowest,
+    All,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Fuse {
+    Off,
+    Default,
+    All,
+}
+
+/// The engine options of `args` (flags, else the environment variables the CLI has long read).
+fn engine_options(args: &RunArgs) -> (pteron::EngineOptions, Option<NodeReport>) {
+    let report = args.profile_nodes.or_else(|| {
+        std::env::var("PTERON_XNNPACK_PROFILE").ok().map(|v| {
+            if v == "all" {
+                NodeReport::All
+            } else {
+                NodeReport::Slowest
+            }
+        })
+    });
+    let fuse = match args.fuse {
+        Some(Fuse::Off) => pteron::FusePolicy::Off,
+        Some(Fuse::Default) => pteron::FusePolicy::Default,
+        Some(Fuse::All) => pteron::FusePolicy::All,
+        None => match std::env::var("PTERON_XNNPACK_FUSE").as_deref() {
+            Ok("0") => pteron::FusePolicy::Off,
+            Ok("all") => pteron::FusePolicy::All,
+            _ => pteron::FusePolicy::Default,
+        },
+    };
+    let mut options = pteron::EngineOptions::new().fuse(fuse);
+    if report.is_some() {
+        options = options.profile(std::sync::Arc::new(pteron::NodeProfile::new()));
+    }
+    (options, report)
 }
 
 /// A deterministic input for a declared tensor: floats in [-1, 1), small non-negative ints.
@@ -130,7 +181,11 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
         .as_ref()
         .map(pteron::ProgramFile::open)
         .transpose()?;
-    let mut runtime = pteron::Runtime::builder().threads(args.threads.unwrap_or(0));
+    let (engine, node_report) = engine_options(args);
+    let node_profile = engine.profile.clone();
+    let mut runtime = pteron::Runtime::builder()
+        .threads(args.threads.unwrap_or(0))
+        .engine(engine);
     if args.portable {
         runtime = runtime.portable();
     }
@@ -239,6 +294,9 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
             "output {k}: max abs error {err:.3e} vs {} (max |expected| {scale:.3e})",
             path.display()
         );
+    }
+    if let (Some(p), Some(report)) = (&node_profile, node_report) {
+        eprint!("{}", p.report(report == NodeReport::All));
     }
     if let Some(p) = &profiler {
         if args.profile {

@@ -7,13 +7,15 @@
 //! call falls back to the portable kernel, so results and accepted programs stay the same.
 //!
 //! SIMD: AVX-512 and AVX2+FMA paths chosen at run time, and a portable path that compiles
-//! everywhere (see [`simd`]). Work is split over the method's threads through
+//! everywhere (see [`simd`]); the CPU's features are detected once, in [`cpu`], which also
+//! holds the process-wide cap on the level ([`cpu::set_max_level`]). Work is split over the method's threads through
 //! [`pteron_core::Parallel`].
 
 pub mod aligned;
 pub mod attention;
 pub mod conv;
 pub mod copy;
+pub mod cpu;
 pub mod dwconv;
 pub mod elementwise;
 pub mod gemm;

@@ -12,38 +12,17 @@
 //! slice forms check lengths.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU8, Ordering};
 
-/// The instruction sets the kernels have paths for, best first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    Portable = 1,
-    Avx2 = 2,
-    Avx512 = 3,
-}
-
-static LEVEL: AtomicU8 = AtomicU8::new(0);
-
-fn detect() -> Level {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if Avx512::new().is_some() {
-            return Level::Avx512;
-        }
-        if Avx2::new().is_some() {
-            return Level::Avx2;
-        }
-    }
-    Level::Portable
-}
+pub use crate::cpu::Level;
 
 thread_local! {
     static OVERRIDE: Cell<u8> = const { Cell::new(0) };
 }
 
-/// Runs `f` with kernels on this thread using at most level `l` (tests of every path).
+/// Runs `f` with kernels on this thread using at most level `l` (tests of every path), and
+/// at most the process's cap ([`crate::cpu::set_max_level`]).
 pub fn with_level<R>(l: Level, f: impl FnOnce() -> R) -> R {
-    let l = detect().min(l);
+    let l = crate::cpu::max_level().min(l);
     let old = OVERRIDE.with(|o| o.replace(l as u8));
     struct Restore(u8);
     impl Drop for Restore {
@@ -55,14 +34,14 @@ pub fn with_level<R>(l: Level, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// The best level this CPU supports, lowered by the `PTERON_SIMD` environment variable
-/// (`avx512`, `avx2`, `portable`) when set, or by [`with_level`] on this thread.
+/// The best level this CPU supports, lowered by [`crate::cpu::set_max_level`] for the
+/// process, or by [`with_level`] on this thread.
 pub fn level() -> Level {
     let o = OVERRIDE.with(|o| o.get());
     if o != 0 {
         return from_u8(o);
     }
-    global_level()
+    crate::cpu::max_level()
 }
 
 fn from_u8(v: u8) -> Level {
@@ -70,25 +49,6 @@ fn from_u8(v: u8) -> Level {
         3 => Level::Avx512,
         2 => Level::Avx2,
         _ => Level::Portable,
-    }
-}
-
-fn global_level() -> Level {
-    match LEVEL.load(Ordering::Relaxed) {
-        1 => Level::Portable,
-        2 => Level::Avx2,
-        3 => Level::Avx512,
-        _ => {
-            let best = detect();
-            let wanted = match std::env::var("PTERON_SIMD").as_deref() {
-                Ok("portable") => Level::Portable,
-                Ok("avx2") => Level::Avx2,
-                _ => Level::Avx512,
-            };
-            let l = best.min(wanted);
-            LEVEL.store(l as u8, Ordering::Relaxed);
-            l
-        }
     }
 }
 
@@ -400,12 +360,7 @@ mod x86 {
 
     impl Avx512 {
         pub fn new() -> Option<Self> {
-            (std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-                && std::arch::is_x86_feature_detected!("avx512dq")
-                && std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma"))
-            .then_some(Avx512(()))
+            crate::cpu::features().avx512.then_some(Avx512(()))
         }
     }
 
@@ -560,9 +515,7 @@ mod x86 {
 
     impl Avx2 {
         pub fn new() -> Option<Self> {
-            (std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma"))
-            .then_some(Avx2(()))
+            crate::cpu::features().avx2_fma.then_some(Avx2(()))
         }
     }
 

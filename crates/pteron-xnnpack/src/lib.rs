@@ -1,26 +1,21 @@
-//! pteron's XNNPACK delegate backend: runs the `XnnpackBackend` payloads of `.pte` programs
-//! (lowered with `to_edge_transform_and_lower(..., partitioner=[XnnpackPartitioner()])`) on
-//! pteron's own kernels, in pure Rust.
+//! pteron's XNNPACK delegate backend: reads the `XnnpackBackend` payloads of `.pte` programs
+//! (lowered with `to_edge_transform_and_lower(..., partitioner=[XnnpackPartitioner()])`) and
+//! runs them on pteron's channels-last engine (`pteron-nhwc`), in pure Rust.
 //!
 //! At method load ([`XnnpackBackend`]'s `init`): the payload's "XH00" header is parsed with
 //! overflow-checked bounds ([`blob`]), the XNNPACK flatbuffer graph (identifier XN00/XN01) is
-//! verified, every value and node is checked and turned into pteron's form ([`graph`]):
+//! verified, every value and node is checked and turned into the engine's graph ([`convert`]):
 //! constants come from the payload's constant region, from the program's named data (or the
 //! `.ptd`) by key, or from the legacy inline buffers, and must hold `numel × element size`
 //! bytes. Filters are packed for the GEMM kernels, shapes are propagated from the inputs and
-//! the values are planned into one arena ([`exec`]). Anything the backend does not implement
-//! (a node type, a datatype, a flag) fails the load with an error naming it.
+//! the values are planned into one arena (`pteron_nhwc::Executable`). Anything the backend
+//! does not implement (a node type, a datatype, a flag) fails the load with an error naming it.
 //!
 //! At run time the delegate reads its inputs from the `DelegateCall` arguments (matched by
 //! `external_id`), runs the nodes and writes its outputs, resized from the propagated shapes.
 
 pub mod blob;
-pub mod exec;
-pub mod graph;
-pub mod kernels;
-pub mod nhwc;
-pub mod qexec;
-pub mod util;
+pub mod convert;
 
 #[allow(
     clippy::all,
@@ -43,17 +38,20 @@ pub use generated::fb_xnnpack as schema;
 use std::sync::Arc;
 
 use pteron_core::{Backend, BackendInit, BackendRegistry, DelegateHandle, KernelError};
+use pteron_nhwc::{EngineOptions, Executable};
 
 /// The id programs name the backend by.
 pub const BACKEND_ID: &str = "XnnpackBackend";
 
 /// The XNNPACK delegate backend.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct XnnpackBackend {
     pub limits: blob::Limits,
     /// Run every node as the graph has it: no folding of int8 clamps into the nodes that
-    /// produce their inputs ([`graph::Graph::fuse_int8_clamps`]). For comparisons.
+    /// produce their inputs ([`pteron_nhwc::graph::Graph::fuse_int8_clamps`]). For comparisons.
     pub unfused: bool,
+    /// How the engine runs the graph (fusion of chains, per-node profile).
+    pub engine: EngineOptions,
 }
 
 impl Backend for XnnpackBackend {
@@ -66,11 +64,16 @@ impl Backend for XnnpackBackend {
         init: &BackendInit<'_, 'p>,
     ) -> Result<Box<dyn DelegateHandle + 'p>, KernelError> {
         let blob = blob::Blob::parse(init.processed, self.limits)?;
-        let mut g = graph::build(&blob, init.named_data)?;
+        let mut g = convert::build(&blob, init.named_data)?;
         if !self.unfused {
             g.fuse_int8_clamps();
         }
-        let d = exec::XnnDelegate::new(g, init.config.max_planned_bytes)?;
+        let d = Executable::new(
+            g,
+            init.config.max_planned_bytes,
+            init.num_threads,
+            &self.engine,
+        )?;
         Ok(Box::new(d))
     }
 }

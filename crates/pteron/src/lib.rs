@@ -26,6 +26,9 @@ mod threads;
 pub use file::{Program, ProgramFile};
 pub use options::MethodOptions;
 pub use profile::{OpTime, Profiler, SiteTime};
+/// The CPU's features and the process-wide cap on the kernels' SIMD level.
+pub use pteron_kernels_cpu::cpu;
+pub use pteron_nhwc::{EngineOptions, FusePolicy, NodeProfile};
 pub use runtime::{default_backends, Runtime, RuntimeBuilder};
 pub use tensor::{RunMethod, Tensor, Value};
 pub use threads::{default_threads, ThreadPool};

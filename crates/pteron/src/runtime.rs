@@ -12,6 +12,7 @@ use pteron_core::{
     BackendRegistry, KernelRegistry, LoadOptions, MethodConfig, Parallel, Partitioner,
 };
 use pteron_format::Limits;
+use pteron_nhwc::{EngineOptions, NhwcPartitioner};
 
 use crate::file::{Program, ProgramFile};
 use crate::threads::{default_pool, ThreadPool};
@@ -139,11 +140,13 @@ impl Runtime {
                 pteron_kernels_cpu::registry()
             }
         });
-        let backends = b.backends.unwrap_or_else(|| Arc::new(default_backends()));
+        let backends = b
+            .backends
+            .unwrap_or_else(|| Arc::new(backends_with(&b.engine)));
         let mut partitioners = Vec::new();
         if b.channels_last.unwrap_or(!portable) {
-            partitioners
-                .push(Arc::new(pteron_xnnpack::nhwc::NhwcPartitioner) as Arc<dyn Partitioner>);
+            let nhwc = NhwcPartitioner::new(b.engine.clone());
+            partitioners.push(Arc::new(nhwc) as Arc<dyn Partitioner>);
         }
         partitioners.extend(b.partitioners);
         Runtime {
@@ -171,6 +174,7 @@ pub struct RuntimeBuilder {
     pool: Option<Arc<ThreadPool>>,
     config: MethodConfig,
     prepare: Option<bool>,
+    engine: EngineOptions,
 }
 
 impl RuntimeBuilder {
@@ -235,6 +239,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How the channels-last engine runs XNNPACK delegates and channels-last regions (fusion
+    /// policy, per-node profile). Applies to the default backends, not to [`Self::backends`].
+    pub fn engine(mut self, engine: EngineOptions) -> Self {
+        self.engine = engine;
+        self
+    }
+
     /// The runtime; fails only when a thread pool of the asked size cannot be started.
     pub fn build(mut self) -> Result<Runtime> {
         let pool = resolve_pool(self.pool.take(), self.threads)?;
@@ -259,9 +270,18 @@ pub(crate) fn resolve_pool(
     })
 }
 
-/// Every delegate backend pteron ships, by id: `XnnpackBackend` (`pteron-xnnpack`).
+/// Every delegate backend pteron ships, by id: `XnnpackBackend` (`pteron-xnnpack`, running
+/// XNNPACK-lowered programs on pteron's channels-last engine, `pteron-nhwc`).
 pub fn default_backends() -> BackendRegistry {
+    backends_with(&EngineOptions::default())
+}
+
+/// [`default_backends`] with the engine run under `engine`.
+fn backends_with(engine: &EngineOptions) -> BackendRegistry {
     let mut r = BackendRegistry::new();
-    pteron_xnnpack::register(&mut r);
+    r.register(Arc::new(pteron_xnnpack::XnnpackBackend {
+        engine: engine.clone(),
+        ..Default::default()
+    }));
     r
 }

@@ -293,3 +293,42 @@ fn corrupt_payloads_fail_cleanly() {
         }
     }
 }
+
+/// `EngineOptions::profile` collects every node's time (no printing): the small MobileNetV2
+/// fixture's delegate reports its nodes with runs and output shapes, and profiling changes no
+/// output.
+#[test]
+fn node_profile_collects_rows() {
+    let dir = fixtures_dir().join("mobilenet_v2_small");
+    let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
+    let case = load_case(&dir);
+    let profile = std::sync::Arc::new(pteron::NodeProfile::new());
+    let mut outputs = Vec::new();
+    for engine in [
+        pteron::EngineOptions::new(),
+        pteron::EngineOptions::new().profile(profile.clone()),
+    ] {
+        let runtime = pteron::Runtime::builder().engine(engine).build().unwrap();
+        let program = runtime.load_program(&file).unwrap();
+        let mut method = program
+            .load_method_with("forward", MethodOptions::new().threads(1))
+            .unwrap();
+        for _ in 0..2 {
+            let out = method.run(&case.inputs).unwrap();
+            let Value::Tensor(t) = &out[0] else {
+                panic!("output 0 is not a tensor")
+            };
+            outputs.push(t.data.clone());
+        }
+    }
+    assert!(outputs.iter().all(|o| o == &outputs[0]));
+    let graphs = profile.graphs();
+    assert!(!graphs.is_empty());
+    let ran: Vec<_> = graphs[0].nodes.iter().filter(|n| n.runs > 0).collect();
+    assert!(ran.len() > 10, "{} nodes ran", ran.len());
+    assert!(ran.iter().all(|n| n.runs == 2 && n.shape.rank() > 0));
+    assert!(ran.iter().any(|n| n.op.starts_with("XNNConv2d")));
+    let report = profile.report(true);
+    assert!(report.starts_with("XNNPACK delegate profile (2 runs; time per run):"));
+    assert!(report.contains("  nodes in order:"));
+}

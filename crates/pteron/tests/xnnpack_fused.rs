@@ -1,25 +1,28 @@
 //! The XNNPACK delegate's fused steps give bit for bit what the nodes give apart
-//! (`PTERON_XNNPACK_FUSE=0`), on one to three threads, twice per method (the second run reuses
+//! (`FusePolicy::Off`), on one to three threads, twice per method (the second run reuses
 //! the planned bands):
-//! - `PTERON_XNNPACK_FUSE=all`: every 3×3 depthwise convolution with the pointwise
+//! - `FusePolicy::All`: every 3×3 depthwise convolution with the pointwise
 //!   convolutions that only feed it or only read it, whatever the map sizes; the small
 //!   MobileNetV2 fixture has 16 expand-depthwise-project chains and one depthwise-project
 //!   chain, 11 of them ending in a residual add run as the project step's epilogue;
-//! - the default: chains on large maps only, so the residual adds there follow plain
+//! - `FusePolicy::Default`: chains on large maps only, so the residual adds there follow plain
 //!   convolutions (`XNNConv2d+XNNAdd`: 11 in the small MobileNetV2, one in the U-Net and in
 //!   the portable conv blocks).
 //!
-//! The XNNPACK files and, through the channels-last partitioner, portable ones. A test binary
-//! of its own: the variable is read when a method loads, and no other test runs in this
-//! process meanwhile.
+//! The XNNPACK files and, through the channels-last partitioner, portable ones; the policy is
+//! `MethodOptions::engine`'s.
 
 use std::path::Path;
 
-use pteron::{npy, MethodOptions, RunMethod, Tensor, Value};
+use pteron::{npy, EngineOptions, FusePolicy, MethodOptions, RunMethod, Tensor, Value};
 
-fn outputs(dir: &Path, threads: usize) -> Vec<Vec<Tensor>> {
+fn outputs(dir: &Path, threads: usize, fuse: FusePolicy) -> Vec<Vec<Tensor>> {
     let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
-    let program = pteron::Runtime::new().load_program(&file).unwrap();
+    let runtime = pteron::Runtime::builder()
+        .engine(EngineOptions::new().fuse(fuse))
+        .build()
+        .unwrap();
+    let program = runtime.load_program(&file).unwrap();
     let mut method = program
         .load_method_with("forward", MethodOptions::new().threads(threads))
         .unwrap();
@@ -57,32 +60,26 @@ fn fused_steps_equal_the_two_nodes() {
         "models/conv_blocks",
     ] {
         let dir = root.join(name);
-        std::env::set_var("PTERON_XNNPACK_FUSE", "0");
-        let apart = outputs(&dir, 1);
+        let apart = outputs(&dir, 1, FusePolicy::Off);
         for (mode, threads) in [
-            ("all", 1),
-            ("all", 2),
-            ("all", 3),
-            ("default", 1),
-            ("default", 2),
+            (FusePolicy::All, 1),
+            (FusePolicy::All, 2),
+            (FusePolicy::All, 3),
+            (FusePolicy::Default, 1),
+            (FusePolicy::Default, 2),
         ] {
-            match mode {
-                "all" => std::env::set_var("PTERON_XNNPACK_FUSE", "all"),
-                _ => std::env::remove_var("PTERON_XNNPACK_FUSE"),
-            }
-            let fused = outputs(&dir, threads);
+            let fused = outputs(&dir, threads, mode);
             for (round, (f, a)) in fused.iter().zip(&apart).enumerate() {
                 assert_eq!(f.len(), a.len());
                 for (k, (f, a)) in f.iter().zip(a).enumerate() {
                     assert_eq!(f.sizes, a.sizes, "{name} output {k}");
                     assert_eq!(
                         f.data, a.data,
-                        "{name} output {k}, fusion {mode}, {threads} thread(s), run {round}: \
+                        "{name} output {k}, fusion {mode:?}, {threads} thread(s), run {round}: \
                          fused differs"
                     );
                 }
             }
         }
-        std::env::remove_var("PTERON_XNNPACK_FUSE");
     }
 }

@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use crate::mutate::{self, Rng};
-use pteron::{MethodConfig, MethodOptions, Runtime, ScalarType, ThreadPool};
+use pteron::{
+    EngineOptions, FusePolicy, MethodConfig, MethodOptions, Runtime, ScalarType, ThreadPool,
+};
 use pteron_core::{
     ArgAccess, Dynamism, Element, Kernel, KernelContext, KernelError, KernelRegistry, Method,
     Output, Value,
@@ -192,9 +194,20 @@ pub fn runtime(selector: u8) -> &'static Runtime {
             .config(config())
             .threads(1)
             .prepare(prepare)
+            .engine(EngineOptions::new().fuse(fuse_policy()))
             .build()
             .expect("runtime")
     })
+}
+
+/// The engine's fusion policy for a fuzzing session: `PTERON_XNNPACK_FUSE=all` fuses chains
+/// at any map size (so that small hostile graphs reach them), `0` fuses none.
+fn fuse_policy() -> FusePolicy {
+    match std::env::var("PTERON_XNNPACK_FUSE").as_deref() {
+        Ok("all") => FusePolicy::All,
+        Ok("0") => FusePolicy::Off,
+        _ => FusePolicy::Default,
+    }
 }
 
 /// Verifies `file` as a program loaded with [`runtime`]`(selector)`.

@@ -1,12 +1,12 @@
 //! Times the int8 kernels other than the products on MobileNetV2's shapes (min of N runs).
-//! `cargo run --release -p pteron-xnnpack --example qbench`
+//! `cargo run --release -p pteron-nhwc --example qbench`
 
 use std::time::Instant;
 
 use pteron_core::INLINE;
-use pteron_xnnpack::graph::Window;
-use pteron_xnnpack::kernels::quant::{depthwise, quantize_rows, requantize, QDwWeights, Q};
-use pteron_xnnpack::kernels::spatial::Geom;
+use pteron_nhwc::graph::Window;
+use pteron_nhwc::kernels::spatial::Geom;
+use pteron_nhwc::quant::ops::{depthwise, quantize_rows, requantize, QDwWeights, Q};
 
 fn best(mut f: impl FnMut()) -> f64 {
     f();

@@ -3,13 +3,13 @@
 //! whose previous layer's output has left the caches). Buffers start on a cache line, as the
 //! delegate's arena does. Min of 40 runs, µs; `dwbench N` only runs each shape N times, hot
 //! (for a profiler).
-//! `cargo run --release -p pteron-xnnpack --example dwbench`
+//! `cargo run --release -p pteron-nhwc --example dwbench`
 
 use std::time::Instant;
 
 use pteron_core::INLINE;
-use pteron_xnnpack::graph::Window;
-use pteron_xnnpack::kernels::spatial::{depthwise, DwWeights, Geom};
+use pteron_nhwc::graph::Window;
+use pteron_nhwc::kernels::spatial::{depthwise, DwWeights, Geom};
 
 /// `v[a..]` starts on a 64-byte boundary.
 fn aligned_start(v: &[f32]) -> usize {

@@ -1,13 +1,13 @@
 //! Times the float32 first-layer convolution of MobileNetV2 (3 → 32 channels, 3×3, stride 2,
 //! 224×224 NHWC input) on one thread, min of N runs, µs; `convbench N` only runs it N times
 //! (for a profiler).
-//! `cargo run --release -p pteron-xnnpack --example convbench`
+//! `cargo run --release -p pteron-nhwc --example convbench`
 
 use std::time::Instant;
 
 use pteron_core::INLINE;
-use pteron_xnnpack::graph::{Conv, ConvKind, Window};
-use pteron_xnnpack::kernels::gemm::ConvWeights;
+use pteron_nhwc::graph::{Conv, ConvKind, Window};
+use pteron_nhwc::kernels::gemm::ConvWeights;
 
 fn main() {
     let win = Window {

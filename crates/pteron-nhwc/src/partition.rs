@@ -33,12 +33,13 @@ use pteron_core::{
 };
 use pteron_kernels_cpu::conv::{batch_norm_of, clamp_of, pair};
 
-use crate::exec::XnnDelegate;
+use crate::exec::Executable;
 use crate::graph::{
     BinaryOp, Clamp, ConstSource, Conv, ConvKind, DType, Graph, Kind, Node, PoolKind, UnaryOp,
     Value, Window,
 };
 use crate::util::Shape;
+use crate::EngineOptions;
 
 /// Fewest convolutions in a region worth its layout transposes.
 pub const MIN_CONVS: usize = 2;
@@ -51,8 +52,17 @@ const NCHW_TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 const NHWC_TO_NCHW: [usize; 4] = [0, 3, 1, 2];
 
 /// Runs the convolution regions of portable programs channels-last (see the module docs).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NhwcPartitioner;
+#[derive(Clone, Debug, Default)]
+pub struct NhwcPartitioner {
+    /// How the engine runs each region.
+    pub options: EngineOptions,
+}
+
+impl NhwcPartitioner {
+    pub fn new(options: EngineOptions) -> Self {
+        NhwcPartitioner { options }
+    }
+}
 
 impl Partitioner for NhwcPartitioner {
     fn name(&self) -> &str {
@@ -67,13 +77,8 @@ impl Partitioner for NhwcPartitioner {
             let end = b.scan(g, k);
             if b.convs >= MIN_CONVS {
                 // A region the engine refuses to prepare runs on the portable kernels.
-                match b.finish(g, k..end) {
-                    Ok(r) => regions.push(r),
-                    Err(e) => {
-                        if std::env::var("PTERON_NHWC_DEBUG").is_ok() {
-                            eprintln!("nhwc: region of calls {k}..{end} refused: {e}");
-                        }
-                    }
+                if let Ok(r) = b.finish(g, k..end, &self.options) {
+                    regions.push(r);
                 }
             }
             k = end.max(k + 1);
@@ -241,15 +246,7 @@ impl<'g> Builder<'g> {
             };
             match took {
                 Some(n) => k += n,
-                None => {
-                    if std::env::var("PTERON_NHWC_DEBUG").is_ok() {
-                        eprintln!(
-                            "nhwc: region from call {start} stops at call {k} ({})",
-                            c.op_name()
-                        );
-                    }
-                    break;
-                }
+                None => break,
             }
         }
         k
@@ -636,6 +633,7 @@ impl<'g> Builder<'g> {
         mut self,
         g: &CallGraph<'g, 'p>,
         range: Range<usize>,
+        options: &EngineOptions,
     ) -> Result<Region<'p>, KernelError> {
         let bad = || KernelError::unsupported("region shape");
         let mut outputs = Vec::new();
@@ -714,7 +712,7 @@ impl<'g> Builder<'g> {
             node_names: self.names,
             scales: Vec::new(),
         };
-        let handle = XnnDelegate::new(graph, MAX_REGION_BYTES)?;
+        let handle = Executable::new(graph, MAX_REGION_BYTES, g.num_threads(), options)?;
         Ok(Region {
             calls: range,
             inputs: self.inputs,

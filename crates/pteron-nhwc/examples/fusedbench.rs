@@ -1,14 +1,14 @@
 //! Times MobileNetV2's widening 1×1 convolution and the 3×3 depthwise one after it, as two
 //! nodes and fused (`kernels::fused`), one thread, min of 30 runs, µs.
-//! `cargo run --release -p pteron-xnnpack --example fusedbench [BUDGET_FLOATS]`
+//! `cargo run --release -p pteron-nhwc --example fusedbench [BUDGET_FLOATS]`
 
 use std::time::Instant;
 
 use pteron_core::INLINE;
-use pteron_xnnpack::graph::{Conv, Window};
-use pteron_xnnpack::kernels::fused::{run, scratch_floats, Chain, STRIPE_FLOATS};
-use pteron_xnnpack::kernels::gemm::ConvWeights;
-use pteron_xnnpack::kernels::spatial::{depthwise, DwWeights, Geom};
+use pteron_nhwc::graph::{Conv, Window};
+use pteron_nhwc::kernels::fused::{run, scratch_floats, Chain, STRIPE_FLOATS};
+use pteron_nhwc::kernels::gemm::ConvWeights;
+use pteron_nhwc::kernels::spatial::{depthwise, DwWeights, Geom};
 
 fn min_time(mut f: impl FnMut()) -> f64 {
     (0..30)

@@ -11,11 +11,13 @@
 
 use pteron_core::{KernelError, Parallel};
 
-use crate::graph::{BinaryOp, ConvKind, DType, Graph, Kind, Node, PoolKind, UnaryOp};
+use crate::graph::{
+    BinaryOp, Clamp, Conv, ConvKind, DType, Graph, Kind, Node, PoolKind, UnaryOp, Window,
+};
 use crate::kernels::layout;
-use crate::kernels::qgemm::{qgemm, Epilogue, Out, QWeights};
-use crate::kernels::quant::{self, quantize_bound, QDwWeights, Q};
 use crate::kernels::spatial::Geom;
+use crate::quant::gemm::{qgemm, Epilogue, Out, QWeights};
+use crate::quant::ops::{self, quantize_bound, QDwWeights, Q};
 use crate::util::{f32s, f32s_mut, Shape};
 
 /// Rows of a `qdint8` value of shape `s` (the last `nonbatch` dims form a row) and the row
@@ -410,47 +412,7 @@ pub fn prepare(g: &Graph<'_>, node: &Node) -> Result<Option<QPrep>, KernelError>
             };
             let ws = g.values[w].shape;
             match conv.kind {
-                ConvKind::Depthwise => {
-                    let co = conv.out_channels();
-                    if conv.group_out != 1 {
-                        return Err(unsupported(
-                            "int8 depthwise convolution with a channel multiplier",
-                        ));
-                    }
-                    if !(-128..=127).contains(&qi.zp) {
-                        return Err(invalid(format!("int8 zero point {}", qi.zp)));
-                    }
-                    if ws.dims() != [1, conv.win.kh, conv.win.kw, co] {
-                        return Err(invalid(format!("filter shape {:?}", ws.dims())));
-                    }
-                    let sw = weight_scales(g, w, co, 3)?;
-                    let wb = const_bytes(g, w)?;
-                    let taps = conv.win.kh * conv.win.kw;
-                    if wb.len() < taps * co {
-                        return Err(invalid("filter too short"));
-                    }
-                    let b = match bias {
-                        None => vec![0; co],
-                        Some(b) => match dt(b) {
-                            DType::QC32 { .. } | DType::QS32 { .. } => const_i32(g, b, co)?,
-                            d => return Err(unsupported(format!("bias of datatype {d:?}"))),
-                        },
-                    };
-                    let (lo, hi) = bounds(clamp, qo);
-                    let w: Vec<i16> = wb[..taps * co].iter().map(|&v| v as i8 as i16).collect();
-                    QPrep::Depthwise(QDwWeights {
-                        win: conv.win,
-                        channels: co,
-                        w32: w.iter().map(|&v| v as i32).collect(),
-                        w,
-                        bias: b,
-                        scale: sw.iter().map(|&s| qi.scale * s / qo.scale).collect(),
-                        qi,
-                        qo,
-                        lo,
-                        hi,
-                    })
-                }
+                ConvKind::Depthwise => prepare_depthwise(g, conv, w, bias, clamp, qi, qo)?,
                 ConvKind::Conv if conv.groups == 1 => {
                     let k = conv.win.kh * conv.win.kw * conv.group_in;
                     let oc = conv.out_channels();
@@ -497,30 +459,95 @@ pub fn prepare(g: &Graph<'_>, node: &Node) -> Result<Option<QPrep>, KernelError>
                     let (qi, qo) = (Q { scale, zp }, Q { scale: s2, zp: z2 });
                     QPrep::Product(product(g, wq, w, bias, qi, qo, clamp, 0)?)
                 }
-                (DType::QD8 { .. }, DType::F32) => {
-                    let (block, scale) = match dt(w) {
-                        DType::QB4 { block, scales } => {
-                            (block as usize, g.scales[scales as usize].clone())
-                        }
-                        DType::QC8 { .. } | DType::QC4 { .. } => (0, weight_scales(g, w, oc, 0)?),
-                        d => return Err(unsupported(format!("filter of datatype {d:?}"))),
-                    };
-                    let mut wq = pack_filter(g, w, oc, k, block)?;
-                    wq.set_block_scales(&scale)?;
-                    let bias = bias.map(|b| const_f32(g, b, oc)).transpose()?;
-                    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
-                    QPrep::Dynamic(DProduct {
-                        w: wq,
-                        scale,
-                        bias,
-                        lo,
-                        hi,
-                    })
-                }
+                (DType::QD8 { .. }, DType::F32) => dynamic_product(g, w, bias, clamp, oc, k)?,
                 _ => return Err(combo()),
             }
         }
         _ => return Err(combo()),
+    }))
+}
+
+/// An int8 depthwise convolution (multiplier 1): filter widened to i16 (and i32), biases,
+/// requantization scale per channel.
+#[allow(clippy::too_many_arguments)]
+fn prepare_depthwise(
+    g: &Graph<'_>,
+    conv: Conv,
+    w: usize,
+    bias: Option<usize>,
+    clamp: Clamp,
+    qi: Q,
+    qo: Q,
+) -> Result<QPrep, KernelError> {
+    let dt = |v: usize| g.values[v].dtype;
+    let ws = g.values[w].shape;
+    let co = conv.out_channels();
+    if conv.group_out != 1 {
+        return Err(unsupported(
+            "int8 depthwise convolution with a channel multiplier",
+        ));
+    }
+    if !(-128..=127).contains(&qi.zp) {
+        return Err(invalid(format!("int8 zero point {}", qi.zp)));
+    }
+    if ws.dims() != [1, conv.win.kh, conv.win.kw, co] {
+        return Err(invalid(format!("filter shape {:?}", ws.dims())));
+    }
+    let sw = weight_scales(g, w, co, 3)?;
+    let wb = const_bytes(g, w)?;
+    let taps = conv.win.kh * conv.win.kw;
+    if wb.len() < taps * co {
+        return Err(invalid("filter too short"));
+    }
+    let b = match bias {
+        None => vec![0; co],
+        Some(b) => match dt(b) {
+            DType::QC32 { .. } | DType::QS32 { .. } => const_i32(g, b, co)?,
+            d => return Err(unsupported(format!("bias of datatype {d:?}"))),
+        },
+    };
+    let (lo, hi) = bounds(clamp, qo);
+    let w: Vec<i16> = wb[..taps * co].iter().map(|&v| v as i8 as i16).collect();
+    Ok(QPrep::Depthwise(QDwWeights {
+        win: conv.win,
+        channels: co,
+        w32: w.iter().map(|&v| v as i32).collect(),
+        w,
+        bias: b,
+        scale: sw.iter().map(|&s| qi.scale * s / qo.scale).collect(),
+        qi,
+        qo,
+        lo,
+        hi,
+    }))
+}
+
+/// A fully connected node over dynamically quantized rows: packed 8- or 4-bit weights with
+/// their per-channel or blockwise scales, a float bias.
+fn dynamic_product(
+    g: &Graph<'_>,
+    w: usize,
+    bias: Option<usize>,
+    clamp: Clamp,
+    oc: usize,
+    k: usize,
+) -> Result<QPrep, KernelError> {
+    let dt = |v: usize| g.values[v].dtype;
+    let (block, scale) = match dt(w) {
+        DType::QB4 { block, scales } => (block as usize, g.scales[scales as usize].clone()),
+        DType::QC8 { .. } | DType::QC4 { .. } => (0, weight_scales(g, w, oc, 0)?),
+        d => return Err(unsupported(format!("filter of datatype {d:?}"))),
+    };
+    let mut wq = pack_filter(g, w, oc, k, block)?;
+    wq.set_block_scales(&scale)?;
+    let bias = bias.map(|b| const_f32(g, b, oc)).transpose()?;
+    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    Ok(QPrep::Dynamic(DProduct {
+        w: wq,
+        scale,
+        bias,
+        lo,
+        hi,
     }))
 }
 
@@ -562,24 +589,24 @@ pub fn run(
     let [a, b, c, d, e] = ins;
     let n = os.count()?;
     match (prep, node) {
-        (QPrep::Quantize(q), _) => quant::quantize(par, f32s(a)?, *q, &mut i8s_mut(out)[..n]),
+        (QPrep::Quantize(q), _) => ops::quantize(par, f32s(a)?, *q, &mut i8s_mut(out)[..n]),
         (QPrep::Dequantize(q), _) => {
-            quant::dequantize(par, &i8s(a)[..n], *q, &mut f32s_mut(out)?[..n])
+            ops::dequantize(par, &i8s(a)[..n], *q, &mut f32s_mut(out)?[..n])
         }
         (QPrep::Requant { qi, qo, lo, hi }, _) => {
-            quant::requantize(&i8s(a)[..n], *qi, *qo, *lo, *hi, &mut i8s_mut(out)[..n])
+            ops::requantize(&i8s(a)[..n], *qi, *qo, *lo, *hi, &mut i8s_mut(out)[..n])
         }
         (QPrep::DynQuant { nonbatch }, _) => {
             let (rows, row) = qd8_rows(os, *nonbatch);
             let (data, sc, zp) = qd8_parts_mut(out, n, rows)?;
-            quant::quantize_rows(&f32s(a)?[..n], row, i8s_mut(data), sc, zp);
+            ops::quantize_rows(&f32s(a)?[..n], row, i8s_mut(data), sc, zp);
         }
         (
             QPrep::Binary { qa, qb, qo, lo, hi },
             &Node::Binary {
                 op, a: va, b: vb, ..
             },
-        ) => quant::binary(
+        ) => ops::binary(
             par,
             op,
             i8s(a),
@@ -634,13 +661,13 @@ pub fn run(
                 ow: os.dims()[2],
                 c: xs[3],
             };
-            quant::max_pool(par, &win, g, i8s(a), i8s_mut(out), *lo, *hi)?
+            ops::max_pool(par, &win, g, i8s(a), i8s_mut(out), *lo, *hi)?
         }
         (QPrep::Mean { qi, qo, lo, hi }, &Node::GlobalAvgPool { x, .. }) => {
             let xs = shapes[x].dims();
             let r = xs.len();
             let outer: usize = xs[..r - 3].iter().product();
-            quant::global_mean(
+            ops::global_mean(
                 i8s(a),
                 outer,
                 xs[r - 3] * xs[r - 2],
@@ -662,50 +689,10 @@ pub fn run(
                 ow: os.dims()[2],
                 c: xs[3],
             };
-            quant::depthwise(par, dw, g, i8s(a), i8s_mut(out))?
+            ops::depthwise(par, dw, g, i8s(a), i8s_mut(out))?
         }
         (QPrep::Product(p), &Node::Conv { conv, x, .. }) => {
-            let bp = conv_block(p, &shapes[x]).max(1);
-            let xs = shapes[x].dims();
-            let (bn, ih, iw, cin) = (xs[0], xs[1], xs[2], xs[3]);
-            let (oh, ow) = (os.dims()[1], os.dims()[2]);
-            let kp = p.w.quads * 4;
-            let pad = (p.qi.zp + 128) as u8;
-            let oc = p.w.n;
-            let epi = Epilogue::Requant {
-                bias: &p.bias,
-                scale: &p.scale,
-                zp: p.qo.zp,
-                qmin: p.lo,
-                qmax: p.hi,
-            };
-            let x = i8s(a);
-            let o = i8s_mut(out);
-            let pixels = oh * ow;
-            let (in_img, out_img) = (ih * iw * cin, pixels * oc);
-            for bi in 0..bn {
-                let xb = &x[bi * in_img..(bi + 1) * in_img];
-                let ob = &mut o[bi * out_img..(bi + 1) * out_img];
-                let mut p0 = 0;
-                while p0 < pixels {
-                    let np = bp.min(pixels - p0);
-                    let cols = scratch
-                        .get_mut(..np * kp)
-                        .ok_or_else(|| invalid("quantized convolution scratch too small"))?;
-                    quant::im2col_u8(par, xb, ih, iw, cin, &conv.win, ow, p0, np, kp, pad, cols);
-                    qgemm(
-                        par,
-                        cols,
-                        kp,
-                        np,
-                        &p.w,
-                        &epi,
-                        Out::I8(&mut ob[p0 * oc..]),
-                        oc,
-                    )?;
-                    p0 += np;
-                }
-            }
+            conv_product(par, p, &conv.win, &shapes[x], os, a, out, scratch)?
         }
         (QPrep::Product(p), &Node::FullyConnected { x, .. }) => {
             let k = p.w.k;
@@ -714,7 +701,7 @@ pub fn run(
             let au = scratch
                 .get_mut(..rows * kp)
                 .ok_or_else(|| invalid("quantized fully connected scratch too small"))?;
-            quant::to_u8_rows(i8s(a), rows, k, kp, 128, au);
+            ops::to_u8_rows(i8s(a), rows, k, kp, 128, au);
             let epi = Epilogue::Requant {
                 bias: &p.bias,
                 scale: &p.scale,
@@ -725,43 +712,113 @@ pub fn run(
             qgemm(par, au, kp, rows, &p.w, &epi, Out::I8(i8s_mut(out)), p.w.n)?
         }
         (QPrep::Dynamic(p), &Node::FullyConnected { x, .. }) => {
-            let DType::QD8 { nonbatch } = dtypes[x] else {
-                return Err(invalid("dynamic product without qdint8 input"));
-            };
-            let xs = shapes[x];
-            let (rows, row) = qd8_rows(&xs, nonbatch);
-            let k = p.w.k;
-            if row != k {
-                return Err(KernelError::shape(format!(
-                    "dynamic int8 rows of {row} values for {k} inputs"
-                )));
-            }
-            let (data, rs, zps) = qd8_parts(a, xs.count()?, rows)?;
-            let kp = p.w.quads * 4;
-            let au = scratch
-                .get_mut(..rows * kp)
-                .ok_or_else(|| invalid("dynamic fully connected scratch too small"))?;
-            quant::to_u8_rows(i8s(data), rows, k, kp, 128, au);
-            let epi = Epilogue::Dequant {
-                rows: rs,
-                zps,
-                scale: &p.scale,
-                bias: p.bias.as_deref(),
-                lo: p.lo,
-                hi: p.hi,
-            };
-            qgemm(
-                par,
-                au,
-                kp,
-                rows,
-                &p.w,
-                &epi,
-                Out::F32(f32s_mut(out)?),
-                p.w.n,
-            )?
+            dynamic_fc(par, p, dtypes[x], &shapes[x], a, out, scratch)?
         }
         _ => return Err(invalid("quantized node without a matching kernel")),
     }
+    Ok(())
+}
+
+/// An int8 convolution: products over im2col blocks of output pixels, requantized.
+#[allow(clippy::too_many_arguments)]
+fn conv_product(
+    par: &dyn Parallel,
+    p: &QProduct,
+    win: &Window,
+    x_shape: &Shape,
+    os: &Shape,
+    a: &[u8],
+    out: &mut [u8],
+    scratch: &mut [u8],
+) -> Result<(), KernelError> {
+    let bp = conv_block(p, x_shape).max(1);
+    let xs = x_shape.dims();
+    let (bn, ih, iw, cin) = (xs[0], xs[1], xs[2], xs[3]);
+    let (oh, ow) = (os.dims()[1], os.dims()[2]);
+    let kp = p.w.quads * 4;
+    let pad = (p.qi.zp + 128) as u8;
+    let oc = p.w.n;
+    let epi = Epilogue::Requant {
+        bias: &p.bias,
+        scale: &p.scale,
+        zp: p.qo.zp,
+        qmin: p.lo,
+        qmax: p.hi,
+    };
+    let x = i8s(a);
+    let o = i8s_mut(out);
+    let pixels = oh * ow;
+    let (in_img, out_img) = (ih * iw * cin, pixels * oc);
+    for bi in 0..bn {
+        let xb = &x[bi * in_img..(bi + 1) * in_img];
+        let ob = &mut o[bi * out_img..(bi + 1) * out_img];
+        let mut p0 = 0;
+        while p0 < pixels {
+            let np = bp.min(pixels - p0);
+            let cols = scratch
+                .get_mut(..np * kp)
+                .ok_or_else(|| invalid("quantized convolution scratch too small"))?;
+            ops::im2col_u8(par, xb, ih, iw, cin, win, ow, p0, np, kp, pad, cols);
+            qgemm(
+                par,
+                cols,
+                kp,
+                np,
+                &p.w,
+                &epi,
+                Out::I8(&mut ob[p0 * oc..]),
+                oc,
+            )?;
+            p0 += np;
+        }
+    }
+    Ok(())
+}
+
+/// A fully connected node over dynamically quantized rows (`qdint8`), dequantized to float32.
+fn dynamic_fc(
+    par: &dyn Parallel,
+    p: &DProduct,
+    x_dtype: DType,
+    x_shape: &Shape,
+    a: &[u8],
+    out: &mut [u8],
+    scratch: &mut [u8],
+) -> Result<(), KernelError> {
+    let DType::QD8 { nonbatch } = x_dtype else {
+        return Err(invalid("dynamic product without qdint8 input"));
+    };
+    let xs = *x_shape;
+    let (rows, row) = qd8_rows(&xs, nonbatch);
+    let k = p.w.k;
+    if row != k {
+        return Err(KernelError::shape(format!(
+            "dynamic int8 rows of {row} values for {k} inputs"
+        )));
+    }
+    let (data, rs, zps) = qd8_parts(a, xs.count()?, rows)?;
+    let kp = p.w.quads * 4;
+    let au = scratch
+        .get_mut(..rows * kp)
+        .ok_or_else(|| invalid("dynamic fully connected scratch too small"))?;
+    ops::to_u8_rows(i8s(data), rows, k, kp, 128, au);
+    let epi = Epilogue::Dequant {
+        rows: rs,
+        zps,
+        scale: &p.scale,
+        bias: p.bias.as_deref(),
+        lo: p.lo,
+        hi: p.hi,
+    };
+    qgemm(
+        par,
+        au,
+        kp,
+        rows,
+        &p.w,
+        &epi,
+        Out::F32(f32s_mut(out)?),
+        p.w.n,
+    )?;
     Ok(())
 }

@@ -1,0 +1,445 @@
+//! Integer matrix multiplication for quantized fully connected layers and convolutions:
+//! `acc[m][n] = Σ_k a[m][k] · w[n][k]` with unsigned 8-bit activations (`x + 128`) and signed
+//! 8-bit weights, accumulated in i32, then an epilogue: requantization to int8 (static
+//! quantization), or scaling to float32 (dynamically quantized activations, per-channel or
+//! blockwise weights).
+//!
+//! Weights are packed at init in panels of 16 output channels by groups of 4 inputs, the
+//! layout of AVX-512 VNNI's `vpdpbusd` (16 lanes × 4 byte products per instruction). On CPUs
+//! without it the same layout runs through plain integer loops (same results: the sums are
+//! exact and the float epilogue does the same operations).
+
+use pteron_core::{KernelError, Parallel};
+use pteron_kernels_cpu::par::for_chunks_mut;
+
+#[cfg(test)]
+mod tests;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+/// Output channels per panel.
+pub const NR: usize = 16;
+/// Longest block whose zero-point correction `acc − zp·blocksum` the vector paths compute in
+/// float (`fnmadd(zp, blocksum, float(acc))`): every term stays below 2^24 in magnitude
+/// (|acc| ≤ 255·128·block), so the float result is the exact integer and the outputs equal
+/// the integer formula's bit for bit, ExecuTorch's among them.
+const EXACT_BLOCK: usize = 512;
+/// Rows per tile.
+const MR: usize = 8;
+
+/// Packed int8 weights of `n` outputs over `k` inputs.
+pub struct QWeights {
+    pub n: usize,
+    pub k: usize,
+    /// `k` padded to a multiple of 4, divided by 4.
+    pub quads: usize,
+    /// `data[((p·quads + q)·16 + j)·4 + i] = w[p·16 + j][4q + i]` (zero past `n` and `k`).
+    data: Vec<i8>,
+    /// `Σ_k w[j][k]`, per output.
+    pub colsum: Vec<i32>,
+    /// For blockwise weights: `Σ_{k in block b} w[j][k]` at `[j·blocks + b]`.
+    pub blocksum: Vec<i32>,
+    /// Inputs per block (a multiple of 4), 0 when not blockwise.
+    pub block: usize,
+    /// Blockwise scales panel by panel, `[(p·blocks + b)·16 + jj]`, for the one-row path
+    /// (set by `set_block_scales`; empty until): as bf16 bits in `pscale16` when every scale
+    /// is a bf16 value (the 8da4w recipe's), else as f32 here. Half the bytes streamed per
+    /// block; the block sums of the weights are computed on the fly, not read.
+    pscale: Vec<f32>,
+    pscale16: Vec<u16>,
+    /// Block sums panel by panel like the scales, `[(p·blocks + b)·16 + jj]` (set with them,
+    /// when every sum fits and blocks are short enough for exact float corrections; see
+    /// `exact_blocks`): one 32-byte load per block and panel instead of 16 scattered reads
+    /// (multi-row tiles) or a second `vpdpbusd` per quad that summed the weights (one row).
+    pbsum: Vec<i16>,
+    /// 4-bit weights (`new_int4`), two quads per 64 bytes: quads `2t`, `2t + 1` of panel `p`
+    /// at `(p·pairs + t)·64`, byte `i` holding `w + 8` of byte `i` of quad `2t` (low nibble)
+    /// and of quad `2t + 1` (high nibble; 8, a zero weight, past the last quad), where
+    /// `pairs = ⌈quads / 2⌉`. The one-row path streams these: half the bytes per token, and
+    /// one 64-byte load, two masks and a shift unpack two quads.
+    nib: Vec<u8>,
+}
+
+impl QWeights {
+    /// Packs the `n × k` matrix whose element (j, kk) is `at(j, kk)` (values in i8 range).
+    pub fn new(
+        n: usize,
+        k: usize,
+        block: usize,
+        at: impl Fn(usize, usize) -> i8,
+    ) -> Result<Self, KernelError> {
+        if block != 0 && (block % 4 != 0 || k % block != 0) {
+            return Err(KernelError::unsupported(format!(
+                "block size {block} for {k} inputs (needs a multiple of 4 dividing the inputs)"
+            )));
+        }
+        let quads = k.div_ceil(4);
+        let panels = n.div_ceil(NR);
+        let len = panels
+            .checked_mul(quads)
+            .and_then(|v| v.checked_mul(NR * 4))
+            .ok_or(KernelError::SizeOverflow)?;
+        let mut data = vec![0i8; len];
+        let mut colsum = vec![0i32; n];
+        let blocks = if block == 0 { 0 } else { k / block };
+        let mut blocksum = vec![0i32; n * blocks];
+        for j in 0..n {
+            let (p, jj) = (j / NR, j % NR);
+            for kk in 0..k {
+                let v = at(j, kk);
+                data[((p * quads + kk / 4) * NR + jj) * 4 + kk % 4] = v;
+                colsum[j] += v as i32;
+                if block != 0 {
+                    blocksum[j * blocks + kk / block] += v as i32;
+                }
+            }
+        }
+        Ok(QWeights {
+            n,
+            k,
+            quads,
+            data,
+            colsum,
+            blocksum,
+            block,
+            pscale: Vec::new(),
+            pscale16: Vec::new(),
+            pbsum: Vec::new(),
+            nib: Vec::new(),
+        })
+    }
+
+    /// As `new`, for values in -8..=7, also kept as packed nibbles for the one-row path.
+    pub fn new_int4(
+        n: usize,
+        k: usize,
+        block: usize,
+        at: impl Fn(usize, usize) -> i8,
+    ) -> Result<Self, KernelError> {
+        let mut w = Self::new(n, k, block, &at)?;
+        if w.data.iter().any(|&v| !(-8..=7).contains(&v)) {
+            return Err(KernelError::invalid("4-bit weight out of range"));
+        }
+        let (panels, quads) = (w.n.div_ceil(NR), w.quads);
+        let pairs = quads.div_ceil(2);
+        let mut nib = vec![0u8; panels * pairs * 64];
+        for p in 0..panels {
+            for q in 0..quads {
+                let src = &w.data[(p * quads + q) * 64..][..64];
+                let dst = &mut nib[(p * pairs + q / 2) * 64..][..64];
+                for (d, &v) in dst.iter_mut().zip(src) {
+                    *d |= ((v + 8) as u8) << (4 * (q % 2));
+                }
+            }
+            if quads % 2 == 1 {
+                let dst = &mut nib[(p * pairs + quads / 2) * 64..][..64];
+                for d in dst.iter_mut() {
+                    *d |= 8 << 4;
+                }
+            }
+        }
+        w.nib = nib;
+        Ok(w)
+    }
+
+    /// Keeps blockwise scales (`[j·blocks + b]`, as the epilogue takes them) panel by panel
+    /// for the one-row path.
+    pub fn set_block_scales(&mut self, scale: &[f32]) -> Result<(), KernelError> {
+        if self.block == 0 {
+            return Ok(());
+        }
+        let blocks = self.k / self.block;
+        if scale.len() < self.n * blocks {
+            return Err(KernelError::invalid("block scales too short"));
+        }
+        let mut ps = vec![0f32; self.n.div_ceil(NR) * blocks * NR];
+        let mut bs = vec![0i16; ps.len()];
+        let mut fits = self.block <= EXACT_BLOCK;
+        for j in 0..self.n {
+            for b in 0..blocks {
+                let at = ((j / NR) * blocks + b) * NR + j % NR;
+                ps[at] = scale[j * blocks + b];
+                let v = self.blocksum[j * blocks + b];
+                fits &= i16::try_from(v).is_ok();
+                bs[at] = v as i16;
+            }
+        }
+        self.pbsum = if fits { bs } else { Vec::new() };
+        if ps.iter().all(|v| v.to_bits() & 0xFFFF == 0) {
+            self.pscale16 = ps.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
+            self.pscale = Vec::new();
+        } else {
+            self.pscale = ps;
+            self.pscale16 = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// Whether the one-row path has what it needs (blockwise weights: their scales and block
+    /// sums panel by panel).
+    fn one_row_ready(&self) -> bool {
+        if self.block == 0 {
+            return true;
+        }
+        let len = self.n.div_ceil(NR) * (self.k / self.block) * NR;
+        len > 0
+            && (self.pscale.len() == len || self.pscale16.len() == len)
+            && self.pbsum.len() == len
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+            + self.nib.len()
+            + (self.colsum.len() + self.blocksum.len() + self.pscale.len()) * 4
+            + (self.pscale16.len() + self.pbsum.len()) * 2
+    }
+}
+
+/// What happens to the i32 sums.
+#[derive(Clone, Copy)]
+pub enum Epilogue<'a> {
+    /// Static int8: `q = clamp(round((acc + bias[j]) · scale[j]) + zp)`, where `bias` already
+    /// holds the zero-point corrections (`bias − (zp_in + 128)·colsum`).
+    Requant {
+        bias: &'a [i32],
+        scale: &'a [f32],
+        zp: i32,
+        qmin: i32,
+        qmax: i32,
+    },
+    /// Dynamic int8 rows: `y = (acc − (zp_row + 128)·colsum[j]) · s_row · scale[j] + bias[j]`
+    /// (blockwise: per block, `Σ_b (acc_b − (zp_row + 128)·blocksum[j][b]) · scale[j][b]`,
+    /// then `· s_row + bias[j]`), clamped. `rows[m]`/`zps[m]`: each row's scale and zero
+    /// point.
+    Dequant {
+        rows: &'a [f32],
+        zps: &'a [i32],
+        scale: &'a [f32],
+        bias: Option<&'a [f32]>,
+        lo: f32,
+        hi: f32,
+    },
+}
+
+/// The output of a product.
+pub enum Out<'a> {
+    I8(&'a mut [i8]),
+    F32(&'a mut [f32]),
+}
+
+fn round_ne(v: f32) -> i32 {
+    v.round_ties_even() as i32
+}
+
+/// Requantization of one sum (XNNPACK's fp32 path: scale, clamp above, round to nearest
+/// even, add the zero point, clamp below).
+#[inline(always)]
+pub fn requant(acc: i32, scale: f32, zp: i32, qmin: i32, qmax: i32) -> i32 {
+    let f = (acc as f32 * scale).min((qmax - zp) as f32);
+    (round_ne(f) + zp).max(qmin).min(qmax)
+}
+
+/// `out[m × n] (row stride ldc) = epilogue(a[m × 4·quads] (row stride lda) · Wᵀ)`.
+#[allow(clippy::too_many_arguments)]
+pub fn qgemm(
+    par: &dyn Parallel,
+    a: &[u8],
+    lda: usize,
+    m: usize,
+    w: &QWeights,
+    epi: &Epilogue<'_>,
+    out: Out<'_>,
+    ldc: usize,
+) -> Result<(), KernelError> {
+    let kp = w.quads * 4;
+    if m == 0 || w.n == 0 {
+        return Ok(());
+    }
+    let fits = |len: usize, ld: usize, inner: usize| {
+        ld >= inner
+            && (m - 1)
+                .checked_mul(ld)
+                .and_then(|v| v.checked_add(inner))
+                .is_some_and(|need| need <= len)
+    };
+    let out_len = match &out {
+        Out::I8(o) => o.len(),
+        Out::F32(o) => o.len(),
+    };
+    if !fits(a.len(), lda, kp) || !fits(out_len, ldc, w.n) {
+        return Err(KernelError::invalid("quantized product operands too short"));
+    }
+    match epi {
+        Epilogue::Requant { bias, scale, .. } if bias.len() < w.n || scale.len() < w.n => {
+            return Err(KernelError::invalid("requantization parameters too short"))
+        }
+        Epilogue::Dequant {
+            rows,
+            zps,
+            scale,
+            bias,
+            ..
+        } => {
+            let blocks = if w.block == 0 { 1 } else { w.k / w.block };
+            if rows.len() < m
+                || zps.len() < m
+                || scale.len() < w.n * blocks
+                || bias.is_some_and(|b| b.len() < w.n)
+            {
+                return Err(KernelError::invalid("dequantization parameters too short"));
+            }
+        }
+        _ => {}
+    }
+    let vnni = has_vnni();
+    // One row (decoding): a product over the output panels, in parallel, streaming each
+    // weight once (4-bit weights as nibbles).
+    let one_row = vnni && m == 1 && matches!(epi, Epilogue::Dequant { .. }) && w.one_row_ready();
+    let out = match out {
+        Out::F32(o) if one_row => {
+            gemv(par, a, w, epi, &mut o[..w.n]);
+            return Ok(());
+        }
+        other => other,
+    };
+    // Tasks: blocks of MR-row tiles (whole output rows, so that tasks own disjoint rows).
+    let run_rows = |r0: usize, o: Out<'_>| {
+        let rows = match &o {
+            Out::I8(s) => s.len().div_ceil(ldc),
+            Out::F32(s) => s.len().div_ceil(ldc),
+        };
+        let rows = rows.min(m - r0);
+        if vnni {
+            #[cfg(target_arch = "x86_64")]
+            // Safety: the CPU has AVX-512 F/BW/VL/VNNI (checked by `has_vnni`); operands were
+            // checked above to hold `m` rows of `lda`/`ldc` elements.
+            unsafe {
+                x86::rows(a, lda, r0, rows, w, epi, o, ldc)
+            }
+        } else {
+            scalar_rows(a, lda, r0, rows, w, epi, o, ldc)
+        }
+    };
+    // Chunks of one tile each (`for_chunks_mut` groups them into tasks): every tile streams
+    // all the weights anyway, and 85 prompt rows in 32-row chunks were 3 chunks, 64 rows on
+    // one thread and 21 on the other.
+    let rows_per_task = MR;
+    match out {
+        Out::I8(o) => {
+            let o = &mut o[..(m - 1) * ldc + w.n];
+            // Chunk by rows: each chunk holds `rows_per_task` rows (the last row is short).
+            for_chunks_mut(par, o, rows_per_task * ldc, 1, &|t, c| {
+                run_rows(t * rows_per_task, Out::I8(c))
+            });
+        }
+        Out::F32(o) => {
+            let o = &mut o[..(m - 1) * ldc + w.n];
+            for_chunks_mut(par, o, rows_per_task * ldc, 1, &|t, c| {
+                run_rows(t * rows_per_task, Out::F32(c))
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Panels per task of the one-row product (about 64 KiB of int8 weights per task at k 1024).
+const GEMV_PANELS: usize = 4;
+
+/// `out[0 .. n] = epilogue(a[0 .. 4·quads] · Wᵀ)` for one row with a `Dequant` epilogue;
+/// the caller checked the operands (`qgemm`) and that the CPU has VNNI.
+fn gemv(par: &dyn Parallel, a: &[u8], w: &QWeights, epi: &Epilogue<'_>, out: &mut [f32]) {
+    for_chunks_mut(par, out, GEMV_PANELS * NR, 1, &|t, c| {
+        #[cfg(target_arch = "x86_64")]
+        // Safety: `qgemm` checked AVX-512 F/BW/VL/VNNI (`has_vnni`), that `a` holds one row of
+        // 4·quads bytes and the epilogue's lengths; `c` is columns t·GEMV_PANELS·NR.. of the
+        // output.
+        unsafe {
+            x86::gemv(a, w, epi, t * GEMV_PANELS, c)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (a, w, epi, t, c);
+    });
+}
+
+/// The AVX-512 VNNI products may run: the CPU has them and the process's SIMD level is not
+/// capped below AVX-512 (`pteron_kernels_cpu::cpu::set_max_level`).
+fn has_vnni() -> bool {
+    pteron_kernels_cpu::cpu::int8_vnni()
+}
+
+/// Output rows `r0 .. r0 + rows` (`o` starts at row `r0`) with plain integer loops.
+#[allow(clippy::too_many_arguments)]
+fn scalar_rows(
+    a: &[u8],
+    lda: usize,
+    r0: usize,
+    rows: usize,
+    w: &QWeights,
+    epi: &Epilogue<'_>,
+    mut o: Out<'_>,
+    ldc: usize,
+) {
+    let blocks = if w.block == 0 { 1 } else { w.k / w.block };
+    let bq = if w.block == 0 { w.quads } else { w.block / 4 };
+    for r in 0..rows {
+        let ar = &a[(r0 + r) * lda..];
+        for j in 0..w.n {
+            let (p, jj) = (j / NR, j % NR);
+            let mut fsum = 0.0f32;
+            let mut isum = 0i32;
+            for b in 0..blocks {
+                let mut acc = 0i32;
+                for q in b * bq..(b + 1) * bq {
+                    let wp = &w.data[((p * w.quads + q) * NR + jj) * 4..][..4];
+                    for i in 0..4 {
+                        acc += ar[q * 4 + i] as i32 * wp[i] as i32;
+                    }
+                }
+                match epi {
+                    Epilogue::Dequant { zps, scale, .. } if w.block != 0 => {
+                        let zp = zps[r0 + r] + 128;
+                        let corr = acc - zp * w.blocksum[j * blocks + b];
+                        fsum = (corr as f32).mul_add(scale[j * blocks + b], fsum);
+                    }
+                    _ => isum += acc,
+                }
+            }
+            let idx = r * ldc + j;
+            match (epi, &mut o) {
+                (
+                    Epilogue::Requant {
+                        bias,
+                        scale,
+                        zp,
+                        qmin,
+                        qmax,
+                    },
+                    Out::I8(o),
+                ) => {
+                    o[idx] = requant(isum + bias[j], scale[j], *zp, *qmin, *qmax) as i8;
+                }
+                (
+                    Epilogue::Dequant {
+                        rows: rp,
+                        zps,
+                        scale,
+                        bias,
+                        lo,
+                        hi,
+                    },
+                    Out::F32(o),
+                ) => {
+                    let (s_row, zp) = (rp[r0 + r], zps[r0 + r]);
+                    let y = if w.block == 0 {
+                        let corr = isum - (zp + 128) * w.colsum[j];
+                        (corr as f32 * s_row).mul_add(scale[j], bias.map_or(0.0, |b| b[j]))
+                    } else {
+                        fsum.mul_add(s_row, bias.map_or(0.0, |b| b[j]))
+                    };
+                    o[idx] = y.max(*lo).min(*hi);
+                }
+                _ => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,187 @@
+use super::*;
+
+/// A small deterministic generator.
+fn rng(seed: &mut u64) -> u32 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    (*seed >> 16) as u32
+}
+
+/// The VNNI rows match the plain integer rows bit for bit, for every epilogue, odd sizes.
+#[test]
+fn vnni_matches_scalar() {
+    if !has_vnni() {
+        return;
+    }
+    let mut seed = 0x1234_5678_9abc_def0u64;
+    for &(m, n, k, block) in &[
+        (1, 1, 1, 0),
+        (3, 17, 13, 0),
+        (9, 33, 64, 32),
+        (17, 40, 96, 0),
+        (5, 16, 128, 64),
+    ] {
+        let w = QWeights::new(n, k, block, |j, kk| ((j * 31 + kk * 7) % 255) as i8).unwrap();
+        let kp = w.quads * 4;
+        let a: Vec<u8> = (0..m * kp).map(|_| rng(&mut seed) as u8).collect();
+        let blocks = if block == 0 { 1 } else { k / block };
+        let bias: Vec<i32> = (0..n).map(|j| j as i32 * 37 - 500).collect();
+        let scale: Vec<f32> = (0..n * blocks).map(|j| 1e-3 * (1 + j % 7) as f32).collect();
+        let fb: Vec<f32> = (0..n).map(|j| j as f32 * 0.25).collect();
+        let rows: Vec<f32> = (0..m).map(|r| 0.01 * (r + 1) as f32).collect();
+        let zps: Vec<i32> = (0..m).map(|r| r as i32 * 9 - 20).collect();
+        let epis = [
+            Epilogue::Requant {
+                bias: &bias,
+                scale: &scale,
+                zp: -3,
+                qmin: -100,
+                qmax: 120,
+            },
+            Epilogue::Dequant {
+                rows: &rows,
+                zps: &zps,
+                scale: &scale,
+                bias: Some(&fb),
+                lo: -50.0,
+                hi: 50.0,
+            },
+        ];
+        for (e, epi) in epis.iter().enumerate() {
+            if e == 0 && block != 0 {
+                continue;
+            }
+            if e == 0 {
+                let (mut x1, mut x2) = (vec![0i8; m * n], vec![0i8; m * n]);
+                scalar_rows(&a, kp, 0, m, &w, epi, Out::I8(&mut x1), n);
+                // Safety: has_vnni() above; operand sizes as `qgemm` checks them.
+                unsafe { x86::rows(&a, kp, 0, m, &w, epi, Out::I8(&mut x2), n) };
+                assert_eq!(x1, x2, "m {m} n {n} k {k} block {block}");
+            } else {
+                let (mut f1, mut f2) = (vec![0f32; m * n], vec![0f32; m * n]);
+                scalar_rows(&a, kp, 0, m, &w, epi, Out::F32(&mut f1), n);
+                // Safety: as above.
+                unsafe { x86::rows(&a, kp, 0, m, &w, epi, Out::F32(&mut f2), n) };
+                assert_eq!(f1, f2, "m {m} n {n} k {k} block {block}");
+            }
+        }
+        if block != 0 {
+            // With the scales and block sums kept panel by panel (vector loads, the
+            // zero-point correction in float): still the integer formula bit for bit.
+            let mut w = w;
+            w.set_block_scales(&scale).unwrap();
+            assert!(w.one_row_ready());
+            let epi = &epis[1];
+            let (mut f1, mut f2) = (vec![0f32; m * n], vec![0f32; m * n]);
+            scalar_rows(&a, kp, 0, m, &w, epi, Out::F32(&mut f1), n);
+            // Safety: as above.
+            unsafe { x86::rows(&a, kp, 0, m, &w, epi, Out::F32(&mut f2), n) };
+            assert_eq!(f1, f2, "panel-major: m {m} n {n} k {k} block {block}");
+        }
+    }
+}
+
+/// Blocks too long for an exact float correction keep the integer one (no panel-major
+/// sums, so no one-row path) and still give the scalar results.
+#[test]
+fn long_blocks_keep_integer_corrections() {
+    let (n, k, block) = (20, 2 * (EXACT_BLOCK + 4), EXACT_BLOCK + 4);
+    let mut w = QWeights::new(n, k, block, |j, kk| ((j * 13 + kk * 5) % 255) as i8).unwrap();
+    let scale: Vec<f32> = (0..n * 2).map(|j| 1e-3 * (1 + j % 5) as f32).collect();
+    w.set_block_scales(&scale).unwrap();
+    assert!(!w.one_row_ready());
+    let a: Vec<u8> = (0..k).map(|i| (i * 29 % 256) as u8).collect();
+    let epi = Epilogue::Dequant {
+        rows: &[0.03],
+        zps: &[5],
+        scale: &scale,
+        bias: None,
+        lo: f32::NEG_INFINITY,
+        hi: f32::INFINITY,
+    };
+    let (mut f1, mut f2) = (vec![0f32; n], vec![0f32; n]);
+    scalar_rows(&a, k, 0, 1, &w, &epi, Out::F32(&mut f1), n);
+    qgemm(&Split, &a, k, 1, &w, &epi, Out::F32(&mut f2), n).unwrap();
+    assert_eq!(f1, f2);
+}
+
+/// Three "threads" run one after another: exercises the task split.
+struct Split;
+impl Parallel for Split {
+    fn num_threads(&self) -> usize {
+        3
+    }
+    fn parallel_for(&self, n: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+        for t in 0..n {
+            f(t..t + 1);
+        }
+    }
+}
+
+/// The one-row path (panels in parallel, 4-bit weights from nibbles) gives the plain
+/// integer rows' results bit for bit.
+#[test]
+fn one_row_matches_scalar() {
+    if !has_vnni() {
+        return;
+    }
+    let mut seed = 0x0bad_cafe_f00d_1234u64;
+    for &(n, k, block, int4) in &[
+        (1, 4, 0, false),
+        (17, 13, 0, false),
+        (200, 64, 32, true),
+        (100, 96, 0, true),
+        (576, 576, 32, true),
+        (33, 128, 64, false),
+        // Odd quads per block and in all: pairs of 4-bit quads cut at either end.
+        (40, 36, 12, true),
+        (20, 20, 0, true),
+    ] {
+        let at = |j: usize, kk: usize| {
+            if int4 {
+                ((j * 5 + kk * 3) % 16) as i8 - 8
+            } else {
+                ((j * 31 + kk * 7) % 255) as i8
+            }
+        };
+        let mut w = if int4 {
+            QWeights::new_int4(n, k, block, at).unwrap()
+        } else {
+            QWeights::new(n, k, block, at).unwrap()
+        };
+        let kp = w.quads * 4;
+        let a: Vec<u8> = (0..kp).map(|_| rng(&mut seed) as u8).collect();
+        let blocks = if block == 0 { 1 } else { k / block };
+        // f32 scales, and bf16 values (kept as bf16 by `set_block_scales`).
+        for bf16 in [false, true] {
+            let scale: Vec<f32> = (0..n * blocks)
+                .map(|j| 1e-3 * (1 + j % 7) as f32)
+                .map(|v| {
+                    if bf16 {
+                        f32::from_bits(v.to_bits() & 0xFFFF_0000)
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            w.set_block_scales(&scale).unwrap();
+            assert_eq!(w.pscale16.is_empty(), !bf16 || block == 0);
+            let fb: Vec<f32> = (0..n).map(|j| j as f32 * 0.25).collect();
+            for bias in [Some(&fb[..]), None] {
+                let epi = Epilogue::Dequant {
+                    rows: &[0.02],
+                    zps: &[-7],
+                    scale: &scale,
+                    bias,
+                    lo: -50.0,
+                    hi: 50.0,
+                };
+                let (mut f1, mut f2) = (vec![0f32; n], vec![0f32; n]);
+                scalar_rows(&a, kp, 0, 1, &w, &epi, Out::F32(&mut f1), n);
+                qgemm(&Split, &a, kp, 1, &w, &epi, Out::F32(&mut f2), n).unwrap();
+                assert_eq!(f1, f2, "n {n} k {k} block {block} int4 {int4} bf16 {bf16}");
+            }
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! The AVX-512 VNNI int8 products: tiles of 8 rows × 3 panels of 16 channels, one row as
+//! a matrix-vector product over 4-bit or 8-bit weights.
+
+use super::{Epilogue, Out, QWeights, MR, NR};
+use core::arch::x86_64::*;
+
+/// The 64 weight bytes of panel `p`, quad `q` (int8 weights).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn wquad(w: &QWeights, p: usize, q: usize) -> __m512i {
+    let i = p * w.quads + q;
+    // Safety (caller): quad q < quads of panel p lies inside `data` (64 bytes).
+    unsafe { _mm512_loadu_si512(w.data.as_ptr().add(i * NR * 4) as *const _) }
+}
+
+/// The broadcast activation bytes `a[4q .. 4q + 4]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn aquad(a: *const u8, q: usize) -> __m512i {
+    // Safety (caller): 4·q + 4 ≤ the bytes of `a`.
+    unsafe { _mm512_set1_epi32(core::ptr::read_unaligned(a.add(q * 4) as *const i32)) }
+}
+
+/// Bytes ahead of the weight being read that the one-row path prefetches: the hardware
+/// prefetcher alone leaves the weight stream latency-bound (SmolLM2 8da4w decode on one
+/// thread ~70 -> ~130 tok/s).
+const PREFETCH: usize = 4096;
+
+/// Hints the cache line at `p` into L1.
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    // Safety: a prefetch never faults and reads nothing architecturally; `p` may point
+    // past the end of the weights (it is only a hint).
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
+}
+
+/// The 16 panel-major block scales and block sums (as floats) at `at`.
+///
+/// # Safety
+/// AVX-512 F/BW; `at + 16` ≤ the length of the scales and sums kept (`one_row_ready`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn block_params(w: &QWeights, at: usize) -> (__m512, __m512) {
+    // Safety (loads): the caller's.
+    let scale = if w.pscale16.is_empty() {
+        unsafe { _mm512_loadu_ps(w.pscale.as_ptr().add(at)) }
+    } else {
+        let h = unsafe { _mm256_loadu_si256(w.pscale16.as_ptr().add(at) as *const _) };
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+    };
+    let bs = unsafe { _mm256_loadu_si256(w.pbsum.as_ptr().add(at) as *const _) };
+    (scale, _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(bs)))
+}
+
+/// Sum of `a[4q ..]` · panel `p` over quads `q0 .. q1` (two independent chains).
+/// 4-bit weights come a pair of quads per 64-byte load (see `QWeights::nib`).
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI; 4·q1 ≤ the bytes of `a`; q1 ≤ quads; panel p exists.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn dot(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m512i {
+    let (mut x, mut y) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    // Adds quad q's products into one chain.
+    let step = |acc: &mut __m512i, q: usize, v: __m512i| {
+        // Safety (activation loads): 4·q + 4 ≤ 4·q1 bytes of `a`.
+        *acc = _mm512_dpbusd_epi32(*acc, unsafe { aquad(a, q) }, v);
+    };
+    let mut q = q0;
+    if w.nib.is_empty() {
+        // Safety (weight loads): quads < quads of panel p lie inside `data`.
+        while q + 2 <= q1 {
+            prefetch(
+                w.data
+                    .as_ptr()
+                    .wrapping_add((p * w.quads + q) * NR * 4 + PREFETCH),
+            );
+            step(&mut x, q, unsafe { wquad(w, p, q) });
+            step(&mut y, q + 1, unsafe { wquad(w, p, q + 1) });
+            q += 2;
+        }
+        if q < q1 {
+            step(&mut x, q, unsafe { wquad(w, p, q) });
+        }
+    } else {
+        let pairs = w.quads.div_ceil(2);
+        let base = w.nib[p * pairs * 64..].as_ptr();
+        let (m, eight) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(8));
+        // Safety (all loads): pair q/2 < pairs of panel p lies inside `nib` (64 bytes).
+        let pair = |q: usize| unsafe { _mm512_loadu_si512(base.add(q / 2 * 64) as *const _) };
+        let lo = |v: __m512i| _mm512_sub_epi8(_mm512_and_si512(v, m), eight);
+        let hi =
+            |v: __m512i| _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(v), m), eight);
+        if q % 2 == 1 && q < q1 {
+            step(&mut x, q, hi(pair(q)));
+            q += 1;
+        }
+        while q + 2 <= q1 {
+            prefetch(base.wrapping_add(q / 2 * 64 + PREFETCH));
+            let v = pair(q);
+            step(&mut x, q, lo(v));
+            step(&mut y, q + 1, hi(v));
+            q += 2;
+        }
+        if q < q1 {
+            step(&mut x, q, lo(pair(q)));
+        }
+    }
+    _mm512_add_epi32(x, y)
+}
+
+/// Columns of panels `p0 ..` into `o` (whole panels; the last may be partial) for one
+/// row with a `Dequant` epilogue, the same arithmetic as `rows`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI; `a` holds 4·quads bytes; the epilogue's slices are as `qgemm`
+/// checks them; blockwise weights have `pscale`; `o` lies inside columns `p0·16 .. n`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mut [f32]) {
+    let Epilogue::Dequant {
+        rows,
+        zps,
+        scale,
+        bias,
+        lo,
+        hi,
+    } = epi
+    else {
+        return;
+    };
+    let (s_row, zp) = (_mm512_set1_ps(rows[0]), zps[0] + 128);
+    let zpv = _mm512_set1_epi32(zp);
+    let (lov, hiv) = (_mm512_set1_ps(*lo), _mm512_set1_ps(*hi));
+    let blocks = if w.block == 0 { 1 } else { w.k / w.block };
+    let bq = if w.block == 0 { w.quads } else { w.block / 4 };
+    let ap = a.as_ptr();
+    for (i, oc) in o.chunks_mut(NR).enumerate() {
+        let p = p0 + i;
+        let c0 = p * NR;
+        let nv = oc.len();
+        let mask: __mmask16 = if nv == NR { !0 } else { (1u16 << nv) - 1 };
+        let bv = match bias {
+            Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
+            None => _mm512_setzero_ps(),
+        };
+        let y = if w.block == 0 {
+            // Safety: quads 0 .. quads of panel p (p < panels since `o` lies before n).
+            let acc = unsafe { dot(ap, w, p, 0, w.quads) };
+            let cs = _mm512_maskz_loadu_epi32(mask, w.colsum[c0..].as_ptr());
+            let corr = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zpv, cs));
+            let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
+            _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(corr), s_row), sv, bv)
+        } else {
+            let mut facc = _mm512_setzero_ps();
+            let zf = _mm512_set1_ps(zp as f32);
+            for b in 0..blocks {
+                // Safety: block b's quads lie in panel p; the scales and sums hold
+                // panels·blocks·16 values (`one_row_ready`).
+                unsafe {
+                    let acc = dot(ap, w, p, b * bq, (b + 1) * bq);
+                    let (scv, bsv) = block_params(w, (p * blocks + b) * NR);
+                    // acc − zp·blocksum, exact in float (`EXACT_BLOCK`).
+                    let corr = _mm512_fnmadd_ps(zf, bsv, _mm512_cvtepi32_ps(acc));
+                    facc = _mm512_fmadd_ps(corr, scv, facc);
+                }
+            }
+            _mm512_fmadd_ps(facc, s_row, bv)
+        };
+        let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
+        // Safety: `nv` floats of `oc`.
+        unsafe { _mm512_mask_storeu_ps(oc.as_mut_ptr(), mask, y) };
+    }
+}
+
+/// Output rows `r0 .. r0 + rows` with `vpdpbusd`: tiles of MR rows by three panels (each
+/// broadcast activation feeds three products; one panel at a time the loads outnumbered
+/// them), two or one for the last panels, one for blockwise weights.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI must be available; `a` holds rows `r0 .. r0 + rows` of `lda`
+/// bytes (at least `4·w.quads` each) and `o` holds `rows` rows of `ldc` (at least `w.n`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rows(
+    a: &[u8],
+    lda: usize,
+    r0: usize,
+    rows: usize,
+    w: &QWeights,
+    epi: &Epilogue<'_>,
+    mut o: Out<'_>,
+    ldc: usize,
+) {
+    let panels = w.n.div_ceil(NR);
+    let mut t = 0;
+    while t < rows {
+        let mr = MR.min(rows - t);
+        // Row pointers (rows past `mr` repeat the last one; their results are dropped).
+        let mut ap = [a.as_ptr(); MR];
+        for (i, p) in ap.iter_mut().enumerate() {
+            // Safety: row r0 + t + min(i, mr − 1) < r0 + rows lies in `a`.
+            *p = unsafe { a.as_ptr().add((r0 + t + i.min(mr - 1)) * lda) };
+        }
+        let mut p = 0;
+        while p < panels {
+            let tile = Tile {
+                ap: &ap,
+                r: r0 + t,
+                t,
+                mr,
+                p,
+            };
+            // Safety: panels p (and p + 1) exist; the caller's operands.
+            unsafe {
+                if w.block == 0 && p + 2 < panels {
+                    group::<3>(&tile, w, epi, &mut o, ldc);
+                    p += 3;
+                } else if w.block == 0 && p + 1 < panels {
+                    group::<2>(&tile, w, epi, &mut o, ldc);
+                    p += 2;
+                } else {
+                    group::<1>(&tile, w, epi, &mut o, ldc);
+                    p += 1;
+                }
+            }
+        }
+        t += MR;
+    }
+}
+
+/// Where a tile is: its row pointers, first row (`r` in the operands, `t` in `o`), rows,
+/// and first panel.
+struct Tile<'a> {
+    ap: &'a [*const u8; MR],
+    r: usize,
+    t: usize,
+    mr: usize,
+    p: usize,
+}
+
+/// MR rows by panels `p .. p + NP` (NP > 1 only without blocks).
+///
+/// # Safety
+/// As [`rows`]; panels `tile.p .. tile.p + NP` exist.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn group<const NP: usize>(
+    tile: &Tile<'_>,
+    w: &QWeights,
+    epi: &Epilogue<'_>,
+    o: &mut Out<'_>,
+    ldc: usize,
+) {
+    let Tile { ap, r, t, mr, p } = *tile;
+    let blocks = if w.block == 0 { 1 } else { w.k / w.block };
+    let bq = if w.block == 0 { w.quads } else { w.block / 4 };
+    let wp = w.data.as_ptr();
+    // Blockwise scales and sums kept panel by panel (`set_block_scales`).
+    let panel_major = w.block != 0 && w.one_row_ready();
+    // Each row's zero point + 128 as a float (rows past `mr` repeat the last).
+    let mut zf_rows = [0f32; MR];
+    if let Epilogue::Dequant { zps, .. } = epi {
+        if panel_major {
+            for (i, z) in zf_rows.iter_mut().enumerate() {
+                *z = (zps[r + i.min(mr - 1)] + 128) as f32;
+            }
+        }
+    }
+    let mut facc = [[_mm512_setzero_ps(); NP]; MR];
+    let mut iacc = [[_mm512_setzero_si512(); NP]; MR];
+    for b in 0..blocks {
+        let mut acc = [[_mm512_setzero_si512(); NP]; MR];
+        for q in b * bq..(b + 1) * bq {
+            let mut wv = [_mm512_setzero_si512(); NP];
+            for (j, v) in wv.iter_mut().enumerate() {
+                // Safety: quad q < quads of panel p + j lies inside `data`.
+                *v = unsafe {
+                    _mm512_loadu_si512(wp.add(((p + j) * w.quads + q) * NR * 4) as *const _)
+                };
+            }
+            for i in 0..MR {
+                // Safety: 4 bytes at 4q < 4·quads ≤ lda of a row of `a`.
+                let av = unsafe {
+                    _mm512_set1_epi32(core::ptr::read_unaligned(ap[i].add(q * 4) as *const i32))
+                };
+                for j in 0..NP {
+                    acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, wv[j]);
+                }
+            }
+        }
+        match epi {
+            Epilogue::Dequant { .. } if panel_major => {
+                // Per block: (acc − (zp + 128)·blocksum) · scale[j][b] (NP is 1 here),
+                // scales and sums one vector load each; the correction in float is exact
+                // (`EXACT_BLOCK`).
+                // Safety: `one_row_ready`: panels·blocks·16 scales and sums.
+                let (scv, bsv) = unsafe { block_params(w, (p * blocks + b) * NR) };
+                for i in 0..MR {
+                    let zf = _mm512_set1_ps(zf_rows[i]);
+                    let corr = _mm512_fnmadd_ps(zf, bsv, _mm512_cvtepi32_ps(acc[i][0]));
+                    facc[i][0] = _mm512_fmadd_ps(corr, scv, facc[i][0]);
+                }
+            }
+            Epilogue::Dequant { zps, scale, .. } if w.block != 0 => {
+                // Per block: (acc − (zp + 128)·blocksum) · scale[j][b] (NP is 1 here).
+                let nv = NR.min(w.n - p * NR);
+                let mut bs = [0i32; NR];
+                let mut sc = [0f32; NR];
+                for jj in 0..nv {
+                    let c = p * NR + jj;
+                    bs[jj] = w.blocksum[c * blocks + b];
+                    sc[jj] = scale[c * blocks + b];
+                }
+                let bsv = _mm512_loadu_si512(bs.as_ptr() as *const _);
+                let scv = _mm512_loadu_ps(sc.as_ptr());
+                for i in 0..mr {
+                    let zp = _mm512_set1_epi32(zps[r + i] + 128);
+                    let corr = _mm512_sub_epi32(acc[i][0], _mm512_mullo_epi32(zp, bsv));
+                    facc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), scv, facc[i][0]);
+                }
+            }
+            _ => {
+                for i in 0..MR {
+                    for j in 0..NP {
+                        iacc[i][j] = _mm512_add_epi32(iacc[i][j], acc[i][j]);
+                    }
+                }
+            }
+        }
+    }
+    for j in 0..NP {
+        let c0 = (p + j) * NR;
+        let nv = NR.min(w.n - c0);
+        let mask: __mmask16 = if nv == NR { !0 } else { (1u16 << nv) - 1 };
+        match (epi, &mut *o) {
+            (
+                Epilogue::Requant {
+                    bias,
+                    scale,
+                    zp,
+                    qmin,
+                    qmax,
+                },
+                Out::I8(o),
+            ) => {
+                let bv = _mm512_maskz_loadu_epi32(mask, bias[c0..].as_ptr());
+                let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
+                let maxlz = _mm512_set1_ps((*qmax - *zp) as f32);
+                let zpv = _mm512_set1_epi32(*zp);
+                let minv = _mm512_set1_epi32(*qmin);
+                for i in 0..mr {
+                    let acc = _mm512_add_epi32(iacc[i][j], bv);
+                    let f = _mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), sv), maxlz);
+                    // Round to nearest even (the default MXCSR mode).
+                    let q = _mm512_max_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(f), zpv), minv);
+                    let bytes = _mm512_cvtsepi32_epi8(q);
+                    let dst = o[(t + i) * ldc + c0..].as_mut_ptr();
+                    // Safety: `nv` bytes of row t + i from column c0 lie inside `o`.
+                    unsafe { _mm_mask_storeu_epi8(dst, mask, bytes) };
+                }
+            }
+            (
+                Epilogue::Dequant {
+                    rows: rp,
+                    zps,
+                    scale,
+                    bias,
+                    lo,
+                    hi,
+                },
+                Out::F32(o),
+            ) => {
+                let bv = match bias {
+                    Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
+                    None => _mm512_setzero_ps(),
+                };
+                let (lov, hiv) = (_mm512_set1_ps(*lo), _mm512_set1_ps(*hi));
+                for i in 0..mr {
+                    let (s_row, zp) = (rp[r + i], zps[r + i]);
+                    let y = if w.block == 0 {
+                        let cs = _mm512_maskz_loadu_epi32(mask, w.colsum[c0..].as_ptr());
+                        let corr = _mm512_sub_epi32(
+                            iacc[i][j],
+                            _mm512_mullo_epi32(_mm512_set1_epi32(zp + 128), cs),
+                        );
+                        let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
+                        let f = _mm512_mul_ps(_mm512_cvtepi32_ps(corr), _mm512_set1_ps(s_row));
+                        _mm512_fmadd_ps(f, sv, bv)
+                    } else {
+                        _mm512_fmadd_ps(facc[i][j], _mm512_set1_ps(s_row), bv)
+                    };
+                    let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
+                    let dst = o[(t + i) * ldc + c0..].as_mut_ptr();
+                    // Safety: `nv` floats of row t + i from column c0 lie inside `o`.
+                    unsafe { _mm512_mask_storeu_ps(dst, mask, y) };
+                }
+            }
+            _ => {}
+        }
+    }
+}
