@@ -559,7 +559,11 @@ fn run_case(
         Err(e) => {
             use pteron::core::{Error as E, KernelError as K};
             return match &e {
-                pteron::Error::Runtime(E::OperatorMissing { .. })
+                pteron::Error::Runtime(
+                    E::OperatorMissing { .. }
+                    | E::KernelRejected { .. }
+                    | E::PrepareFailed { .. },
+                )
                 | pteron::Error::Runtime(E::Kernel {
                     source: K::UnsupportedDType { .. } | K::Unsupported(_),
                     ..
