@@ -31,11 +31,10 @@ pub enum KernelError {
     RankTooLarge { rank: usize },
     #[error("size arithmetic overflows")]
     SizeOverflow,
-    #[error(
-        "an empty tensor's non-zero dims multiply to {extent}, more than the limit of {}",
-        crate::tensor::MAX_EMPTY_EXTENT
-    )]
-    EmptyExtent { extent: usize },
+    /// An empty tensor whose non-zero dims multiply past `limit` (its strides would be
+    /// meaningless: no element is ever addressed).
+    #[error("an empty tensor's non-zero dims multiply to {extent}, more than the limit of {limit}")]
+    EmptyExtent { extent: usize, limit: usize },
     #[error("cannot resize output to {requested} bytes: its planned capacity is {capacity} bytes")]
     OutputCapacity { requested: usize, capacity: usize },
     #[error("tensor data overlaps another argument's data (value {value})")]
