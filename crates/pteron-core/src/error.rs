@@ -4,8 +4,9 @@ use crate::dtype::ScalarType;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-/// What a kernel (or the argument accessors it uses) reports. The executor wraps it in
-/// [`Error::Kernel`] with the op name and instruction index.
+/// What a kernel (or the argument accessors it uses) reports. The method wraps it with the op
+/// name and instruction index: [`Error::KernelRejected`] from a load-time check,
+/// [`Error::PrepareFailed`] from a `prepare` step, [`Error::Kernel`] from a run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum KernelError {
     #[error("argument {arg}: expected {expected}, found {found}")]

@@ -152,3 +152,34 @@ impl KernelRegistry {
         self.kernels.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::KernelError;
+    use crate::kernel::KernelContext;
+
+    fn nothing(_: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+        Ok(())
+    }
+
+    #[test]
+    fn arg_sets() {
+        let s = ArgSet::of(&[4, 1, 63]);
+        assert!(s.contains(1) && s.contains(4) && s.contains(63));
+        assert!(!s.contains(0) && !s.contains(64) && !s.contains(usize::MAX));
+        assert_eq!(s.iter().collect::<alloc::vec::Vec<_>>(), [1, 4, 63]);
+        assert!(ArgSet::EMPTY.is_empty() && !s.is_empty());
+    }
+
+    /// Caches are written in place too, and a kernel registered over another keeps what the
+    /// op writes.
+    #[test]
+    fn in_place_writes_survive_an_override() {
+        let base = Kernel::new(nothing).writes_in_place(&[0]).caches(&[3, 4]);
+        assert_eq!(base.writes, ArgSet::of(&[0, 3, 4]));
+        assert_eq!(base.caches, ArgSet::of(&[3, 4]));
+        let fast = Kernel::new(nothing).over(&base);
+        assert_eq!((fast.writes, fast.caches), (base.writes, base.caches));
+    }
+}
