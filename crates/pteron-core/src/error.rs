@@ -34,7 +34,9 @@ pub enum KernelError {
     SizeOverflow,
     /// An empty tensor whose non-zero dims multiply past `limit` (its strides would be
     /// meaningless: no element is ever addressed).
-    #[error("an empty tensor's non-zero dims multiply to {extent}, more than the limit of {limit}")]
+    #[error(
+        "an empty tensor's non-zero dims multiply to {extent}, more than the limit of {limit}"
+    )]
     EmptyExtent { extent: usize, limit: usize },
     #[error("cannot resize output to {requested} bytes: its planned capacity is {capacity} bytes")]
     OutputCapacity { requested: usize, capacity: usize },

@@ -560,9 +560,7 @@ fn run_case(
             use pteron::core::{Error as E, KernelError as K};
             return match &e {
                 pteron::Error::Runtime(
-                    E::OperatorMissing { .. }
-                    | E::KernelRejected { .. }
-                    | E::PrepareFailed { .. },
+                    E::OperatorMissing { .. } | E::KernelRejected { .. } | E::PrepareFailed { .. },
                 )
                 | pteron::Error::Runtime(E::Kernel {
                     source: K::UnsupportedDType { .. } | K::Unsupported(_),
