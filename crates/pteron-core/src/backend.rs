@@ -18,9 +18,9 @@ use alloc::sync::Arc;
 
 use pteron_format::{DataFile, FormatError, Program};
 
+use crate::config::MethodConfig;
 use crate::error::KernelError;
 use crate::kernel::{ArgView, KernelContext};
-use crate::method::MethodConfig;
 
 /// One compile spec of a delegate: a key and the backend-defined bytes stored with it.
 #[derive(Clone, Copy, Debug)]

@@ -4,8 +4,9 @@ use crate::dtype::ScalarType;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-/// What a kernel (or the argument accessors it uses) reports. The executor wraps it in
-/// [`Error::Kernel`] with the op name and instruction index.
+/// What a kernel (or the argument accessors it uses) reports. The method wraps it with the op
+/// name and instruction index: [`Error::KernelRejected`] from a load-time check,
+/// [`Error::PrepareFailed`] from a `prepare` step, [`Error::Kernel`] from a run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum KernelError {
     #[error("argument {arg}: expected {expected}, found {found}")]
@@ -31,11 +32,12 @@ pub enum KernelError {
     RankTooLarge { rank: usize },
     #[error("size arithmetic overflows")]
     SizeOverflow,
+    /// An empty tensor whose non-zero dims multiply past `limit` (its strides would be
+    /// meaningless: no element is ever addressed).
     #[error(
-        "an empty tensor's non-zero dims multiply to {extent}, more than the limit of {}",
-        crate::tensor::MAX_EMPTY_EXTENT
+        "an empty tensor's non-zero dims multiply to {extent}, more than the limit of {limit}"
     )]
-    EmptyExtent { extent: usize },
+    EmptyExtent { extent: usize, limit: usize },
     #[error("cannot resize output to {requested} bytes: its planned capacity is {capacity} bytes")]
     OutputCapacity { requested: usize, capacity: usize },
     #[error("tensor data overlaps another argument's data (value {value})")]
@@ -145,20 +147,51 @@ impl KernelError {
 pub enum Error {
     #[error(transparent)]
     Format(#[from] pteron_format::FormatError),
+    /// The program breaks a rule of the format not covered by a variant of its own.
     #[error("invalid program: {0}")]
     InvalidProgram(String),
+    /// An index read from the program (a value, operator, delegate or list item) outside the
+    /// table it indexes: `what` names the index, `len` the table's length.
+    #[error("invalid program: {what} index {index} out of range (0..{len})")]
+    IndexOutOfRange {
+        what: &'static str,
+        index: i64,
+        len: usize,
+    },
+    /// A JumpFalse destination outside its chain of `len` instructions.
+    #[error(
+        "invalid program: jump destination {destination} outside the chain of {len} instructions"
+    )]
+    JumpOutOfRange { destination: i64, len: usize },
     #[error("no method named {0:?} in this program")]
     MethodNotFound(String),
-    #[error("cannot run {op}: {reason}")]
-    OperatorMissing { op: String, reason: String },
+    /// No kernel is registered for these operators (every missing one, in table order).
+    #[error("cannot run {}: no kernel registered", ops.join(", "))]
+    OperatorMissing { ops: Vec<String> },
+    /// The kernel registered for `op` rejects the arguments of the call at `instruction`
+    /// (its load-time check failed: an unsupported dtype, a shape it cannot handle).
+    #[error("cannot run {op}: instruction {instruction}: {source}")]
+    KernelRejected {
+        op: String,
+        instruction: usize,
+        source: KernelError,
+    },
+    /// The load-time `prepare` step of `op`'s kernel failed for the call at `instruction`.
+    #[error("cannot run {op}: instruction {instruction}: prepare: {source}")]
+    PrepareFailed {
+        op: String,
+        instruction: usize,
+        source: KernelError,
+    },
     #[error("delegate backend {backend:?} is not available (no backend registered under this id)")]
     BackendMissing { backend: String },
-    /// A delegate's backend refused its payload or its arguments at load.
+    /// A delegate's backend (or a partitioner) refused its payload or its arguments at load.
     #[error("{delegate}: {source}")]
     Delegate {
         delegate: String,
         source: KernelError,
     },
+    /// A kernel (or delegate) failed at run time.
     #[error("{op} (instruction {instruction}): {source}")]
     Kernel {
         op: String,
@@ -167,12 +200,34 @@ pub enum Error {
     },
     #[error("input {index}: {message}")]
     Input { index: usize, message: String },
+    /// An input index past the method's `count` inputs.
+    #[error("input {index}: the method has {count} inputs")]
+    InputIndex { index: usize, count: usize },
     #[error("input {index}: expected shape {expected:?}, got {given:?}")]
     InputShape {
         index: usize,
-        expected: alloc::vec::Vec<usize>,
-        given: alloc::vec::Vec<usize>,
+        expected: Vec<usize>,
+        given: Vec<usize>,
     },
+    #[error("input {index}: expected dtype {expected}, got {given}")]
+    InputDType {
+        index: usize,
+        expected: ScalarType,
+        given: ScalarType,
+    },
+    /// Tensor data of the wrong length for the input's dtype and sizes.
+    #[error("input {index}: expected {expected} bytes of data, got {given}")]
+    InputBytes {
+        index: usize,
+        expected: usize,
+        given: usize,
+    },
+    /// An output index past the method's `count` outputs.
+    #[error("no output {index}: the method has {count} outputs")]
+    OutputIndex { index: usize, count: usize },
+    /// A value asked for as state ([`crate::Method::state`]) that is not a planned tensor.
+    #[error("value {value} is not a planned tensor")]
+    NotPlanned { value: usize },
     #[error("execution exceeded the instruction budget of {0}")]
     InstructionBudget(u64),
     #[error("the program needs {requested} {what}, over the limit of {limit}")]
@@ -181,6 +236,25 @@ pub enum Error {
         requested: u64,
         limit: u64,
     },
+}
+
+impl Error {
+    /// An [`Error::InvalidProgram`] with `msg`.
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidProgram(msg.into())
+    }
+}
+
+/// Index `i` read from the program, checked against a table of `len` entries.
+pub(crate) fn index(what: &'static str, i: i64, len: usize) -> Result<u32> {
+    if i < 0 || i as u64 >= len as u64 {
+        return Err(Error::IndexOutOfRange {
+            what,
+            index: i,
+            len,
+        });
+    }
+    Ok(i as u32)
 }
 
 pub type Result<T, E = Error> = core::result::Result<T, E>;

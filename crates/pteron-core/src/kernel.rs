@@ -1,18 +1,17 @@
 //! The kernel interface: how a kernel reads its arguments, resizes its outputs and borrows
-//! tensor bytes; and the registry that maps operator names to kernels.
+//! tensor bytes. (What a kernel declares besides its run function, and the registry, are in
+//! [`crate::registry`].)
 //!
 //! A kernel is a plain function `fn(&mut KernelContext) -> Result<(), KernelError>`. Its
 //! arguments are the op's schema arguments in order (out tensors included), followed by one
 //! slot for the return value, exactly as the `.pte` KernelCall lists them.
 
-use alloc::collections::BTreeMap;
 use alloc::format;
-use alloc::string::{String, ToString};
 
-use crate::dtype::{DtypeSet, Element, ScalarType};
+use crate::dtype::{Element, ScalarType};
 use crate::error::KernelError;
 use crate::memory::{borrow_disjoint, Arena, Region};
-use crate::prepare::{Parallel, PrepareFn, INLINE};
+use crate::parallel::{Parallel, INLINE};
 use crate::tensor::TensorInfo;
 use crate::value::{ListPool, Scalar, Storage, Value};
 use core::any::Any;
@@ -611,77 +610,3 @@ impl TensorMut<'_> {
 
 pub type KernelFn = for<'a, 'p> fn(&mut KernelContext<'a, 'p>) -> Result<(), KernelError>;
 pub type CheckFn = for<'a, 'p> fn(&ArgView<'a, 'p>) -> Result<(), KernelError>;
-
-/// One registered kernel: the function that runs it, an optional load-time check (dtypes,
-/// argument kinds) so that unsupported calls fail at method load rather than mid-run, an
-/// optional load-time `prepare` (per-call-site state such as packed weights; see
-/// [`crate::prepare`]), and the dtypes it declares it computes in (the check is what enforces
-/// them; this is for listings).
-#[derive(Clone, Copy)]
-pub struct Kernel {
-    pub run: KernelFn,
-    pub check: Option<CheckFn>,
-    pub prepare: Option<PrepareFn>,
-    pub dtypes: DtypeSet,
-}
-
-impl Kernel {
-    pub const fn new(run: KernelFn) -> Self {
-        Kernel {
-            run,
-            check: None,
-            prepare: None,
-            dtypes: DtypeSet::EMPTY,
-        }
-    }
-    pub const fn with_check(run: KernelFn, check: CheckFn) -> Self {
-        Kernel {
-            run,
-            check: Some(check),
-            prepare: None,
-            dtypes: DtypeSet::EMPTY,
-        }
-    }
-    /// Adds a load-time `prepare` step, run once per call site after the check.
-    pub const fn with_prepare(mut self, prepare: PrepareFn) -> Self {
-        self.prepare = Some(prepare);
-        self
-    }
-    /// Declares the dtypes this kernel computes in (the dtype of its main tensor argument).
-    pub const fn dtypes(mut self, dtypes: DtypeSet) -> Self {
-        self.dtypes = dtypes;
-        self
-    }
-}
-
-/// Operator name (`aten::add.out`) → kernel. A plain table: later registrations replace
-/// earlier ones, so a faster library registers over the portable one.
-#[derive(Clone, Default)]
-pub struct KernelRegistry {
-    kernels: BTreeMap<String, Kernel>,
-}
-
-impl KernelRegistry {
-    pub fn new() -> Self {
-        Self::default()
-    }
-    pub fn register(&mut self, name: &str, kernel: Kernel) {
-        self.kernels.insert(name.to_string(), kernel);
-    }
-    pub fn get(&self, name: &str) -> Option<&Kernel> {
-        self.kernels.get(name)
-    }
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.kernels.keys().map(|s| s.as_str())
-    }
-    /// Every kernel with its name, sorted by name.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &Kernel)> {
-        self.kernels.iter().map(|(n, k)| (n.as_str(), k))
-    }
-    pub fn len(&self) -> usize {
-        self.kernels.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.kernels.is_empty()
-    }
-}

@@ -1,16 +1,42 @@
 //! pteron's execution core: dtypes, tensor metadata, runtime values, planned memory, the
-//! kernel interface and registry, and (in [`method`]) loading and running a method.
+//! kernel interface and registry, and loading and running a method.
+//!
+//! Modules, leaves first (each depends only on modules above it):
+//!
+//! - data: [`dtype`], [`tensor`], [`value`], [`memory`], [`error`], [`parallel`], [`config`],
+//!   [`source`];
+//! - the kernel interface: [`kernel`] (arguments, run-time context), `graph` (calls and
+//!   value uses as planning sees them), [`prepare`] (a kernel's load-time step),
+//!   [`registry`] (kernels and what they declare), [`backend`] (delegates), `instr`
+//!   (decoded instructions, operators, delegates), `analysis` (use analysis);
+//! - loading, stage by stage: `load` (memory plan, values, instructions, delegates),
+//!   [`partition`], [`plan`]; [`options`]; [`method`] (the [`Method`] and its load
+//!   pipeline); [`execute`] (running it);
+//! - [`testing`]: single kernel calls built by hand.
+
+#![forbid(unsafe_code)]
 
 extern crate alloc;
 
+pub(crate) mod analysis;
 pub mod backend;
+pub mod config;
 pub mod dtype;
 pub mod error;
+pub mod execute;
+pub(crate) mod graph;
+pub(crate) mod instr;
 pub mod kernel;
+pub(crate) mod load;
 pub mod memory;
 pub mod method;
+pub mod options;
+pub mod parallel;
 pub mod partition;
+pub mod plan;
 pub mod prepare;
+pub mod registry;
+pub mod source;
 pub mod tensor;
 pub mod testing;
 pub mod value;
@@ -19,18 +45,19 @@ pub use backend::{
     Backend, BackendInit, BackendRegistry, CompileSpec, DelegateHandle, NamedDataMap, NoNamedData,
     ProgramNamedData,
 };
+pub use config::MethodConfig;
 pub use dtype::{Bool, DtypeSet, Element, ScalarType};
 pub use error::{Error, KernelError, Result};
+pub use execute::{ExecutionObserver, KernelEvent};
 pub use half;
-pub use kernel::{
-    ArgAccess, ArgView, IntList, Kernel, KernelContext, KernelFn, KernelRegistry, TensorMut,
-    TensorRef,
-};
-pub use method::{
-    DataSources, ExecutionObserver, KernelEvent, LoadOptions, Method, MethodConfig, Output,
-    PageRelease, PlanStats,
-};
+pub use kernel::{ArgAccess, ArgView, IntList, KernelContext, KernelFn, TensorMut, TensorRef};
+pub use method::{Method, Output};
+pub use options::LoadOptions;
+pub use parallel::{Inline, Parallel, INLINE};
 pub use partition::{CallGraph, Partitioner, Region};
-pub use prepare::{Inline, Parallel, PrepareContext, PrepareFn, Prepared, INLINE};
+pub use plan::PlanStats;
+pub use prepare::{PrepareContext, PrepareFn, Prepared};
+pub use registry::{ArgSet, Kernel, KernelRegistry};
+pub use source::{DataSources, PageRelease};
 pub use tensor::{normalize_dim, Dims, TensorInfo, MAX_RANK};
 pub use value::{Dynamism, ListPool, ListRef, Scalar, Storage, Tensor, Value, NONE_INDEX};

@@ -1,250 +1,72 @@
-//! Loading a method (values, memory plan, resolved kernels) and running its instructions.
+//! A loaded method: the [`Method`] the load stages build, its accessors, inputs, outputs and
+//! state. Loading is a sequence of stages, each in a module of its own:
 //!
-//! Everything read from the file is checked here, once, at load: value indices, list items,
-//! tensor sizes and dim orders, planned offsets against arena sizes, constant ranges, operator
-//! names against the registry (and each call against its kernel's check), jump destinations.
-//! Execution then only reads the prepared tables and allocates nothing.
+//! 1. the memory plan ([`crate::load::arenas`]) and values ([`crate::load::values`]);
+//! 2. operators, delegates and instructions ([`crate::load::instructions`],
+//!    [`crate::load::delegates`]);
+//! 3. partitioning ([`crate::partition`]) and planning ([`crate::plan`]).
+//!
+//! Everything read from the file is checked there, once. Running a method is
+//! [`crate::execute`]: it only reads the prepared tables and allocates nothing.
 
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
-use alloc::vec;
 use alloc::vec::Vec;
 
-use pteron_format::{schema, DataFile, Program};
+use pteron_format::Program;
 
-use crate::backend::{
-    BackendInit, BackendRegistry, CompileSpec, DelegateHandle, NamedDataMap, ProgramNamedData,
-};
+use crate::analysis::{Boundary, Pass};
+use crate::backend::DelegateHandle;
+use crate::config::MethodConfig;
 use crate::dtype::ScalarType;
 use crate::error::{Error, KernelError, Result};
-use crate::kernel::{ArgView, Kernel, KernelContext, KernelRegistry, TensorRef};
-use crate::memory::{Arena, ARENA_ALIGN};
-use crate::partition::{check_region, CallGraph, Partitioner};
-use crate::prepare::{self, Call, Graph, Parallel, PrepareContext, Prepared, Uses, INLINE};
-use crate::tensor::{TensorInfo, MAX_RANK};
-use crate::value::{Dynamism, ListPool, ListRef, Storage, Tensor, Value, NONE_INDEX};
+use crate::instr::{Delegates, Instr, Op};
+use crate::kernel::{ArgView, TensorRef};
+use crate::load::arenas::ArenaLayout;
+use crate::load::{delegates, instructions, values};
+use crate::memory::Arena;
+use crate::options::LoadOptions;
+use crate::parallel::Parallel;
+use crate::partition::partition_calls;
+use crate::plan::{plan_calls, PlanStats, Planned};
+use crate::prepare::Prepared;
+use crate::registry::{Kernel, KernelRegistry};
+use crate::source::DataSources;
+use crate::value::{Dynamism, ListPool, Storage, Tensor, Value};
 
-/// Limits and options for loading and running a method.
-#[derive(Clone, Copy, Debug)]
-pub struct MethodConfig {
-    /// Most instructions one `execute` may run (guards against loops in hostile programs).
-    pub instruction_budget: u64,
-    /// Most bytes of planned memory (all arenas together) a method may ask for.
-    pub max_planned_bytes: u64,
-    /// Most values a method may declare.
-    pub max_values: usize,
-}
-
-impl Default for MethodConfig {
-    fn default() -> Self {
-        MethodConfig {
-            instruction_budget: 10_000_000,
-            max_planned_bytes: 16 << 30,
-            max_values: 10_000_000,
-        }
-    }
-}
-
-/// How a method is loaded: limits, threads, and whether kernels prepare call sites.
-#[derive(Clone)]
-pub struct LoadOptions {
-    pub config: MethodConfig,
-    /// Threads kernels may split work across; `None` runs everything on the calling thread.
-    pub parallel: Option<Arc<dyn Parallel + Send + Sync>>,
-    /// Run kernels' `prepare` steps (packed weights, fusion). Off: every call runs without
-    /// prepared state, as the kernels' plain run paths.
-    pub prepare: bool,
-    /// Backends for the program's delegates (`DelegateCall`); empty: delegated programs fail
-    /// to load with [`Error::BackendMissing`].
-    pub backends: Arc<BackendRegistry>,
-    /// Partitioners that may take runs of calls and run them as one unit (only when `prepare`
-    /// is on), tried in order.
-    pub partitioners: Vec<Arc<dyn Partitioner>>,
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        LoadOptions {
-            config: MethodConfig::default(),
-            parallel: None,
-            prepare: true,
-            backends: Arc::new(BackendRegistry::new()),
-            partitioners: Vec::new(),
-        }
-    }
-}
-
-impl From<MethodConfig> for LoadOptions {
-    fn from(config: MethodConfig) -> Self {
-        LoadOptions {
-            config,
-            ..Default::default()
-        }
-    }
-}
-
-/// What load-time planning did to a method (see [`crate::prepare`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PlanStats {
-    /// Calls that have prepared state.
-    pub prepared_calls: usize,
-    /// Bytes held by prepared states (packed weights and the like).
-    pub prepared_bytes: usize,
-    /// Bytes of the scratch buffer shared by all calls.
-    pub scratch_bytes: usize,
-    /// Calls removed because their consumers absorbed them (constant producers).
-    pub absorbed_calls: usize,
-    /// Calls removed because their producer fused them.
-    pub fused_calls: usize,
-    /// Bytes of memory given to fused outputs whose planned memory overlapped their new
-    /// producer's inputs.
-    pub rehomed_bytes: usize,
-    /// Regions a partitioner took (see [`crate::partition`]), and the calls they replaced.
-    pub regions: usize,
-    pub partitioned_calls: usize,
-}
-
-/// No prepared state for this instruction.
-const NO_STATE: u32 = u32::MAX;
-
-#[derive(Clone, Copy, Debug)]
-enum Instr {
-    Kernel {
-        op: u32,
-        args: ListRef,
-        state: u32,
-    },
-    /// A call removed by load-time planning.
-    Nop,
-    Move {
-        from: u32,
-        to: u32,
-    },
-    JumpFalse {
-        cond: u32,
-        dest: u32,
-    },
-    Free {
-        value: u32,
-    },
-    /// A `DelegateCall`: delegate `index` over the argument values `args`.
-    Delegate {
-        index: u32,
-        args: ListRef,
-    },
-}
-
-#[derive(Clone)]
-struct Op {
-    name: String,
-    kernel: Kernel,
-}
+// Paths of items that used to live here.
+pub use crate::load::instructions::operator_name;
+pub use crate::load::values::parse_tensor_info;
 
 /// A loaded method, ready to run. Borrows constants from the program's bytes.
 pub struct Method<'p> {
-    name: String,
-    values: Vec<Value<'p>>,
-    pool: ListPool,
-    arenas: Vec<Arena>,
+    pub(crate) name: String,
+    pub(crate) values: Vec<Value<'p>>,
+    pub(crate) pool: ListPool,
+    pub(crate) arenas: Vec<Arena>,
     /// The arena of tensors the plan leaves unplanned (user inputs and outputs); arenas after
     /// it hold values that load-time planning gave memory of their own.
-    io_arena: u32,
+    pub(crate) io_arena: u32,
     /// Instruction arguments (value indices).
-    args: Vec<u32>,
-    chains: Vec<Vec<Instr>>,
-    ops: Vec<Op>,
-    inputs: Vec<u32>,
-    outputs: Vec<u32>,
+    pub(crate) args: Vec<u32>,
+    pub(crate) chains: Vec<Vec<Instr>>,
+    pub(crate) ops: Vec<Op>,
+    pub(crate) inputs: Vec<u32>,
+    pub(crate) outputs: Vec<u32>,
     /// Each input's declared (upper-bound) metadata.
-    input_specs: Vec<Value<'p>>,
-    config: MethodConfig,
-    instructions_run: u64,
-    states: Vec<Prepared>,
-    scratch: Arena,
-    parallel: Option<Arc<dyn Parallel + Send + Sync>>,
-    plan_stats: PlanStats,
-    /// Initialised delegates, in the plan's delegate order.
-    delegates: Vec<Box<dyn DelegateHandle + 'p>>,
+    pub(crate) input_specs: Vec<Value<'p>>,
+    pub(crate) config: MethodConfig,
+    pub(crate) instructions_run: u64,
+    pub(crate) states: Vec<Prepared>,
+    pub(crate) scratch: Arena,
+    pub(crate) parallel: Option<Arc<dyn Parallel + Send + Sync>>,
+    pub(crate) plan_stats: PlanStats,
+    /// Initialised delegates, in the plan's delegate order, then the partitioners' regions.
+    pub(crate) delegates: Vec<Box<dyn DelegateHandle + 'p>>,
     /// Each delegate's name for errors and observers (`"<backend id> delegate <i>"`).
-    delegate_names: Vec<String>,
-}
-
-fn invalid(msg: impl Into<String>) -> Error {
-    Error::InvalidProgram(msg.into())
-}
-
-fn index(what: &str, i: i64, len: usize) -> Result<u32> {
-    if i < 0 || i as u64 >= len as u64 {
-        return Err(invalid(format!("{what} index {i} out of range (0..{len})")));
-    }
-    Ok(i as u32)
-}
-
-/// Full kernel name of an operator: `name` or `name.overload`.
-pub fn operator_name(op: &schema::Operator<'_>) -> String {
-    let name = op.name().unwrap_or("");
-    match op.overload() {
-        Some(o) if !o.is_empty() => format!("{name}.{o}"),
-        _ => name.to_string(),
-    }
-}
-
-/// Builds a tensor's metadata from its flatbuffer table (sizes ≥ 0, rank ≤ 16, dim order a
-/// permutation, byte size without overflow).
-pub fn parse_tensor_info(t: &schema::Tensor<'_>) -> Result<(TensorInfo, Dynamism)> {
-    let st = t.scalar_type().0;
-    let dtype =
-        ScalarType::from_i8(st).ok_or_else(|| invalid(format!("unknown scalar type {st}")))?;
-    let sizes = t.sizes().ok_or_else(|| invalid("tensor without sizes"))?;
-    let dim_order = t
-        .dim_order()
-        .ok_or_else(|| invalid("tensor without dim_order"))?;
-    if sizes.len() > MAX_RANK {
-        return Err(invalid(format!(
-            "tensor rank {} exceeds {MAX_RANK}",
-            sizes.len()
-        )));
-    }
-    let mut s = [0usize; MAX_RANK];
-    for (i, v) in sizes.iter().enumerate() {
-        if v < 0 {
-            return Err(invalid(format!("negative tensor size {v}")));
-        }
-        s[i] = v as usize;
-    }
-    if t.storage_offset() != 0 {
-        return Err(invalid(format!(
-            "tensor storage_offset {} is not supported",
-            t.storage_offset()
-        )));
-    }
-    let info = TensorInfo::with_dim_order(dtype, &s[..sizes.len()], dim_order.bytes())
-        .map_err(|e| invalid(format!("tensor: {e}")))?;
-    let dynamism = match t.shape_dynamism() {
-        schema::TensorShapeDynamism::STATIC => Dynamism::Static,
-        schema::TensorShapeDynamism::DYNAMIC_BOUND
-        | schema::TensorShapeDynamism::DYNAMIC_UNBOUND => Dynamism::Bounded,
-        other => return Err(invalid(format!("unknown shape dynamism {}", other.0))),
-    };
-    Ok((info, dynamism))
-}
-
-/// Sources of data for a method: the program and, optionally, an external `.ptd` file.
-#[derive(Clone, Copy)]
-pub struct DataSources<'p> {
-    pub program: Program<'p>,
-    pub external: Option<DataFile<'p>>,
-    /// Told about constants that load-time planning packed into a layout of its own, so that
-    /// the memory holding them may be given back (e.g. the pages of a memory-mapped file).
-    pub release: Option<&'p dyn PageRelease>,
-}
-
-/// Gives back memory holding bytes the method no longer needs to keep resident. The bytes
-/// must stay readable (a later read may fault them back in): this is a hint, not a free.
-pub trait PageRelease: Sync {
-    fn release(&self, bytes: &[u8]);
+    pub(crate) delegate_names: Vec<String>,
 }
 
 impl<'p> Method<'p> {
@@ -255,16 +77,7 @@ impl<'p> Method<'p> {
         registry: &KernelRegistry,
         config: MethodConfig,
     ) -> Result<Self> {
-        Self::load_with_data(
-            DataSources {
-                program: *program,
-                external: None,
-                release: None,
-            },
-            name,
-            registry,
-            config,
-        )
+        Self::load_with_data(DataSources::program(*program), name, registry, config)
     }
 
     pub fn load_with_data(
@@ -276,7 +89,9 @@ impl<'p> Method<'p> {
         Self::load_with_options(src, name, registry, config.into())
     }
 
-    /// Loads a method with explicit options (threads, preparation).
+    /// Loads a method with explicit options (threads, preparation): decodes the memory plan
+    /// and values, resolves operators, initialises delegates, decodes instructions, then
+    /// partitions and plans the calls.
     pub fn load_with_options(
         src: DataSources<'p>,
         name: &str,
@@ -284,508 +99,71 @@ impl<'p> Method<'p> {
         options: LoadOptions,
     ) -> Result<Self> {
         let config = options.config;
-        let program = &src.program;
-        let plan = program
+        let plan = src
+            .program
             .plan(name)
             .ok_or_else(|| Error::MethodNotFound(name.to_string()))?;
-        let fb_values = plan.values().ok_or_else(|| invalid("plan has no values"))?;
-        let n = fb_values.len();
-        if n > config.max_values {
-            return Err(Error::ResourceLimit {
-                what: "values",
-                requested: n as u64,
-                limit: config.max_values as u64,
-            });
-        }
+        let mut layout = ArenaLayout::from_plan(&plan, &config)?;
+        let io_arena = layout.io_arena();
+        let values::Values {
+            mut values,
+            pool,
+            stateful,
+        } = values::decode(&plan, &src, &mut layout, &config)?;
+        let mut arenas = layout.allocate()?;
 
-        // Planned arenas: non_const_buffer_sizes[0] is reserved; buffer i serves memory_id i.
-        let sizes = plan
-            .non_const_buffer_sizes()
-            .ok_or_else(|| invalid("plan has no non_const_buffer_sizes"))?;
-        let mut arena_sizes: Vec<usize> = Vec::new();
-        let mut total: u64 = 0;
-        for (i, s) in sizes.iter().enumerate().skip(1) {
-            if s < 0 {
-                return Err(invalid(format!("planned buffer {i} has negative size {s}")));
-            }
-            total = total.saturating_add(s as u64);
-            if total > config.max_planned_bytes {
-                return Err(Error::ResourceLimit {
-                    what: "bytes of planned memory",
-                    requested: total,
-                    limit: config.max_planned_bytes,
-                });
-            }
-            arena_sizes.push(s as usize);
-        }
-        // One more arena holds tensors the plan leaves unplanned (user inputs, outputs).
-        let io_arena = arena_sizes.len() as u32;
-        let mut io_size: usize = 0;
-        let mut initial: Vec<(u32, usize, &'p [u8])> = Vec::new();
-        // Values with initial contents that persist across runs (mutable buffers).
-        let mut stateful: Vec<usize> = Vec::new();
-
-        let mut values: Vec<Value<'p>> = Vec::new();
-        values
-            .try_reserve_exact(n)
-            .map_err(|_| invalid("too many values"))?;
-        let mut pool = ListPool::default();
-        for (vi, ev) in fb_values.iter().enumerate() {
-            let v = match ev.val_type() {
-                schema::KernelTypes::Null => Value::None,
-                schema::KernelTypes::Int => {
-                    Value::Int(ev.val_as_int().ok_or_else(|| invalid("bad Int"))?.int_val())
-                }
-                schema::KernelTypes::Bool => Value::Bool(
-                    ev.val_as_bool()
-                        .ok_or_else(|| invalid("bad Bool"))?
-                        .bool_val(),
-                ),
-                schema::KernelTypes::Double => Value::Double(
-                    ev.val_as_double()
-                        .ok_or_else(|| invalid("bad Double"))?
-                        .double_val(),
-                ),
-                schema::KernelTypes::String => Value::String(
-                    ev.val_as_string()
-                        .and_then(|s| s.string_val())
-                        .unwrap_or(""),
-                ),
-                schema::KernelTypes::IntList => {
-                    let items = ev
-                        .val_as_int_list()
-                        .and_then(|l| l.items())
-                        .ok_or_else(|| invalid("IntList without items"))?;
-                    let start = pool.indices.len() as u32;
-                    for it in items.iter() {
-                        pool.indices.push(index("IntList item", it, n)?);
-                    }
-                    Value::IntList(ListRef {
-                        start,
-                        len: items.len() as u32,
-                    })
-                }
-                schema::KernelTypes::DoubleList => {
-                    let items = ev
-                        .val_as_double_list()
-                        .and_then(|l| l.items())
-                        .ok_or_else(|| invalid("DoubleList without items"))?;
-                    let start = pool.doubles.len() as u32;
-                    pool.doubles.extend(items.iter());
-                    Value::DoubleList(ListRef {
-                        start,
-                        len: items.len() as u32,
-                    })
-                }
-                schema::KernelTypes::BoolList => {
-                    let items = ev
-                        .val_as_bool_list()
-                        .and_then(|l| l.items())
-                        .ok_or_else(|| invalid("BoolList without items"))?;
-                    let start = pool.bools.len() as u32;
-                    pool.bools.extend(items.iter());
-                    Value::BoolList(ListRef {
-                        start,
-                        len: items.len() as u32,
-                    })
-                }
-                schema::KernelTypes::TensorList => {
-                    let items = ev
-                        .val_as_tensor_list()
-                        .and_then(|l| l.items())
-                        .ok_or_else(|| invalid("TensorList without items"))?;
-                    let start = pool.indices.len() as u32;
-                    for it in items.iter() {
-                        // Items must name tensors defined earlier (no forward references).
-                        let i = index("TensorList item", it as i64, vi)?;
-                        if !matches!(values[i as usize], Value::Tensor(_)) {
-                            return Err(invalid(format!("TensorList item {i} is not a tensor")));
-                        }
-                        pool.indices.push(i);
-                    }
-                    Value::TensorList(ListRef {
-                        start,
-                        len: items.len() as u32,
-                    })
-                }
-                schema::KernelTypes::OptionalTensorList => {
-                    let items = ev
-                        .val_as_optional_tensor_list()
-                        .and_then(|l| l.items())
-                        .ok_or_else(|| invalid("OptionalTensorList without items"))?;
-                    let start = pool.indices.len() as u32;
-                    for it in items.iter() {
-                        if it == -1 {
-                            pool.indices.push(NONE_INDEX);
-                            continue;
-                        }
-                        let i = index("OptionalTensorList item", it as i64, vi)?;
-                        match values[i as usize] {
-                            Value::Tensor(_) => pool.indices.push(i),
-                            Value::None => pool.indices.push(NONE_INDEX),
-                            _ => {
-                                return Err(invalid(format!(
-                                    "OptionalTensorList item {i} is not a tensor"
-                                )))
-                            }
-                        }
-                    }
-                    Value::OptionalTensorList(ListRef {
-                        start,
-                        len: items.len() as u32,
-                    })
-                }
-                schema::KernelTypes::Tensor => {
-                    let t = ev.val_as_tensor().ok_or_else(|| invalid("bad Tensor"))?;
-                    let (info, dynamism) = parse_tensor_info(&t).map_err(|e| match e {
-                        Error::InvalidProgram(m) => invalid(format!("value {vi}: {m}")),
-                        e => e,
-                    })?;
-                    let nbytes = info.nbytes();
-                    let extra = t.extra_tensor_info();
-                    let external =
-                        extra.is_some_and(|e| e.location() == schema::TensorDataLocation::EXTERNAL);
-                    let storage = if external {
-                        let key = extra
-                            .and_then(|e| e.fully_qualified_name())
-                            .ok_or_else(|| invalid("external tensor without a name"))?;
-                        let file = src.external.ok_or_else(|| {
-                            invalid(format!(
-                                "tensor {key:?} lives in an external .ptd file, and none was given"
-                            ))
-                        })?;
-                        let bytes = file.get(key)?;
-                        if let Some(l) = file.layout(key)? {
-                            let same = l.scalar_type == info.dtype() as i8
-                                && l.sizes.len() == info.rank()
-                                && l.sizes
-                                    .iter()
-                                    .zip(info.sizes())
-                                    .all(|(&a, &b)| a >= 0 && a as usize == b)
-                                && l.dim_order == info.dim_order();
-                            if !same {
-                                return Err(invalid(format!("external tensor {key:?}: layout in the .ptd does not match the program")));
-                            }
-                        }
-                        let bytes = bytes.get(..nbytes).ok_or_else(|| {
-                            invalid(format!(
-                                "external tensor {key:?} has {} bytes, needs {nbytes}",
-                                bytes.len()
-                            ))
-                        })?;
-                        match t.allocation_info() {
-                            None => Storage::Constant(bytes),
-                            Some(a) => {
-                                let (arena, offset) = planned(&a, nbytes, &arena_sizes)?;
-                                initial.push((arena, offset, bytes));
-                                stateful.push(vi);
-                                Storage::Planned { arena, offset }
-                            }
-                        }
-                    } else {
-                        match (t.data_buffer_idx(), t.allocation_info()) {
-                            (0, None) => {
-                                // Supplied at run time: give it a home in the I/O arena.
-                                let offset = io_size;
-                                let padded = nbytes
-                                    .checked_add(ARENA_ALIGN - 1)
-                                    .ok_or_else(|| invalid("tensor too large"))?
-                                    / ARENA_ALIGN
-                                    * ARENA_ALIGN;
-                                io_size = io_size
-                                    .checked_add(padded)
-                                    .ok_or_else(|| invalid("tensor too large"))?;
-                                if total.saturating_add(io_size as u64) > config.max_planned_bytes {
-                                    return Err(Error::ResourceLimit {
-                                        what: "bytes of planned memory",
-                                        requested: total.saturating_add(io_size as u64),
-                                        limit: config.max_planned_bytes,
-                                    });
-                                }
-                                Storage::Planned {
-                                    arena: io_arena,
-                                    offset,
-                                }
-                            }
-                            (idx, None) => Storage::Constant(program.constant(idx, nbytes)?),
-                            (idx, Some(a)) => {
-                                let (arena, offset) = planned(&a, nbytes, &arena_sizes)?;
-                                if idx > 0 {
-                                    stateful.push(vi);
-                                    initial.push((
-                                        arena,
-                                        offset,
-                                        program.mutable_data(idx, nbytes)?,
-                                    ));
-                                }
-                                Storage::Planned { arena, offset }
-                            }
-                        }
-                    };
-                    Value::Tensor(Tensor {
-                        info,
-                        storage,
-                        capacity: nbytes,
-                        dynamism,
-                    })
-                }
-                other => return Err(invalid(format!("value {vi} has unknown type {}", other.0))),
-            };
-            values.push(v);
-        }
-        if pool.indices.len() > u32::MAX as usize / 2 {
-            return Err(invalid("too many list items"));
-        }
-
-        // Allocate memory and copy initial state (mutable buffers).
-        let mut arenas = Vec::new();
-        for &s in arena_sizes.iter().chain(core::iter::once(&io_size)) {
-            arenas.push(Arena::new(s).ok_or(Error::ResourceLimit {
-                what: "bytes of planned memory (allocation failed)",
-                requested: s as u64,
-                limit: config.max_planned_bytes,
-            })?);
-        }
-        for (arena, offset, bytes) in initial {
-            // Ranges were checked against the arena size in `planned`.
-            arenas[arena as usize].bytes_mut()[offset..offset + bytes.len()].copy_from_slice(bytes);
-        }
-
-        // Operators → kernels; report every missing one at once.
-        let mut ops = Vec::new();
-        let mut missing = Vec::new();
-        for op in plan.operators().into_iter().flatten() {
-            let name = operator_name(&op);
-            match registry.get(&name) {
-                Some(&kernel) => ops.push(Op { name, kernel }),
-                None => missing.push(name),
-            }
-        }
-        if !missing.is_empty() {
-            return Err(Error::OperatorMissing {
-                op: missing.join(", "),
-                reason: "no kernel registered".into(),
-            });
-        }
-        let (delegates, delegate_names) = init_delegates(&src, &plan, name, &options)?;
-
-        // Chains → instructions.
-        let mut args: Vec<u32> = Vec::new();
-        let mut chains: Vec<Vec<Instr>> = Vec::new();
-        for chain in plan.chains().into_iter().flatten() {
-            let instrs = chain
-                .instructions()
-                .ok_or_else(|| invalid("chain without instructions"))?;
-            let len = instrs.len();
-            let mut out = Vec::with_capacity(len);
-            for (pc, ins) in instrs.iter().enumerate() {
-                let it = match ins.instr_args_type() {
-                    schema::InstructionArguments::KernelCall => {
-                        let kc = ins
-                            .instr_args_as_kernel_call()
-                            .ok_or_else(|| invalid("bad KernelCall"))?;
-                        let op = index("operator", kc.op_index() as i64, ops.len())?;
-                        let a = kc
-                            .args()
-                            .ok_or_else(|| invalid("KernelCall without args"))?;
-                        let start = args.len() as u32;
-                        for x in a.iter() {
-                            args.push(index("kernel argument", x as i64, n)?);
-                        }
-                        let r = ListRef {
-                            start,
-                            len: a.len() as u32,
-                        };
-                        if let Some(check) = ops[op as usize].kernel.check {
-                            let view = ArgView {
-                                values: &values,
-                                pool: &pool,
-                                args: &args[r.range()],
-                            };
-                            check(&view).map_err(|e| Error::OperatorMissing {
-                                op: ops[op as usize].name.clone(),
-                                reason: format!("instruction {pc}: {e}"),
-                            })?;
-                        }
-                        Instr::Kernel {
-                            op,
-                            args: r,
-                            state: NO_STATE,
-                        }
-                    }
-                    schema::InstructionArguments::DelegateCall => {
-                        let d = ins
-                            .instr_args_as_delegate_call()
-                            .ok_or_else(|| invalid("bad DelegateCall"))?;
-                        let di = index(
-                            "DelegateCall delegate",
-                            d.delegate_index() as i64,
-                            delegates.len(),
-                        )?;
-                        let a = d
-                            .args()
-                            .ok_or_else(|| invalid("DelegateCall without args"))?;
-                        let start = args.len() as u32;
-                        for x in a.iter() {
-                            args.push(index("DelegateCall argument", x as i64, n)?);
-                        }
-                        let r = ListRef {
-                            start,
-                            len: a.len() as u32,
-                        };
-                        let view = ArgView {
-                            values: &values,
-                            pool: &pool,
-                            args: &args[r.range()],
-                        };
-                        delegates[di as usize]
-                            .check(&view)
-                            .map_err(|source| Error::Delegate {
-                                delegate: delegate_names[di as usize].clone(),
-                                source,
-                            })?;
-                        Instr::Delegate { index: di, args: r }
-                    }
-                    schema::InstructionArguments::MoveCall => {
-                        let m = ins
-                            .instr_args_as_move_call()
-                            .ok_or_else(|| invalid("bad MoveCall"))?;
-                        Instr::Move {
-                            from: index("move source", m.move_from() as i64, n)?,
-                            to: index("move target", m.move_to() as i64, n)?,
-                        }
-                    }
-                    schema::InstructionArguments::JumpFalseCall => {
-                        let j = ins
-                            .instr_args_as_jump_false_call()
-                            .ok_or_else(|| invalid("bad JumpFalseCall"))?;
-                        let cond = index("jump condition", j.cond_value_index() as i64, n)?;
-                        let dest = j.destination_instruction();
-                        if dest < 0 || dest as usize > len {
-                            return Err(invalid(format!(
-                                "jump destination {dest} outside the chain of {len} instructions"
-                            )));
-                        }
-                        Instr::JumpFalse {
-                            cond,
-                            dest: dest as u32,
-                        }
-                    }
-                    schema::InstructionArguments::FreeCall => {
-                        let f = ins
-                            .instr_args_as_free_call()
-                            .ok_or_else(|| invalid("bad FreeCall"))?;
-                        let v = index("free", f.value_index() as i64, n)?;
-                        if !matches!(values[v as usize], Value::Tensor(_)) {
-                            return Err(invalid(format!(
-                                "FreeCall on value {v}, which is not a tensor"
-                            )));
-                        }
-                        Instr::Free { value: v }
-                    }
-                    other => return Err(invalid(format!("unknown instruction type {}", other.0))),
-                };
-                out.push(it);
-            }
-            chains.push(out);
-        }
-        if args.len() > u32::MAX as usize / 2 {
-            return Err(invalid("too many instruction arguments"));
-        }
-
-        let inputs = plan
-            .inputs()
-            .ok_or_else(|| invalid("plan has no inputs"))?
-            .iter()
-            .map(|i| index("plan input", i as i64, n))
-            .collect::<Result<Vec<_>>>()?;
-        let outputs = plan
-            .outputs()
-            .ok_or_else(|| invalid("plan has no outputs"))?
-            .iter()
-            .map(|i| index("plan output", i as i64, n))
-            .collect::<Result<Vec<_>>>()?;
+        let ops = instructions::resolve_operators(&plan, registry)?;
+        let mut delegates = delegates::init_delegates(&src, &plan, name, &options)?;
+        let tables = instructions::Tables {
+            values: &values,
+            pool: &pool,
+            ops: &ops,
+            delegates: &delegates,
+        };
+        let mut code = instructions::decode_chains(&plan, &tables)?;
+        let (inputs, outputs) = instructions::decode_io(&plan, values.len())?;
         let input_specs = inputs.iter().map(|&i| values[i as usize]).collect();
 
-        let num_threads = options
-            .parallel
-            .as_ref()
-            .map_or(1, |p| p.num_threads().max(1));
-        let (mut delegates, mut delegate_names) = (delegates, delegate_names);
+        let pass = Pass {
+            values: &values,
+            pool: &pool,
+            ops: &ops,
+            boundary: Boundary {
+                inputs: &inputs,
+                outputs: &outputs,
+                stateful: &stateful,
+            },
+            num_threads: options.num_threads(),
+            release: src.release,
+        };
         let (regions, partitioned_calls) = if options.prepare && !options.partitioners.is_empty() {
-            partition_calls(
-                &values,
-                &pool,
-                &mut args,
-                &mut chains,
-                &ops,
-                (&inputs, &outputs, &stateful),
-                num_threads,
-                src.release,
-                &options.partitioners,
-                (&mut delegates, &mut delegate_names),
-            )?
+            partition_calls(&pass, &mut code, &options.partitioners, &mut delegates)?
         } else {
             (0, 0)
         };
-        let planned_calls = if options.prepare {
-            plan_calls(
-                &values,
-                &pool,
-                &mut args,
-                &mut chains,
-                &ops,
-                &inputs,
-                &outputs,
-                &stateful,
-                num_threads,
-                src.release,
-            )?
+        let planned = if options.prepare {
+            plan_calls(&pass, &mut code)?
         } else {
             Planned::default()
         };
+        let scratch = planned.place(&mut values, &mut arenas, &config)?;
         let Planned {
             states,
             stats: mut plan_stats,
-            homes,
-            arena_bytes,
-        } = planned_calls;
+            ..
+        } = planned;
         plan_stats.regions = regions;
         plan_stats.partitioned_calls = partitioned_calls;
-        if !homes.is_empty() {
-            let id = arenas.len() as u32;
-            arenas.push(Arena::new(arena_bytes).ok_or(Error::ResourceLimit {
-                what: "bytes of planned memory (allocation failed)",
-                requested: arena_bytes as u64,
-                limit: config.max_planned_bytes,
-            })?);
-            for (v, offset) in homes {
-                if let Value::Tensor(t) = &mut values[v] {
-                    t.storage = Storage::Planned { arena: id, offset };
-                }
-            }
-        }
-        if plan_stats.scratch_bytes as u64 > config.max_planned_bytes {
-            return Err(Error::ResourceLimit {
-                what: "bytes of scratch memory",
-                requested: plan_stats.scratch_bytes as u64,
-                limit: config.max_planned_bytes,
-            });
-        }
-        let scratch = Arena::new(plan_stats.scratch_bytes).ok_or(Error::ResourceLimit {
-            what: "bytes of scratch memory (allocation failed)",
-            requested: plan_stats.scratch_bytes as u64,
-            limit: config.max_planned_bytes,
-        })?;
 
+        let Delegates { handles, names } = delegates;
         let mut method = Method {
             name: name.to_string(),
             values,
             pool,
             arenas,
             io_arena,
-            args,
-            chains,
+            args: code.args,
+            chains: code.chains,
             ops,
             inputs,
             outputs,
@@ -796,8 +174,8 @@ impl<'p> Method<'p> {
             scratch,
             parallel: options.parallel,
             plan_stats,
-            delegates,
-            delegate_names,
+            delegates: handles,
+            delegate_names: names,
         };
         method.commit_caches();
         Ok(method)
@@ -893,9 +271,9 @@ impl<'p> Method<'p> {
         sizes: &[usize],
         bytes: &[u8],
     ) -> Result<()> {
-        let vi = *self.inputs.get(i).ok_or_else(|| Error::Input {
+        let vi = *self.inputs.get(i).ok_or(Error::InputIndex {
             index: i,
-            message: format!("the method has {} inputs", self.inputs.len()),
+            count: self.inputs.len(),
         })? as usize;
         let Some(Value::Tensor(spec)) = self.input_specs.get(i).copied() else {
             return Err(Error::Input {
@@ -904,9 +282,10 @@ impl<'p> Method<'p> {
             });
         };
         if dtype != spec.info.dtype() {
-            return Err(Error::Input {
+            return Err(Error::InputDType {
                 index: i,
-                message: format!("expected dtype {}, got {dtype}", spec.info.dtype()),
+                expected: spec.info.dtype(),
+                given: dtype,
             });
         }
         let shape_err = || Error::InputShape {
@@ -936,13 +315,10 @@ impl<'p> Method<'p> {
             message: e.to_string(),
         })?;
         if bytes.len() != info.nbytes() {
-            return Err(Error::Input {
+            return Err(Error::InputBytes {
                 index: i,
-                message: format!(
-                    "expected {} bytes of data, got {}",
-                    info.nbytes(),
-                    bytes.len()
-                ),
+                expected: info.nbytes(),
+                given: bytes.len(),
             });
         }
         let Storage::Planned { arena, offset } = t.storage else {
@@ -977,9 +353,9 @@ impl<'p> Method<'p> {
     /// Sets a scalar input. As in ExecuTorch, the value must equal the one the program was
     /// exported with (the graph is specialised on it).
     pub fn set_input_value(&mut self, i: usize, v: Value<'p>) -> Result<()> {
-        let spec = *self.input_specs.get(i).ok_or_else(|| Error::Input {
+        let spec = *self.input_specs.get(i).ok_or(Error::InputIndex {
             index: i,
-            message: format!("the method has {} inputs", self.inputs.len()),
+            count: self.inputs.len(),
         })?;
         let ok = match (spec, v) {
             (Value::Int(a), Value::Int(b)) => a == b,
@@ -997,200 +373,50 @@ impl<'p> Method<'p> {
         Ok(())
     }
 
-    /// Runs every chain once.
-    pub fn execute(&mut self) -> Result<()> {
-        self.execute_observed(&mut NoObserver)
-    }
-
-    /// Runs every chain once, telling `observer` about each kernel call (for profiling).
-    pub fn execute_observed(&mut self, observer: &mut dyn ExecutionObserver) -> Result<()> {
-        let budget = self.config.instruction_budget;
-        let mut count: u64 = 0;
-        for c in 0..self.chains.len() {
-            let mut pc = 0usize;
-            while pc < self.chains[c].len() {
-                count += 1;
-                if count > budget {
-                    self.instructions_run = count;
-                    return Err(Error::InstructionBudget(budget));
-                }
-                match self.chains[c][pc] {
-                    Instr::Nop => pc += 1,
-                    Instr::Kernel { op, args, state } => {
-                        let run = self.ops[op as usize].kernel.run;
-                        let event = KernelEvent {
-                            chain: c,
-                            instruction: pc,
-                            op_index: op as usize,
-                            op: &self.ops[op as usize].name,
-                        };
-                        observer.kernel_begin(&event);
-                        let parallel: &dyn Parallel = match &self.parallel {
-                            Some(p) => &**p,
-                            None => &INLINE,
-                        };
-                        let mut ctx = KernelContext {
-                            values: &mut self.values,
-                            pool: &self.pool,
-                            arenas: &mut self.arenas,
-                            args: &self.args[args.range()],
-                            prepared: self.states.get(state as usize).map(|s| &*s.state),
-                            scratch: self.scratch.bytes_mut(),
-                            parallel,
-                        };
-                        let result = run(&mut ctx);
-                        observer.kernel_end(&event);
-                        result.map_err(|source| Error::Kernel {
-                            op: self.ops[op as usize].name.clone(),
-                            instruction: pc,
-                            source,
-                        })?;
-                        pc += 1;
-                    }
-                    Instr::Move { from, to } => {
-                        self.values[to as usize] = self.values[from as usize];
-                        pc += 1;
-                    }
-                    Instr::JumpFalse { cond, dest } => {
-                        if self.condition(cond as usize, pc)? {
-                            pc += 1;
-                        } else {
-                            pc = dest as usize;
-                        }
-                    }
-                    Instr::Free { value } => {
-                        match &mut self.values[value as usize] {
-                            Value::Tensor(t) => t.storage = Storage::Empty,
-                            v => return Err(invalid(format!("FreeCall on a {} value", v.kind()))),
-                        }
-                        pc += 1;
-                    }
-                    Instr::Delegate { index, args } => {
-                        let event = KernelEvent {
-                            chain: c,
-                            instruction: pc,
-                            op_index: self.ops.len() + index as usize,
-                            op: &self.delegate_names[index as usize],
-                        };
-                        observer.kernel_begin(&event);
-                        let parallel: &dyn Parallel = match &self.parallel {
-                            Some(p) => &**p,
-                            None => &INLINE,
-                        };
-                        let mut ctx = KernelContext {
-                            values: &mut self.values,
-                            pool: &self.pool,
-                            arenas: &mut self.arenas,
-                            args: &self.args[args.range()],
-                            prepared: None,
-                            scratch: &mut [],
-                            parallel,
-                        };
-                        let result = self.delegates[index as usize].execute(&mut ctx);
-                        observer.kernel_end(&event);
-                        result.map_err(|source| Error::Kernel {
-                            op: self.delegate_names[index as usize].clone(),
-                            instruction: pc,
-                            source,
-                        })?;
-                        pc += 1;
-                    }
-                }
-            }
-        }
-        self.instructions_run = count;
-        Ok(())
-    }
-
-    /// Jump condition: a Bool, or a bool tensor (true only if every element is true).
-    fn condition(&self, vi: usize, pc: usize) -> Result<bool> {
-        match &self.values[vi] {
-            Value::Bool(b) => Ok(*b),
-            Value::Tensor(t) if t.info.dtype() == ScalarType::Bool => {
-                let r = self.tensor_ref(vi, t).map_err(|source| Error::Kernel {
-                    op: "jump_false".into(),
-                    instruction: pc,
-                    source,
-                })?;
-                Ok(r.bytes.iter().all(|&b| b != 0))
-            }
-            v => Err(invalid(format!("jump condition is a {}", v.kind()))),
-        }
-    }
-
-    fn tensor_ref<'s>(
-        &'s self,
-        vi: usize,
-        t: &'s Tensor<'p>,
-    ) -> core::result::Result<TensorRef<'s>, KernelError> {
-        let n = t.info.nbytes();
-        let bytes = match t.storage {
-            Storage::Planned { arena, offset } => self
-                .arenas
-                .get(arena as usize)
-                .and_then(|a| a.bytes().get(offset..offset.checked_add(n)?))
-                .ok_or(KernelError::SizeOverflow)?,
-            Storage::Constant(b) => b.get(..n).ok_or(KernelError::SizeOverflow)?,
-            // A freed (or never backed) tensor has no bytes to show for its sizes.
-            Storage::Empty if n == 0 => &[],
-            Storage::Empty => return Err(KernelError::NoData { value: vi }),
-        };
-        Ok(TensorRef {
-            info: &t.info,
-            bytes,
-        })
-    }
-
-    /// The caches this method writes in place and keeps across runs: the cache arguments of
-    /// its `llama::update_cache` and `llama::sdpa_with_kv_cache` calls, as value indices, each
-    /// once, in call order. A runner saves and restores them ([`Method::state`],
-    /// [`Method::state_mut`]) to run several sequences through one method (beam search).
+    /// The caches this method writes in place and keeps across runs: the arguments its
+    /// kernels declare as caches ([`crate::Kernel::caches`]: the caches of
+    /// `llama::update_cache` and `llama::sdpa_with_kv_cache`) that are planned tensors, as
+    /// value indices, each once, in call order. A runner saves and restores them
+    /// ([`Method::state`], [`Method::state_mut`]) to run several sequences through one method
+    /// (beam search).
     pub fn cache_tensors(&self) -> Vec<usize> {
-        const WRITERS: [(&str, &[usize]); 2] = [
-            ("llama::update_cache.out", &[1]),
-            ("llama::sdpa_with_kv_cache.out", &[3, 4]),
-        ];
         let mut out: Vec<usize> = Vec::new();
-        for chain in &self.chains {
-            for ins in chain {
-                let Instr::Kernel { op, args, .. } = ins else {
-                    continue;
-                };
-                let Some(name) = self.ops.get(*op as usize).map(|o| o.name.as_str()) else {
-                    continue;
-                };
-                let Some((_, pos)) = WRITERS.iter().find(|(n, _)| *n == name) else {
-                    continue;
-                };
-                let Some(args) = self.args.get(args.range()) else {
-                    continue;
-                };
-                for &p in pos.iter() {
-                    if let Some(&v) = args.get(p) {
-                        let v = v as usize;
-                        let planned = matches!(
-                            self.values.get(v),
-                            Some(Value::Tensor(Tensor {
-                                storage: Storage::Planned { .. },
-                                ..
-                            }))
-                        );
-                        if planned && !out.contains(&v) {
-                            out.push(v);
-                        }
-                    }
+        for (kernel, args) in self.kernel_calls() {
+            for v in kernel.caches.iter().filter_map(|p| args.get(p)) {
+                let v = *v as usize;
+                let planned = matches!(
+                    self.values.get(v),
+                    Some(Value::Tensor(Tensor {
+                        storage: Storage::Planned { .. },
+                        ..
+                    }))
+                );
+                if planned && !out.contains(&v) {
+                    out.push(v);
                 }
             }
         }
         out
     }
 
+    /// Every kernel call still in the method: its kernel and argument values.
+    fn kernel_calls(&self) -> impl Iterator<Item = (&Kernel, &[u32])> + '_ {
+        self.chains.iter().flatten().filter_map(|ins| match ins {
+            Instr::Kernel { op, args, .. } => Some((
+                &self.ops.get(*op as usize)?.kernel,
+                self.args.get(args.range())?,
+            )),
+            _ => None,
+        })
+    }
+
     /// Whether tensor input `i` keeps what [`Method::set_input_tensor`] wrote across runs, so
     /// that a runner may set an input that does not change (an encoder's output fed to every
     /// decoder step) once. True when the program left the input to the caller (exported with
     /// `alloc_graph_input=False`): it then has memory of its own, which no planned value
-    /// shares; and when no instruction writes it (it is no call's `out` argument, no cache or
-    /// `copy_` destination, no move target, not freed, not passed to a delegate).
+    /// shares; and when no instruction writes it (it is no call's `out` argument, no argument
+    /// its kernel writes in place ([`crate::Kernel::writes`]: a cache, `copy_`'s destination),
+    /// no move target, not freed, not passed to a delegate).
     pub fn input_is_preserved(&self, i: usize) -> bool {
         let Some(&vi) = self.inputs.get(i) else {
             return false;
@@ -1202,17 +428,15 @@ impl<'p> Method<'p> {
             })) if *arena == self.io_arena => {}
             _ => return false,
         }
-        if self.cache_tensors().contains(&(vi as usize)) {
-            return false;
-        }
         for ins in self.chains.iter().flatten() {
             let written = match ins {
                 Instr::Kernel { op, args, .. } => {
                     let a = self.args.get(args.range()).unwrap_or(&[]);
-                    let copy_dest = self.ops.get(*op as usize).is_some_and(|o| {
-                        o.name.starts_with("aten::copy_") && a.first() == Some(&vi)
-                    });
-                    a.last() == Some(&vi) || copy_dest
+                    let in_place = self
+                        .ops
+                        .get(*op as usize)
+                        .is_some_and(|o| o.kernel.writes.iter().any(|p| a.get(p) == Some(&vi)));
+                    a.last() == Some(&vi) || in_place
                 }
                 Instr::Move { to, .. } => *to == vi,
                 Instr::Free { value } => *value == vi,
@@ -1239,7 +463,7 @@ impl<'p> Method<'p> {
                     source,
                 })
             }
-            _ => Err(invalid(format!("value {v} is not a planned tensor"))),
+            _ => Err(Error::NotPlanned { value: v }),
         }
     }
 
@@ -1251,20 +475,20 @@ impl<'p> Method<'p> {
                 info,
                 ..
             })) => (*arena as usize, *offset, info.nbytes()),
-            _ => return Err(invalid(format!("value {v} is not a planned tensor"))),
+            _ => return Err(Error::NotPlanned { value: v }),
         };
         self.arenas
             .get_mut(arena)
             .and_then(|a| a.bytes_mut().get_mut(offset..offset.checked_add(n)?))
-            .ok_or_else(|| invalid(format!("value {v} lies outside its arena")))
+            .ok_or_else(|| Error::invalid(format!("value {v} lies outside its arena")))
     }
 
     /// Output `i` after `execute`: a tensor (metadata and bytes) or a scalar.
     pub fn output(&self, i: usize) -> Result<Output<'_>> {
-        let vi = *self
-            .outputs
-            .get(i)
-            .ok_or_else(|| invalid(format!("no output {i}")))? as usize;
+        let vi = *self.outputs.get(i).ok_or(Error::OutputIndex {
+            index: i,
+            count: self.outputs.len(),
+        })? as usize;
         Ok(match &self.values[vi] {
             Value::Tensor(t) => {
                 Output::Tensor(self.tensor_ref(vi, t).map_err(|source| Error::Kernel {
@@ -1280,728 +504,29 @@ impl<'p> Method<'p> {
             v => Output::Other(v.kind()),
         })
     }
-}
 
-/// Load-time planning: runs every kernel's `prepare` over its call site, removes constant
-/// producers that their readers absorbed and consumers that their producer fused, and rewrites
-/// the fused calls to write their last consumer's output. Returns the states (indexed by the
-/// `state` of each kernel instruction) and what was done.
-#[allow(clippy::too_many_arguments)]
-/// The method's kernel calls in chain order and how each value is referenced (for load-time
-/// planning and partitioning).
-pub(crate) struct Analysis {
-    pub calls: Vec<Call>,
-    pub uses: Vec<Uses>,
-    /// Chains that contain a JumpFalse.
-    pub chain_jumps: Vec<bool>,
-}
-
-fn analyze_calls(
-    values: &[Value<'_>],
-    pool: &ListPool,
-    args: &[u32],
-    chains: &[Vec<Instr>],
-    inputs: &[u32],
-    outputs: &[u32],
-    stateful: &[usize],
-) -> Analysis {
-    let n = values.len();
-    // Every kernel call, in chain order, and where it sits.
-    let mut calls: Vec<Call> = Vec::new();
-    let mut chain_jumps = vec![false; chains.len()];
-    for (c, chain) in chains.iter().enumerate() {
-        for (pc, ins) in chain.iter().enumerate() {
-            match *ins {
-                Instr::Kernel { op, args: a, .. } => calls.push(Call {
-                    chain: c as u32,
-                    pc: pc as u32,
-                    op,
-                    args: a,
-                }),
-                Instr::JumpFalse { .. } => chain_jumps[c] = true,
-                _ => {}
-            }
-        }
-    }
-    // How each value is referenced.
-    let mut uses = vec![Uses::default(); n];
-    let mut seen = vec![u32::MAX; n];
-    for (k, call) in calls.iter().enumerate() {
-        let a = &args[call.args.range()];
-        for &v in a {
-            if seen[v as usize] != k as u32 {
-                seen[v as usize] = k as u32;
-                let u = &mut uses[v as usize];
-                if u.calls == 0 {
-                    u.first = k as u32;
-                }
-                u.calls += 1;
-                u.last = k as u32;
-            }
-        }
-        if let Some(&last) = a.last() {
-            uses[last as usize].returned_by += 1;
-            uses[last as usize].producer = k as u32;
-        }
-    }
-    for &v in inputs {
-        uses[v as usize].pinned = true;
-    }
-    for &v in outputs {
-        uses[v as usize].pinned = true;
-        uses[v as usize].observed = true;
-    }
-    for &v in stateful {
-        uses[v].pinned = true;
-        uses[v].observed = true;
-    }
-    for chain in chains.iter() {
-        for ins in chain {
-            match *ins {
-                Instr::Move { from, to } => {
-                    uses[from as usize].pinned = true;
-                    uses[to as usize].pinned = true;
-                    uses[from as usize].observed = true;
-                    uses[to as usize].observed = true;
-                    uses[to as usize].written = true;
-                }
-                Instr::JumpFalse { cond, .. } => {
-                    uses[cond as usize].pinned = true;
-                    uses[cond as usize].observed = true;
-                }
-                // A delegate reads and writes its arguments outside the kernel calls.
-                Instr::Delegate { args: a, .. } => {
-                    for &v in &args[a.range()] {
-                        uses[v as usize].pinned = true;
-                        uses[v as usize].observed = true;
-                        uses[v as usize].written = true;
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    // Tuple returns: a tensor list that is only the return slot of one call makes its items
-    // returned (and referenced) by that call. Items of any other list are pinned.
-    let mut return_list = vec![false; n];
-    for (k, call) in calls.iter().enumerate() {
-        let a = &args[call.args.range()];
-        let Some(&l) = a.last() else { continue };
-        let (l, u) = (l as usize, uses[l as usize]);
-        let Value::TensorList(r) = values[l] else {
-            continue;
+    pub(crate) fn tensor_ref<'s>(
+        &'s self,
+        vi: usize,
+        t: &'s Tensor<'p>,
+    ) -> core::result::Result<TensorRef<'s>, KernelError> {
+        let n = t.info.nbytes();
+        let bytes = match t.storage {
+            Storage::Planned { arena, offset } => self
+                .arenas
+                .get(arena as usize)
+                .and_then(|a| a.bytes().get(offset..offset.checked_add(n)?))
+                .ok_or(KernelError::SizeOverflow)?,
+            Storage::Constant(b) => b.get(..n).ok_or(KernelError::SizeOverflow)?,
+            // A freed (or never backed) tensor has no bytes to show for its sizes.
+            Storage::Empty if n == 0 => &[],
+            Storage::Empty => return Err(KernelError::NoData { value: vi }),
         };
-        if u.calls != 1 || u.returned_by != 1 || u.pinned {
-            continue;
-        }
-        return_list[l] = true;
-        for &i in pool.indices.get(r.range()).unwrap_or(&[]) {
-            let i = i as usize;
-            if i >= n {
-                continue;
-            }
-            if !a.contains(&(i as u32)) {
-                uses[i].first = if uses[i].calls == 0 {
-                    k as u32
-                } else {
-                    uses[i].first.min(k as u32)
-                };
-                uses[i].calls += 1;
-                uses[i].last = uses[i].last.max(k as u32);
-            }
-            uses[i].returned_by += 1;
-            uses[i].producer = k as u32;
-        }
+        Ok(TensorRef {
+            info: &t.info,
+            bytes,
+        })
     }
-    for (l, v) in values.iter().enumerate() {
-        if let Value::TensorList(r) | Value::OptionalTensorList(r) = v {
-            if return_list[l] {
-                continue;
-            }
-            for &i in pool.indices.get(r.range()).unwrap_or(&[]) {
-                if let Some(u) = uses.get_mut(i as usize) {
-                    u.pinned = true;
-                    u.observed = true;
-                }
-            }
-        }
-    }
-    Analysis {
-        calls,
-        uses,
-        chain_jumps,
-    }
-}
-
-/// Offers the method's calls to each partitioner and replaces the regions they take by
-/// delegate calls. Returns (regions, calls replaced).
-#[allow(clippy::too_many_arguments)]
-fn partition_calls<'p>(
-    values: &[Value<'p>],
-    pool: &ListPool,
-    args: &mut Vec<u32>,
-    chains: &mut [Vec<Instr>],
-    ops: &[Op],
-    (inputs, outputs, stateful): (&[u32], &[u32], &[usize]),
-    num_threads: usize,
-    release: Option<&dyn PageRelease>,
-    partitioners: &[Arc<dyn Partitioner>],
-    (delegates, names): (&mut Vec<Box<dyn DelegateHandle + 'p>>, &mut Vec<String>),
-) -> Result<(usize, usize)> {
-    let (mut regions, mut replaced) = (0, 0);
-    let op_names: Vec<&str> = ops.iter().map(|o| o.name.as_str()).collect();
-    for p in partitioners {
-        let Analysis {
-            calls,
-            uses,
-            chain_jumps,
-        } = analyze_calls(values, pool, args, chains, inputs, outputs, stateful);
-        let hidden = vec![false; values.len()];
-        let constants_read = core::cell::RefCell::new(Vec::new());
-        let graph = Graph {
-            values,
-            pool,
-            args,
-            calls: &calls,
-            op_names: &op_names,
-            uses: &uses,
-            chain_jumps: &chain_jumps,
-            hidden: &hidden,
-            num_threads,
-            constants_read: Some(&constants_read),
-            release,
-        };
-        let taken = p
-            .partition(&CallGraph { graph: &graph })
-            .map_err(|source| Error::Delegate {
-                delegate: format!("{} partitioner", p.name()),
-                source,
-            })?;
-        let mut after = 0;
-        let mut edits = Vec::with_capacity(taken.len());
-        for region in taken {
-            let name = format!("{} region {}", p.name(), delegates.len());
-            check_region(&graph, &region, after).map_err(|m| Error::Delegate {
-                delegate: name.clone(),
-                source: KernelError::invalid(m),
-            })?;
-            after = region.calls.end;
-            edits.push((name, region));
-        }
-        for (name, region) in edits {
-            let start = args.len() as u32;
-            args.extend(
-                region
-                    .inputs
-                    .iter()
-                    .chain(&region.outputs)
-                    .map(|&v| v as u32),
-            );
-            let r = ListRef {
-                start,
-                len: (region.inputs.len() + region.outputs.len()) as u32,
-            };
-            let view = ArgView {
-                values,
-                pool,
-                args: &args[r.range()],
-            };
-            region
-                .handle
-                .check(&view)
-                .map_err(|source| Error::Delegate {
-                    delegate: name.clone(),
-                    source,
-                })?;
-            for k in region.calls.clone() {
-                let c = calls[k];
-                chains[c.chain as usize][c.pc as usize] = if k == region.calls.start {
-                    Instr::Delegate {
-                        index: delegates.len() as u32,
-                        args: r,
-                    }
-                } else {
-                    Instr::Nop
-                };
-            }
-            replaced += region.calls.len();
-            regions += 1;
-            delegates.push(region.handle);
-            names.push(name);
-        }
-        // The partitioner copied these constants into its own layout.
-        if let Some(release) = release {
-            for vi in constants_read.into_inner() {
-                if let Some(Value::Tensor(Tensor {
-                    storage: Storage::Constant(b),
-                    ..
-                })) = values.get(vi)
-                {
-                    release.release(b);
-                }
-            }
-        }
-    }
-    Ok((regions, replaced))
-}
-
-fn plan_calls(
-    values: &[Value<'_>],
-    pool: &ListPool,
-    args: &mut [u32],
-    chains: &mut [Vec<Instr>],
-    ops: &[Op],
-    inputs: &[u32],
-    outputs: &[u32],
-    stateful: &[usize],
-    num_threads: usize,
-    release: Option<&dyn PageRelease>,
-) -> Result<Planned> {
-    if !ops.iter().any(|o| o.kernel.prepare.is_some()) {
-        return Ok(Planned::default());
-    }
-    let n = values.len();
-    let Analysis {
-        calls,
-        uses,
-        chain_jumps,
-    } = analyze_calls(values, pool, args, chains, inputs, outputs, stateful);
-    let op_names: Vec<&str> = ops.iter().map(|o| o.name.as_str()).collect();
-
-    // Prepare every call; repeat with constant producers hidden where not every reader
-    // absorbed them (hiding only grows, so this ends).
-    let mut hidden = vec![false; n];
-    let constants_read = core::cell::RefCell::new(Vec::new());
-    let (states, fused_into, absorbed) = loop {
-        let graph = Graph {
-            values,
-            pool,
-            args,
-            calls: &calls,
-            op_names: &op_names,
-            uses: &uses,
-            chain_jumps: &chain_jumps,
-            hidden: &hidden,
-            num_threads,
-            constants_read: Some(&constants_read),
-            release: None,
-        };
-        let mut states: Vec<Option<Prepared>> = (0..calls.len()).map(|_| None).collect();
-        // For each call fused into an earlier one: that call.
-        let mut fused_into: Vec<Option<usize>> = vec![None; calls.len()];
-        for k in 0..calls.len() {
-            if fused_into[k].is_some() {
-                continue;
-            }
-            let op = &ops[calls[k].op as usize];
-            let Some(prep) = op.kernel.prepare else {
-                continue;
-            };
-            let ctx = PrepareContext {
-                graph: &graph,
-                call: k,
-                root: k,
-            };
-            let state = prep(&ctx).map_err(|e| Error::OperatorMissing {
-                op: op.name.clone(),
-                reason: format!("instruction {}: prepare: {e}", calls[k].pc),
-            })?;
-            let read = constants_read
-                .try_borrow_mut()
-                .map(|mut log| core::mem::take(&mut *log))
-                .unwrap_or_default();
-            let Some(state) = state else { continue };
-            // The constants this kernel packed: their file pages are not needed any more
-            // (a later read of them pages them back in).
-            if let Some(release) = release {
-                for vi in read {
-                    if let Some(Value::Tensor(Tensor {
-                        storage: Storage::Constant(b),
-                        ..
-                    })) = values.get(vi)
-                    {
-                        release.release(b);
-                    }
-                }
-            }
-            let mut cur = k;
-            for _ in 0..state.fuses {
-                cur = graph
-                    .sole_consumer(cur, k)
-                    .ok_or_else(|| Error::OperatorMissing {
-                        op: op.name.clone(),
-                        reason: format!(
-                            "instruction {}: prepare fused a consumer that cannot be fused",
-                            calls[k].pc
-                        ),
-                    })?;
-                fused_into[cur] = Some(k);
-            }
-            states[k] = Some(state);
-        }
-        // Constant producers whose every reader absorbed them are removed.
-        let mut absorbed = vec![false; calls.len()];
-        let mut newly_hidden = Vec::new();
-        for p in 0..calls.len() {
-            if fused_into[p].is_some()
-                || states[p].as_ref().is_some_and(|s| s.fuses > 0)
-                || !graph.is_constant_call(p)
-            {
-                continue;
-            }
-            let Some(v) = graph.last_value(p) else {
-                continue;
-            };
-            if hidden[v] {
-                continue;
-            }
-            let mut all = true;
-            let mut any = false;
-            for (k, call) in calls.iter().enumerate() {
-                if k == p {
-                    continue;
-                }
-                let a = &args[call.args.range()];
-                if !a.contains(&(v as u32)) {
-                    continue;
-                }
-                let ok = fused_into[k].is_none()
-                    && states[k].as_ref().is_some_and(|s| {
-                        a.iter()
-                            .enumerate()
-                            .filter(|(_, &x)| x as usize == v)
-                            .all(|(i, _)| s.absorbs_arg(i))
-                    });
-                if ok {
-                    any = true;
-                } else {
-                    all = false;
-                }
-            }
-            // At least one reader must have absorbed it: a call whose output no instruction
-            // reads by value may still write memory that another value aliases (the memory
-            // plan can give several values one buffer), so it stays.
-            if all && any {
-                absorbed[p] = true;
-            } else if any {
-                newly_hidden.push(v);
-            }
-        }
-        if newly_hidden.is_empty() {
-            break (states, fused_into, absorbed);
-        }
-        for v in newly_hidden {
-            hidden[v] = true;
-        }
-    };
-
-    // Fused calls write their last consumer's output; an output planned over memory the call
-    // reads gets memory of its own.
-    let mut stats = PlanStats::default();
-    let mut rehome: Vec<usize> = Vec::new();
-    for k in 0..calls.len() {
-        let Some(s) = &states[k] else { continue };
-        if s.fuses == 0 {
-            continue;
-        }
-        let range = calls[k].args.range();
-        let Some(old) = final_graph_primary(values, pool, args, &calls, &uses, k) else {
-            continue;
-        };
-        let last = (k + 1..calls.len())
-            .rev()
-            .find(|&j| fused_into[j] == Some(k))
-            .unwrap_or(k);
-        let Some(new) = final_graph_primary(values, pool, args, &calls, &uses, last) else {
-            continue;
-        };
-        let graph = Graph {
-            values,
-            pool,
-            args,
-            calls: &calls,
-            op_names: &[],
-            uses: &uses,
-            chain_jumps: &[],
-            hidden: &[],
-            num_threads: 1,
-            constants_read: None,
-            release: None,
-        };
-        if graph.overlaps_args(new, k, old) {
-            rehome.push(new);
-        }
-        for a in &mut args[range] {
-            if *a as usize == old {
-                *a = new as u32;
-            }
-        }
-    }
-    let mut kept = Vec::new();
-    for (k, (call, state)) in calls.iter().zip(states).enumerate() {
-        let ins = &mut chains[call.chain as usize][call.pc as usize];
-        if fused_into[k].is_some() {
-            *ins = Instr::Nop;
-            stats.fused_calls += 1;
-        } else if absorbed[k] {
-            *ins = Instr::Nop;
-            stats.absorbed_calls += 1;
-        } else if let (Some(state), Instr::Kernel { state: slot, .. }) = (state, ins) {
-            *slot = kept.len() as u32;
-            kept.push(state);
-        }
-    }
-    stats.prepared_calls = kept.len();
-    stats.prepared_bytes = prepare::total_bytes(&kept);
-    stats.scratch_bytes = prepare::max_scratch(&kept);
-    let (homes, arena_bytes) = rehome_values(values, args, &calls, &uses, chains, &rehome);
-    stats.rehomed_bytes = arena_bytes;
-    Ok(Planned {
-        states: kept,
-        stats,
-        homes,
-        arena_bytes,
-    })
-}
-
-/// The result of [`plan_calls`].
-#[derive(Default)]
-struct Planned {
-    states: Vec<Prepared>,
-    stats: PlanStats,
-    /// (value, offset in the extra arena) for values given memory of their own.
-    homes: Vec<(usize, usize)>,
-    arena_bytes: usize,
-}
-
-/// Places the `rehome` values in one extra arena, sharing bytes between values whose
-/// lifetimes (first to last instruction naming them, in execution order) do not overlap.
-fn rehome_values(
-    values: &[Value<'_>],
-    args: &[u32],
-    calls: &[Call],
-    uses: &[Uses],
-    chains: &[Vec<Instr>],
-    rehome: &[usize],
-) -> (Vec<(usize, usize)>, usize) {
-    if rehome.is_empty() {
-        return (Vec::new(), 0);
-    }
-    // Global position of each call.
-    let mut base = Vec::with_capacity(chains.len());
-    let mut total = 0usize;
-    for c in chains {
-        base.push(total);
-        total += c.len();
-    }
-    let pos = |c: &Call| base[c.chain as usize] + c.pc as usize;
-    let mut items: Vec<(usize, usize, usize, usize)> = Vec::new(); // (start, end, value, size)
-    for &v in rehome {
-        let Value::Tensor(t) = &values[v] else {
-            continue;
-        };
-        let mut start = usize::MAX;
-        let mut end = 0;
-        for c in calls {
-            if args[c.args.range()].contains(&(v as u32)) {
-                start = start.min(pos(c));
-                end = end.max(pos(c));
-            }
-        }
-        if uses[v].pinned || start == usize::MAX {
-            // Observable outside the calls (or never named): live throughout.
-            start = 0;
-            end = usize::MAX;
-        }
-        let size = t.capacity.div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
-        items.push((start, end, v, size));
-    }
-    items.sort();
-    let mut placed: Vec<(usize, usize, usize, usize)> = Vec::new(); // (offset, size, start, end)
-    let mut homes = Vec::new();
-    let mut arena = 0usize;
-    for &(start, end, v, size) in &items {
-        // Lowest offset not overlapping a placed value whose lifetime overlaps this one.
-        let mut live: Vec<(usize, usize)> = placed
-            .iter()
-            .filter(|p| p.2 <= end && start <= p.3)
-            .map(|p| (p.0, p.1))
-            .collect();
-        live.sort();
-        let mut off = 0;
-        for (o, s) in live {
-            if off + size <= o {
-                break;
-            }
-            off = off.max(o + s);
-        }
-        placed.push((off, size, start, end));
-        homes.push((v, off));
-        arena = arena.max(off + size);
-    }
-    (homes, arena)
-}
-
-/// [`Graph::primary_output`] outside a planning pass.
-fn final_graph_primary(
-    values: &[Value<'_>],
-    pool: &ListPool,
-    args: &[u32],
-    calls: &[Call],
-    uses: &[Uses],
-    c: usize,
-) -> Option<usize> {
-    let graph = Graph {
-        values,
-        pool,
-        args,
-        calls,
-        op_names: &[],
-        uses,
-        chain_jumps: &[],
-        hidden: &[],
-        num_threads: 1,
-        constants_read: None,
-        release: None,
-    };
-    graph.primary_output(c)
-}
-
-/// Looks up each delegate's backend and initialises it (payload, compile specs, named data).
-/// Named data that remembers the bytes it handed out (to release their pages after a backend
-/// packed them).
-struct RecordingNamedData<'p> {
-    inner: ProgramNamedData<'p>,
-    handed_out: core::cell::RefCell<Vec<&'p [u8]>>,
-}
-
-impl<'p> NamedDataMap<'p> for RecordingNamedData<'p> {
-    fn get(&self, key: &str) -> core::result::Result<Option<&'p [u8]>, pteron_format::FormatError> {
-        let got = self.inner.get(key)?;
-        if let (Some(b), Ok(mut log)) = (got, self.handed_out.try_borrow_mut()) {
-            log.push(b);
-        }
-        Ok(got)
-    }
-}
-
-fn init_delegates<'p>(
-    src: &DataSources<'p>,
-    plan: &schema::ExecutionPlan<'p>,
-    method_name: &str,
-    options: &LoadOptions,
-) -> Result<(Vec<Box<dyn DelegateHandle + 'p>>, Vec<String>)> {
-    let mut handles: Vec<Box<dyn DelegateHandle + 'p>> = Vec::new();
-    let mut names = Vec::new();
-    let named = RecordingNamedData {
-        inner: ProgramNamedData {
-            program: src.program,
-            external: src.external,
-        },
-        handed_out: core::cell::RefCell::new(Vec::new()),
-    };
-    let num_threads = options
-        .parallel
-        .as_ref()
-        .map_or(1, |p| p.num_threads().max(1));
-    for (i, d) in plan.delegates().into_iter().flatten().enumerate() {
-        let id = d.id().unwrap_or("");
-        let backend = options
-            .backends
-            .get(id)
-            .ok_or_else(|| Error::BackendMissing {
-                backend: id.to_string(),
-            })?;
-        let name = format!("{id} delegate {i}");
-        let fail = |source: KernelError| Error::Delegate {
-            delegate: name.clone(),
-            source,
-        };
-        let processed = d
-            .processed()
-            .ok_or_else(|| fail(KernelError::invalid("no processed payload")))?;
-        let processed = src.program.delegate_data(processed)?;
-        let mut specs = Vec::new();
-        for s in d.compile_specs().into_iter().flatten() {
-            specs.push(CompileSpec {
-                key: s.key().unwrap_or(""),
-                value: s.value().map_or(&[][..], |v| v.bytes()),
-            });
-        }
-        let init = BackendInit {
-            method_name,
-            delegate_index: i,
-            processed,
-            compile_specs: &specs,
-            named_data: &named,
-            num_threads,
-            config: options.config,
-        };
-        handles.push(backend.init(&init).map_err(fail)?);
-        names.push(name);
-        // A backend packs what it needs at init: the payload and the named data it read may
-        // leave resident memory (pages a handle still reads fault back in).
-        if let Some(release) = src.release {
-            release.release(processed);
-            let read = named
-                .handed_out
-                .try_borrow_mut()
-                .map(|mut v| core::mem::take(&mut *v))
-                .unwrap_or_default();
-            for bytes in read {
-                release.release(bytes);
-            }
-        }
-    }
-    Ok((handles, names))
-}
-
-/// Planned tensor location from `allocation_info`, checked against the arena sizes.
-fn planned(
-    a: &schema::AllocationDetails<'_>,
-    nbytes: usize,
-    arenas: &[usize],
-) -> Result<(u32, usize)> {
-    let id = a.memory_id();
-    let arena = id
-        .checked_sub(1)
-        .ok_or_else(|| invalid("memory_id 0 is reserved"))?;
-    let size = *arenas.get(arena as usize).ok_or_else(|| {
-        invalid(format!(
-            "memory_id {id} but the plan has {} buffers",
-            arenas.len()
-        ))
-    })?;
-    let offset = (a.memory_offset_low() as u64) | ((a.memory_offset_high() as u64) << 32);
-    match offset.checked_add(nbytes as u64) {
-        Some(end) if end <= size as u64 => Ok((arena, offset as usize)),
-        _ => Err(invalid(format!("tensor at offset {offset} with {nbytes} bytes overruns planned buffer {id} of {size} bytes"))),
-    }
-}
-
-/// One kernel call, as an [`ExecutionObserver`] sees it.
-#[derive(Clone, Copy, Debug)]
-pub struct KernelEvent<'a> {
-    pub chain: usize,
-    /// Instruction index within the chain.
-    pub instruction: usize,
-    /// Index into the method's operator table (see [`Method::operator_names`]).
-    pub op_index: usize,
-    pub op: &'a str,
-}
-
-/// Hooks around every kernel call of [`Method::execute_observed`]: profilers and tracers
-/// implement it (the core has no clock of its own).
-pub trait ExecutionObserver {
-    fn kernel_begin(&mut self, event: &KernelEvent<'_>);
-    fn kernel_end(&mut self, event: &KernelEvent<'_>);
-}
-
-struct NoObserver;
-
-impl ExecutionObserver for NoObserver {
-    fn kernel_begin(&mut self, _: &KernelEvent<'_>) {}
-    fn kernel_end(&mut self, _: &KernelEvent<'_>) {}
 }
 
 /// One output of a method.

@@ -1,5 +1,6 @@
-//! Load-time partitioning: a [`Partitioner`] takes runs of consecutive kernel calls of a
-//! method and runs each as one unit, as if the exporter had delegated it.
+//! Load-time partitioning, the stage between instruction decoding and planning: a
+//! [`Partitioner`] takes runs of consecutive kernel calls of a method and runs each as one
+//! unit, as if the exporter had delegated it.
 //!
 //! A partitioner sees the method's calls through a [`CallGraph`] (each call as a
 //! [`PrepareContext`]: operator name, arguments, constant bytes) and returns [`Region`]s: a
@@ -17,14 +18,20 @@
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
+use core::cell::RefCell;
 use core::ops::Range;
 
+use crate::analysis::{Analysis, Pass};
 use crate::backend::DelegateHandle;
-use crate::error::KernelError;
-use crate::method::PageRelease;
-use crate::prepare::{Graph, PrepareContext};
+use crate::error::{Error, KernelError, Result};
+use crate::graph::{Call, Graph};
+use crate::instr::{Code, Delegates, Instr};
+use crate::kernel::ArgView;
+use crate::prepare::PrepareContext;
+use crate::source::PageRelease;
 use crate::value::Value;
 
 /// Finds regions of a method's calls that it runs itself.
@@ -323,4 +330,120 @@ pub(crate) fn needed_outputs(
         .zip(needed)
         .filter_map(|(v, n)| n.then_some(v))
         .collect())
+}
+
+/// The partitioning stage: offers the method's calls to each partitioner in turn and
+/// replaces the regions it takes by delegate calls (appended to `delegates`). Returns
+/// (regions, calls replaced).
+pub(crate) fn partition_calls<'p>(
+    pass: &Pass<'_, 'p>,
+    code: &mut Code,
+    partitioners: &[Arc<dyn Partitioner>],
+    delegates: &mut Delegates<'p>,
+) -> Result<(usize, usize)> {
+    let (mut regions, mut replaced) = (0, 0);
+    let op_names = pass.op_names();
+    for p in partitioners {
+        let Analysis {
+            calls,
+            uses,
+            chain_jumps,
+        } = pass.analyze(code);
+        let hidden = vec![false; pass.values.len()];
+        let constants_read = RefCell::new(Vec::new());
+        let graph = Graph {
+            values: pass.values,
+            pool: pass.pool,
+            args: &code.args,
+            calls: &calls,
+            op_names: &op_names,
+            uses: &uses,
+            chain_jumps: &chain_jumps,
+            hidden: &hidden,
+            num_threads: pass.num_threads,
+            constants_read: Some(&constants_read),
+            release: pass.release,
+        };
+        let taken = p
+            .partition(&CallGraph { graph: &graph })
+            .map_err(|source| Error::Delegate {
+                delegate: format!("{} partitioner", p.name()),
+                source,
+            })?;
+        let edits = checked_regions(&graph, p.name(), delegates.len(), taken)?;
+        for (name, region) in edits {
+            replaced += region.calls.len();
+            regions += 1;
+            take_region(pass, code, &calls, delegates, name, region)?;
+        }
+        // The partitioner copied these constants into its own layout.
+        pass.release_constants(constants_read.into_inner());
+    }
+    Ok((regions, replaced))
+}
+
+/// Checks every region a partitioner returned and names each (`"<partitioner> region <i>"`,
+/// `i` counting on from the `first` delegate index).
+fn checked_regions<'p>(
+    graph: &Graph<'_, '_>,
+    partitioner: &str,
+    first: usize,
+    taken: Vec<Region<'p>>,
+) -> Result<Vec<(String, Region<'p>)>> {
+    let mut after = 0;
+    let mut edits = Vec::with_capacity(taken.len());
+    for (i, region) in taken.into_iter().enumerate() {
+        let name = format!("{partitioner} region {}", first + i);
+        check_region(graph, &region, after).map_err(|m| Error::Delegate {
+            delegate: name.clone(),
+            source: KernelError::invalid(m),
+        })?;
+        after = region.calls.end;
+        edits.push((name, region));
+    }
+    Ok(edits)
+}
+
+/// Replaces the region's calls by one delegate call over `inputs ++ outputs` (the first call)
+/// and no-ops (the others), once its handle accepts that argument span.
+fn take_region<'p>(
+    pass: &Pass<'_, 'p>,
+    code: &mut Code,
+    calls: &[Call],
+    delegates: &mut Delegates<'p>,
+    name: String,
+    region: Region<'p>,
+) -> Result<()> {
+    let r = code.push_args(
+        region
+            .inputs
+            .iter()
+            .chain(&region.outputs)
+            .map(|&v| v as u32),
+    );
+    let view = ArgView {
+        values: pass.values,
+        pool: pass.pool,
+        args: &code.args[r.range()],
+    };
+    region
+        .handle
+        .check(&view)
+        .map_err(|source| Error::Delegate {
+            delegate: name.clone(),
+            source,
+        })?;
+    for k in region.calls.clone() {
+        let c = calls[k];
+        code.chains[c.chain as usize][c.pc as usize] = if k == region.calls.start {
+            Instr::Delegate {
+                index: delegates.len() as u32,
+                args: r,
+            }
+        } else {
+            Instr::Nop
+        };
+    }
+    delegates.push(name, region.handle);
+    Ok(())
 }

@@ -163,7 +163,10 @@ impl TensorInfo {
             .checked_numel()
             .ok_or(KernelError::SizeOverflow)?;
         if self.numel == 0 && stride > MAX_EMPTY_EXTENT {
-            return Err(KernelError::EmptyExtent { extent: stride });
+            return Err(KernelError::EmptyExtent {
+                extent: stride,
+                limit: MAX_EMPTY_EXTENT,
+            });
         }
         self.numel
             .checked_mul(self.dtype.elem_size())
@@ -291,7 +294,7 @@ mod tests {
         let ok = TensorInfo::contiguous(ScalarType::Float, &[1 << 14, 0, 1 << 14]).unwrap();
         assert_eq!(ok.numel(), 0);
         let err = TensorInfo::contiguous(ScalarType::Float, &[1 << 30, 1 << 30, 0]).unwrap_err();
-        assert!(matches!(err, KernelError::EmptyExtent { extent } if extent == 1 << 60));
+        assert!(matches!(err, KernelError::EmptyExtent { extent, .. } if extent == 1 << 60));
         // Resizing to such a shape is refused too, and leaves the sizes as they were.
         let mut t = TensorInfo::contiguous(ScalarType::Float, &[2, 0, 3]).unwrap();
         assert!(t.set_sizes(&[1 << 20, 0, 1 << 20]).is_err());

@@ -13,9 +13,12 @@ use alloc::vec::Vec;
 
 use crate::dtype::{Element, ScalarType};
 use crate::error::KernelError;
-use crate::kernel::{Kernel, KernelContext, KernelFn};
+use crate::graph::{Call, Graph, Uses};
+use crate::kernel::{KernelContext, KernelFn};
 use crate::memory::Arena;
-use crate::prepare::{Call, Graph, Parallel, PrepareContext, Uses};
+use crate::parallel::Parallel;
+use crate::prepare::PrepareContext;
+use crate::registry::Kernel;
 use crate::tensor::TensorInfo;
 use crate::value::{Dynamism, ListPool, ListRef, Storage, Tensor, Value, NONE_INDEX};
 

@@ -46,19 +46,12 @@ pub fn fallback(name: &str, ctx: &mut KernelContext<'_, '_>) -> Result<(), Kerne
     }
 }
 
-/// Registers `kernel` as `name` over the kernel already there, keeping that one's check and
-/// dtypes; does nothing when no kernel is registered under `name`.
+/// Registers `kernel` as `name` over the kernel already there, keeping that one's check,
+/// dtypes and the arguments it writes in place (see [`Kernel::over`]); does nothing when no
+/// kernel is registered under `name`.
 pub(crate) fn register_over(r: &mut KernelRegistry, name: &str, kernel: Kernel) {
     if let Some(base) = r.get(name).copied() {
-        r.register(
-            name,
-            Kernel {
-                run: kernel.run,
-                check: base.check,
-                prepare: kernel.prepare,
-                dtypes: base.dtypes,
-            },
-        );
+        r.register(name, kernel.over(&base));
     }
 }
 

@@ -127,7 +127,10 @@ pub fn register(r: &mut KernelRegistry) {
     );
     r.register(
         "aten::copy_",
-        Kernel::with_check(copy_inplace, check_copy).dtypes(DtypeSet::ALL),
+        // Copies `src` into `self` (argument 0) in place.
+        Kernel::with_check(copy_inplace, check_copy)
+            .dtypes(DtypeSet::ALL)
+            .writes_in_place(&[0]),
     );
 }
 

@@ -41,7 +41,10 @@ const SDPA_DTYPES: DtypeSet =
 pub fn register(r: &mut KernelRegistry) {
     r.register(
         "llama::update_cache.out",
-        Kernel::with_check(update_cache_out, check_update_cache).dtypes(DtypeSet::ALL),
+        // Writes `value` into `cache` (argument 1) in place.
+        Kernel::with_check(update_cache_out, check_update_cache)
+            .dtypes(DtypeSet::ALL)
+            .caches(&[1]),
     );
     r.register(
         "llama::custom_sdpa.out",
@@ -49,7 +52,10 @@ pub fn register(r: &mut KernelRegistry) {
     );
     r.register(
         "llama::sdpa_with_kv_cache.out",
-        Kernel::with_check(sdpa_with_kv_cache_out, check_sdpa_with_kv_cache).dtypes(SDPA_DTYPES),
+        // Updates `k_cache` and `v_cache` (arguments 3 and 4) in place before attending.
+        Kernel::with_check(sdpa_with_kv_cache_out, check_sdpa_with_kv_cache)
+            .dtypes(SDPA_DTYPES)
+            .caches(&[3, 4]),
     );
 }
 

@@ -559,7 +559,9 @@ fn run_case(
         Err(e) => {
             use pteron::{KernelError as K, MethodError as E};
             return match &e {
-                pteron::Error::Runtime(E::OperatorMissing { .. })
+                pteron::Error::Runtime(
+                    E::OperatorMissing { .. } | E::KernelRejected { .. } | E::PrepareFailed { .. },
+                )
                 | pteron::Error::Runtime(E::Kernel {
                     source: K::UnsupportedDType { .. } | K::Unsupported(_),
                     ..

@@ -1,0 +1,133 @@
+//! The memory plan: one arena per planned buffer (`non_const_buffer_sizes[1..]`; entry 0 is
+//! reserved and `memory_id` is 1-based), plus one "I/O arena" that gives every tensor the
+//! plan leaves unplanned (user inputs, some outputs) a home, all within
+//! [`MethodConfig::max_planned_bytes`].
+
+use alloc::format;
+use alloc::vec::Vec;
+
+use pteron_format::schema;
+
+use crate::config::MethodConfig;
+use crate::error::{Error, Result};
+use crate::memory::{Arena, ARENA_ALIGN};
+use crate::value::Storage;
+
+/// The arenas' sizes, filled in as values are decoded, and the initial contents of planned
+/// values (mutable buffers) to copy in once they are allocated.
+pub(crate) struct ArenaLayout<'p> {
+    sizes: Vec<usize>,
+    /// Bytes of the planned buffers together.
+    planned: u64,
+    io_size: usize,
+    initial: Vec<(u32, usize, &'p [u8])>,
+    limit: u64,
+}
+
+impl<'p> ArenaLayout<'p> {
+    /// The planned buffers of `plan`, checked against the configured limit.
+    pub fn from_plan(plan: &schema::ExecutionPlan<'_>, config: &MethodConfig) -> Result<Self> {
+        let sizes = plan
+            .non_const_buffer_sizes()
+            .ok_or_else(|| Error::invalid("plan has no non_const_buffer_sizes"))?;
+        let mut layout = ArenaLayout {
+            sizes: Vec::new(),
+            planned: 0,
+            io_size: 0,
+            initial: Vec::new(),
+            limit: config.max_planned_bytes,
+        };
+        for (i, s) in sizes.iter().enumerate().skip(1) {
+            if s < 0 {
+                return Err(Error::invalid(format!(
+                    "planned buffer {i} has negative size {s}"
+                )));
+            }
+            layout.planned = layout.planned.saturating_add(s as u64);
+            layout.check_limit(layout.planned)?;
+            layout.sizes.push(s as usize);
+        }
+        Ok(layout)
+    }
+
+    fn check_limit(&self, requested: u64) -> Result<()> {
+        if requested > self.limit {
+            return Err(Error::ResourceLimit {
+                what: "bytes of planned memory",
+                requested,
+                limit: self.limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// The index of the I/O arena (the one after the planned buffers; arenas after it hold
+    /// values that load-time planning gave memory of their own).
+    pub fn io_arena(&self) -> u32 {
+        self.sizes.len() as u32
+    }
+
+    /// A planned tensor's location from its `allocation_info`, checked against the arena.
+    pub fn place(&self, a: &schema::AllocationDetails<'_>, nbytes: usize) -> Result<(u32, usize)> {
+        let id = a.memory_id();
+        let arena = id
+            .checked_sub(1)
+            .ok_or_else(|| Error::invalid("memory_id 0 is reserved"))?;
+        let size = *self.sizes.get(arena as usize).ok_or_else(|| {
+            Error::invalid(format!(
+                "memory_id {id} but the plan has {} buffers",
+                self.sizes.len()
+            ))
+        })?;
+        let offset = (a.memory_offset_low() as u64) | ((a.memory_offset_high() as u64) << 32);
+        match offset.checked_add(nbytes as u64) {
+            Some(end) if end <= size as u64 => Ok((arena, offset as usize)),
+            _ => Err(Error::invalid(format!(
+                "tensor at offset {offset} with {nbytes} bytes overruns planned buffer {id} of {size} bytes"
+            ))),
+        }
+    }
+
+    /// A home in the I/O arena for a tensor supplied at run time.
+    pub fn place_io(&mut self, nbytes: usize) -> Result<Storage<'p>> {
+        let offset = self.io_size;
+        let padded = nbytes
+            .checked_add(ARENA_ALIGN - 1)
+            .ok_or_else(|| Error::invalid("tensor too large"))?
+            / ARENA_ALIGN
+            * ARENA_ALIGN;
+        self.io_size = self
+            .io_size
+            .checked_add(padded)
+            .ok_or_else(|| Error::invalid("tensor too large"))?;
+        self.check_limit(self.planned.saturating_add(self.io_size as u64))?;
+        Ok(Storage::Planned {
+            arena: self.io_arena(),
+            offset,
+        })
+    }
+
+    /// Copies `bytes` to `(arena, offset)` (a range [`ArenaLayout::place`] checked) once the
+    /// arenas are allocated.
+    pub fn set_initial(&mut self, (arena, offset): (u32, usize), bytes: &'p [u8]) {
+        self.initial.push((arena, offset, bytes));
+    }
+
+    /// Allocates the arenas (the planned buffers, then the I/O arena) and copies the initial
+    /// contents in.
+    pub fn allocate(self) -> Result<Vec<Arena>> {
+        let mut arenas = Vec::new();
+        for &s in self.sizes.iter().chain(core::iter::once(&self.io_size)) {
+            arenas.push(Arena::new(s).ok_or(Error::ResourceLimit {
+                what: "bytes of planned memory (allocation failed)",
+                requested: s as u64,
+                limit: self.limit,
+            })?);
+        }
+        for (arena, offset, bytes) in self.initial {
+            // Ranges were checked against the arena size in `place`.
+            arenas[arena as usize].bytes_mut()[offset..offset + bytes.len()].copy_from_slice(bytes);
+        }
+        Ok(arenas)
+    }
+}
