@@ -50,7 +50,7 @@ EXPORT = REPO / "tools" / "export"
 OUT = EXPORT / "out"
 
 DEFAULT_MODELS = ["mobilenet_v2", "all_minilm_l6_v2"]
-ENGINES = ["pteron", "pteron-xnnpack", "et-portable", "et-xnnpack", "et-cpp", "ort", "torch"]
+ENGINES = ["pteron", "pteron-xnnpack", "et-portable", "et-xnnpack", "et-cpp", "ort", "torch", "base", "base-xnnpack"]
 
 
 # --------------------------------------------------------------------------
@@ -262,9 +262,10 @@ def build_et_runner() -> Path:
 
 def measure(args, engine: str, name: str, threads: int, binary: Path, has_threads: bool) -> Dict[str, Any]:
     """Runs one engine in a fresh process; returns its report plus peak RSS (bytes)."""
-    if engine.startswith("pteron"):
-        pte = "model.pte" if engine == "pteron" else "model_xnnpack.pte"
-        cmd = pteron_cmd(binary, name, pte, threads, args.warmup, args.iters, has_threads)
+    if engine.startswith("pteron") or engine.startswith("base"):
+        pte = "model.pte" if engine in ("pteron", "base") else "model_xnnpack.pte"
+        exe = Path(args.baseline) if engine.startswith("base") else binary
+        cmd = pteron_cmd(exe, name, pte, threads, args.warmup, args.iters, has_threads)
     elif engine == "et-cpp":
         cmd = [str(args.et_runner), str(model_dir(name) / "model_xnnpack.pte"), str(args.warmup + args.iters), str(threads)]
         cmd += [str(f) for f in input_files(name)]
@@ -281,7 +282,7 @@ def measure(args, engine: str, name: str, threads: int, binary: Path, has_thread
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         return {"error": out.strip().splitlines()[-1][:300] if out.strip() else f"exit {p.returncode}"}
-    if engine.startswith("pteron") or engine == "et-cpp":
+    if engine.startswith("pteron") or engine.startswith("base") or engine == "et-cpp":
         rep = parse_pteron(out)
     else:
         rep = json.loads(out.strip().splitlines()[-1])
@@ -372,6 +373,11 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--pteron", help="path to a built `pteron` binary (default: cargo build --release)")
+    ap.add_argument(
+        "--baseline",
+        help="another `pteron` binary (an older commit) run as the engines base / base-xnnpack, "
+        "interleaved with the others: a refactor's before-and-after",
+    )
     ap.add_argument("--json", help="write the summary and every run here")
     ap.add_argument(
         "--pin",
@@ -385,7 +391,7 @@ def main() -> int:
     for name in args.models:
         ensure_exports(
             name,
-            want_xnnpack=any(e in args.engines for e in ("et-xnnpack", "pteron-xnnpack", "et-cpp")),
+            want_xnnpack=any(e in args.engines for e in ("et-xnnpack", "pteron-xnnpack", "et-cpp", "base-xnnpack")),
             want_onnx="ort" in args.engines,
         )
     args.et_runner = build_et_runner() if "et-cpp" in args.engines else None

@@ -35,12 +35,29 @@ pub struct Runtime {
     inner: Arc<Inner>,
 }
 
+/// Where a runtime's kernels run.
+enum Pool {
+    /// The process-wide pool of [`crate::default_threads`] threads, started by the first
+    /// method that uses it (a runtime whose methods all pick their own threads starts none).
+    Default,
+    /// The calling thread only (`None`), or a pool of the runtime's own.
+    Fixed(Option<Arc<ThreadPool>>),
+}
+
+impl Pool {
+    fn get(&self) -> Option<Arc<ThreadPool>> {
+        match self {
+            Pool::Default => default_pool(),
+            Pool::Fixed(p) => p.clone(),
+        }
+    }
+}
+
 struct Inner {
     kernels: KernelRegistry,
     backends: Arc<BackendRegistry>,
     partitioners: Vec<Arc<dyn Partitioner>>,
-    /// `None`: every kernel runs on the calling thread.
-    pool: Option<Arc<ThreadPool>>,
+    pool: Pool,
     config: MethodConfig,
     prepare: bool,
 }
@@ -71,7 +88,7 @@ impl Runtime {
     pub fn new() -> Runtime {
         static DEFAULT: OnceLock<Runtime> = OnceLock::new();
         DEFAULT
-            .get_or_init(|| Runtime::from_builder(RuntimeBuilder::default(), default_pool()))
+            .get_or_init(|| Runtime::from_builder(RuntimeBuilder::default(), Pool::Default))
             .clone()
     }
 
@@ -107,7 +124,7 @@ impl Runtime {
 
     /// Threads kernels run on (1: the calling thread only).
     pub fn threads(&self) -> usize {
-        self.inner.pool.as_ref().map_or(1, |p| p.threads())
+        self.inner.pool.get().map_or(1, |p| p.threads())
     }
 
     /// The limits and options core loads a method with; `threads`/`pool` override the
@@ -117,7 +134,7 @@ impl Runtime {
         config: Option<MethodConfig>,
         pool: Option<Option<Arc<ThreadPool>>>,
     ) -> LoadOptions {
-        let pool = pool.unwrap_or_else(|| self.inner.pool.clone());
+        let pool = pool.unwrap_or_else(|| self.inner.pool.get());
         LoadOptions {
             config: config.unwrap_or(self.inner.config),
             parallel: pool.map(|p| p as Arc<dyn Parallel + Send + Sync>),
@@ -131,7 +148,7 @@ impl Runtime {
         }
     }
 
-    fn from_builder(b: RuntimeBuilder, pool: Option<Arc<ThreadPool>>) -> Runtime {
+    fn from_builder(b: RuntimeBuilder, pool: Pool) -> Runtime {
         let portable = b.kernels_portable;
         let kernels = b.kernels.unwrap_or_else(|| {
             if portable {
@@ -248,7 +265,10 @@ impl RuntimeBuilder {
 
     /// The runtime; fails only when a thread pool of the asked size cannot be started.
     pub fn build(mut self) -> Result<Runtime> {
-        let pool = resolve_pool(self.pool.take(), self.threads)?;
+        let pool = match (self.pool.take(), self.threads) {
+            (None, None) => Pool::Default,
+            (pool, threads) => Pool::Fixed(resolve_pool(pool, threads)?),
+        };
         Ok(Runtime::from_builder(self, pool))
     }
 }
