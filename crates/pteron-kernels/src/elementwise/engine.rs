@@ -29,11 +29,11 @@ pub use fmath::{erf, int_div_floor, int_pow, int_py_rem, FMath};
 pub use num::{nan_max, nan_min, Num};
 pub use promote::{
     can_cast, comp_kind, is_supported, promote_types, require_can_cast, require_supported,
-    result_type, scalar_dtype, CompKind,
+    result_type, scalar_dtype, CompKind, Opnd,
 };
 pub use run::{
     broadcast_opnds, check_tensor_dtypes, out_dtype, result_type_of, run1, run2, run2x, run3,
-    scalar_in, stream, Input, Opnd,
+    scalar_in, stream, Input,
 };
 
 /// Broadcast shape of several shapes.
