@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Prints the dependency graph of each crate's modules (one node per file, from the
-`crate::…` and `super::…` paths in non-comment code) and fails if any has a cycle.
+`crate::…` and `super::…` paths in code, not in comments or string literals; `super::` inside
+an inline `mod … { }` names the module of its file) and fails if any has a cycle.
 
 Usage: tools/dev/module_dag.py [--quiet] [CRATE_DIR ...]   (default: every crate in crates/)
 A module may use its own children (a `mod.rs` and the files below it); any other circle of
@@ -13,6 +14,21 @@ def module_of(SRC, path):
     rel = path.relative_to(SRC).with_suffix("")
     parts = [p for p in rel.parts if p not in ("mod", "lib")]
     return "::".join(parts) or "lib"
+
+# Comments, string literals (plain, byte, raw) and char literals; `'a` lifetimes are none of them.
+NOT_CODE = re.compile(
+    r"//[^\n]*|/\*.*?\*/"
+    r'|(?<!\w)b?r(#*)".*?"\1|"(?:\\.|[^"\\])*"'
+    r"|'(?:\\(?:u\{[0-9a-fA-F]+\}|x[0-9a-fA-F]{2}|.)|[^\\'\n])'",
+    re.S,
+)
+
+
+def strip_comments_and_literals(text):
+    """`text` with comments, string literals and char literals blanked out (newlines kept), so
+    that neither the paths nor the braces in them count."""
+    return NOT_CODE.sub(lambda m: " " + "\n" * m.group(0).count("\n"), text)
+
 
 def find_cycle(graph, done):
     """One cycle among the modules not in `done` (each has an edge to another such module)."""
@@ -39,19 +55,43 @@ def check(src, quiet):
 
     def deps(mod, path):
         out = set()
-        code = "\n".join(l.split("//")[0] for l in path.read_text().splitlines())
+        code = strip_comments_and_literals(path.read_text())
+        # Inline modules (`mod tests { … }`): where each body starts and ends, so that `super::`
+        # inside one names the file's own module rather than its parent.
+        inline, stack, depth = [], [], 0
+        for m in re.finditer(r"\bmod\s+(\w+)\s*\{|[{}]", code):
+            if m.group(0) == "{" or m.group(1):
+                depth += 1
+                if m.group(1):
+                    stack.append((m.group(1), m.end(), depth))
+            else:
+                if stack and stack[-1][2] == depth:
+                    name, start, _ = stack.pop()
+                    inline.append((start, m.start(), len(stack), name))
+                depth -= 1
+
+        def scope(pos):
+            """The module path at `pos`: the file's module, then any inline modules around it."""
+            around = sorted((lvl, name) for a, b, lvl, name in inline if a <= pos < b)
+            return mod.split("::") + [name for _, name in around]
+
         # Expand one level of braces: crate::load::{a, b} -> crate::load::a, crate::load::b.
-        for m in re.finditer(r"(crate|super)((?:::\w+)*)::\{([^{}]*)\}", code):
+        paths = [(m.group(1), m.group(2), m.start()) for m in
+                 re.finditer(r"\b(crate|super)((?:::\w+)+)", code)]
+        for m in re.finditer(r"\b(crate|super)((?:::\w+)*)::\{([^{}]*)\}", code):
             for item in m.group(3).split(","):
                 item = item.strip()
-                if item:
-                    code += f"\n{m.group(1)}{m.group(2)}::{item}"
-        for m in re.finditer(r"\b(crate|super)((?:::\w+)+)", code):
-            segs = m.group(2).strip(":").split("::")
-            if m.group(1) == "super":
-                base = mod.split("::")
-                # A file `a/b.rs` is module a::b, whose super is a; `a/mod.rs` is module a.
-                segs = base[:-1] + segs
+                if re.match(r"\w", item):
+                    paths.append((m.group(1), f"{m.group(2)}::{item}", m.start()))
+        for root, rest, pos in paths:
+            segs = re.findall(r"\w+", rest)
+            if root == "super":
+                # A file `a/b.rs` is module a::b, whose super is a; `a/mod.rs` is module a; an
+                # inline `mod t { … }` in either is one level further down.
+                base = scope(pos)[:-1]
+                while segs[:1] == ["super"]:
+                    base, segs = base[:-1], segs[1:]
+                segs = base + segs
             target = resolve(segs)
             if target and target != mod and target != "lib":
                 out.add(target)

@@ -27,7 +27,7 @@ mod pack;
 #[cfg(test)]
 mod tests;
 
-use blocked::{Job, TilesOp};
+use blocked::TilesOp;
 pub(crate) use gemv::prefetch;
 use gemv::{gemv_cols, gemv_packed};
 pub use pack::{PackedA, PackedB};
@@ -136,6 +136,19 @@ impl Default for Epilogue<'_> {
             clamp: None,
         }
     }
+}
+
+/// One product: its sizes, operands, C (with its row stride) and epilogue; what the blocked
+/// driver and the micro-kernels share.
+struct Job<'a> {
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatA<'a>,
+    b: MatB<'a>,
+    c: SharedMut<f32>,
+    ldc: usize,
+    epi: Epilogue<'a>,
 }
 
 /// An error in the arguments of [`gemm`] (operand too short for its dims and strides).

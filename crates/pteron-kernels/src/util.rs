@@ -658,7 +658,8 @@ pub fn contiguous_strides(sizes: &[usize]) -> Dims {
 }
 
 /// Like [`copy_view`] over typed slices, converting every element from `S` to `D` as C++
-/// `static_cast` does (`elementwise::engine::cast`). Both views are bounds-checked up front.
+/// `static_cast` does (`elementwise::engine::comp::cast`). Both views are bounds-checked up
+/// front.
 pub fn copy_view_cast<S: pteron_core::Element, D: pteron_core::Element>(
     src: &[S],
     src_off: isize,
@@ -686,7 +687,7 @@ pub fn copy_view_cast<S: pteron_core::Element, D: pteron_core::Element>(
     let mut idx = [0usize; pteron_core::MAX_RANK];
     let (mut s, mut d) = (src_off, dst_off);
     loop {
-        dst[d as usize] = crate::elementwise::engine::cast::<S, D>(src[s as usize]);
+        dst[d as usize] = crate::elementwise::engine::comp::cast::<S, D>(src[s as usize]);
         let mut k = rank;
         loop {
             if k == 0 {

@@ -8,22 +8,10 @@ use pteron_core::Parallel;
 use super::micro::{tile_dispatch, TileArgs};
 use super::pack::PackedA;
 use super::{
-    tile_for, Epilogue, Init, MatA, MatB, A_BLOCK, IN_PLACE_LDB, KC, KC_PACKED, MC, NR_MAX,
-    SHALLOW_K,
+    tile_for, Init, Job, MatA, MatB, A_BLOCK, IN_PLACE_LDB, KC, KC_PACKED, MC, NR_MAX, SHALLOW_K,
 };
-use crate::par::{part, SharedMut};
+use crate::par::part;
 use crate::simd::{Level, Portable, Simd, SimdOp};
-
-pub(super) struct Job<'a> {
-    pub(super) m: usize,
-    pub(super) n: usize,
-    pub(super) k: usize,
-    pub(super) a: MatA<'a>,
-    pub(super) b: MatB<'a>,
-    pub(super) c: SharedMut<f32>,
-    pub(super) ldc: usize,
-    pub(super) epi: Epilogue<'a>,
-}
 
 pub(super) struct TilesOp<'a, 'b> {
     pub(super) l: Level,

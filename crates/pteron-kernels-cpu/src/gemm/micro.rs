@@ -1,9 +1,8 @@
 //! The register-blocked micro-kernels: one MR × NR tile of C accumulated in vector registers
 //! over a k block.
 
-use super::blocked::Job;
 use super::gemv::prefetch;
-use super::{Init, MatA};
+use super::{Init, Job, MatA};
 use crate::simd::Simd;
 
 /// A tile whose columns fit in one vector runs the one-vector kernel (no all-masked vectors);

@@ -15,6 +15,7 @@ use pteron_core::{
 use crate::util::broadcast_shapes;
 
 mod blocks;
+pub(crate) mod comp;
 mod elems;
 mod fmath;
 mod num;
@@ -22,99 +23,18 @@ mod promote;
 mod run;
 
 pub use blocks::{Blocks, BLOCK, MAX_OPERANDS};
+pub use comp::{cast, Comp};
 pub use elems::{Elems, ElemsMut, Offsets};
 pub use fmath::{erf, int_div_floor, int_pow, int_py_rem, FMath};
 pub use num::{nan_max, nan_min, Num};
 pub use promote::{
     can_cast, comp_kind, is_supported, promote_types, require_can_cast, require_supported,
-    result_type, scalar_dtype, CompKind,
+    result_type, scalar_dtype, CompKind, Opnd,
 };
 pub use run::{
     broadcast_opnds, check_tensor_dtypes, out_dtype, result_type_of, run1, run2, run2x, run3,
-    scalar_in, stream, Input, Opnd,
+    scalar_in, stream, Input,
 };
-
-/// A compute type: the type elementwise math is done in.
-pub trait Comp: Copy + Default + PartialOrd + core::fmt::Debug + 'static {
-    fn load<E: Element>(e: E) -> Self;
-    fn store<E: Element>(self) -> E;
-    fn from_scalar(s: Scalar) -> Self;
-}
-
-impl Comp for f32 {
-    #[inline]
-    fn load<E: Element>(e: E) -> Self {
-        e.to_f64() as f32
-    }
-    #[inline]
-    fn store<E: Element>(self) -> E {
-        E::from_f64(self as f64)
-    }
-    fn from_scalar(s: Scalar) -> Self {
-        s.to_f64() as f32
-    }
-}
-
-impl Comp for f64 {
-    #[inline]
-    fn load<E: Element>(e: E) -> Self {
-        e.to_f64()
-    }
-    #[inline]
-    fn store<E: Element>(self) -> E {
-        if matches!(E::DTYPE, ScalarType::Half | ScalarType::BFloat16) {
-            // c10::Half / BFloat16 convert from double through float.
-            E::from_f64(self as f32 as f64)
-        } else {
-            E::from_f64(self)
-        }
-    }
-    fn from_scalar(s: Scalar) -> Self {
-        s.to_f64()
-    }
-}
-
-impl Comp for i64 {
-    #[inline]
-    fn load<E: Element>(e: E) -> Self {
-        e.to_i64()
-    }
-    #[inline]
-    fn store<E: Element>(self) -> E {
-        E::from_i64(self)
-    }
-    fn from_scalar(s: Scalar) -> Self {
-        s.to_i64()
-    }
-}
-
-impl Comp for bool {
-    #[inline]
-    fn load<E: Element>(e: E) -> Self {
-        e.to_bool()
-    }
-    #[inline]
-    fn store<E: Element>(self) -> E {
-        E::from_bool(self)
-    }
-    fn from_scalar(s: Scalar) -> Self {
-        match s {
-            Scalar::Bool(b) => b,
-            Scalar::Int(v) => v != 0,
-            Scalar::Double(v) => v != 0.0,
-        }
-    }
-}
-
-/// Converts one element as C++ `static_cast` does (ints through i64, floats through f64).
-#[inline]
-pub fn cast<S: Element, D: Element>(s: S) -> D {
-    if S::DTYPE.is_floating() {
-        <f64 as Comp>::store::<D>(s.to_f64())
-    } else {
-        D::from_i64(s.to_i64())
-    }
-}
 
 /// Broadcast shape of several shapes.
 pub fn broadcast_all(shapes: &[&[usize]]) -> Result<Dims, KernelError> {

@@ -1,9 +1,8 @@
 //! PyTorch type promotion over the dtypes pteron computes with: compute kinds,
-//! `promote_types`, `result_type` and `canCast`.
+//! `promote_types`, the operands it ranks ([`Opnd`]: a tensor or a scalar), `result_type` and
+//! `canCast`.
 
-use pteron_core::{KernelError, Scalar, ScalarType, TensorInfo};
-
-use super::run::Opnd;
+use pteron_core::{ArgAccess, KernelError, Scalar, ScalarType, TensorInfo, Value};
 
 /// Which compute type a dtype computes in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +109,35 @@ pub fn scalar_dtype(s: Scalar) -> ScalarType {
         Scalar::Bool(_) => ScalarType::Bool,
         Scalar::Int(_) => ScalarType::Long,
         Scalar::Double(_) => ScalarType::Float,
+    }
+}
+
+/// An operand of an elementwise op: a tensor argument or a scalar.
+#[derive(Clone, Copy, Debug)]
+pub enum Opnd {
+    Tensor(TensorInfo),
+    Scalar(Scalar),
+}
+
+impl Opnd {
+    /// Reads argument `i` as a tensor or a scalar.
+    pub fn read<'p>(v: &impl ArgAccess<'p>, i: usize) -> Result<Opnd, KernelError> {
+        match v.value(i)? {
+            Value::Tensor(t) => Ok(Opnd::Tensor(t.info)),
+            _ => Ok(Opnd::Scalar(v.scalar(i)?)),
+        }
+    }
+    pub fn dtype(&self) -> ScalarType {
+        match self {
+            Opnd::Tensor(t) => t.dtype(),
+            Opnd::Scalar(s) => scalar_dtype(*s),
+        }
+    }
+    pub fn sizes(&self) -> &[usize] {
+        match self {
+            Opnd::Tensor(t) => t.sizes(),
+            Opnd::Scalar(_) => &[],
+        }
     }
 }
 

@@ -1,44 +1,16 @@
-//! Running kernels: resize, borrow, then stream block by block. Operands ([`Opnd`], [`Input`]),
-//! [`stream`] and the unary/binary/ternary drivers built on it.
+//! Running kernels: resize, borrow, then stream block by block. Operand helpers (over
+//! [`Opnd`], which type promotion defines) and inputs ([`Input`]), [`stream`] and the
+//! unary/binary/ternary drivers built on it.
 
-use pteron_core::{Dims, KernelError, Scalar, ScalarType, TensorInfo, TensorMut, TensorRef};
+use pteron_core::{Dims, KernelError, Scalar, ScalarType, TensorMut, TensorRef};
 
 use super::blocks::{Blocks, BLOCK, MAX_OPERANDS};
 use super::elems::{Elems, ElemsMut};
-use super::promote::{require_supported, result_type_iter, scalar_dtype};
+use super::promote::{require_supported, result_type_iter, Opnd};
 use super::{bcast_strides, round_through, Comp};
 use crate::util::broadcast_shapes;
 
 use pteron_core::{ArgAccess, ArgView, KernelContext, Value};
-
-/// An operand of an elementwise op: a tensor argument or a scalar.
-#[derive(Clone, Copy, Debug)]
-pub enum Opnd {
-    Tensor(TensorInfo),
-    Scalar(Scalar),
-}
-
-impl Opnd {
-    /// Reads argument `i` as a tensor or a scalar.
-    pub fn read<'p>(v: &impl ArgAccess<'p>, i: usize) -> Result<Opnd, KernelError> {
-        match v.value(i)? {
-            Value::Tensor(t) => Ok(Opnd::Tensor(t.info)),
-            _ => Ok(Opnd::Scalar(v.scalar(i)?)),
-        }
-    }
-    pub fn dtype(&self) -> ScalarType {
-        match self {
-            Opnd::Tensor(t) => t.dtype(),
-            Opnd::Scalar(s) => scalar_dtype(*s),
-        }
-    }
-    pub fn sizes(&self) -> &[usize] {
-        match self {
-            Opnd::Tensor(t) => t.sizes(),
-            Opnd::Scalar(_) => &[],
-        }
-    }
-}
 
 /// `torch.result_type` over operands.
 pub fn result_type_of(ops: &[Opnd]) -> Result<ScalarType, KernelError> {
