@@ -927,6 +927,8 @@ pub fn register(r: &mut KernelRegistry) {
 }
 
 #[cfg(test)]
+// Expected values are PyTorch's outputs as printed, not approximations of constants.
+#[allow(clippy::approx_constant)]
 mod tests;
 
 #[cfg(test)]
@@ -948,4 +950,6 @@ pub(crate) mod tests_util {
 }
 
 #[cfg(test)]
+// Expected values are PyTorch's outputs as printed, not approximations of constants.
+#[allow(clippy::approx_constant)]
 mod torch_cases;
