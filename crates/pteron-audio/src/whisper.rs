@@ -492,7 +492,7 @@ impl<'a> Whisper<'a> {
         for (t, lp) in finished {
             let n = t.iter().filter(|&&x| x != eot).count().max(1);
             let score = lp / n as f64;
-            if best.as_ref().map_or(true, |(b, _)| score > *b) {
+            if best.as_ref().is_none_or(|(b, _)| score > *b) {
                 best = Some((score, t));
             }
         }

@@ -499,7 +499,7 @@ impl<'a, 'p> KernelContext<'a, 'p> {
             match region_of(outs[k], t)? {
                 Region::Arena { arena, start, end } => out_ranges[k] = (arena, start, end),
                 // An output with no bytes borrows an empty range.
-                Region::Bytes(b) if b.is_empty() => out_ranges[k] = (0, 0, 0),
+                Region::Bytes([]) => out_ranges[k] = (0, 0, 0),
                 Region::Bytes(_) => return Err(KernelError::ReadOnly { value: outs[k] }),
             }
         }

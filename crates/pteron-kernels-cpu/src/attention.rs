@@ -63,7 +63,8 @@ pub fn attend_blocked(
     out: &mut [f32],
 ) -> Result<(), KernelError> {
     at.check_lens(q.len(), k.len(), v.len(), mask.map(|m| m.len()), out.len())?;
-    if at.dim == 0 || at.dim > MAX_DIM || at.kv_heads == 0 || at.heads % at.kv_heads != 0 {
+    if at.dim == 0 || at.dim > MAX_DIM || at.kv_heads == 0 || !at.heads.is_multiple_of(at.kv_heads)
+    {
         return attend_f32(at, par, q, k, v, mask, out);
     }
     let reps = at.heads / at.kv_heads;

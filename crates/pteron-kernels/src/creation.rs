@@ -173,7 +173,7 @@ fn arange_len(
     } else {
         ((e - s) / st).ceil()
     };
-    if !(size >= 0.0) || size > (1u64 << 48) as f64 {
+    if size.is_nan() || size < 0.0 || size > (1u64 << 48) as f64 {
         return Err(KernelError::invalid(format!("arange: invalid size {size}")));
     }
     Ok(size as usize)

@@ -445,12 +445,12 @@ fn pow_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
             };
             with_float!(comp_kind(common)?, C =>
                 run2::<C, C>(ctx, 0, 1, 2, &shape, Some(common), |x, y| match special {
-                    Some(e) if e == 2.0 => x * x,
-                    Some(e) if e == 3.0 => x * x * x,
-                    Some(e) if e == 0.5 => x.sqrt(),
-                    Some(e) if e == -0.5 => 1.0 / x.sqrt(),
-                    Some(e) if e == -1.0 => 1.0 / x,
-                    Some(e) if e == -2.0 => 1.0 / (x * x),
+                    Some(2.0) => x * x,
+                    Some(3.0) => x * x * x,
+                    Some(0.5) => x.sqrt(),
+                    Some(-0.5) => 1.0 / x.sqrt(),
+                    Some(-1.0) => 1.0 / x,
+                    Some(-2.0) => 1.0 / (x * x),
                     _ => x.powf(y),
                 }), _ => unreachable!())
         }

@@ -196,7 +196,7 @@ fn wrap(i: i64, size: usize, op: &'static str) -> Result<usize, KernelError> {
 fn copy_input_to_out(ctx: &mut KernelContext, src: usize, out: usize) -> Result<(), KernelError> {
     let x = *ctx.tensor(src)?;
     ctx.resize(out, x.sizes())?;
-    let ([xr], [mut or]) = ctx.io([src], [out])?;
+    let ([xr], [or]) = ctx.io([src], [out])?;
     let v = View::of(&x);
     crate::util::strided_copy(
         xr.bytes,
@@ -204,6 +204,6 @@ fn copy_input_to_out(ctx: &mut KernelContext, src: usize, out: usize) -> Result<
         0,
         &v.sizes,
         v.strides(),
-        &mut or.bytes,
+        or.bytes,
     )
 }

@@ -158,8 +158,8 @@ fn update_cache_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let plan = cache_update_plan(OP, &value, &cache, start)?;
     // The out tensor is a placeholder (ExecuTorch never writes it); the cache is written in
     // place, so it is borrowed as the writable argument.
-    let ([v], [mut c]) = ctx.io([0], [1])?;
-    copy_into_cache(v.bytes, &mut c.bytes, value.size(0), plan)
+    let ([v], [c]) = ctx.io([0], [1])?;
+    copy_into_cache(v.bytes, c.bytes, value.size(0), plan)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -656,10 +656,9 @@ pub fn sdpa_with_kv_cache_with(
     let par = ctx.parallel();
     // The caches are borrowed writable: updated in place, then read in place by the attention.
     if has_mask {
-        let ([q, k, v, m], [mut kc_b, mut vc_b, mut o]) =
-            ctx.io([p.q, 1, 2, p.mask], [3, 4, p.out])?;
-        copy_into_cache(k.bytes, &mut kc_b.bytes, kp.size(0), kplan)?;
-        copy_into_cache(v.bytes, &mut vc_b.bytes, vp.size(0), vplan)?;
+        let ([q, k, v, m], [kc_b, vc_b, mut o]) = ctx.io([p.q, 1, 2, p.mask], [3, 4, p.out])?;
+        copy_into_cache(k.bytes, kc_b.bytes, kp.size(0), kplan)?;
+        copy_into_cache(v.bytes, vc_b.bytes, vp.size(0), vplan)?;
         run_attention(
             &at,
             par,
@@ -671,9 +670,9 @@ pub fn sdpa_with_kv_cache_with(
             &mut o,
         )
     } else {
-        let ([q, k, v], [mut kc_b, mut vc_b, mut o]) = ctx.io([p.q, 1, 2], [3, 4, p.out])?;
-        copy_into_cache(k.bytes, &mut kc_b.bytes, kp.size(0), kplan)?;
-        copy_into_cache(v.bytes, &mut vc_b.bytes, vp.size(0), vplan)?;
+        let ([q, k, v], [kc_b, vc_b, mut o]) = ctx.io([p.q, 1, 2], [3, 4, p.out])?;
+        copy_into_cache(k.bytes, kc_b.bytes, kp.size(0), kplan)?;
+        copy_into_cache(v.bytes, vc_b.bytes, vp.size(0), vplan)?;
         run_attention(
             &at, par, f32_attend, q, kc_b.bytes, vc_b.bytes, None, &mut o,
         )

@@ -483,7 +483,7 @@ pub fn strided_copy(
 
 /// The lowest and highest element offsets a view touches (`None` when it is empty).
 fn view_span(offset: isize, sizes: &[usize], strides: &[isize]) -> Option<(i128, i128)> {
-    if sizes.iter().any(|&s| s == 0) {
+    if sizes.contains(&0) {
         return None;
     }
     let (mut lo, mut hi) = (offset as i128, offset as i128);

@@ -194,7 +194,7 @@ impl Sampler {
             sum += p as f64;
             self.probs.push(p);
         }
-        if !(sum > 0.0) || !sum.is_finite() {
+        if sum.is_nan() || sum <= 0.0 || !sum.is_finite() {
             return argmax(logits);
         }
         for p in &mut self.probs {

@@ -108,7 +108,7 @@ impl NodeProfile {
                 continue;
             }
             let runs = g.nodes.iter().map(|n| n.runs).max().unwrap_or(1).max(1);
-            by_kind.sort_by(|a, b| b.1.cmp(&a.1));
+            by_kind.sort_by_key(|k| std::cmp::Reverse(k.1));
             let _ = writeln!(s, "XNNPACK delegate profile ({runs} runs; time per run):");
             for (name, t, nodes) in &by_kind {
                 let _ = writeln!(
@@ -120,7 +120,7 @@ impl NodeProfile {
             if all {
                 let _ = writeln!(s, "  nodes in order:");
             } else {
-                rows.sort_by(|a, b| b.0.cmp(&a.0));
+                rows.sort_by_key(|r| std::cmp::Reverse(r.0));
                 rows.truncate(12);
                 let _ = writeln!(s, "  slowest nodes:");
             }

@@ -99,6 +99,9 @@ impl Buf {
     pub fn len(&self) -> usize {
         self.len
     }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
     pub fn bytes(&self) -> &[u8] {
         bytemuck::cast_slice(&self.words)
             .get(self.start..self.start + self.len)

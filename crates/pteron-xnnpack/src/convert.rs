@@ -737,7 +737,7 @@ fn parse_window_node(
                     node.adjustment_width() as usize,
                 ),
             };
-            let lim = |v: usize| v >= 1 && v < (1 << 20);
+            let lim = |v: usize| (1..(1 << 20)).contains(&v);
             if !lim(conv.groups) || !lim(conv.group_in) || !lim(conv.group_out) {
                 return Err(unsupported(format!(
                     "{} groups of {} → {} channels",
@@ -760,10 +760,10 @@ fn parse_window_node(
             if kind != ConvKind::Deconv && conv.adjustment != (0, 0) {
                 return Err(invalid("output adjustment on a convolution"));
             }
-            if conv.adjustment.0 >= win.sh || conv.adjustment.1 >= win.sw {
-                if kind == ConvKind::Deconv {
-                    return Err(invalid("output adjustment not below the stride"));
-                }
+            if (conv.adjustment.0 >= win.sh || conv.adjustment.1 >= win.sw)
+                && kind == ConvKind::Deconv
+            {
+                return Err(invalid("output adjustment not below the stride"));
             }
             Node::Conv {
                 conv,

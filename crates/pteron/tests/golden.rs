@@ -28,7 +28,7 @@ fn compare(name: &str, case: &str, k: usize, got: &Tensor, want: &Tensor, atol: 
     let mut elementwise_ok = true;
     for (a, e) in g.iter().zip(&w) {
         let err = (a - e).abs();
-        if !(err <= atol + rtol * e.abs()) {
+        if err.is_nan() || err > atol + rtol * e.abs() {
             elementwise_ok = false;
         }
         if err.is_nan() || e.is_nan() != a.is_nan() {

@@ -791,7 +791,7 @@ fn stats_check_tells_distributions_apart() {
         ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
     };
     let mut normal = {
-        let mut u = uniform.clone();
+        let mut u = uniform;
         move || {
             // Box-Muller
             let (a, b) = (u(), u());

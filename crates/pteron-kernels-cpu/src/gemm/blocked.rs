@@ -95,7 +95,7 @@ fn tiles<S: Simd, const MR: usize, const NV: usize>(s: S, par: &dyn Parallel, jo
         gn = panels_n.div_ceil(4 * threads).max(1);
         // Column tasks that the threads divide (10 panels in 5 tasks made the count even by
         // splitting the 49 rows instead, and both threads streamed all of B).
-        while gn > 1 && panels_n.div_ceil(gn) % threads != 0 {
+        while gn > 1 && !panels_n.div_ceil(gn).is_multiple_of(threads) {
             gn -= 1;
         }
     } else if threads > 1 && job.m <= SMALL_M && panels_n >= 2 * threads {
@@ -122,7 +122,7 @@ fn tiles<S: Simd, const MR: usize, const NV: usize>(s: S, par: &dyn Parallel, jo
     let tn = panels_n.div_ceil(gn);
     // A task count that the threads divide: 9 near-equal tasks on 2 threads leave one thread
     // 5 of them (a 14×14 map to 96 channels: 1.2× XNNPACK's time on 2 threads).
-    while threads > 1 && !cols_only && (tm * tn) % threads != 0 && tm < panels_m {
+    while threads > 1 && !cols_only && !(tm * tn).is_multiple_of(threads) && tm < panels_m {
         tm += 1;
     }
     // Near-equal blocks (of at most gm and gn panels): 25 row panels in 4 blocks are 6, 6, 6

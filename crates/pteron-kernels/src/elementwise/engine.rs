@@ -86,7 +86,7 @@ pub fn walk<const K: usize>(
     mut f: impl FnMut([usize; K]),
 ) {
     let rank = shape.len();
-    if shape.iter().any(|&d| d == 0) {
+    if shape.contains(&0) {
         return;
     }
     let mut idx = [0usize; pteron_core::MAX_RANK];

@@ -26,14 +26,14 @@ fn scatter_view(
         ));
     }
     copy_input_to_out(ctx, 0, out)?;
-    let ([sr], [mut o]) = ctx.io([src], [out])?;
+    let ([sr], [o]) = ctx.io([src], [out])?;
     same_dtype("scatter", sr.info, o.info)?;
     let sv = View::of(&s);
     copy_view(
         sr.bytes,
         0,
         sv.strides(),
-        &mut o.bytes,
+        o.bytes,
         v.offset,
         v.strides(),
         &v.sizes,

@@ -161,7 +161,7 @@ pub(super) fn pool_geom(
         }
         // Max pooling bounds padding by the effective kernel, average pooling by the kernel.
         let limit = if dil.is_some() {
-            ((k[a] - 1) * d[a] + 1) / 2
+            ((k[a] - 1) * d[a]).div_ceil(2)
         } else {
             k[a] / 2
         };

@@ -39,10 +39,8 @@ fn concat(
     let mut reference: Option<TensorInfo> = None;
     for k in 0..n_items {
         let t = *ctx.tensor_at(item(ctx, k)?)?;
-        if stack || !skipped_in_cat(&t) {
-            if reference.is_none() {
-                reference = Some(t);
-            }
+        if (stack || !skipped_in_cat(&t)) && reference.is_none() {
+            reference = Some(t);
         }
     }
     let Some(r) = reference else {

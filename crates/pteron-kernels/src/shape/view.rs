@@ -28,7 +28,7 @@ pub fn infer_view_sizes(numel: usize, req: &[i64]) -> Result<Dims, KernelError> 
         }
     }
     if let Some(i) = infer {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(KernelError::shape(format!(
                 "view: shape {req:?} is invalid for {numel} elements"
             )));

@@ -359,7 +359,7 @@ fn in_place_form(d: DType, bytes: &[u8], size: usize) -> bool {
         DType::QS8 { .. } | DType::QU8 { .. } => 1,
         _ => return false,
     };
-    bytes.len() == size && (bytes.as_ptr() as usize) % align == 0
+    bytes.len() == size && (bytes.as_ptr() as usize).is_multiple_of(align)
 }
 
 /// Copies an input tensor's bytes into its arena slot (half widened to f32).

@@ -355,20 +355,18 @@ pub fn prepare(g: &Graph<'_>, node: &Node) -> Result<Option<QPrep>, KernelError>
             _ => return Err(combo()),
         },
         Node::Binary {
-            op, a, b, clamp, ..
-        } if matches!(
-            op,
-            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Min | BinaryOp::Max
-        ) =>
-        {
-            match (q_of(dt(a)), q_of(dt(b)), q_of(dt(out))) {
-                (Some(qa), Some(qb), Some(qo)) => {
-                    let (lo, hi) = bounds(clamp, qo);
-                    QPrep::Binary { qa, qb, qo, lo, hi }
-                }
-                _ => return Err(combo()),
+            op: BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Min | BinaryOp::Max,
+            a,
+            b,
+            clamp,
+            ..
+        } => match (q_of(dt(a)), q_of(dt(b)), q_of(dt(out))) {
+            (Some(qa), Some(qb), Some(qo)) => {
+                let (lo, hi) = bounds(clamp, qo);
+                QPrep::Binary { qa, qb, qo, lo, hi }
             }
-        }
+            _ => return Err(combo()),
+        },
         Node::Transpose { x, .. } | Node::Reshape { x, .. } | Node::Slice { x, .. }
             if same_q(x, out) =>
         {

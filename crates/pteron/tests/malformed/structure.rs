@@ -148,7 +148,7 @@ fn bad_tensors() {
         case("unplanned input of 2^64 bytes", &["overflow"], |p| {
             let i = plan(p).inputs.as_ref().unwrap()[0] as usize;
             tensor(p, i).allocation_info = None;
-            tensor(p, i).sizes = Some(vec![1 << 31 - 1, 1 << 31 - 1, 4]);
+            tensor(p, i).sizes = Some(vec![1 << (31 - 1), 1 << (31 - 1), 4]);
             tensor(p, i).dim_order = Some(vec![0, 1, 2]);
         }),
         case(

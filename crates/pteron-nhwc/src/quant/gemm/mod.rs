@@ -68,7 +68,7 @@ impl QWeights {
         block: usize,
         at: impl Fn(usize, usize) -> i8,
     ) -> Result<Self, KernelError> {
-        if block != 0 && (block % 4 != 0 || k % block != 0) {
+        if block != 0 && (!block.is_multiple_of(4) || !k.is_multiple_of(block)) {
             return Err(KernelError::unsupported(format!(
                 "block size {block} for {k} inputs (needs a multiple of 4 dividing the inputs)"
             )));

@@ -210,7 +210,7 @@ unsafe fn row<const V: bool>(
         // Safety (this block): channels c0..c0 + n < c of rows inside x, w32, bias, scale
         // and orow; full vectors only when 16 channels remain, masked otherwise.
         unsafe {
-            let bias = _mm512_maskz_loadu_epi32(m, wt.bias.as_ptr().add(c0) as *const i32);
+            let bias = _mm512_maskz_loadu_epi32(m, wt.bias.as_ptr().add(c0));
             let sc = _mm512_maskz_loadu_ps(m, wt.scale.as_ptr().add(c0));
             let mut wsum = _mm512_setzero_si512();
             if three {
@@ -279,11 +279,7 @@ unsafe fn row<const V: bool>(
                     lo,
                 );
                 let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), zo);
-                _mm512_mask_cvtepi32_storeu_epi8(
-                    orow.as_mut_ptr().add(ox * c + c0) as *mut i8,
-                    m,
-                    q,
-                );
+                _mm512_mask_cvtepi32_storeu_epi8(orow.as_mut_ptr().add(ox * c + c0), m, q);
             }
         }
         c0 += n;
