@@ -1,5 +1,7 @@
 //! Prompt → tokens → streamed text, with statistics.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::detok::{StopMatcher, TextStream};
@@ -20,6 +22,9 @@ pub struct GenerateOptions {
     pub eos_ids: Option<Vec<u32>>,
     /// Leave special tokens out of the streamed text.
     pub skip_special: bool,
+    /// Set (from the text callback or another thread) to end generation after the current
+    /// token: `FinishReason::Cancelled`.
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Default for GenerateOptions {
@@ -30,6 +35,7 @@ impl Default for GenerateOptions {
             stop_strings: Vec::new(),
             eos_ids: None,
             skip_special: true,
+            cancel: None,
         }
     }
 }
@@ -45,6 +51,8 @@ pub enum FinishReason {
     MaxTokens,
     /// The KV cache is full (`get_max_context_len` positions).
     ContextFull,
+    /// `GenerateOptions::cancel` was set.
+    Cancelled,
 }
 
 impl FinishReason {
@@ -54,6 +62,7 @@ impl FinishReason {
             FinishReason::StopString => "stop_string",
             FinishReason::MaxTokens => "max_new_tokens",
             FinishReason::ContextFull => "context_full",
+            FinishReason::Cancelled => "cancelled",
         }
     }
 }
@@ -221,6 +230,14 @@ impl<'a, 't> Generator<'a, 't> {
             emit(&out, &mut text);
             if hit {
                 finish = FinishReason::StopString;
+                break;
+            }
+            if opts
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::Relaxed))
+            {
+                finish = FinishReason::Cancelled;
                 break;
             }
             if i + 1 == opts.max_new_tokens {

@@ -1,0 +1,192 @@
+//! The C API called as C would call it: statuses and error texts for bad arguments, bad files
+//! and bad inputs, and a full load-run-read cycle on a committed fixture.
+
+use std::ffi::{CStr, CString};
+use std::path::PathBuf;
+use std::ptr;
+
+// The C API, called through its Rust names (the same symbols libpteron_c exports).
+use pteron_c::*;
+
+const FLOAT: i32 = 6;
+const LONG: i32 = 4;
+
+/// The elements of a float32 `.npy` file (version 1 header) as bytes.
+fn npy_bytes(path: PathBuf) -> Vec<u8> {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..6], b"\x93NUMPY");
+    let header = u16::from_le_bytes([b[8], b[9]]) as usize;
+    b[10 + header..].to_vec()
+}
+
+fn fixture(rel: &str) -> CString {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata")
+        .join(rel);
+    CString::new(p.to_str().unwrap()).unwrap()
+}
+
+fn last_error() -> String {
+    // Safety: the library returns a valid NUL-terminated string.
+    unsafe { CStr::from_ptr(pteron_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn runtime() -> *mut PteronRuntime {
+    let mut rt = ptr::null_mut();
+    // Safety: `rt` is a valid out-pointer.
+    assert_eq!(unsafe { pteron_runtime_new(1, &mut rt) }, PteronStatus::Ok);
+    rt
+}
+
+#[test]
+fn null_arguments_are_errors() {
+    // Safety: every pointer is NULL or valid; NULL is what is being tested.
+    unsafe {
+        assert_eq!(
+            pteron_runtime_new(1, ptr::null_mut()),
+            PteronStatus::InvalidArgument
+        );
+        let mut p = ptr::null_mut();
+        let path = fixture("models/mlp/model.pte");
+        assert_eq!(
+            pteron_program_load_file(ptr::null(), path.as_ptr(), &mut p),
+            PteronStatus::InvalidArgument
+        );
+        assert!(last_error().contains("runtime is NULL"), "{}", last_error());
+        let rt = runtime();
+        assert_eq!(
+            pteron_program_load_file(rt, ptr::null(), &mut p),
+            PteronStatus::InvalidArgument
+        );
+        assert_eq!(
+            pteron_method_execute(ptr::null_mut()),
+            PteronStatus::InvalidArgument
+        );
+        // Freeing NULL is a no-op.
+        pteron_program_free(ptr::null_mut());
+        pteron_method_free(ptr::null_mut());
+        pteron_runtime_free(rt);
+    }
+}
+
+#[test]
+fn bad_files_and_names_give_their_status() {
+    // Safety: valid pointers throughout.
+    unsafe {
+        let rt = runtime();
+        let mut p = ptr::null_mut();
+        let missing = CString::new("/nonexistent/model.pte").unwrap();
+        assert_eq!(
+            pteron_program_load_file(rt, missing.as_ptr(), &mut p),
+            PteronStatus::Io
+        );
+        let bytes = std::fs::read(fixture("models/mlp/model.pte").to_str().unwrap()).unwrap();
+        let half = &bytes[..bytes.len() / 2];
+        assert_eq!(
+            pteron_program_load_buffer(rt, half.as_ptr(), half.len(), &mut p),
+            PteronStatus::InvalidProgram
+        );
+        assert!(!last_error().is_empty());
+        assert_eq!(
+            pteron_program_load_buffer(rt, bytes.as_ptr(), bytes.len(), &mut p),
+            PteronStatus::Ok
+        );
+        let mut m = ptr::null_mut();
+        let nope = CString::new("nope").unwrap();
+        assert_eq!(
+            pteron_method_load(p, nope.as_ptr(), 0, &mut m),
+            PteronStatus::MethodNotFound
+        );
+        assert!(last_error().contains("nope"), "{}", last_error());
+        let mut count = 0;
+        assert_eq!(pteron_program_method_count(p, &mut count), PteronStatus::Ok);
+        let mut name = ptr::null();
+        assert_eq!(
+            pteron_program_method_name(p, 0, &mut name),
+            PteronStatus::Ok
+        );
+        assert_eq!(CStr::from_ptr(name).to_str().unwrap(), "forward");
+        assert_eq!(
+            pteron_program_method_name(p, count, &mut name),
+            PteronStatus::InvalidArgument
+        );
+        pteron_program_free(p);
+        pteron_runtime_free(rt);
+    }
+}
+
+#[test]
+fn runs_a_fixture_and_checks_inputs() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models/mlp");
+    let input = npy_bytes(dir.join("input0.npy"));
+    let expected = npy_bytes(dir.join("expected0.npy"));
+    // Safety: valid pointers throughout; the views point into live buffers.
+    unsafe {
+        let rt = runtime();
+        let mut p = ptr::null_mut();
+        let path = fixture("models/mlp/model.pte");
+        assert_eq!(
+            pteron_program_load_file(rt, path.as_ptr(), &mut p),
+            PteronStatus::Ok
+        );
+        let mut m = ptr::null_mut();
+        let forward = CString::new("forward").unwrap();
+        assert_eq!(
+            pteron_method_load(p, forward.as_ptr(), 0, &mut m),
+            PteronStatus::Ok
+        );
+        // The method keeps the program's bytes: free the program first.
+        pteron_program_free(p);
+
+        let mut spec = std::mem::zeroed::<PteronTensorView>();
+        assert_eq!(pteron_method_input(m, 0, &mut spec), PteronStatus::Ok);
+        assert_eq!(spec.dtype, FLOAT);
+        assert_eq!(spec.nbytes, input.len());
+        assert_eq!(
+            pteron_method_input(m, 99, &mut spec),
+            PteronStatus::InvalidArgument
+        );
+
+        let mut view = spec;
+        view.data = input.as_ptr().cast();
+        view.nbytes = input.len();
+        // Wrong dtype, then too few bytes: typed errors, the method still usable.
+        view.dtype = LONG;
+        assert_eq!(pteron_method_set_input(m, 0, &view), PteronStatus::Input);
+        view.dtype = 99;
+        assert_eq!(
+            pteron_method_set_input(m, 0, &view),
+            PteronStatus::InvalidArgument
+        );
+        view.dtype = FLOAT;
+        view.nbytes -= 4;
+        assert_ne!(pteron_method_set_input(m, 0, &view), PteronStatus::Ok);
+        view.nbytes += 4;
+        assert_eq!(pteron_method_set_input(m, 0, &view), PteronStatus::Ok);
+        assert_eq!(pteron_method_execute(m), PteronStatus::Ok);
+
+        let mut out = std::mem::zeroed::<PteronTensorView>();
+        assert_eq!(pteron_method_output(m, 0, &mut out), PteronStatus::Ok);
+        let got = std::slice::from_raw_parts(out.data.cast::<u8>(), out.nbytes);
+        let want = &expected;
+        assert_eq!(got.len(), want.len());
+        let max = got
+            .chunks_exact(4)
+            .zip(want.chunks_exact(4))
+            .map(|(a, b)| {
+                let a = f32::from_le_bytes(a.try_into().unwrap());
+                let b = f32::from_le_bytes(b.try_into().unwrap());
+                (a - b).abs()
+            })
+            .fold(0f32, f32::max);
+        assert!(max < 1e-5, "max abs error {max}");
+        assert_eq!(
+            pteron_method_output(m, 7, &mut out),
+            PteronStatus::InvalidArgument
+        );
+        pteron_method_free(m);
+        pteron_runtime_free(rt);
+    }
+}
