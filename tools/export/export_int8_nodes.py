@@ -105,6 +105,50 @@ def build(name: str):
     return fx, fp32
 
 
+def node_datatypes(pte: bytes):
+    """`"XNNConv2d: qdint8, qcint8, fp32 -> fp32"` for every node of the first delegate (the
+    payload's flatbuffer read back as JSON with the schema's flatc, as export_xnnpack.py)."""
+    import re
+    import struct
+    import subprocess
+    import tempfile
+
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(pte)
+    program = getattr(program, "program", program)
+    d = program.execution_plan[0].delegates[0]
+    blob = bytes(program.backend_delegate_data[d.processed.index].data)
+    fb_off, fb_size = struct.unpack_from("<II", blob, 10)
+    et_dir = Path(list(__import__("executorch").__path__)[0])
+    schema = et_dir / "backends/xnnpack/serialization/runtime_schema.fbs"
+    with tempfile.TemporaryDirectory() as td:
+        f = Path(td) / "g.bin"
+        f.write_bytes(blob[fb_off : fb_off + fb_size])
+        flatc = et_dir / "data/bin/flatc"
+        cmd = [str(flatc), "--json", "--strict-json", "--raw-binary", "-o", td, str(schema), "--", str(f)]
+        subprocess.run(cmd, check=True, capture_output=True)
+        g = json.loads(re.sub(r"\b(-?inf|nan)\b", "0", (Path(td) / "g.json").read_text()))
+    dtypes = {}
+    for v in g["xvalues"]:
+        t = v["xvalue_union"]
+        t = t.get("tensor_value", t)
+        dtypes[t.get("id_out", 0)] = t["datatype"].replace("xnn_datatype_", "")
+    out = []
+    for n in g["xnodes"]:
+        u = n["xnode_union"]
+        ins = [dtypes[u[k]] for k in ("input_id", "input1_id", "input2_id", "filter_id", "bias_id") if k in u]
+        out.append(f"{n['xnode_union_type']}: {', '.join(ins)} -> {dtypes[u['output_id']]}")
+    return out
+
+
+# The node each fixture exists for.
+REQUIRED = {
+    "patch_embed_dq8": "XNNConv2d: qdint8, qcint8, fp32 -> fp32",
+    "unet_deconv_int8": "XNNConvTranspose2d: qint8, qcint8, qcint32 -> qint8",
+}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ex.REPO / "testdata" / "xnnpack"))
@@ -124,6 +168,11 @@ def main() -> int:
             f"base/out{i}": max_abs_diff(to_numpy(a), to_numpy(b)) for i, (a, b) in enumerate(zip(et, ref))
         }
         print(f"   |ET - fp32| = {meta['et_vs_fp32_max_abs']}")
+        nodes = node_datatypes((out / name / "model.pte").read_bytes())
+        print("   " + "\n   ".join(nodes))
+        if REQUIRED[name] not in nodes:
+            raise SystemExit(f"{name}: no node {REQUIRED[name]!r}")
+        meta["xnnpack_node_datatypes"] = nodes
         (out / name / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return 0
 

@@ -734,13 +734,15 @@ pub fn run(
         (QPrep::Dynamic(p), &Node::FullyConnected { x, .. }) => {
             dynamic_fc(par, p, dtypes[x], &shapes[x], a, out, scratch)?
         }
-        (QPrep::DynConv(p), &Node::Conv { conv, x, .. }) => {
-            dynamic_conv(par, p, &conv.win, dtypes[x], &shapes[x], os, a, out, scratch)?
-        }
+        (QPrep::DynConv(p), &Node::Conv { conv, x, .. }) => dynamic_conv(
+            par, p, &conv.win, dtypes[x], &shapes[x], os, a, out, scratch,
+        )?,
         (QPrep::Deconv(p), &Node::Conv { x, .. }) => {
             let (xs, od) = (shapes[x].dims(), os.dims());
             if xs.len() != 4 || od.len() != 4 {
-                return Err(KernelError::shape("transposed convolution of rank other than 4"));
+                return Err(KernelError::shape(
+                    "transposed convolution of rank other than 4",
+                ));
             }
             convs::deconv(
                 par,
@@ -967,7 +969,9 @@ fn dynamic_conv(
     };
     let (xs, od) = (x_shape.dims(), os.dims());
     if xs.len() != 4 || od.len() != 4 {
-        return Err(KernelError::shape("dynamic int8 convolution of rank other than 4"));
+        return Err(KernelError::shape(
+            "dynamic int8 convolution of rank other than 4",
+        ));
     }
     let (rows, _) = qd8_rows(x_shape, nonbatch);
     let (data, rs, zps) = qd8_parts(a, x_shape.count()?, rows)?;

@@ -178,7 +178,9 @@ pub fn dynamic_conv(
         let r = if rows == 1 { 0 } else { bi };
         let (s, zp) = (row_scales[r], row_zps[r]);
         if !(-128..=127).contains(&zp) {
-            return Err(KernelError::invalid(format!("dynamic int8 zero point {zp}")));
+            return Err(KernelError::invalid(format!(
+                "dynamic int8 zero point {zp}"
+            )));
         }
         let ss = vec![s; bp];
         let zz = vec![zp; bp];

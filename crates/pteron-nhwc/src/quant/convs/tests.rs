@@ -110,7 +110,10 @@ fn deconv_matches_scatter_reference() {
             .collect();
         let mut got = vec![0i8; want.len()];
         deconv(&INLINE, &p, &x, n, ih, iw, &mut got, oh, ow).unwrap();
-        assert_eq!(got, want, "groups {g} {gi}→{go} k{k} s{s} {pads:?} d{d} adj{adj}");
+        assert_eq!(
+            got, want,
+            "groups {g} {gi}→{go} k{k} s{s} {pads:?} d{d} adj{adj}"
+        );
         assert!(deconv(&INLINE, &p, &x[1..], n, ih, iw, &mut got, oh, ow).is_err());
     }
 }
@@ -173,8 +176,9 @@ fn dynamic_conv_matches_reference() {
                                     continue;
                                 }
                                 for ci in 0..cin {
-                                    let xv = x[((b * ih + y as usize) * iw + xx as usize) * cin
-                                        + ci] as i32;
+                                    let xv = x
+                                        [((b * ih + y as usize) * iw + xx as usize) * cin + ci]
+                                        as i32;
                                     let wt = wv[c * kk + (ky * k + kx) * cin + ci] as i32;
                                     acc += (xv - zps[r]) * wt;
                                 }
