@@ -2,7 +2,7 @@
 //! formulas.
 
 use super::*;
-use crate::graph::ConvKind;
+use crate::graph::{ConvKind, DType};
 use pteron_core::parallel::INLINE;
 
 /// A small deterministic generator.
@@ -210,4 +210,90 @@ fn dynamic_conv_matches_reference() {
         );
         assert!(bad.is_err());
     }
+}
+
+/// What `exec::prepare` makes of a convolution node with input `xd` (`[1, 4, 4, cin]`),
+/// filter `wd` and output `od`.
+fn prepare_conv(conv: Conv, xd: DType, wd: DType, od: DType) -> Result<bool, KernelError> {
+    use crate::graph::{Graph, Kind, Node, Value};
+    use crate::quant::exec::{prepare, QPrep};
+    use crate::util::Shape;
+    static FILTER: [u8; 64] = [3; 64];
+    let (cin, cout) = (conv.in_channels(), conv.out_channels());
+    let v = |dtype, dims: &[usize], kind| Value {
+        dtype,
+        shape: Shape::new(dims).unwrap(),
+        kind,
+    };
+    let g = Graph {
+        values: vec![
+            v(xd, &[1, 4, 4, cin], Kind::Input(0)),
+            v(
+                wd,
+                &[cout, conv.win.kh, conv.win.kw, conv.group_in],
+                Kind::Constant(&FILTER),
+            ),
+            v(od, &[1, 4, 4, cout], Kind::Output(1)),
+        ],
+        nodes: vec![],
+        inputs: vec![(0, 0)],
+        outputs: vec![(1, 2)],
+        node_names: vec![],
+        scales: vec![vec![0.5; cout]],
+    };
+    let node = Node::Conv {
+        conv,
+        x: 0,
+        w: 1,
+        bias: None,
+        out: 2,
+        clamp: None,
+    };
+    Ok(match prepare(&g, &node)? {
+        Some(QPrep::DynConv(_)) | Some(QPrep::Deconv(_)) => true,
+        _ => false,
+    })
+}
+
+/// The combinations the new paths take, and clear refusals (never numbers) for the others.
+#[test]
+fn prepare_takes_or_refuses() {
+    let conv = |kind, groups, gi, go| Conv {
+        kind,
+        win: win(2, 2, [0; 4], 1),
+        groups,
+        group_in: gi,
+        group_out: go,
+        adjustment: (0, 0),
+    };
+    let qd8 = |nonbatch| DType::QD8 { nonbatch };
+    let qc8 = DType::QC8 { axis: 0, scales: 0 };
+    let qs8 = |zp| DType::QS8 { scale: 0.1, zp };
+    let unsupported = |r: Result<bool, KernelError>, what: &str| match r {
+        Err(KernelError::Unsupported(m)) => assert!(m.contains(what), "{m}"),
+        other => panic!("{what}: {other:?}"),
+    };
+    let c = conv(ConvKind::Conv, 1, 3, 4);
+    assert!(prepare_conv(c, qd8(3), qc8, DType::F32).unwrap());
+    unsupported(prepare_conv(c, qd8(1), qc8, DType::F32), "1 non-batch dims");
+    unsupported(
+        prepare_conv(conv(ConvKind::Conv, 2, 1, 2), qd8(3), qc8, DType::F32),
+        "with 2 groups",
+    );
+    unsupported(
+        prepare_conv(conv(ConvKind::Deconv, 1, 3, 4), qd8(3), qc8, DType::F32),
+        "dynamic int8 Deconv",
+    );
+    unsupported(
+        prepare_conv(c, qd8(3), qs8(0), DType::F32),
+        "filter of datatype",
+    );
+    let d = conv(ConvKind::Deconv, 1, 3, 4);
+    assert!(prepare_conv(d, qs8(-3), qc8, qs8(5)).unwrap());
+    assert!(prepare_conv(conv(ConvKind::Deconv, 2, 2, 2), qs8(-3), qc8, qs8(5)).unwrap());
+    unsupported(
+        prepare_conv(d, qs8(-3), qs8(4), qs8(5)),
+        "filter of datatype",
+    );
+    unsupported(prepare_conv(d, qs8(-3), qc8, DType::F32), "datatypes");
 }
