@@ -249,10 +249,10 @@ fn prepare_conv(conv: Conv, xd: DType, wd: DType, od: DType) -> Result<bool, Ker
         out: 2,
         clamp: None,
     };
-    Ok(match prepare(&g, &node)? {
-        Some(QPrep::DynConv(_)) | Some(QPrep::Deconv(_)) => true,
-        _ => false,
-    })
+    Ok(matches!(
+        prepare(&g, &node)?,
+        Some(QPrep::DynConv(_) | QPrep::Deconv(_))
+    ))
 }
 
 /// The combinations the new paths take, and clear refusals (never numbers) for the others.
