@@ -2,7 +2,7 @@
 """Export the fixtures of issue 28 part 3 (int8 XNNPACK nodes) into testdata/xnnpack:
 
 - `patch_embed_dq8`: a ViT-like patch embedding (Conv2d kernel = stride = 4), a 3x3 padded
-  convolution and a linear, with PT2E dynamic quantization (`XNNPACKQuantizer`,
+  convolution of two groups and a linear, with PT2E dynamic quantization (`XNNPACKQuantizer`,
   `get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)`) applied to the
   convolutions as well as the linear: XNNPACK's QD8 x QC8 -> F32 convolution nodes.
 - `unet_deconv_int8`: a small U-Net-like net whose decoder uses ConvTranspose2d (stride 2,
@@ -40,7 +40,7 @@ class PatchEmbed(nn.Module):
     def __init__(self):
         super().__init__()
         self.patch = nn.Conv2d(3, 16, kernel_size=4, stride=4)
-        self.conv = nn.Conv2d(16, 8, kernel_size=3, padding=1)
+        self.conv = nn.Conv2d(16, 8, kernel_size=3, padding=1, groups=2)
         self.head = nn.Linear(8, 10)
 
     def forward(self, x):
@@ -91,7 +91,7 @@ def build(name: str):
     torch.manual_seed(28)
     if name == "patch_embed_dq8":
         m, inputs, dynamic = PatchEmbed().eval(), (_g(281, 2, 3, 32, 32),), True
-        desc = "ViT-like patch embedding (Conv2d k=s=4, Conv2d 3x3 p=1, Linear), input 2x3x32x32"
+        desc = "ViT-like patch embedding (Conv2d k=s=4, Conv2d 3x3 p=1 groups=2, Linear), input 2x3x32x32"
     elif name == "unet_deconv_int8":
         m, inputs, dynamic = UNetDeconv().eval(), (_g(282, 1, 3, 16, 16),), False
         desc = "U-Net-like net with ConvTranspose2d (k=2 s=2; k=3 s=2 p=1 op=1), input 1x3x16x16"

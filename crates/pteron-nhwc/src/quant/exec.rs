@@ -2,14 +2,14 @@
 //! (packed int8 weights, zero-point-corrected biases, requantization scales), and how they run.
 //!
 //! Supported (XNNPACK's names): static int8 (`qint8` activations, `qcint8`/`qint8` weights,
-//! `qcint32`/`qint32` biases) for convolution, depthwise convolution, fully connected, add /
-//! subtract / multiply / minimum / maximum, clamp, copy, max pooling, global average
-//! pooling, and the data-movement nodes; conversions float32 ↔ qint8 and qint8 → qint8;
-//! dynamic int8 (`qdint8` per-row activations from a float32 convert) × `qcint8`, `qcint4`
-//! or blockwise `qbint4` weights → float32 in fully connected nodes, and dynamic int8 (one
-//! row per image) × `qcint8` → float32 in convolutions of one group; static int8 transposed
-//! convolution (any groups). Any other combination is refused at init, naming the node and
-//! the datatypes.
+//! `qcint32`/`qint32` biases) for convolution, depthwise convolution, transposed convolution
+//! (any groups), fully connected, add / subtract / multiply / minimum / maximum, clamp, copy,
+//! max pooling, global average pooling, and the data-movement nodes; conversions float32 ↔
+//! qint8 and qint8 → qint8; dynamic int8 (`qdint8` per-row activations from a float32
+//! convert) × `qcint8`, `qcint4` or blockwise `qbint4` weights → float32 in fully connected
+//! nodes, and `qdint8` (one row per image) × `qcint8` → float32 in convolutions (any groups,
+//! not depthwise). Any other combination is refused at init, naming the node and the
+//! datatypes.
 
 use pteron_core::{KernelError, Parallel};
 
@@ -18,7 +18,7 @@ use crate::graph::{
 };
 use crate::kernels::layout;
 use crate::kernels::spatial::Geom;
-use crate::quant::convs::{self, QDeconv};
+use crate::quant::convs::{self, DConv, QDeconv};
 use crate::quant::gemm::{qgemm, Epilogue, Out, QWeights};
 use crate::quant::ops::{self, quantize_bound, QDwWeights, Q};
 use crate::util::{f32s, f32s_mut, Shape};
@@ -153,8 +153,8 @@ pub enum QPrep {
     Product(QProduct),
     /// Fully connected on dynamic int8 rows.
     Dynamic(DProduct),
-    /// Convolution (groups 1) on dynamic int8 images.
-    DynConv(DProduct),
+    /// Convolution on dynamic int8 images.
+    DynConv(DConv),
     /// Transposed convolution, static int8.
     Deconv(QDeconv),
 }
@@ -163,7 +163,8 @@ impl QPrep {
     pub fn bytes(&self) -> usize {
         match self {
             QPrep::Product(p) => p.w.bytes() + p.bias.len() * 8,
-            QPrep::Dynamic(p) | QPrep::DynConv(p) => p.w.bytes() + p.scale.len() * 4,
+            QPrep::Dynamic(p) => p.w.bytes() + p.scale.len() * 4,
+            QPrep::DynConv(p) => p.bytes(),
             QPrep::Deconv(d) => (d.w.len() + d.bias.len() + d.scale.len()) * 4,
             QPrep::Depthwise(d) => d.w.len() * 2 + (d.w32.len() + d.bias.len() + d.scale.len()) * 4,
             _ => 0,
@@ -567,13 +568,12 @@ fn dynamic_product(
 pub fn scratch_len(prep: &QPrep, node: &Node, shapes: &[Shape]) -> usize {
     match (prep, node) {
         (QPrep::Product(p), Node::Conv { x, .. }) => conv_block(p, &shapes[*x]) * p.w.quads * 4,
-        (QPrep::DynConv(p), Node::Conv { out, .. }) => {
-            let os = shapes[*out].dims();
-            let kp = p.w.quads * 4;
-            if os.len() != 4 {
+        (QPrep::DynConv(p), Node::Conv { x, out, .. }) => {
+            let (xs, os) = (shapes[*x].dims(), shapes[*out].dims());
+            if xs.len() != 4 || os.len() != 4 {
                 return 0;
             }
-            convs::dyn_conv_block(kp, os[1] * os[2]) * kp
+            p.scratch_len(xs[1], xs[2], xs[3], os[1] * os[2])
         }
         (
             QPrep::Product(QProduct { w, .. }) | QPrep::Dynamic(DProduct { w, .. }),
@@ -865,8 +865,9 @@ fn dynamic_fc(
     Ok(())
 }
 
-/// A convolution (one group) over dynamically quantized images: the filter `[oc][kh][kw][ci]`
-/// packed as the dynamic fully connected product's, per-channel scales, float bias.
+/// A convolution over dynamically quantized images: the filter `[groups·go][kh][kw][gi]`
+/// packed group by group as the dynamic fully connected product's, per-channel scales, float
+/// bias.
 fn prepare_dynamic_conv(
     g: &Graph<'_>,
     conv: Conv,
@@ -876,7 +877,7 @@ fn prepare_dynamic_conv(
     nonbatch: u8,
 ) -> Result<QPrep, KernelError> {
     let dt = |v: usize| g.values[v].dtype;
-    if conv.kind != ConvKind::Conv || conv.groups != 1 {
+    if conv.kind != ConvKind::Conv {
         return Err(unsupported(format!(
             "dynamic int8 {:?} convolution with {} groups",
             conv.kind, conv.groups
@@ -888,22 +889,33 @@ fn prepare_dynamic_conv(
              one scale per image)"
         )));
     }
-    if !matches!(dt(w), DType::QC8 { .. }) || !matches!(g.values[w].kind, Kind::Constant(_)) {
+    if !matches!(dt(w), DType::QC8 { .. }) {
         return Err(unsupported(format!(
             "dynamic int8 convolution with a filter of datatype {:?}",
             dt(w)
         )));
     }
-    let oc = conv.out_channels();
+    let (go, oc) = (conv.group_out, conv.out_channels());
     let ws = g.values[w].shape;
     if ws.dims() != [oc, conv.win.kh, conv.win.kw, conv.group_in] {
         return Err(invalid(format!("filter shape {:?}", ws.dims())));
     }
     let k = conv.win.kh * conv.win.kw * conv.group_in;
-    match dynamic_product(g, w, bias, clamp, oc, k)? {
-        QPrep::Dynamic(p) => Ok(QPrep::DynConv(p)),
-        _ => Err(invalid("dynamic convolution without a dynamic product")),
-    }
+    let b = const_bytes(g, w)?;
+    let b = b
+        .get(..ws.count()?)
+        .ok_or_else(|| invalid("filter too short"))?;
+    let packed = (0..conv.groups)
+        .map(|gr| QWeights::new(go, k, 0, |j, kk| b[(gr * go + j) * k + kk] as i8))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    Ok(QPrep::DynConv(DConv {
+        w: packed,
+        scale: weight_scales(g, w, oc, 0)?,
+        bias: bias.map(|v| const_f32(g, v, oc)).transpose()?,
+        lo,
+        hi,
+    }))
 }
 
 /// A static int8 transposed convolution: the filter `[groups·go][kh][kw][gi]` widened, int32
@@ -955,7 +967,7 @@ fn prepare_deconv(
 #[allow(clippy::too_many_arguments)]
 fn dynamic_conv(
     par: &dyn Parallel,
-    p: &DProduct,
+    p: &DConv,
     win: &Window,
     x_dtype: DType,
     x_shape: &Shape,
@@ -975,16 +987,9 @@ fn dynamic_conv(
     }
     let (rows, _) = qd8_rows(x_shape, nonbatch);
     let (data, rs, zps) = qd8_parts(a, x_shape.count()?, rows)?;
-    let fp = convs::DynParams {
-        scale: &p.scale,
-        bias: p.bias.as_deref(),
-        lo: p.lo,
-        hi: p.hi,
-    };
     convs::dynamic_conv(
         par,
-        &p.w,
-        &fp,
+        p,
         win,
         [xs[0], xs[1], xs[2], xs[3]],
         (od[1], od[2]),

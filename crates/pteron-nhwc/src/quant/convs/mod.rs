@@ -3,8 +3,8 @@
 //! - dynamically quantized convolution: `qdint8` images (one scale and zero point per image,
 //!   from a float32 → qdint8 convert with three or more non-batch dims) × `qcint8` filters →
 //!   float32, `y = (acc − zp·Σw) · s_image · s_w[c] + bias[c]`, as im2col blocks over the
-//!   dynamic int8 product of [`crate::quant::gemm`] (padding taps hold the image's zero point,
-//!   so they contribute nothing);
+//!   dynamic int8 product of [`crate::quant::gemm`], group by group (padding taps hold the
+//!   image's zero point, so they contribute nothing);
 //! - static int8 transposed convolution: each output pixel gathers the input pixels whose taps
 //!   land on it, `acc = bias[c] + Σ (x − zp_in)·w`, requantized as the static int8
 //!   convolution (`requant`, XNNPACK's fp32 path). XNNPACK points taps outside the input at a
@@ -120,28 +120,49 @@ pub fn deconv(
     Ok(())
 }
 
-/// Output pixels per im2col block of a dynamically quantized convolution (about 4 MiB of
-/// u8 rows of `kp` bytes), for `pixels` output pixels per image.
-pub fn dyn_conv_block(kp: usize, pixels: usize) -> usize {
-    ((4 << 20) / kp.max(1)).max(64).min(pixels.max(1))
-}
-
-/// The float parameters of a dynamically quantized product.
-pub struct DynParams<'a> {
-    pub scale: &'a [f32],
-    pub bias: Option<&'a [f32]>,
+/// A convolution over dynamically quantized images, prepared: one packed filter per group.
+pub struct DConv {
+    /// Group `g`'s filter: `go` outputs over `kh·kw·gi` inputs.
+    pub w: Vec<QWeights>,
+    /// `s_w[c]` per output channel.
+    pub scale: Vec<f32>,
+    pub bias: Option<Vec<f32>>,
     pub lo: f32,
     pub hi: f32,
 }
 
-/// A dynamically quantized convolution (one group) of `n` images `[ih, iw, cin]` (`data`,
-/// with `rows` scales and zero points: one per image, or one for all) into float32
-/// `[n, oh, ow, oc]`.
+impl DConv {
+    pub fn bytes(&self) -> usize {
+        self.w.iter().map(|w| w.bytes()).sum::<usize>() + self.scale.len() * 4
+    }
+
+    /// Output pixels per im2col block (about 4 MiB of u8 rows), for `pixels` output pixels
+    /// per image.
+    fn block(&self, pixels: usize) -> usize {
+        let kp = self.w.first().map_or(0, |w| w.quads * 4);
+        ((4 << 20) / kp.max(1)).max(64).min(pixels.max(1))
+    }
+
+    /// Scratch bytes for images `[ih, iw, cin]` and `oh·ow` output pixels: a block of im2col
+    /// rows, and with several groups one group's channels of an image.
+    pub fn scratch_len(&self, ih: usize, iw: usize, cin: usize, pixels: usize) -> usize {
+        let kp = self.w.first().map_or(0, |w| w.quads * 4);
+        let groups = self.w.len().max(1);
+        let split = if groups > 1 {
+            ih * iw * (cin / groups)
+        } else {
+            0
+        };
+        self.block(pixels) * kp + split
+    }
+}
+
+/// A dynamically quantized convolution of `n` images `[ih, iw, cin]` (`data`, with `rows`
+/// scales and zero points: one per image, or one for all) into float32 `[n, oh, ow, oc]`.
 #[allow(clippy::too_many_arguments)]
 pub fn dynamic_conv(
     par: &dyn Parallel,
-    w: &QWeights,
-    fp: &DynParams<'_>,
+    p: &DConv,
     win: &Window,
     [n, ih, iw, cin]: [usize; 4],
     (oh, ow): (usize, usize),
@@ -157,13 +178,23 @@ pub fn dynamic_conv(
             "dynamic int8 convolution input with {rows} quantization rows for {n} images"
         )));
     }
-    if w.k != win.kh * win.kw * cin {
+    let groups = p.w.len();
+    let Some(w0) = p.w.first() else {
+        return Err(KernelError::invalid(
+            "dynamic int8 convolution without a filter",
+        ));
+    };
+    let (gi, go) = (cin / groups, w0.n);
+    if gi * groups != cin || w0.k != win.kh * win.kw * gi {
         return Err(KernelError::shape(format!(
-            "dynamic int8 convolution over {cin} channels for a filter of {} inputs",
-            w.k
+            "dynamic int8 convolution over {cin} channels for {groups} filters of {} inputs",
+            w0.k
         )));
     }
-    let oc = w.n;
+    let oc = go * groups;
+    if p.scale.len() < oc || p.bias.as_ref().is_some_and(|b| b.len() < oc) {
+        return Err(short("dynamic int8 convolution parameters"));
+    }
     let pixels = oh * ow;
     let (in_img, out_img) = (ih * iw * cin, pixels * oc);
     if data.len() < n * in_img {
@@ -172,8 +203,14 @@ pub fn dynamic_conv(
     if out.len() < n * out_img {
         return Err(short("dynamic int8 convolution output"));
     }
-    let kp = w.quads * 4;
-    let bp = dyn_conv_block(kp, pixels);
+    let kp = w0.quads * 4;
+    let bp = p.block(pixels);
+    let need = p.scratch_len(ih, iw, cin, pixels);
+    let (cols_all, split) = scratch
+        .get_mut(..need)
+        .ok_or_else(|| short("dynamic int8 convolution scratch"))?
+        .split_at_mut(bp * kp);
+    let split: &mut [i8] = bytemuck::cast_slice_mut(split);
     for bi in 0..n {
         let r = if rows == 1 { 0 } else { bi };
         let (s, zp) = (row_scales[r], row_zps[r]);
@@ -182,28 +219,41 @@ pub fn dynamic_conv(
                 "dynamic int8 zero point {zp}"
             )));
         }
-        let ss = vec![s; bp];
-        let zz = vec![zp; bp];
-        let epi = Epilogue::Dequant {
-            rows: &ss,
-            zps: &zz,
-            scale: fp.scale,
-            bias: fp.bias,
-            lo: fp.lo,
-            hi: fp.hi,
-        };
+        let (ss, zz) = (vec![s; bp], vec![zp; bp]);
         let pad = (zp + 128) as u8;
         let xb = &data[bi * in_img..(bi + 1) * in_img];
         let ob = &mut out[bi * out_img..(bi + 1) * out_img];
-        let mut p0 = 0;
-        while p0 < pixels {
-            let np = bp.min(pixels - p0);
-            let cols = scratch
-                .get_mut(..np * kp)
-                .ok_or_else(|| short("dynamic int8 convolution scratch"))?;
-            im2col_u8(par, xb, ih, iw, cin, win, ow, p0, np, kp, pad, cols);
-            qgemm(par, cols, kp, np, w, &epi, Out::F32(&mut ob[p0 * oc..]), oc)?;
-            p0 += np;
+        for (g, w) in p.w.iter().enumerate() {
+            if w.n != go || w.k != w0.k {
+                return Err(KernelError::invalid(
+                    "dynamic int8 convolution group filters differ",
+                ));
+            }
+            let xg: &[i8] = if groups == 1 {
+                xb
+            } else {
+                for (d, px) in split.chunks_exact_mut(gi).zip(xb.chunks_exact(cin)) {
+                    d.copy_from_slice(&px[g * gi..(g + 1) * gi]);
+                }
+                split
+            };
+            let epi = Epilogue::Dequant {
+                rows: &ss,
+                zps: &zz,
+                scale: &p.scale[g * go..],
+                bias: p.bias.as_deref().map(|b| &b[g * go..]),
+                lo: p.lo,
+                hi: p.hi,
+            };
+            let mut p0 = 0;
+            while p0 < pixels {
+                let np = bp.min(pixels - p0);
+                let cols = &mut cols_all[..np * kp];
+                im2col_u8(par, xg, ih, iw, gi, win, ow, p0, np, kp, pad, cols);
+                let o = Out::F32(&mut ob[p0 * oc + g * go..]);
+                qgemm(par, cols, kp, np, w, &epi, o, oc)?;
+                p0 += np;
+            }
         }
     }
     Ok(())

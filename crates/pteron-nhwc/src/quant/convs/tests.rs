@@ -121,39 +121,44 @@ fn deconv_matches_scatter_reference() {
 #[test]
 fn dynamic_conv_matches_reference() {
     let mut seed = 0x5eed_1234_abcd_0001u64;
-    // (cin, oc, kernel, stride, pads, one row for all images)
-    for &(cin, oc, k, s, pads, shared) in &[
-        (3, 16, 4, 4, [0, 0, 0, 0], false),
-        (16, 8, 3, 1, [1, 1, 1, 1], false),
-        (5, 19, 3, 2, [1, 0, 2, 1], true),
+    // (groups, gi, go, kernel, stride, pads, one row for all images)
+    for &(groups, gi, go, k, s, pads, shared) in &[
+        (1, 3, 16, 4, 4, [0, 0, 0, 0], false),
+        (1, 16, 8, 3, 1, [1, 1, 1, 1], false),
+        (1, 5, 19, 3, 2, [1, 0, 2, 1], true),
+        (2, 8, 4, 3, 1, [1, 1, 1, 1], false),
+        (3, 2, 5, 2, 2, [0, 1, 1, 0], true),
     ] {
         let (n, ih, iw) = (2, 9, 8);
+        let (cin, oc) = (groups * gi, groups * go);
         let w_ = win(k, s, pads, 1);
         let (oh, ow) = w_.out_hw(ih, iw).unwrap();
-        let kk = k * k * cin;
+        let kk = k * k * gi;
         let wv = i8s(&mut seed, oc * kk);
-        let wq = QWeights::new(oc, kk, 0, |j, t| wv[j * kk + t]).unwrap();
+        let packed = (0..groups)
+            .map(|g| QWeights::new(go, kk, 0, |j, t| wv[(g * go + j) * kk + t]).unwrap())
+            .collect();
         let wscale: Vec<f32> = (0..oc).map(|c| 2e-3 * (c % 7 + 1) as f32).collect();
         let bias: Vec<f32> = (0..oc).map(|c| c as f32 * 0.125 - 1.0).collect();
         let x = i8s(&mut seed, n * ih * iw * cin);
         let rows = if shared { 1 } else { n };
         let rs: Vec<f32> = (0..rows).map(|r| 0.03 + 0.01 * r as f32).collect();
         let zps: Vec<i32> = (0..rows).map(|r| r as i32 * 40 - 17).collect();
-        let fp = DynParams {
-            scale: &wscale,
-            bias: Some(&bias),
+        let p = DConv {
+            w: packed,
+            scale: wscale.clone(),
+            bias: Some(bias.clone()),
             lo: -3.0,
             hi: 4.0,
         };
-        let kp = wq.quads * 4;
-        let mut scratch = vec![0u8; dyn_conv_block(kp, oh * ow) * kp];
+        let mut scratch = vec![0u8; p.scratch_len(ih, iw, cin, oh * ow)];
         let mut got = vec![0f32; n * oh * ow * oc];
+        let dims = [n, ih, iw, cin];
         dynamic_conv(
             &INLINE,
-            &wq,
-            &fp,
+            &p,
             &w_,
-            [n, ih, iw, cin],
+            dims,
             (oh, ow),
             &x,
             &rs,
@@ -175,11 +180,10 @@ fn dynamic_conv_matches_reference() {
                                 if y < 0 || xx < 0 || y as usize >= ih || xx as usize >= iw {
                                     continue;
                                 }
-                                for ci in 0..cin {
-                                    let xv = x
-                                        [((b * ih + y as usize) * iw + xx as usize) * cin + ci]
-                                        as i32;
-                                    let wt = wv[c * kk + (ky * k + kx) * cin + ci] as i32;
+                                let px = ((b * ih + y as usize) * iw + xx as usize) * cin;
+                                for ci in 0..gi {
+                                    let xv = x[px + (c / go) * gi + ci] as i32;
+                                    let wt = wv[c * kk + (ky * k + kx) * gi + ci] as i32;
                                     acc += (xv - zps[r]) * wt;
                                 }
                             }
@@ -188,27 +192,31 @@ fn dynamic_conv_matches_reference() {
                         let g = got[((b * oh + oy) * ow + ox) * oc + c];
                         assert!(
                             (g - want).abs() <= 1e-5 * want.abs().max(1.0),
-                            "cin {cin} oc {oc} k{k} s{s}: {g} vs {want}"
+                            "groups {groups} {gi}→{go} k{k} s{s}: {g} vs {want}"
                         );
                     }
                 }
             }
         }
-        // One row per image or one for all: two rows for three images is refused.
-        let bad = dynamic_conv(
-            &INLINE,
-            &wq,
-            &fp,
-            &w_,
-            [n, ih, iw, cin],
-            (oh, ow),
-            &x,
-            &[0.1, 0.2, 0.3],
-            &[0, 0, 0],
-            &mut got,
-            &mut scratch,
-        );
-        assert!(bad.is_err());
+        // One row per image or one for all: three rows for two images is refused, and so is
+        // too little scratch.
+        let mut run = |rs: &[f32], zps: &[i32], scratch: &mut [u8]| {
+            dynamic_conv(
+                &INLINE,
+                &p,
+                &w_,
+                dims,
+                (oh, ow),
+                &x,
+                rs,
+                zps,
+                &mut got,
+                scratch,
+            )
+        };
+        assert!(run(&[0.1, 0.2, 0.3], &[0, 0, 0], &mut scratch).is_err());
+        let short = scratch.len() - 1;
+        assert!(run(&rs, &zps, &mut scratch[..short]).is_err());
     }
 }
 
@@ -276,9 +284,10 @@ fn prepare_takes_or_refuses() {
     let c = conv(ConvKind::Conv, 1, 3, 4);
     assert!(prepare_conv(c, qd8(3), qc8, DType::F32).unwrap());
     unsupported(prepare_conv(c, qd8(1), qc8, DType::F32), "1 non-batch dims");
+    assert!(prepare_conv(conv(ConvKind::Conv, 2, 1, 2), qd8(3), qc8, DType::F32).unwrap());
     unsupported(
-        prepare_conv(conv(ConvKind::Conv, 2, 1, 2), qd8(3), qc8, DType::F32),
-        "with 2 groups",
+        prepare_conv(conv(ConvKind::Depthwise, 2, 1, 1), qd8(3), qc8, DType::F32),
+        "dynamic int8 Depthwise",
     );
     unsupported(
         prepare_conv(conv(ConvKind::Deconv, 1, 3, 4), qd8(3), qc8, DType::F32),
