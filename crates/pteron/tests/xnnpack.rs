@@ -332,3 +332,58 @@ fn node_profile_collects_rows() {
     assert!(report.starts_with("XNNPACK delegate profile (2 runs; time per run):"));
     assert!(report.contains("  nodes in order:"));
 }
+
+/// Issue 28, part 3: the dynamically quantized convolutions (QD8 × QC8 → F32, a ViT-like
+/// patch embedding) and the static int8 transposed convolutions on 1–3 threads. Dynamic:
+/// pteron's error against ExecuTorch no larger than ExecuTorch's own error against the fp32
+/// model (`et_vs_fp32_max_abs`, written by tools/export/export_int8_nodes.py); static int8:
+/// at most one output quantization step (the smallest gap between ExecuTorch's distinct
+/// dequantized outputs). Both match exactly today.
+#[test]
+fn int8_conv_nodes_match_executorch() {
+    for (name, node) in [
+        ("patch_embed_dq8", "XNNConv2d: qdint8, qcint8, fp32 -> fp32"),
+        (
+            "unet_deconv_int8",
+            "XNNConvTranspose2d: qint8, qcint8, qcint32 -> qint8",
+        ),
+    ] {
+        let dir = fixtures_dir().join(name);
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+        let quant_err = meta["et_vs_fp32_max_abs"]["base/out0"].as_f64().unwrap();
+        let nodes = &meta["xnnpack_node_datatypes"];
+        assert!(
+            nodes.as_array().unwrap().iter().any(|n| n == node),
+            "{name}: no {node} in {nodes}"
+        );
+        let case = load_case(&dir);
+        let want = case.expected[0].to_f64_vec().unwrap();
+        let bound = if name.ends_with("_dq8") {
+            quant_err
+        } else {
+            let mut v = want.clone();
+            v.sort_by(f64::total_cmp);
+            v.dedup();
+            v.windows(2)
+                .map(|w| w[1] - w[0])
+                .fold(f64::INFINITY, f64::min)
+                * 1.001
+        };
+        assert!(bound.is_finite() && bound > 0.0, "{name}: bound {bound}");
+        let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
+        let program = pteron::Runtime::new().load_program(&file).unwrap();
+        for threads in 1..=3 {
+            let mut method = program
+                .load_method_with("forward", MethodOptions::new().threads(threads))
+                .unwrap_or_else(|e| panic!("{name}: load: {e}"));
+            let outputs = method.run(&case.inputs).unwrap();
+            let Value::Tensor(got) = &outputs[0] else {
+                panic!("{name}: output is not a tensor")
+            };
+            let (err, _) = max_error(got, &case.expected[0]);
+            eprintln!("{name} ({threads} threads): |pteron − ET| {err:.3e}, bound {bound:.3e}");
+            assert!(err <= bound, "{name}: error {err:e} over {bound:e}");
+        }
+    }
+}

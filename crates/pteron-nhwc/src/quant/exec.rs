@@ -2,12 +2,14 @@
 //! (packed int8 weights, zero-point-corrected biases, requantization scales), and how they run.
 //!
 //! Supported (XNNPACK's names): static int8 (`qint8` activations, `qcint8`/`qint8` weights,
-//! `qcint32`/`qint32` biases) for convolution, depthwise convolution, fully connected, add /
-//! subtract / multiply / minimum / maximum, clamp, copy, max pooling, global average
-//! pooling, and the data-movement nodes; conversions float32 ↔ qint8 and qint8 → qint8;
-//! dynamic int8 (`qdint8` per-row activations from a float32 convert) × `qcint8`, `qcint4`
-//! or blockwise `qbint4` weights → float32 in fully connected nodes. Any other combination
-//! is refused at init, naming the node and the datatypes.
+//! `qcint32`/`qint32` biases) for convolution, depthwise convolution, transposed convolution
+//! (any groups), fully connected, add / subtract / multiply / minimum / maximum, clamp, copy,
+//! max pooling, global average pooling, and the data-movement nodes; conversions float32 ↔
+//! qint8 and qint8 → qint8; dynamic int8 (`qdint8` per-row activations from a float32
+//! convert) × `qcint8`, `qcint4` or blockwise `qbint4` weights → float32 in fully connected
+//! nodes, and `qdint8` (one row per image) × `qcint8` → float32 in convolutions (any groups,
+//! not depthwise). Any other combination is refused at init, naming the node and the
+//! datatypes.
 
 use pteron_core::{KernelError, Parallel};
 
@@ -16,6 +18,7 @@ use crate::graph::{
 };
 use crate::kernels::layout;
 use crate::kernels::spatial::Geom;
+use crate::quant::convs::{self, DConv, QDeconv};
 use crate::quant::gemm::{qgemm, Epilogue, Out, QWeights};
 use crate::quant::ops::{self, quantize_bound, QDwWeights, Q};
 use crate::util::{f32s, f32s_mut, Shape};
@@ -150,6 +153,10 @@ pub enum QPrep {
     Product(QProduct),
     /// Fully connected on dynamic int8 rows.
     Dynamic(DProduct),
+    /// Convolution on dynamic int8 images.
+    DynConv(DConv),
+    /// Transposed convolution, static int8.
+    Deconv(QDeconv),
 }
 
 impl QPrep {
@@ -157,6 +164,8 @@ impl QPrep {
         match self {
             QPrep::Product(p) => p.w.bytes() + p.bias.len() * 8,
             QPrep::Dynamic(p) => p.w.bytes() + p.scale.len() * 4,
+            QPrep::DynConv(p) => p.bytes(),
+            QPrep::Deconv(d) => (d.w.len() + d.bias.len() + d.scale.len()) * 4,
             QPrep::Depthwise(d) => d.w.len() * 2 + (d.w32.len() + d.bias.len() + d.scale.len()) * 4,
             _ => 0,
         }
@@ -405,9 +414,15 @@ pub fn prepare(g: &Graph<'_>, node: &Node) -> Result<Option<QPrep>, KernelError>
             clamp,
             ..
         } => {
+            if let (DType::QD8 { nonbatch }, DType::F32) = (dt(x), dt(out)) {
+                return prepare_dynamic_conv(g, conv, w, bias, clamp, nonbatch).map(Some);
+            }
             let (Some(qi), Some(qo)) = (q_of(dt(x)), q_of(dt(out))) else {
                 return Err(combo());
             };
+            if conv.kind == ConvKind::Deconv {
+                return prepare_deconv(g, conv, w, bias, clamp, qi, qo).map(Some);
+            }
             let ws = g.values[w].shape;
             match conv.kind {
                 ConvKind::Depthwise => prepare_depthwise(g, conv, w, bias, clamp, qi, qo)?,
@@ -553,6 +568,13 @@ fn dynamic_product(
 pub fn scratch_len(prep: &QPrep, node: &Node, shapes: &[Shape]) -> usize {
     match (prep, node) {
         (QPrep::Product(p), Node::Conv { x, .. }) => conv_block(p, &shapes[*x]) * p.w.quads * 4,
+        (QPrep::DynConv(p), Node::Conv { x, out, .. }) => {
+            let (xs, os) = (shapes[*x].dims(), shapes[*out].dims());
+            if xs.len() != 4 || os.len() != 4 {
+                return 0;
+            }
+            p.scratch_len(xs[1], xs[2], xs[3], os[1] * os[2])
+        }
         (
             QPrep::Product(QProduct { w, .. }) | QPrep::Dynamic(DProduct { w, .. }),
             Node::FullyConnected { x, .. },
@@ -712,6 +734,28 @@ pub fn run(
         (QPrep::Dynamic(p), &Node::FullyConnected { x, .. }) => {
             dynamic_fc(par, p, dtypes[x], &shapes[x], a, out, scratch)?
         }
+        (QPrep::DynConv(p), &Node::Conv { conv, x, .. }) => dynamic_conv(
+            par, p, &conv.win, dtypes[x], &shapes[x], os, a, out, scratch,
+        )?,
+        (QPrep::Deconv(p), &Node::Conv { x, .. }) => {
+            let (xs, od) = (shapes[x].dims(), os.dims());
+            if xs.len() != 4 || od.len() != 4 {
+                return Err(KernelError::shape(
+                    "transposed convolution of rank other than 4",
+                ));
+            }
+            convs::deconv(
+                par,
+                p,
+                i8s(a),
+                xs[0],
+                xs[1],
+                xs[2],
+                i8s_mut(out),
+                od[1],
+                od[2],
+            )?
+        }
         _ => return Err(invalid("quantized node without a matching kernel")),
     }
     Ok(())
@@ -819,4 +863,140 @@ fn dynamic_fc(
         p.w.n,
     )?;
     Ok(())
+}
+
+/// A convolution over dynamically quantized images: the filter `[groups·go][kh][kw][gi]`
+/// packed group by group as the dynamic fully connected product's, per-channel scales, float
+/// bias.
+fn prepare_dynamic_conv(
+    g: &Graph<'_>,
+    conv: Conv,
+    w: usize,
+    bias: Option<usize>,
+    clamp: Clamp,
+    nonbatch: u8,
+) -> Result<QPrep, KernelError> {
+    let dt = |v: usize| g.values[v].dtype;
+    if conv.kind != ConvKind::Conv {
+        return Err(unsupported(format!(
+            "dynamic int8 {:?} convolution with {} groups",
+            conv.kind, conv.groups
+        )));
+    }
+    if nonbatch < 3 {
+        return Err(unsupported(format!(
+            "dynamic int8 convolution input quantized over {nonbatch} non-batch dims (needs \
+             one scale per image)"
+        )));
+    }
+    if !matches!(dt(w), DType::QC8 { .. }) {
+        return Err(unsupported(format!(
+            "dynamic int8 convolution with a filter of datatype {:?}",
+            dt(w)
+        )));
+    }
+    let (go, oc) = (conv.group_out, conv.out_channels());
+    let ws = g.values[w].shape;
+    if ws.dims() != [oc, conv.win.kh, conv.win.kw, conv.group_in] {
+        return Err(invalid(format!("filter shape {:?}", ws.dims())));
+    }
+    let k = conv.win.kh * conv.win.kw * conv.group_in;
+    let b = const_bytes(g, w)?;
+    let b = b
+        .get(..ws.count()?)
+        .ok_or_else(|| invalid("filter too short"))?;
+    let packed = (0..conv.groups)
+        .map(|gr| QWeights::new(go, k, 0, |j, kk| b[(gr * go + j) * k + kk] as i8))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    Ok(QPrep::DynConv(DConv {
+        w: packed,
+        scale: weight_scales(g, w, oc, 0)?,
+        bias: bias.map(|v| const_f32(g, v, oc)).transpose()?,
+        lo,
+        hi,
+    }))
+}
+
+/// A static int8 transposed convolution: the filter `[groups·go][kh][kw][gi]` widened, int32
+/// biases, requantization scales per output channel.
+#[allow(clippy::too_many_arguments)]
+fn prepare_deconv(
+    g: &Graph<'_>,
+    conv: Conv,
+    w: usize,
+    bias: Option<usize>,
+    clamp: Clamp,
+    qi: Q,
+    qo: Q,
+) -> Result<QPrep, KernelError> {
+    let dt = |v: usize| g.values[v].dtype;
+    if !(-128..=127).contains(&qi.zp) {
+        return Err(invalid(format!("int8 zero point {}", qi.zp)));
+    }
+    let co = conv.out_channels();
+    let ws = g.values[w].shape;
+    if ws.dims() != [co, conv.win.kh, conv.win.kw, conv.group_in] {
+        return Err(invalid(format!("filter shape {:?}", ws.dims())));
+    }
+    let sw = weight_scales(g, w, co, 0)?;
+    let len = ws.count()?;
+    let wb = const_bytes(g, w)?;
+    let wb = wb.get(..len).ok_or_else(|| invalid("filter too short"))?;
+    let b = match bias {
+        None => vec![0; co],
+        Some(b) => match dt(b) {
+            DType::QC32 { .. } | DType::QS32 { .. } => const_i32(g, b, co)?,
+            d => return Err(unsupported(format!("bias of datatype {d:?}"))),
+        },
+    };
+    let (lo, hi) = bounds(clamp, qo);
+    Ok(QPrep::Deconv(QDeconv {
+        conv,
+        w: wb.iter().map(|&v| v as i8 as i32).collect(),
+        bias: b,
+        scale: sw.iter().map(|&s| qi.scale * s / qo.scale).collect(),
+        qi,
+        qo,
+        lo,
+        hi,
+    }))
+}
+
+/// A convolution over dynamically quantized images (`qdint8`), dequantized to float32.
+#[allow(clippy::too_many_arguments)]
+fn dynamic_conv(
+    par: &dyn Parallel,
+    p: &DConv,
+    win: &Window,
+    x_dtype: DType,
+    x_shape: &Shape,
+    os: &Shape,
+    a: &[u8],
+    out: &mut [u8],
+    scratch: &mut [u8],
+) -> Result<(), KernelError> {
+    let DType::QD8 { nonbatch } = x_dtype else {
+        return Err(invalid("dynamic convolution without qdint8 input"));
+    };
+    let (xs, od) = (x_shape.dims(), os.dims());
+    if xs.len() != 4 || od.len() != 4 {
+        return Err(KernelError::shape(
+            "dynamic int8 convolution of rank other than 4",
+        ));
+    }
+    let (rows, _) = qd8_rows(x_shape, nonbatch);
+    let (data, rs, zps) = qd8_parts(a, x_shape.count()?, rows)?;
+    convs::dynamic_conv(
+        par,
+        p,
+        win,
+        [xs[0], xs[1], xs[2], xs[3]],
+        (od[1], od[2]),
+        i8s(data),
+        rs,
+        zps,
+        f32s_mut(out)?,
+        scratch,
+    )
 }
