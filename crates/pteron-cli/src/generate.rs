@@ -58,6 +58,7 @@ impl SampleArgs {
             stop_strings: self.stop.clone(),
             eos_ids: None,
             skip_special: true,
+            cancel: None,
         }
     }
 }
