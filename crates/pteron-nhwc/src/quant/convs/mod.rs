@@ -83,37 +83,31 @@ pub fn deconv(
     };
     for_chunks_mut(par, &mut out[..out_len], ow * cout, 1, &|r, row| {
         let (bi, oy) = (r / oh, r % oh);
-        let mut acc = vec![0i32; cout];
-        let mut xc = vec![0i32; gi];
+        // One output channel at a time: its i32 sum over the taps that land on the pixel
+        // (integer sums: the order of the terms does not change them), no buffer per row.
         for (ox, px) in row.chunks_exact_mut(cout).enumerate() {
-            acc.copy_from_slice(&p.bias[..cout]);
-            for a in 0..w.kh {
-                let Some(iy) = src(oy, a, w.pad_top, w.dh, w.sh, ih) else {
-                    continue;
-                };
-                for b in 0..w.kw {
-                    let Some(ix) = src(ox, b, w.pad_left, w.dw, w.sw, iw) else {
+            for (oc, o) in px.iter_mut().enumerate() {
+                let gr = oc / go;
+                let mut acc = p.bias[oc];
+                for a in 0..w.kh {
+                    let Some(iy) = src(oy, a, w.pad_top, w.dh, w.sh, ih) else {
                         continue;
                     };
-                    let t = a * w.kw + b;
-                    let xs = &x[((bi * ih + iy) * iw + ix) * cin..][..cin];
-                    for gr in 0..g {
-                        for (d, &v) in xc.iter_mut().zip(&xs[gr * gi..(gr + 1) * gi]) {
-                            *d = v as i32 - zp;
-                        }
-                        for oc in gr * go..(gr + 1) * go {
-                            let wr = &p.w[(oc * taps + t) * gi..][..gi];
-                            let s = xc
-                                .iter()
-                                .zip(wr)
-                                .fold(0i32, |a, (&u, &v)| a.wrapping_add(u * v));
-                            acc[oc] = acc[oc].wrapping_add(s);
-                        }
+                    for b in 0..w.kw {
+                        let Some(ix) = src(ox, b, w.pad_left, w.dw, w.sw, iw) else {
+                            continue;
+                        };
+                        let t = a * w.kw + b;
+                        let xs = &x[((bi * ih + iy) * iw + ix) * cin + gr * gi..][..gi];
+                        let wr = &p.w[(oc * taps + t) * gi..][..gi];
+                        let sum = xs
+                            .iter()
+                            .zip(wr)
+                            .fold(0i32, |s, (&u, &v)| s.wrapping_add((i32::from(u) - zp) * v));
+                        acc = acc.wrapping_add(sum);
                     }
                 }
-            }
-            for (oc, o) in px.iter_mut().enumerate() {
-                *o = requant(acc[oc], p.scale[oc], p.qo.zp, p.lo, p.hi) as i8;
+                *o = requant(acc, p.scale[oc], p.qo.zp, p.lo, p.hi) as i8;
             }
         }
     });
@@ -153,7 +147,10 @@ impl DConv {
         } else {
             0
         };
-        self.block(pixels) * kp + split
+        let bp = self.block(pixels);
+        // im2col block, one group's channels, then a block's row scales and zero points (f32
+        // and i32, 4-byte aligned after the bytes before them).
+        (bp * kp + split).next_multiple_of(4) + 8 * bp
     }
 }
 
@@ -206,10 +203,16 @@ pub fn dynamic_conv(
     let kp = w0.quads * 4;
     let bp = p.block(pixels);
     let need = p.scratch_len(ih, iw, cin, pixels);
-    let (cols_all, split) = scratch
+    let (bytes, rows_q) = scratch
         .get_mut(..need)
         .ok_or_else(|| short("dynamic int8 convolution scratch"))?
-        .split_at_mut(bp * kp);
+        .split_at_mut(need - 8 * bp);
+    let (ss, zz) = rows_q.split_at_mut(4 * bp);
+    let (ss, zz): (&mut [f32], &mut [i32]) = (
+        bytemuck::try_cast_slice_mut(ss).map_err(|_| short("aligned dynamic int8 scratch"))?,
+        bytemuck::try_cast_slice_mut(zz).map_err(|_| short("aligned dynamic int8 scratch"))?,
+    );
+    let (cols_all, split) = bytes.split_at_mut(bp * kp);
     let split: &mut [i8] = bytemuck::cast_slice_mut(split);
     for bi in 0..n {
         let r = if rows == 1 { 0 } else { bi };
@@ -219,7 +222,8 @@ pub fn dynamic_conv(
                 "dynamic int8 zero point {zp}"
             )));
         }
-        let (ss, zz) = (vec![s; bp], vec![zp; bp]);
+        ss.fill(s);
+        zz.fill(zp);
         let pad = (zp + 128) as u8;
         let xb = &data[bi * in_img..(bi + 1) * in_img];
         let ob = &mut out[bi * out_img..(bi + 1) * out_img];
@@ -238,8 +242,8 @@ pub fn dynamic_conv(
                 split
             };
             let epi = Epilogue::Dequant {
-                rows: &ss,
-                zps: &zz,
+                rows: ss,
+                zps: zz,
                 scale: &p.scale[g * go..],
                 bias: p.bias.as_deref().map(|b| &b[g * go..]),
                 lo: p.lo,
