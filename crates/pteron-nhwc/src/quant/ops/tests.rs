@@ -306,3 +306,19 @@ fn add_rounds_as_xnnpack_fixed_point() {
         }
     }
 }
+
+/// The int8 mean adds the output zero point before rounding to nearest even (XNNPACK): with
+/// an odd zero point, exact ties round the other way than rounding first would.
+#[test]
+fn mean_rounds_with_the_zero_point() {
+    let q = Q {
+        scale: 0.5,
+        zp: -19,
+    };
+    // Four positions, two channels: sums relative to the zero point 2 and 6 (means 0.5, 1.5).
+    let x: Vec<i8> = vec![-18, -19, -18, -17, -19, -17, -19, -17];
+    let mut out = vec![0i8; 2];
+    global_mean(&x, 1, 4, 2, q, q, -128, 127, &mut out).unwrap();
+    // 0.5 − 19 = −18.5 → −18 (even); 1.5 − 19 = −17.5 → −18 (even).
+    assert_eq!(out, [-18, -18]);
+}
