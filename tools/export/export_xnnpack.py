@@ -79,6 +79,9 @@ FIXTURES = [
     "xnn_binary_int8",
     # ReLU6 after int8 convolutions stays an XNNClamp node (pteron folds it into the conv).
     "mobilenet_v2_small_int8",
+    # Issue 28: residual adds whose operands have different scales, on image-like inputs (zero
+    # point -128): int8 add must round as XNNPACK's fixed point does.
+    "xnn_residual_int8",
     "mlp_dq8",
     "mlp_8da4w",
 ]
@@ -199,7 +202,34 @@ def _extra_builders():
             name=name, description=desc, module=module.eval(), inputs=inputs, atol=1e-5, rtol=1e-4
         )
 
+    def residual():
+        # ResNet-18's stem and three BasicBlocks (16 channels) at 96x96 (the output is the
+        # last residual add's, where a difference in rounding shows directly); BN statistics from random train-mode batches;
+        # the input is uniform in [0, 1) like an image.
+        from torchvision.models.resnet import BasicBlock
+
+        torch.manual_seed(28)
+        m = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 7, stride=2, padding=3, bias=False),
+            torch.nn.BatchNorm2d(16),
+            torch.nn.ReLU(),
+            *[BasicBlock(16, 16) for _ in range(3)],
+        )
+        m.train()
+        with torch.no_grad():
+            for _ in range(3):
+                m(torch.rand(4, 3, 96, 96))
+        x = torch.from_numpy(np.random.default_rng(28).random((1, 3, 96, 96)).astype(np.float32))
+        return fixture(
+            "xnn_residual",
+            "stem conv7x7/2 + three torchvision BasicBlocks (16 channels, residual adds), "
+            "BN statistics from random batches; image-like input 1x3x96x96 in [0, 1)",
+            m,
+            (x,),
+        )
+
     return {
+        "xnn_residual": residual,
         "xnn_unary": lambda: fixture(
             "xnn_unary", "unary node types over a [3, 7, 9] input", _Unary(), (g(1, 3, 7, 9),)
         ),

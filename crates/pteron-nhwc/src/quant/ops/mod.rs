@@ -4,8 +4,9 @@
 //! operand of the products (`x + 128` as u8, im2col with the zero point as padding).
 //!
 //! The arithmetic follows XNNPACK's fp32 requantization: integer sums, then one float scale,
-//! rounding to nearest even. Elementwise operations compute in float from the dequantized
-//! operands (XNNPACK uses fixed-point multipliers there; results may differ by one step).
+//! rounding to nearest even. Addition and subtraction use XNNPACK's fixed-point multipliers
+//! and its rounding (halves up) exactly; the other elementwise operations compute in float
+//! from the dequantized operands (results may differ from XNNPACK's by one step).
 //! Loops are plain integer code, compiled a second time for AVX-512 / AVX2 where the CPU has
 //! them so that the compiler vectorizes them.
 

@@ -1,5 +1,7 @@
 use super::*;
+use crate::graph::BinaryOp;
 use crate::quant::gemm::requant;
+use crate::util::Shape;
 use pteron_core::INLINE;
 use pteron_kernels_cpu::simd::{with_level, Level};
 
@@ -217,4 +219,106 @@ fn depthwise_matches_naive() {
             );
         }
     }
+}
+
+/// int8 addition rounds as XNNPACK's fixed point does: halves round up (float rounding to
+/// nearest even gives 0 and 2 for 0.5 and 2.5), with the same result on every path (same
+/// shapes, broadcast) and subtraction negating the second operand.
+#[test]
+fn add_rounds_as_xnnpack_fixed_point() {
+    let q1 = Q { scale: 1.0, zp: 0 };
+    let qo = Q { scale: 2.0, zp: 0 };
+    let p = binary::AddParams::new(q1, q1, qo, false).unwrap();
+    assert_eq!((p.ma, p.mb, p.shift), (1 << 20, 1 << 20, 21));
+    let a: Vec<i8> = vec![1, -1, 3, 5, -3, 127, -128, 0];
+    let b: Vec<i8> = vec![0, 0, 0, 0, 0, 127, -128, 1];
+    let s = Shape::new(&[8]).unwrap();
+    let mut out = vec![0i8; 8];
+    for op in [BinaryOp::Add, BinaryOp::Sub] {
+        binary(
+            &INLINE, op, &a, &s, q1, &b, &s, q1, &mut out, &s, qo, -128, 127,
+        )
+        .unwrap();
+        let want: Vec<i8> = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| {
+                let twice = x as i32
+                    + if op == BinaryOp::Add {
+                        y as i32
+                    } else {
+                        -(y as i32)
+                    };
+                // (x ± y) / 2 with halves rounded up.
+                (twice + 1).div_euclid(2).clamp(-128, 127) as i8
+            })
+            .collect();
+        assert_eq!(out, want, "{op:?}");
+    }
+    assert_eq!(&out[..5], &[1, 0, 2, 3, -1]);
+    // Broadcast of a one-element operand: the same arithmetic.
+    let one = Shape::new(&[1]).unwrap();
+    let mut outb = vec![0i8; 8];
+    binary(
+        &INLINE,
+        BinaryOp::Add,
+        &a,
+        &s,
+        q1,
+        &[0],
+        &one,
+        q1,
+        &mut outb,
+        &s,
+        qo,
+        -128,
+        127,
+    )
+    .unwrap();
+    assert_eq!(&outb[..5], &[1, 0, 2, 3, -1]);
+    // A ratio with no exact 21-bit multiplier and zero points: bit-exact with the formula.
+    let (qa, qb, qo) = (
+        Q {
+            scale: 0.009105,
+            zp: -5,
+        },
+        Q {
+            scale: 0.002601,
+            zp: -128,
+        },
+        Q {
+            scale: 0.005806,
+            zp: -128,
+        },
+    );
+    let p = binary::AddParams::new(qa, qb, qo, false).unwrap();
+    let ma = ((qa.scale / qo.scale) * (1 << p.shift) as f32).round_ties_even() as i64;
+    let mb = ((qb.scale / qo.scale) * (1 << p.shift) as f32).round_ties_even() as i64;
+    for x in -128..=127i64 {
+        for y in [-128i64, -1, 0, 77, 127] {
+            let acc = (1i64 << (p.shift - 1)) + ma * (x - qa.zp as i64) + mb * (y - qb.zp as i64);
+            let want = ((acc >> p.shift) + qo.zp as i64).clamp(-128, 127) as i32;
+            assert_eq!(
+                p.apply(x as i32, y as i32).clamp(-128, 127),
+                want,
+                "{x} {y}"
+            );
+        }
+    }
+}
+
+/// The int8 mean adds the output zero point before rounding to nearest even (XNNPACK): with
+/// an odd zero point, exact ties round the other way than rounding first would.
+#[test]
+fn mean_rounds_with_the_zero_point() {
+    let q = Q {
+        scale: 0.5,
+        zp: -19,
+    };
+    // Four positions, two channels: sums relative to the zero point 2 and 6 (means 0.5, 1.5).
+    let x: Vec<i8> = vec![-18, -19, -18, -17, -19, -17, -19, -17];
+    let mut out = vec![0i8; 2];
+    global_mean(&x, 1, 4, 2, q, q, -128, 127, &mut out).unwrap();
+    // 0.5 − 19 = −18.5 → −18 (even); 1.5 − 19 = −17.5 → −18 (even).
+    assert_eq!(out, [-18, -18]);
 }
