@@ -67,21 +67,25 @@ pub unsafe extern "C" fn pteron_generate_options_default(
     options: *mut PteronGenerateOptions,
 ) -> PteronStatus {
     guard(|| {
-        let d = GenerateOptions::default();
-        let s = d.sampler;
-        let o = PteronGenerateOptions {
-            max_new_tokens: d.max_new_tokens as u32,
-            temperature: s.temperature,
-            top_k: s.top_k as u32,
-            top_p: s.top_p,
-            min_p: s.min_p,
-            repetition_penalty: s.repetition_penalty,
-            seed: s.seed,
-            skip_special: c_int::from(d.skip_special),
-        };
         // Safety: the caller's contract.
-        unsafe { put(options, o, "options") }
+        unsafe { put(options, default_options(), "options") }
     })
+}
+
+/// pteron-llm's defaults in the C struct.
+fn default_options() -> PteronGenerateOptions {
+    let d = GenerateOptions::default();
+    let s = d.sampler;
+    PteronGenerateOptions {
+        max_new_tokens: d.max_new_tokens as u32,
+        temperature: s.temperature,
+        top_k: s.top_k as u32,
+        top_p: s.top_p,
+        min_p: s.min_p,
+        repetition_penalty: s.repetition_penalty,
+        seed: s.seed,
+        skip_special: c_int::from(d.skip_special),
+    }
 }
 
 /// A generator over `program`'s `forward` method (an export_llm program with a KV cache) and
@@ -163,21 +167,8 @@ pub unsafe extern "C" fn pteron_generator_generate(
                 c_str(prompt, "prompt")?,
             )
         };
-        let mut defaults = PteronGenerateOptions {
-            max_new_tokens: 0,
-            temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            repetition_penalty: 1.0,
-            seed: 0,
-            skip_special: 1,
-        };
-        if options.is_null() {
-            // Safety: a local, valid for writes.
-            unsafe { pteron_generate_options_default(&mut defaults) };
-        }
-        // Safety: NULL was replaced by the defaults; otherwise the caller's contract.
+        let defaults = default_options();
+        // Safety: NULL means the defaults; otherwise the caller's contract.
         let o = if options.is_null() {
             &defaults
         } else {
