@@ -26,12 +26,18 @@ static float *read_npy(const char *path, int64_t *sizes, uint32_t *rank, size_t 
         fprintf(stderr, "%s: expected a float32 array in C order\n", path);
         free(dict); fclose(f); return NULL;
     }
-    const char *p = strchr(strstr(dict, "'shape'"), '(') + 1;
+    const char *shape = strstr(dict, "'shape'");
+    const char *p = shape ? strchr(shape, '(') : NULL;
+    if (!p) { fprintf(stderr, "%s: no shape\n", path); free(dict); fclose(f); return NULL; }
+    p++;
     *rank = 0; *count = 1;
     while (*p && *p != ')') {
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p) { p++; continue; }
+        if (v < 0 || *rank == PTERON_MAX_RANK) {
+            fprintf(stderr, "%s: bad shape\n", path); free(dict); fclose(f); return NULL;
+        }
         sizes[(*rank)++] = v; *count *= (size_t)v; p = end;
     }
     free(dict);

@@ -3,13 +3,17 @@
 # sources generate (--write regenerates it). Installs cbindgen when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-if ! command -v cbindgen >/dev/null 2>&1; then
-  cargo install --locked --quiet cbindgen@0.29.4
+# The pinned cbindgen, installed under target/ when this machine has no cbindgen of its own (a
+# fresh CI machine need not have ~/.cargo/bin on its PATH).
+cbindgen=$(command -v cbindgen || true)
+if [ -z "$cbindgen" ]; then
+  cargo install --locked --quiet --root target/tools cbindgen@0.29.4
+  cbindgen=$PWD/target/tools/bin/cbindgen
 fi
 header=crates/pteron-c/include/pteron.h
 fresh=$(mktemp)
 trap 'rm -f "$fresh"' EXIT
-(cd crates/pteron-c && cbindgen --quiet --config cbindgen.toml --crate pteron-c --output "$fresh")
+(cd crates/pteron-c && "$cbindgen" --quiet --config cbindgen.toml --crate pteron-c --output "$fresh")
 if [ "${1:-}" = "--write" ]; then
   cp "$fresh" "$header"
 elif ! diff -u "$header" "$fresh"; then

@@ -3,7 +3,7 @@
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
-use pteron::{Method, MethodOptions, Output, RunMethod, ScalarType, Tensor, Value, ValueSpec};
+use pteron::{Method, MethodOptions, Output, RunMethod, ScalarType, Value, ValueSpec};
 
 use crate::error::{fail, from_pteron, guard};
 use crate::program::LoadedProgram;
@@ -53,10 +53,6 @@ fn view(dtype: ScalarType, sizes: &[usize], data: &[u8]) -> Result<PteronTensorV
         *d = s as i64;
     }
     Ok(v)
-}
-
-fn is_identity(dim_order: &[u8]) -> bool {
-    dim_order.iter().enumerate().all(|(i, &d)| i == d as usize)
 }
 
 /// Loads method `name` of `program`. `threads`: 0 for the runtime's threads, 1 for the calling
@@ -218,17 +214,9 @@ pub unsafe extern "C" fn pteron_method_set_input(
             // Safety: non-null and valid for `nbytes` bytes by the caller's contract.
             unsafe { std::slice::from_raw_parts(t.data.cast::<u8>(), t.nbytes) }
         };
-        let channels_last = matches!(m.method.input_spec(index),
-            Some(ValueSpec::Tensor(s)) if !is_identity(s.info.dim_order()));
-        let r = if channels_last {
-            let owned = Tensor::new(dtype, &sizes, bytes.to_vec()).map_err(from_pteron)?;
-            m.method.set_input(index, &owned)
-        } else {
-            m.method
-                .set_input_tensor(index, dtype, &sizes, bytes)
-                .map_err(pteron::Error::from)
-        };
-        r.map_err(from_pteron)
+        m.method
+            .set_input_bytes(index, dtype, &sizes, bytes)
+            .map_err(from_pteron)
     })
 }
 
@@ -267,39 +255,25 @@ pub unsafe extern "C" fn pteron_method_output(
 }
 
 fn output_view(m: &mut PteronMethod, index: usize) -> Result<PteronTensorView, PteronStatus> {
-    let scalar = |held: &mut Vec<u8>, dtype, bytes: &[u8]| {
-        held.clear();
-        held.extend_from_slice(bytes);
-        view(dtype, &[], held)
-    };
-    let output = m.method.output(index).map_err(|e| from_pteron(e.into()))?;
-    let held = &mut m.held[index];
-    match output {
-        Output::Tensor(t) if is_identity(t.info.dim_order()) => {
-            view(t.info.dtype(), t.info.sizes(), t.bytes)
+    if let Output::Tensor(t) = m.method.output(index).map_err(|e| from_pteron(e.into()))? {
+        if t.info.is_contiguous() {
+            return view(t.info.dtype(), t.info.sizes(), t.bytes);
         }
-        Output::Tensor(_) => {
-            // Another dim order: the owned, row-major copy.
-            let all = m.method.outputs().map_err(from_pteron)?;
-            let Some(Value::Tensor(t)) = all.into_iter().nth(index) else {
-                return Err(fail(
-                    PteronStatus::Execution,
-                    format!("output {index} changed kind"),
-                ));
-            };
-            *held = t.data;
-            view(t.dtype, &t.sizes, held)
-        }
-        Output::Int(v) => scalar(held, ScalarType::Long, &v.to_le_bytes()),
-        Output::Double(v) => scalar(held, ScalarType::Double, &v.to_le_bytes()),
-        Output::Bool(v) => scalar(held, ScalarType::Bool, &[v as u8]),
-        Output::None => Err(fail(
-            PteronStatus::InvalidArgument,
-            format!("output {index} is None"),
-        )),
-        Output::Other(kind) => Err(fail(
-            PteronStatus::InvalidArgument,
-            format!("output {index} is a {kind}, which the C API does not return"),
-        )),
     }
+    // Scalars, and tensors computed in another dim order: a row-major copy the handle holds.
+    let (dtype, sizes, bytes) = match m.method.output_value(index).map_err(from_pteron)? {
+        Value::Tensor(t) => (t.dtype, t.sizes, t.data),
+        Value::Int(v) => (ScalarType::Long, Vec::new(), v.to_le_bytes().to_vec()),
+        Value::Double(v) => (ScalarType::Double, Vec::new(), v.to_le_bytes().to_vec()),
+        Value::Bool(v) => (ScalarType::Bool, Vec::new(), vec![v as u8]),
+        Value::None => {
+            return Err(fail(
+                PteronStatus::InvalidArgument,
+                format!("output {index} is None"),
+            ))
+        }
+    };
+    let held = &mut m.held[index];
+    *held = bytes;
+    view(dtype, &sizes, held)
 }

@@ -64,10 +64,8 @@ pub unsafe extern "C" fn pteron_runtime_new(
     out: *mut *mut PteronRuntime,
 ) -> PteronStatus {
     guard(|| {
-        let threads = usize::try_from(threads)
-            .map_err(|_| fail(PteronStatus::InvalidArgument, "threads out of range"))?;
         let runtime = Runtime::builder()
-            .threads(threads)
+            .threads(threads as usize)
             .build()
             .map_err(from_pteron)?;
         let boxed = Box::into_raw(Box::new(PteronRuntime { runtime }));

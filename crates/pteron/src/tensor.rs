@@ -50,10 +50,6 @@ impl Tensor {
         self.sizes.iter().product()
     }
 
-    fn nbytes(&self) -> usize {
-        self.numel() * self.dtype.elem_size()
-    }
-
     /// The elements converted to f64 (for comparisons and printing), for the dtypes pteron
     /// computes with.
     pub fn to_f64_vec(&self) -> Option<Vec<f64>> {
@@ -86,7 +82,19 @@ pub trait RunMethod {
     /// Sets the tensor inputs in plan order, executes, and copies the outputs out.
     fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Value>>;
     /// Sets tensor input `i` from a row-major tensor.
-    fn set_input(&mut self, i: usize, t: &Tensor) -> Result<()>;
+    fn set_input(&mut self, i: usize, t: &Tensor) -> Result<()> {
+        self.set_input_bytes(i, t.dtype, &t.sizes, &t.data)
+    }
+    /// Sets tensor input `i` from row-major bytes the caller keeps.
+    fn set_input_bytes(
+        &mut self,
+        i: usize,
+        dtype: ScalarType,
+        sizes: &[usize],
+        bytes: &[u8],
+    ) -> Result<()>;
+    /// Copies output `i` of the last execution (row-major).
+    fn output_value(&self, i: usize) -> Result<Value>;
     /// Copies the outputs of the last execution.
     fn outputs(&self) -> Result<Vec<Value>>;
 }
@@ -111,62 +119,69 @@ impl RunMethod for Method<'_> {
         self.outputs()
     }
 
-    fn set_input(&mut self, i: usize, t: &Tensor) -> Result<()> {
+    fn set_input_bytes(
+        &mut self,
+        i: usize,
+        dtype: ScalarType,
+        sizes: &[usize],
+        bytes: &[u8],
+    ) -> Result<()> {
         // An input laid out in another dim order (channels-last) takes its bytes in that order.
         let order = match self.input_spec(i) {
-            Some(pteron_core::Value::Tensor(s)) if !is_identity(s.info.dim_order()) => {
+            Some(pteron_core::Value::Tensor(s)) if !s.info.is_contiguous() => {
                 Some(s.info.dim_order().to_vec())
             }
             _ => None,
         };
+        let nbytes = sizes
+            .iter()
+            .try_fold(dtype.elem_size(), |a, &s| a.checked_mul(s));
         match order {
-            Some(order) if order.len() == t.sizes.len() && t.data.len() == t.nbytes() => {
-                let strides = strides_for(&t.sizes, &order);
-                let data = reorder(&t.data, &t.sizes, &strides, t.dtype.elem_size(), false);
-                self.set_input_tensor(i, t.dtype, &t.sizes, &data)?;
+            Some(order) if order.len() == sizes.len() && nbytes == Some(bytes.len()) => {
+                let strides = strides_for(sizes, &order);
+                let data = reorder(bytes, sizes, &strides, dtype.elem_size(), false);
+                self.set_input_tensor(i, dtype, sizes, &data)?;
             }
-            _ => self.set_input_tensor(i, t.dtype, &t.sizes, &t.data)?,
+            _ => self.set_input_tensor(i, dtype, sizes, bytes)?,
         }
         Ok(())
     }
 
+    fn output_value(&self, i: usize) -> Result<Value> {
+        Ok(match self.output(i)? {
+            Output::Tensor(t) => Value::Tensor(Tensor {
+                dtype: t.info.dtype(),
+                sizes: t.info.sizes().to_vec(),
+                // Row-major, whatever dim order the method computed it in.
+                data: if t.info.is_contiguous() {
+                    t.bytes.to_vec()
+                } else {
+                    reorder(
+                        t.bytes,
+                        t.info.sizes(),
+                        t.info.strides(),
+                        t.info.dtype().elem_size(),
+                        true,
+                    )
+                },
+            }),
+            Output::Int(v) => Value::Int(v),
+            Output::Double(v) => Value::Double(v),
+            Output::Bool(v) => Value::Bool(v),
+            Output::None => Value::None,
+            Output::Other(kind) => {
+                return Err(Error::Invalid(format!(
+                    "output {i} is a {kind}, which pteron does not return"
+                )))
+            }
+        })
+    }
+
     fn outputs(&self) -> Result<Vec<Value>> {
         (0..self.num_outputs())
-            .map(|i| {
-                Ok(match self.output(i)? {
-                    Output::Tensor(t) => Value::Tensor(Tensor {
-                        dtype: t.info.dtype(),
-                        sizes: t.info.sizes().to_vec(),
-                        // Row-major, whatever dim order the method computed it in.
-                        data: if is_identity(t.info.dim_order()) {
-                            t.bytes.to_vec()
-                        } else {
-                            reorder(
-                                t.bytes,
-                                t.info.sizes(),
-                                t.info.strides(),
-                                t.info.dtype().elem_size(),
-                                true,
-                            )
-                        },
-                    }),
-                    Output::Int(v) => Value::Int(v),
-                    Output::Double(v) => Value::Double(v),
-                    Output::Bool(v) => Value::Bool(v),
-                    Output::None => Value::None,
-                    Output::Other(kind) => {
-                        return Err(Error::Invalid(format!(
-                            "output {i} is a {kind}, which pteron does not return"
-                        )))
-                    }
-                })
-            })
+            .map(|i| self.output_value(i))
             .collect()
     }
-}
-
-fn is_identity(dim_order: &[u8]) -> bool {
-    dim_order.iter().enumerate().all(|(i, &d)| i == d as usize)
 }
 
 /// Element strides of the logical dims of `sizes` when laid out in `dim_order` (outermost
