@@ -16,6 +16,7 @@
 //! ```
 
 mod file;
+mod meta;
 pub mod npy;
 mod options;
 mod profile;
@@ -24,6 +25,7 @@ mod tensor;
 mod threads;
 
 pub use file::{Program, ProgramFile};
+pub use meta::{MethodMeta, TensorMeta, ValueMeta};
 pub use options::MethodOptions;
 pub use profile::{OpTime, Profiler, SiteTime};
 /// The CPU's features and the process-wide cap on the kernels' SIMD level.

@@ -1,0 +1,23 @@
+//! pteron's Python package (`import pteron`): ExecuTorch programs from Python with numpy, no
+//! torch. This is the extension module `pteron._pteron`; `python/pteron` is the package around
+//! it (exceptions, type stubs, the `pteron.runtime` alias of `executorch.runtime`).
+
+mod arrays;
+mod errors;
+mod method;
+mod program;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _pteron(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<program::PyRuntime>()?;
+    m.add_class::<program::PyProgram>()?;
+    m.add_class::<program::PyMethodMeta>()?;
+    m.add_class::<program::PyTensorInfo>()?;
+    m.add_class::<program::OperatorRegistry>()?;
+    m.add_class::<program::BackendRegistry>()?;
+    m.add_class::<method::PyMethod>()?;
+    Ok(())
+}

@@ -1,0 +1,449 @@
+//! Runtimes, programs and their methods' metadata: `executorch.runtime`'s `Runtime`,
+//! `Program`, `MethodMeta` and `TensorInfo`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use pteron::{MethodMeta, Program, ProgramFile, Runtime, TensorMeta, ValueMeta};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyByteArray, PyBytes};
+
+use crate::errors::{closed, from_pteron};
+use crate::method::PyMethod;
+
+/// A program that owns its bytes (and its `.ptd` data file, if any). Methods and generators
+/// hold an `Arc` of it, since they borrow those bytes.
+pub(crate) struct LoadedProgram {
+    // Declared first: fields drop in order, and the program borrows both files.
+    program: Program<'static>,
+    _data: Option<Box<ProgramFile>>,
+    _file: Box<ProgramFile>,
+}
+
+impl LoadedProgram {
+    fn new(
+        runtime: &Runtime,
+        file: ProgramFile,
+        data: Option<ProgramFile>,
+    ) -> pteron::Result<Self> {
+        let file = Box::new(file);
+        let data = data.map(Box::new);
+        // Safety: the program borrows the files' bytes, which live on the heap behind the
+        // boxes; they are never moved out of or dropped before `program` (field order above),
+        // so the extended borrows never outlive them.
+        let (bytes, ptd): (&'static ProgramFile, Option<&'static ProgramFile>) = unsafe {
+            (
+                &*(&*file as *const ProgramFile),
+                data.as_deref().map(|d| &*(d as *const ProgramFile)),
+            )
+        };
+        let mut program = runtime.load_program(bytes)?;
+        if let Some(d) = ptd {
+            program = program.with_external_data(d.data_file()?);
+        }
+        Ok(LoadedProgram {
+            program,
+            _data: data,
+            _file: file,
+        })
+    }
+
+    /// The program, for as long as this value (and so its bytes) lives.
+    pub(crate) fn program(&self) -> &Program<'static> {
+        &self.program
+    }
+}
+
+/// Kernels, backends and threads: what programs are loaded with.
+#[pyclass(module = "pteron._pteron", name = "Runtime", frozen)]
+pub struct PyRuntime {
+    runtime: Runtime,
+}
+
+static DEFAULT_RUNTIME: PyOnceLock<Py<PyRuntime>> = PyOnceLock::new();
+
+/// A path from a `str` or an `os.PathLike`; `None` for anything else.
+fn as_path(data: &Bound<'_, PyAny>) -> Option<PathBuf> {
+    if data.is_instance_of::<pyo3::types::PyString>() || data.hasattr("__fspath__").unwrap_or(false)
+    {
+        data.extract::<PathBuf>().ok()
+    } else {
+        None
+    }
+}
+
+#[pymethods]
+impl PyRuntime {
+    /// A runtime of its own. `threads`: the kernels' thread pool (0 or None: one thread per
+    /// physical core, shared by the process; 1: the calling thread only). `portable`: only the
+    /// portable reference kernels (no SIMD, no XNNPACK delegate), for checking.
+    #[new]
+    #[pyo3(signature = (*, threads = None, portable = false))]
+    fn new(py: Python<'_>, threads: Option<usize>, portable: bool) -> PyResult<Self> {
+        let mut b = Runtime::builder();
+        if let Some(n) = threads {
+            b = b.threads(n);
+        }
+        if portable {
+            b = b.portable();
+        }
+        let runtime = b.build().map_err(|e| from_pteron(py, &e))?;
+        Ok(PyRuntime { runtime })
+    }
+
+    /// The process's default runtime (every kernel and backend, a thread per physical core).
+    #[staticmethod]
+    fn get(py: Python<'_>) -> PyResult<Py<PyRuntime>> {
+        DEFAULT_RUNTIME
+            .get_or_try_init(py, || {
+                Py::new(
+                    py,
+                    PyRuntime {
+                        runtime: Runtime::new(),
+                    },
+                )
+            })
+            .map(|r| r.clone_ref(py))
+    }
+
+    /// Loads and verifies a program from a path (`str`, `os.PathLike`; memory-mapped), from
+    /// `bytes`/`bytearray`/`memoryview` (copied into aligned memory), or from a file-like
+    /// object with `read()`. `data_path`: a `.ptd` file with the tensors the program keeps
+    /// outside itself. `verification` is accepted for ExecuTorch compatibility: pteron always
+    /// verifies the whole file.
+    #[pyo3(signature = (data, *, verification = None, data_path = None, enable_etdump = false, debug_buffer_size = 0))]
+    fn load_program(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        verification: Option<&Bound<'_, PyAny>>,
+        data_path: Option<PathBuf>,
+        enable_etdump: bool,
+        debug_buffer_size: usize,
+    ) -> PyResult<PyProgram> {
+        let _ = (verification, enable_etdump, debug_buffer_size);
+        let source = if let Some(path) = as_path(data) {
+            Source::Path(path)
+        } else if let Ok(b) = data.cast::<PyBytes>() {
+            Source::Bytes(b.as_bytes().to_vec())
+        } else if let Ok(b) = data.cast::<PyByteArray>() {
+            Source::Bytes(b.to_vec())
+        } else if data.hasattr("read")? {
+            let b = data.call_method0("read")?;
+            Source::Bytes(b.extract::<Vec<u8>>()?)
+        } else if let Ok(b) = data.extract::<Vec<u8>>() {
+            Source::Bytes(b)
+        } else {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "expected a path, bytes, bytearray, memoryview or a file-like object, got {}",
+                data.get_type().name()?
+            )));
+        };
+        let runtime = self.runtime.clone();
+        let loaded = py
+            .detach(move || -> pteron::Result<LoadedProgram> {
+                let file = match source {
+                    Source::Path(p) => ProgramFile::open(p)?,
+                    Source::Bytes(b) => ProgramFile::from_bytes(&b),
+                };
+                let data = data_path.map(ProgramFile::open).transpose()?;
+                LoadedProgram::new(&runtime, file, data)
+            })
+            .map_err(|e| from_pteron(py, &e))?;
+        let names = loaded
+            .program()
+            .method_names()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        Ok(PyProgram {
+            inner: Mutex::new(Some(Arc::new(loaded))),
+            names,
+            methods: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Threads the kernels of this runtime's methods use.
+    #[getter]
+    fn threads(&self) -> usize {
+        self.runtime.threads()
+    }
+
+    /// The operators this runtime has kernels for.
+    #[getter]
+    fn operator_registry(&self) -> OperatorRegistry {
+        OperatorRegistry {
+            names: self.runtime.kernels().names().map(str::to_string).collect(),
+        }
+    }
+
+    /// The delegate backends this runtime runs.
+    #[getter]
+    fn backend_registry(&self) -> BackendRegistry {
+        BackendRegistry {
+            names: self.runtime.backends().ids().map(str::to_string).collect(),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Runtime(threads={})", self.runtime.threads())
+    }
+}
+
+enum Source {
+    Path(PathBuf),
+    Bytes(Vec<u8>),
+}
+
+/// The operators a runtime has kernels for.
+#[pyclass(module = "pteron._pteron", frozen)]
+pub struct OperatorRegistry {
+    names: Vec<String>,
+}
+
+#[pymethods]
+impl OperatorRegistry {
+    #[getter]
+    fn operator_names(&self) -> HashSet<String> {
+        self.names.iter().cloned().collect()
+    }
+}
+
+/// The delegate backends a runtime runs.
+#[pyclass(module = "pteron._pteron", frozen)]
+pub struct BackendRegistry {
+    names: Vec<String>,
+}
+
+#[pymethods]
+impl BackendRegistry {
+    #[getter]
+    fn registered_backend_names(&self) -> Vec<String> {
+        self.names.clone()
+    }
+
+    fn is_available(&self, backend_name: &str) -> bool {
+        self.names.iter().any(|n| n == backend_name)
+    }
+}
+
+/// A verified program: its methods' names and metadata, and its methods.
+#[pyclass(module = "pteron._pteron", name = "Program", frozen)]
+pub struct PyProgram {
+    inner: Mutex<Option<Arc<LoadedProgram>>>,
+    names: Vec<String>,
+    /// Methods loaded with the runtime's threads, loaded once each (as ExecuTorch does).
+    methods: Mutex<HashMap<String, Py<PyMethod>>>,
+}
+
+impl PyProgram {
+    /// The loaded program, or `ClosedError`.
+    pub(crate) fn loaded(&self, py: Python<'_>) -> PyResult<Arc<LoadedProgram>> {
+        match &*self.inner.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(p) => Ok(Arc::clone(p)),
+            None => Err(closed(py, "program")),
+        }
+    }
+}
+
+#[pymethods]
+impl PyProgram {
+    /// The names of the program's methods.
+    #[getter]
+    fn method_names(&self) -> HashSet<String> {
+        self.names.iter().cloned().collect()
+    }
+
+    /// The declared inputs and outputs of method `method_name`, without loading it.
+    fn metadata(&self, py: Python<'_>, method_name: &str) -> PyResult<PyMethodMeta> {
+        let loaded = self.loaded(py)?;
+        let meta = loaded
+            .program()
+            .method_meta(method_name)
+            .map_err(|e| from_pteron(py, &e))?;
+        Ok(PyMethodMeta { meta })
+    }
+
+    /// Loads method `name` (once: later calls return the same method). `threads` gives this
+    /// method a pool of its own (1: the calling thread only) and a method of its own each call.
+    #[pyo3(signature = (name, *, threads = None))]
+    fn load_method(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        threads: Option<usize>,
+    ) -> PyResult<Py<PyMethod>> {
+        let loaded = self.loaded(py)?;
+        if threads.is_none() {
+            if let Some(m) = self
+                .methods
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(name)
+            {
+                return Ok(m.clone_ref(py));
+            }
+        }
+        let method = Py::new(py, PyMethod::load(py, loaded, name, threads)?)?;
+        if threads.is_none() {
+            self.methods
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(name.to_string(), method.clone_ref(py));
+        }
+        Ok(method)
+    }
+
+    /// Lets go of the program. Methods already loaded keep working (they hold what they need);
+    /// loading another raises `ClosedError`.
+    fn close(&self) {
+        *self.inner.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.methods
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) {
+        self.close();
+    }
+
+    fn __repr__(&self) -> String {
+        let mut names = self.names.clone();
+        names.sort();
+        format!("Program(methods={names:?})")
+    }
+}
+
+/// A method's name and declared inputs and outputs (ExecuTorch's `MethodMeta`).
+#[pyclass(module = "pteron._pteron", name = "MethodMeta", frozen)]
+pub struct PyMethodMeta {
+    pub(crate) meta: MethodMeta,
+}
+
+impl PyMethodMeta {
+    fn tensor(list: &[ValueMeta], index: usize, what: &str) -> PyResult<PyTensorInfo> {
+        match list.get(index) {
+            Some(ValueMeta::Tensor(t)) => Ok(PyTensorInfo { meta: t.clone() }),
+            Some(other) => Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "{what} {index} is not a tensor: {other:?}"
+            ))),
+            None => Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "{what} {index} of {}",
+                list.len()
+            ))),
+        }
+    }
+}
+
+fn repr_list(list: &[ValueMeta]) -> String {
+    let items: Vec<String> = list
+        .iter()
+        .map(|v| match v {
+            ValueMeta::Tensor(t) => format!("'{}'", tensor_repr(t)),
+            other => format!("'{other:?}'"),
+        })
+        .collect();
+    format!("[{}]", items.join(", "))
+}
+
+#[pymethods]
+impl PyMethodMeta {
+    fn name(&self) -> &str {
+        &self.meta.name
+    }
+    fn num_inputs(&self) -> usize {
+        self.meta.inputs.len()
+    }
+    fn num_outputs(&self) -> usize {
+        self.meta.outputs.len()
+    }
+    fn input_tensor_meta(&self, index: usize) -> PyResult<PyTensorInfo> {
+        Self::tensor(&self.meta.inputs, index, "input")
+    }
+    fn output_tensor_meta(&self, index: usize) -> PyResult<PyTensorInfo> {
+        Self::tensor(&self.meta.outputs, index, "output")
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "MethodMeta(name='{}', num_inputs={}, input_tensor_meta={}, num_outputs={}, output_tensor_meta={})",
+            self.meta.name,
+            self.meta.inputs.len(),
+            repr_list(&self.meta.inputs),
+            self.meta.outputs.len(),
+            repr_list(&self.meta.outputs)
+        )
+    }
+}
+
+/// A declared tensor (ExecuTorch's `TensorInfo`).
+#[pyclass(module = "pteron._pteron", name = "TensorInfo", frozen)]
+pub struct PyTensorInfo {
+    meta: TensorMeta,
+}
+
+/// ExecuTorch's name of a dtype in `TensorInfo`'s repr (c10's ScalarType names).
+fn c10_name(t: pteron::ScalarType) -> String {
+    use pteron::ScalarType as S;
+    match t {
+        S::Byte => "Byte".into(),
+        S::Char => "Char".into(),
+        S::Short => "Short".into(),
+        S::Int => "Int".into(),
+        S::Long => "Long".into(),
+        S::Half => "Half".into(),
+        S::Float => "Float".into(),
+        S::Double => "Double".into(),
+        S::Bool => "Bool".into(),
+        S::BFloat16 => "BFloat16".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn tensor_repr(t: &TensorMeta) -> String {
+    format!(
+        "TensorInfo(sizes={:?}, dtype={}, is_memory_planned={}, nbytes={})",
+        t.sizes,
+        c10_name(t.dtype),
+        if t.memory_planned { "True" } else { "False" },
+        t.nbytes().unwrap_or(usize::MAX)
+    )
+}
+
+#[pymethods]
+impl PyTensorInfo {
+    fn sizes(&self) -> Vec<usize> {
+        self.meta.sizes.clone()
+    }
+    /// The dtype as ExecuTorch's ScalarType code (6: float32, ...).
+    fn dtype(&self) -> i32 {
+        self.meta.dtype as i32
+    }
+    /// The order the dims are laid out in, outermost first (0, 2, 3, 1: channels-last).
+    fn dim_order(&self) -> Vec<u8> {
+        self.meta.dim_order.clone()
+    }
+    fn is_memory_planned(&self) -> bool {
+        self.meta.memory_planned
+    }
+    /// Bytes of the declared sizes.
+    fn nbytes(&self) -> usize {
+        self.meta.nbytes().unwrap_or(usize::MAX)
+    }
+    /// The numpy dtype name of the arrays this tensor is given and returned as
+    /// ("bfloat16" tensors are float32 arrays).
+    #[getter]
+    fn numpy_dtype(&self) -> Option<&'static str> {
+        crate::arrays::numpy_name(self.meta.dtype)
+    }
+    fn __repr__(&self) -> String {
+        tensor_repr(&self.meta)
+    }
+}
