@@ -159,20 +159,7 @@ impl<'g, 'a, 't> Chat<'g, 'a, 't> {
 
     /// EOS ids for chat: the program's and the tokenizer's EOS token (the end-of-turn token).
     pub fn eos_ids(&self) -> Vec<u32> {
-        let g = &self.generator;
-        let mut ids = g.model.meta.eos_ids.clone();
-        if let Some(id) = g
-            .tokenizer
-            .config
-            .eos_token
-            .as_deref()
-            .and_then(|t| g.tokenizer.token_to_id(t))
-        {
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-        }
-        ids
+        chat_eos_ids(self.generator)
     }
 
     /// The prompt text the next turn would prefill for `user` (for inspection and tests).
@@ -195,33 +182,72 @@ impl<'g, 'a, 't> Chat<'g, 'a, 't> {
         opts: &GenerateOptions,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation> {
-        let prompt = self.render_with(user)?;
-        let ids = self.generator.tokenizer.encode(&prompt, false)?;
-        let cached = self.generator.context();
-        let mut common = cached.iter().zip(&ids).take_while(|(a, b)| a == b).count();
-        if common == ids.len() {
-            // Nothing new (cannot happen with a generation prompt); re-run the last token.
-            common = common.saturating_sub(1);
-        }
-        let context = self.generator.model.meta.max_context_len;
-        if ids.len() >= context {
-            return Err(Error::ContextOverflow {
-                needed: ids.len() - common,
-                used: common,
-                context,
-            });
-        }
-        self.generator.rewind(common);
-        let mut opts = opts.clone();
-        if opts.eos_ids.is_none() {
-            opts.eos_ids = Some(self.eos_ids());
-        }
-        // Leave the answer room: at most what the context still holds.
-        let room = context - ids.len();
-        opts.max_new_tokens = opts.max_new_tokens.min(room);
-        let g = self.generator.generate(&ids[common..], &opts, on_text)?;
+        let mut msgs = self.messages.clone();
+        msgs.push(Message::new("user", user));
+        let g = generate_messages(self.generator, &self.template, &msgs, opts, on_text)?;
         self.messages.push(Message::new("user", user));
         self.messages.push(Message::new("assistant", g.text.trim()));
         Ok(g)
     }
+}
+
+/// The tokens that end an assistant's turn: the program's EOS ids and the tokenizer's
+/// `eos_token` (chat models end turns with a token the base model's EOS may not name).
+pub fn chat_eos_ids(generator: &Generator<'_, '_>) -> Vec<u32> {
+    let mut ids = generator.model.meta.eos_ids.clone();
+    let tok = generator.tokenizer;
+    if let Some(id) = tok
+        .config
+        .eos_token
+        .as_deref()
+        .and_then(|t| tok.token_to_id(t))
+    {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
+/// Renders `messages` with `template` (with the generation prompt) and generates the
+/// assistant's answer, reusing the part of the KV cache that already holds the rendered
+/// prompt's first tokens (the earlier turns of the same conversation).
+pub fn generate_messages(
+    generator: &mut Generator<'_, '_>,
+    template: &ChatTemplate,
+    messages: &[Message],
+    opts: &GenerateOptions,
+    on_text: &mut dyn FnMut(&str),
+) -> Result<Generation> {
+    let cfg = &generator.tokenizer.config;
+    let prompt = template.render(
+        messages,
+        true,
+        cfg.bos_token.as_deref(),
+        cfg.eos_token.as_deref(),
+    )?;
+    let ids = generator.tokenizer.encode(&prompt, false)?;
+    let cached = generator.context();
+    let mut common = cached.iter().zip(&ids).take_while(|(a, b)| a == b).count();
+    if common == ids.len() {
+        // Nothing new (cannot happen with a generation prompt); re-run the last token.
+        common = common.saturating_sub(1);
+    }
+    let context = generator.model.meta.max_context_len;
+    if ids.len() >= context {
+        return Err(Error::ContextOverflow {
+            needed: ids.len() - common,
+            used: common,
+            context,
+        });
+    }
+    generator.rewind(common);
+    let mut opts = opts.clone();
+    if opts.eos_ids.is_none() {
+        opts.eos_ids = Some(chat_eos_ids(generator));
+    }
+    // Leave the answer room: at most what the context still holds.
+    let room = context - ids.len();
+    opts.max_new_tokens = opts.max_new_tokens.min(room);
+    generator.generate(&ids[common..], &opts, on_text)
 }

@@ -4,8 +4,10 @@
 
 mod arrays;
 mod errors;
+mod llm;
 mod method;
 mod program;
+mod speech;
 
 use pyo3::prelude::*;
 
@@ -19,5 +21,11 @@ fn _pteron(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<program::OperatorRegistry>()?;
     m.add_class::<program::BackendRegistry>()?;
     m.add_class::<method::PyMethod>()?;
+    m.add_class::<llm::PyGenerator>()?;
+    m.add_class::<llm::PyGeneration>()?;
+    m.add_class::<speech::PyTranscriber>()?;
+    m.add_function(wrap_pyfunction!(speech::read_wav_file, m)?)?;
+    m.add_function(wrap_pyfunction!(speech::vad, m)?)?;
+    m.add_function(wrap_pyfunction!(speech::vad_probabilities, m)?)?;
     Ok(())
 }

@@ -23,7 +23,7 @@ pub(crate) struct LoadedProgram {
 }
 
 impl LoadedProgram {
-    fn new(
+    pub(crate) fn new(
         runtime: &Runtime,
         file: ProgramFile,
         data: Option<ProgramFile>,

@@ -15,14 +15,20 @@ from enum import IntEnum
 from . import errors
 from ._pteron import (
     BackendRegistry,
+    Generation,
+    Generator,
     Method,
     MethodMeta,
     OperatorRegistry,
     Program,
     Runtime,
     TensorInfo,
+    Transcriber,
     __version__,
+    vad,
+    vad_probabilities,
 )
+from ._pteron import read_wav_file as read_wav
 from .errors import (
     AudioError,
     ClosedError,
@@ -46,11 +52,24 @@ class Verification(IntEnum):
     InternalConsistency = 1
 
 
+def transcribe(model, audio, sample_rate=None, *, tokenizer=None, config=None, threads=None, **options):
+    """Transcribes ``audio`` (a WAV path, or an array with its ``sample_rate``) with the
+    Whisper program ``model``: ``Transcriber(model, ...).transcribe(audio, ...)`` in one call.
+    Load a ``Transcriber`` once to transcribe several recordings."""
+    t = Transcriber(model, tokenizer=tokenizer, config=config, threads=threads)
+    try:
+        return t.transcribe(audio, sample_rate, **options)
+    finally:
+        t.close()
+
+
 __all__ = [
     "AudioError",
     "BackendRegistry",
     "ClosedError",
     "ExecutionError",
+    "Generation",
+    "Generator",
     "GenerationError",
     "InputError",
     "Method",
@@ -64,8 +83,13 @@ __all__ = [
     "Runtime",
     "TensorInfo",
     "TokenizerError",
+    "Transcriber",
     "UnsupportedError",
     "Verification",
     "__version__",
     "errors",
+    "read_wav",
+    "transcribe",
+    "vad",
+    "vad_probabilities",
 ]
