@@ -268,8 +268,18 @@ impl PyGenerator {
         }
     }
 
-    fn start(&self, py: Python<'_>, prompt: Prompt, mut opts: GenerateOptions) -> PyResult<PyGeneration> {
-        if self.state.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+    fn start(
+        &self,
+        py: Python<'_>,
+        prompt: Prompt,
+        mut opts: GenerateOptions,
+    ) -> PyResult<PyGeneration> {
+        if self
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+        {
             return Err(closed(py, "generator"));
         }
         let cancel = Arc::new(AtomicBool::new(false));

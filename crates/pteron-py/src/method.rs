@@ -120,7 +120,9 @@ impl PyMethod {
                         .map_err(|e| input(py, Some(i), format!("input {i}: {e}")))
                 };
                 match spec {
-                    ValueMeta::Tensor(t) => Ok(Input::Tensor(input_bytes(item, t.dtype)?)),
+                    ValueMeta::Tensor(t) => input_bytes(item, t.dtype)
+                        .map(Input::Tensor)
+                        .map_err(|e| as_input_error(py, e, i)),
                     ValueMeta::Int(_) => scalar(item.extract().map(ValueSpec::Int)),
                     ValueMeta::Double(_) => scalar(item.extract().map(ValueSpec::Double)),
                     ValueMeta::Bool(_) => scalar(item.extract().map(ValueSpec::Bool)),
@@ -132,6 +134,20 @@ impl PyMethod {
                 }
             })
             .collect()
+    }
+}
+
+/// `e` (numpy's refusal to read an input as an array) as an `InputError` of input `i`; pteron's
+/// own errors stay as they are.
+fn as_input_error(py: Python<'_>, e: PyErr, i: usize) -> PyErr {
+    let ours = py
+        .import("pteron.errors")
+        .and_then(|m| m.getattr("PteronError"))
+        .is_ok_and(|cls| e.is_instance(py, &cls));
+    if ours {
+        e
+    } else {
+        input(py, Some(i), format!("input {i}: {e}"))
     }
 }
 

@@ -78,7 +78,8 @@ fn as_path(data: &Bound<'_, PyAny>) -> Option<PathBuf> {
 impl PyRuntime {
     /// A runtime of its own. `threads`: the kernels' thread pool (0 or None: one thread per
     /// physical core, shared by the process; 1: the calling thread only). `portable`: only the
-    /// portable reference kernels (no SIMD, no XNNPACK delegate), for checking.
+    /// portable reference kernels (plain loops: no SIMD, no packed weights, no channels-last
+    /// regions), the oracle the fast ones are checked against.
     #[new]
     #[pyo3(signature = (*, threads = None, portable = false))]
     fn new(py: Python<'_>, threads: Option<usize>, portable: bool) -> PyResult<Self> {

@@ -190,7 +190,7 @@ impl PyTranscriber {
     }
 
     /// Transcribes `audio` (a WAV path, or an array with its `sample_rate`). Returns
-    /// `{"text": ..., "segments": [{"start": s, "end": s, "text": ...}, ...]}`. `vad`:
+    /// `{"text": ..., "segments": [{"start": s, "end": s, "text": ..., "tokens": [...]}, ...]}`. `vad`:
     /// transcribe only the speech Silero VAD finds; `beam_size` > 1: beam search;
     /// `timestamps`: segments with Whisper's own times (else one per 30 s window).
     #[pyo3(signature = (audio, sample_rate = None, *, timestamps = false, beam_size = 1, max_tokens = 0, vad = false))]
@@ -245,6 +245,7 @@ impl PyTranscriber {
             d.set_item("start", p.start)?;
             d.set_item("end", p.end)?;
             d.set_item("text", t.trim())?;
+            d.set_item("tokens", p.tokens.clone())?;
             segments.append(d)?;
             all.push_str(t);
         }
