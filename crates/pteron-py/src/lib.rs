@@ -5,6 +5,8 @@
 mod arrays;
 mod errors;
 mod llm;
+mod loaded;
+mod meta;
 mod method;
 mod program;
 mod speech;
@@ -16,8 +18,8 @@ fn _pteron(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<program::PyRuntime>()?;
     m.add_class::<program::PyProgram>()?;
-    m.add_class::<program::PyMethodMeta>()?;
-    m.add_class::<program::PyTensorInfo>()?;
+    m.add_class::<meta::PyMethodMeta>()?;
+    m.add_class::<meta::PyTensorInfo>()?;
     m.add_class::<program::OperatorRegistry>()?;
     m.add_class::<program::BackendRegistry>()?;
     m.add_class::<method::PyMethod>()?;

@@ -18,7 +18,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::errors::{closed, from_llm, from_pteron};
-use crate::program::{LoadedProgram, PyProgram};
+use crate::loaded::LoadedProgram;
+use crate::program::PyProgram;
 
 /// A model, its tokenizer and its KV cache.
 struct GenState {

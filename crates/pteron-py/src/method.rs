@@ -8,7 +8,8 @@ use pyo3::types::PyList;
 
 use crate::arrays::{input_bytes, Elements, InputBytes};
 use crate::errors::{closed, from_pteron, input, unsupported};
-use crate::program::{LoadedProgram, PyMethodMeta};
+use crate::loaded::LoadedProgram;
+use crate::meta::PyMethodMeta;
 
 /// A loaded method and the program bytes it reads.
 struct MethodState {

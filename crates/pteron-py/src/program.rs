@@ -1,60 +1,18 @@
-//! Runtimes, programs and their methods' metadata: `executorch.runtime`'s `Runtime`,
-//! `Program`, `MethodMeta` and `TensorInfo`.
+//! Runtimes and programs: `executorch.runtime`'s `Runtime` and `Program`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use pteron::{MethodMeta, Program, ProgramFile, Runtime, TensorMeta, ValueMeta};
+use pteron::{ProgramFile, Runtime};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes};
 
 use crate::errors::{closed, from_pteron};
+use crate::loaded::LoadedProgram;
+use crate::meta::PyMethodMeta;
 use crate::method::PyMethod;
-
-/// A program that owns its bytes (and its `.ptd` data file, if any). Methods and generators
-/// hold an `Arc` of it, since they borrow those bytes.
-pub(crate) struct LoadedProgram {
-    // Declared first: fields drop in order, and the program borrows both files.
-    program: Program<'static>,
-    _data: Option<Box<ProgramFile>>,
-    _file: Box<ProgramFile>,
-}
-
-impl LoadedProgram {
-    pub(crate) fn new(
-        runtime: &Runtime,
-        file: ProgramFile,
-        data: Option<ProgramFile>,
-    ) -> pteron::Result<Self> {
-        let file = Box::new(file);
-        let data = data.map(Box::new);
-        // Safety: the program borrows the files' bytes, which live on the heap behind the
-        // boxes; they are never moved out of or dropped before `program` (field order above),
-        // so the extended borrows never outlive them.
-        let (bytes, ptd): (&'static ProgramFile, Option<&'static ProgramFile>) = unsafe {
-            (
-                &*(&*file as *const ProgramFile),
-                data.as_deref().map(|d| &*(d as *const ProgramFile)),
-            )
-        };
-        let mut program = runtime.load_program(bytes)?;
-        if let Some(d) = ptd {
-            program = program.with_external_data(d.data_file()?);
-        }
-        Ok(LoadedProgram {
-            program,
-            _data: data,
-            _file: file,
-        })
-    }
-
-    /// The program, for as long as this value (and so its bytes) lives.
-    pub(crate) fn program(&self) -> &Program<'static> {
-        &self.program
-    }
-}
 
 /// Kernels, backends and threads: what programs are loaded with.
 #[pyclass(module = "pteron._pteron", name = "Runtime", frozen)]
@@ -320,131 +278,5 @@ impl PyProgram {
         let mut names = self.names.clone();
         names.sort();
         format!("Program(methods={names:?})")
-    }
-}
-
-/// A method's name and declared inputs and outputs (ExecuTorch's `MethodMeta`).
-#[pyclass(module = "pteron._pteron", name = "MethodMeta", frozen)]
-pub struct PyMethodMeta {
-    pub(crate) meta: MethodMeta,
-}
-
-impl PyMethodMeta {
-    fn tensor(list: &[ValueMeta], index: usize, what: &str) -> PyResult<PyTensorInfo> {
-        match list.get(index) {
-            Some(ValueMeta::Tensor(t)) => Ok(PyTensorInfo { meta: t.clone() }),
-            Some(other) => Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "{what} {index} is not a tensor: {other:?}"
-            ))),
-            None => Err(pyo3::exceptions::PyIndexError::new_err(format!(
-                "{what} {index} of {}",
-                list.len()
-            ))),
-        }
-    }
-}
-
-fn repr_list(list: &[ValueMeta]) -> String {
-    let items: Vec<String> = list
-        .iter()
-        .map(|v| match v {
-            ValueMeta::Tensor(t) => format!("'{}'", tensor_repr(t)),
-            other => format!("'{other:?}'"),
-        })
-        .collect();
-    format!("[{}]", items.join(", "))
-}
-
-#[pymethods]
-impl PyMethodMeta {
-    fn name(&self) -> &str {
-        &self.meta.name
-    }
-    fn num_inputs(&self) -> usize {
-        self.meta.inputs.len()
-    }
-    fn num_outputs(&self) -> usize {
-        self.meta.outputs.len()
-    }
-    fn input_tensor_meta(&self, index: usize) -> PyResult<PyTensorInfo> {
-        Self::tensor(&self.meta.inputs, index, "input")
-    }
-    fn output_tensor_meta(&self, index: usize) -> PyResult<PyTensorInfo> {
-        Self::tensor(&self.meta.outputs, index, "output")
-    }
-    fn __repr__(&self) -> String {
-        format!(
-            "MethodMeta(name='{}', num_inputs={}, input_tensor_meta={}, num_outputs={}, output_tensor_meta={})",
-            self.meta.name,
-            self.meta.inputs.len(),
-            repr_list(&self.meta.inputs),
-            self.meta.outputs.len(),
-            repr_list(&self.meta.outputs)
-        )
-    }
-}
-
-/// A declared tensor (ExecuTorch's `TensorInfo`).
-#[pyclass(module = "pteron._pteron", name = "TensorInfo", frozen)]
-pub struct PyTensorInfo {
-    meta: TensorMeta,
-}
-
-/// ExecuTorch's name of a dtype in `TensorInfo`'s repr (c10's ScalarType names).
-fn c10_name(t: pteron::ScalarType) -> String {
-    use pteron::ScalarType as S;
-    match t {
-        S::Byte => "Byte".into(),
-        S::Char => "Char".into(),
-        S::Short => "Short".into(),
-        S::Int => "Int".into(),
-        S::Long => "Long".into(),
-        S::Half => "Half".into(),
-        S::Float => "Float".into(),
-        S::Double => "Double".into(),
-        S::Bool => "Bool".into(),
-        S::BFloat16 => "BFloat16".into(),
-        other => format!("{other:?}"),
-    }
-}
-
-fn tensor_repr(t: &TensorMeta) -> String {
-    format!(
-        "TensorInfo(sizes={:?}, dtype={}, is_memory_planned={}, nbytes={})",
-        t.sizes,
-        c10_name(t.dtype),
-        if t.memory_planned { "True" } else { "False" },
-        t.nbytes().unwrap_or(usize::MAX)
-    )
-}
-
-#[pymethods]
-impl PyTensorInfo {
-    fn sizes(&self) -> Vec<usize> {
-        self.meta.sizes.clone()
-    }
-    /// The dtype as ExecuTorch's ScalarType code (6: float32, ...).
-    fn dtype(&self) -> i32 {
-        self.meta.dtype as i32
-    }
-    /// The order the dims are laid out in, outermost first (0, 2, 3, 1: channels-last).
-    fn dim_order(&self) -> Vec<u8> {
-        self.meta.dim_order.clone()
-    }
-    fn is_memory_planned(&self) -> bool {
-        self.meta.memory_planned
-    }
-    /// Bytes of the declared sizes.
-    fn nbytes(&self) -> usize {
-        self.meta.nbytes().unwrap_or(usize::MAX)
-    }
-    /// The numpy dtype name of the arrays this tensor is given and returned as
-    /// ("bfloat16" tensors are float32 arrays).
-    #[getter]
-    fn numpy_dtype(&self) -> Option<&'static str> {
-        crate::arrays::numpy_name(self.meta.dtype)
-    }
-    fn __repr__(&self) -> String {
-        tensor_repr(&self.meta)
     }
 }

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::errors::{audio, closed, from_audio, from_llm, from_pteron};
-use crate::program::LoadedProgram;
+use crate::loaded::LoadedProgram;
 
 /// Mono float samples at 16 kHz from a WAV path, or from an array with its `sample_rate`.
 fn samples_16k(
