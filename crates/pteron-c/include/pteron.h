@@ -198,6 +198,16 @@ enum PteronStatus pteron_method_input(const struct PteronMethod *method,
                                       size_t index,
                                       struct PteronTensorView *out);
 
+// Describes tensor output `index` as the program declares it (dtype, sizes: upper bounds for
+// a dynamic shape; `data` NULL, `nbytes` the declared size), before any execution. Fails for
+// an output that is not a tensor.
+//
+// # Safety
+// `method` is a live method; `out` valid for a write.
+enum PteronStatus pteron_method_output_info(const struct PteronMethod *method,
+                                            size_t index,
+                                            struct PteronTensorView *out);
+
 // Sets tensor input `index` from `tensor` (row-major; the bytes are copied).
 //
 // # Safety

@@ -21,7 +21,8 @@ pub use generate::{
 pub use method::{
     pteron_method_execute, pteron_method_free, pteron_method_input, pteron_method_load,
     pteron_method_num_inputs, pteron_method_num_outputs, pteron_method_output,
-    pteron_method_set_input, PteronMethod, PteronTensorView, PTERON_MAX_RANK,
+    pteron_method_output_info, pteron_method_set_input, PteronMethod, PteronTensorView,
+    PTERON_MAX_RANK,
 };
 pub use program::{
     pteron_program_free, pteron_program_load_buffer, pteron_program_load_file,

@@ -3,7 +3,7 @@
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
-use pteron::{Method, MethodOptions, Output, RunMethod, ScalarType, Value, ValueSpec};
+use pteron::{Method, MethodOptions, Output, RunMethod, ScalarType, Value, ValueMeta, ValueSpec};
 
 use crate::error::{fail, from_pteron, guard};
 use crate::program::LoadedProgram;
@@ -32,6 +32,8 @@ pub struct PteronMethod {
     /// Per output: bytes this handle holds for `pteron_method_output` (scalars, and tensors the
     /// method computes in another dim order, converted to row-major).
     held: Vec<Vec<u8>>,
+    /// The declared outputs (for `pteron_method_output_info`).
+    outputs: Vec<ValueMeta>,
     _program: Arc<LoadedProgram>,
 }
 
@@ -77,10 +79,12 @@ pub unsafe extern "C" fn pteron_method_load(
         let prog: &'static pteron::Program<'static> =
             unsafe { &*(loaded.program() as *const pteron::Program<'static>) };
         let method = prog.load_method_with(name, options).map_err(from_pteron)?;
+        let outputs = prog.method_meta(name).map_err(from_pteron)?.outputs;
         let held = vec![Vec::new(); method.num_outputs()];
         let boxed = Box::into_raw(Box::new(PteronMethod {
             method,
             held,
+            outputs,
             _program: loaded,
         }));
         // Safety: the caller's contract.
@@ -165,6 +169,45 @@ pub unsafe extern "C" fn pteron_method_input(
         let mut v = view(t.info.dtype(), t.info.sizes(), &[])?;
         v.data = std::ptr::null();
         v.nbytes = t.info.nbytes();
+        // Safety: the caller's contract.
+        unsafe { put(out, v, "out") }
+    })
+}
+
+/// Describes tensor output `index` as the program declares it (dtype, sizes: upper bounds for
+/// a dynamic shape; `data` NULL, `nbytes` the declared size), before any execution. Fails for
+/// an output that is not a tensor.
+///
+/// # Safety
+/// `method` is a live method; `out` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn pteron_method_output_info(
+    method: *const PteronMethod,
+    index: usize,
+    out: *mut PteronTensorView,
+) -> PteronStatus {
+    guard(|| {
+        // Safety: the caller's contract.
+        let m = unsafe { handle(method, "method")? };
+        let n = m.outputs.len();
+        let t = match m.outputs.get(index) {
+            Some(ValueMeta::Tensor(t)) => t,
+            Some(other) => {
+                return Err(fail(
+                    PteronStatus::InvalidArgument,
+                    format!("output {index} is not a tensor: {other:?}"),
+                ))
+            }
+            None => {
+                return Err(fail(
+                    PteronStatus::InvalidArgument,
+                    format!("output index {index} of {n}"),
+                ))
+            }
+        };
+        let mut v = view(t.dtype, &t.sizes, &[])?;
+        v.data = std::ptr::null();
+        v.nbytes = t.nbytes().unwrap_or(usize::MAX);
         // Safety: the caller's contract.
         unsafe { put(out, v, "out") }
     })

@@ -149,6 +149,21 @@ fn runs_a_fixture_and_checks_inputs() {
             PteronStatus::InvalidArgument
         );
 
+        // The declared output, before any execution: float32 [4, 10].
+        let mut declared = std::mem::zeroed::<PteronTensorView>();
+        assert_eq!(
+            pteron_method_output_info(m, 0, &mut declared),
+            PteronStatus::Ok
+        );
+        assert_eq!(declared.dtype, FLOAT);
+        assert_eq!(&declared.sizes[..declared.rank as usize], &[4, 10]);
+        assert_eq!(declared.nbytes, expected.len());
+        assert!(declared.data.is_null());
+        assert_eq!(
+            pteron_method_output_info(m, 1, &mut declared),
+            PteronStatus::InvalidArgument
+        );
+
         let mut view = spec;
         view.data = input.as_ptr().cast();
         view.nbytes = input.len();
