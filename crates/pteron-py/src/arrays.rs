@@ -71,6 +71,21 @@ pub struct InputBytes {
 /// float32 arrays are rounded to bfloat16 for bfloat16 inputs.
 pub fn input_bytes(obj: &Bound<'_, PyAny>, expected: ScalarType) -> PyResult<InputBytes> {
     let py = obj.py();
+    // The common case, without calling into Python: a C-contiguous native-order array.
+    if let Ok(arr) = obj.cast::<PyUntypedArray>() {
+        if arr.is_c_contiguous() && arr.dtype().is_native_byteorder() != Some(false) {
+            let d = arr.dtype();
+            if let Some(given) = scalar_type_of(d.kind(), d.itemsize(), "") {
+                if given == expected || expected != ScalarType::BFloat16 {
+                    return Ok(InputBytes {
+                        dtype: given,
+                        sizes: arr.shape().to_vec(),
+                        bytes: array_bytes(arr, d.itemsize()),
+                    });
+                }
+            }
+        }
+    }
     let np = numpy(py)?;
     let typed = obj.is_instance_of::<PyUntypedArray>() || obj.hasattr("dtype")?;
     let arr = if typed {
@@ -111,6 +126,21 @@ pub fn input_bytes(obj: &Bound<'_, PyAny>, expected: ScalarType) -> PyResult<Inp
         sizes,
         bytes: contiguous_bytes(np, &arr)?,
     })
+}
+
+/// The bytes of a C-contiguous array whose elements are `itemsize` bytes (one copy).
+fn array_bytes(arr: &Bound<'_, PyUntypedArray>, itemsize: usize) -> Vec<u8> {
+    let n = arr.len().saturating_mul(itemsize);
+    if n == 0 {
+        return Vec::new();
+    }
+    // Safety: the array is C-contiguous (checked by the caller), so its `len()` elements of
+    // `itemsize` bytes lie back to back from its data pointer; the GIL is held and `arr`
+    // referenced for the whole copy, so the buffer can be neither freed nor resized meanwhile.
+    unsafe {
+        let data = (*arr.as_array_ptr()).data as *const u8;
+        std::slice::from_raw_parts(data, n).to_vec()
+    }
 }
 
 /// The elements of `arr`, row-major, as bytes (one copy).
@@ -178,23 +208,26 @@ impl Elements {
 
     /// A numpy array of `sizes` that takes over the elements.
     pub fn into_numpy<'py>(self, py: Python<'py>, sizes: &[usize]) -> PyResult<Bound<'py, PyAny>> {
-        fn a<'py, T: numpy::Element>(py: Python<'py>, v: Vec<T>) -> Bound<'py, PyAny> {
-            PyArray1::from_vec(py, v).into_any()
+        fn a<'py, T: numpy::Element>(
+            py: Python<'py>,
+            v: Vec<T>,
+            sizes: &[usize],
+        ) -> PyResult<Bound<'py, PyAny>> {
+            Ok(PyArray1::from_vec(py, v).reshape(sizes)?.into_any())
         }
-        let flat = match self {
-            Elements::U8(v) => a(py, v),
-            Elements::I8(v) => a(py, v),
-            Elements::I16(v) => a(py, v),
-            Elements::I32(v) => a(py, v),
-            Elements::I64(v) => a(py, v),
-            Elements::F16(v) => a(py, v),
-            Elements::F32(v) => a(py, v),
-            Elements::F64(v) => a(py, v),
-            Elements::U16(v) => a(py, v),
-            Elements::U32(v) => a(py, v),
-            Elements::U64(v) => a(py, v),
-            Elements::Bool(v) => a(py, v),
-        };
-        flat.call_method1("reshape", (sizes.to_vec(),))
+        match self {
+            Elements::U8(v) => a(py, v, sizes),
+            Elements::I8(v) => a(py, v, sizes),
+            Elements::I16(v) => a(py, v, sizes),
+            Elements::I32(v) => a(py, v, sizes),
+            Elements::I64(v) => a(py, v, sizes),
+            Elements::F16(v) => a(py, v, sizes),
+            Elements::F32(v) => a(py, v, sizes),
+            Elements::F64(v) => a(py, v, sizes),
+            Elements::U16(v) => a(py, v, sizes),
+            Elements::U32(v) => a(py, v, sizes),
+            Elements::U64(v) => a(py, v, sizes),
+            Elements::Bool(v) => a(py, v, sizes),
+        }
     }
 }
