@@ -12,7 +12,12 @@ enum Bytes {
     Mapped(memmap2::Mmap),
     /// 64-byte aligned copy (the first `len` bytes of the blocks).
     Owned(Vec<Block>, usize),
+    /// Bytes a caller owns and hands over without a copy (64-byte aligned).
+    Shared(Box<dyn AsRef<[u8]> + Send + Sync>),
 }
+
+/// Alignment of program bytes: constant tensors are read in place, as the widest type's.
+const ALIGN: usize = 64;
 
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C, align(64))]
@@ -65,10 +70,30 @@ impl ProgramFile {
         }
     }
 
+    /// Takes bytes without copying them when they start on a 64-byte boundary (what `mmap`
+    /// and aligned allocators give; the bytes must not change while the file lives), and
+    /// copies them into aligned memory otherwise ([`Self::from_bytes`]).
+    pub fn from_owner(owner: Box<dyn AsRef<[u8]> + Send + Sync>) -> Self {
+        let data = (*owner).as_ref();
+        if data.as_ptr() as usize % ALIGN != 0 {
+            return Self::from_bytes(data);
+        }
+        ProgramFile {
+            bytes: Bytes::Shared(owner),
+        }
+    }
+
+    /// Whether the bytes are the caller's, not a copy (a map or [`Self::from_owner`]'s
+    /// aligned bytes).
+    pub fn is_borrowed(&self) -> bool {
+        !matches!(self.bytes, Bytes::Owned(..))
+    }
+
     pub fn bytes(&self) -> &[u8] {
         match &self.bytes {
             Bytes::Mapped(m) => m,
             Bytes::Owned(b, len) => &bytemuck::cast_slice(b)[..*len],
+            Bytes::Shared(o) => (**o).as_ref(),
         }
     }
 
