@@ -525,3 +525,118 @@ impl<'a, 'b> StreamingTranscriber<'a, 'b> {
         self.base += n;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Text tokens are below EOT, timestamps from TS on (TS + n is n * 0.02 s).
+    const EOT: u32 = 50;
+    const TS: u32 = 100;
+    const FRAMES: usize = 3000;
+
+    fn seg(start: f64, end: f64, tokens: &[u32]) -> WindowSegment {
+        WindowSegment {
+            start,
+            end,
+            tokens: tokens.to_vec(),
+        }
+    }
+
+    fn split(tokens: &[u32]) -> WindowSplit {
+        split_window(tokens, TS, EOT, FRAMES)
+    }
+
+    #[test]
+    fn single_timestamp_ending_keeps_every_segment_and_moves_a_window() {
+        // [0.0 a b 1.0][1.0 c d 2.0] EOT: nothing said after 2.0 s.
+        let s = split(&[TS, 1, 2, TS + 50, TS + 50, 3, 4, TS + 100, EOT]);
+        assert_eq!(
+            s.segments,
+            [
+                seg(0.0, 1.0, &[TS, 1, 2, TS + 50]),
+                seg(1.0, 2.0, &[TS + 50, 3, 4, TS + 100])
+            ]
+        );
+        assert_eq!(s.advance, FRAMES);
+    }
+
+    #[test]
+    fn two_timestamp_ending_seeks_to_the_last_pair() {
+        // [0.0 a 1.0][1.0 b 2.0][2.0 ... a segment opened and never closed.
+        let s = split(&[TS, 1, TS + 50, TS + 50, 2, TS + 100, TS + 100, EOT]);
+        assert_eq!(
+            s.segments,
+            [
+                seg(0.0, 1.0, &[TS, 1, TS + 50]),
+                seg(1.0, 2.0, &[TS + 50, 2, TS + 100])
+            ]
+        );
+        // 2.0 s = 100 timestamp steps = 200 mel frames.
+        assert_eq!(s.advance, 200);
+    }
+
+    #[test]
+    fn segment_cut_mid_window_is_dropped_and_decoded_again() {
+        // The window's edge (or the token limit) cuts "c d": the next window starts at 1.0 s.
+        let s = split(&[TS, 1, 2, TS + 50, TS + 50, 3, 4]);
+        assert_eq!(s.segments, [seg(0.0, 1.0, &[TS, 1, 2, TS + 50])]);
+        assert_eq!(s.advance, 100);
+    }
+
+    #[test]
+    fn no_timestamps_make_one_segment_of_the_window() {
+        let s = split(&[1, 2, 3, EOT]);
+        assert_eq!(s.segments, [seg(0.0, 30.0, &[1, 2, 3])]);
+        assert_eq!(s.advance, FRAMES);
+        // The last window of an input: only its frames count.
+        let s = split_window(&[1, 2, EOT], TS, EOT, 1234);
+        assert_eq!(s.segments, [seg(0.0, 12.34, &[1, 2])]);
+        assert_eq!(s.advance, 1234);
+    }
+
+    #[test]
+    fn one_pair_without_a_follower_ends_at_its_timestamp() {
+        let s = split(&[TS + 10, 1, 2, TS + 150, EOT]);
+        assert_eq!(s.segments, [seg(0.0, 3.0, &[TS + 10, 1, 2, TS + 150])]);
+        assert_eq!(s.advance, FRAMES);
+    }
+
+    #[test]
+    fn a_window_without_speech_moves_a_window() {
+        for tokens in [&[EOT][..], &[], &[TS, EOT]] {
+            let s = split(tokens);
+            assert_eq!(s.advance, FRAMES, "{tokens:?}");
+            assert_eq!(s.segments.len(), 1);
+            assert!(s.segments[0].tokens.iter().all(|&t| t >= TS));
+        }
+    }
+
+    #[test]
+    fn tokens_after_end_of_text_are_ignored() {
+        assert_eq!(split(&[1, EOT, TS + 5, TS + 5, 2]), split(&[1, EOT]));
+    }
+
+    #[test]
+    fn a_pair_at_zero_cannot_stall_the_loop() {
+        let s = split(&[TS, TS, 1]);
+        assert_eq!(s.advance, FRAMES);
+    }
+
+    #[test]
+    fn compression_ratio_flags_repetition() {
+        let plain = "The committee met on Tuesday morning to review the budget.";
+        assert!(
+            compression_ratio(plain) < 2.4,
+            "{}",
+            compression_ratio(plain)
+        );
+        let looped = "Thank you. ".repeat(20);
+        assert!(
+            compression_ratio(&looped) > 2.4,
+            "{}",
+            compression_ratio(&looped)
+        );
+        assert_eq!(compression_ratio(""), 0.0);
+    }
+}
