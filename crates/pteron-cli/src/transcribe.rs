@@ -89,6 +89,21 @@ pub fn transcribe(args: &TranscribeArgs) -> pteron::Result<()> {
         ..Default::default()
     };
     let eot = whisper.config.eot;
+    let window_s = whisper.config.window_samples() as f64 / MODEL_RATE as f64;
+    if !args.vad && samples.len() as f64 / MODEL_RATE as f64 > window_s {
+        // Exports before the long-form decoder named neither token in whisper.json.
+        for (name, id) in [
+            ("sot_prev", whisper.config.sot_prev),
+            ("no_speech", whisper.config.no_speech),
+        ] {
+            if id.is_none() {
+                eprintln!(
+                    "note: whisper.json names no {name} token: long-form decoding goes without \
+                     it (re-export with tools/export/export_speech.py whisper)"
+                );
+            }
+        }
+    }
     let mut transcriber = Transcriber::new(whisper, decode)
         .with_text(|ids: &[u32]| tokenizer.decode(ids, true).unwrap_or_default());
     transcriber.long_form.without_timestamps = args.without_timestamps;
