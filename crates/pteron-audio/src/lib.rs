@@ -8,6 +8,10 @@
 //! - [`vad`]: Silero VAD run as an ExecuTorch program, streaming (samples in, per-frame speech
 //!   probabilities out), and the segmenter that turns probabilities into speech segments like
 //!   `silero_vad.get_speech_timestamps`.
+//! - [`whisper`]: a Whisper program's encoder and decoder (greedy, beam search, sampling,
+//!   prompts continuing earlier text).
+//! - [`transcribe`]: audio of any length with Whisper's long-form algorithm
+//!   ([`transcribe::Transcriber`]), or VAD segments, or streamed.
 
 pub mod mel;
 pub mod resample;

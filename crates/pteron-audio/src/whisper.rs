@@ -38,6 +38,11 @@ pub struct WhisperConfig {
     pub eot: u32,
     pub no_timestamps: Option<u32>,
     pub timestamp_begin: Option<u32>,
+    /// `<|startofprev|>`: opens the previous window's text in the prompt.
+    pub sot_prev: Option<u32>,
+    /// `<|nospeech|>` (`<|nocaptions|>` in English-only models): its probability after the
+    /// start-of-transcript token says whether the window holds speech.
+    pub no_speech: Option<u32>,
     pub suppress: Vec<u32>,
     pub suppress_begin: Vec<u32>,
 }
@@ -84,6 +89,8 @@ impl WhisperConfig {
             eot: id("eot")?,
             no_timestamps: opt("no_timestamps"),
             timestamp_begin: opt("timestamp_begin"),
+            sot_prev: opt("sot_prev"),
+            no_speech: opt("no_speech"),
             suppress: list("suppress"),
             suppress_begin: list("suppress_begin"),
         };
@@ -91,7 +98,9 @@ impl WhisperConfig {
         let ids = [cfg.sot, cfg.eot]
             .into_iter()
             .chain(cfg.no_timestamps)
-            .chain(cfg.timestamp_begin);
+            .chain(cfg.timestamp_begin)
+            .chain(cfg.sot_prev)
+            .chain(cfg.no_speech);
         if ids.into_iter().any(|t| t as usize >= vocab) || cfg.n_frames == 0 || cfg.n_mels == 0 {
             return Err(Error::Model(
                 "whisper.json: token ids beyond the vocabulary or empty shapes".into(),
@@ -125,6 +134,14 @@ pub struct DecodeOptions {
     /// Beams of beam search (0 or 1: greedy). Needs a decoder whose self-attention caches
     /// are written by `llama::update_cache` (the exporter's), which are saved per beam.
     pub beam_size: usize,
+    /// Sampling temperature: above 0 the window is sampled (`best_of` times, no beams), as
+    /// Whisper's fallback when a greedy or beam result is rejected.
+    pub temperature: f32,
+    /// Samples drawn at a temperature above 0; the one most likely per token is kept
+    /// (0 or 1: one sample).
+    pub best_of: usize,
+    /// The sampler's seed: the same seed, window and prompt give the same samples.
+    pub seed: u64,
 }
 
 /// A piece of text with its times in seconds (relative to the window's start).
@@ -145,6 +162,21 @@ pub struct WindowResult {
     /// With timestamps: where the window's last complete segment ended (seconds), to continue
     /// the next window from there.
     pub last_timestamp: Option<f64>,
+    /// Summed log-probability of the generated tokens (end-of-text included) under the
+    /// filtered logits, as Whisper scores a decoding.
+    pub sum_logprob: f64,
+    /// Probability of `<|nospeech|>` right after the start-of-transcript token (0 when the
+    /// model names no such token).
+    pub no_speech_prob: f64,
+}
+
+impl WindowResult {
+    /// `sum_logprob` per generated token, end-of-text counted once whether or not it was
+    /// reached (Whisper's `avg_logprob`, which its fallback compares with a threshold).
+    pub fn avg_logprob(&self, eot: u32) -> f64 {
+        let n = self.tokens.iter().filter(|&&t| t != eot).count();
+        self.sum_logprob / (n + 1) as f64
+    }
 }
 
 /// Where transcription time went, accumulated over calls.
@@ -332,49 +364,95 @@ impl<'a> Whisper<'a> {
 
     /// The decoder prompt: start-of-transcript, then `<|notimestamps|>` unless timestamps.
     pub fn prompt(&self, timestamps: bool) -> Vec<u32> {
-        let mut p = vec![self.config.sot];
+        self.prompt_after(&[], timestamps)
+    }
+
+    /// The prompt of a window that continues `previous` (earlier windows' tokens, timestamps
+    /// included): `<|startofprev|>` and the last of them (at most half the context less one),
+    /// then [`Whisper::prompt`]. Without previous tokens, or a model without
+    /// `<|startofprev|>`, just [`Whisper::prompt`].
+    pub fn prompt_after(&self, previous: &[u32], timestamps: bool) -> Vec<u32> {
+        let mut p = Vec::new();
+        if let (Some(prev), false) = (self.config.sot_prev, previous.is_empty()) {
+            let keep = (self.config.max_target_positions / 2).saturating_sub(1);
+            p.push(prev);
+            p.extend_from_slice(&previous[previous.len().saturating_sub(keep)..]);
+        }
+        p.push(self.config.sot);
         if !timestamps {
             p.extend(self.config.no_timestamps);
         }
         p
     }
 
-    /// Feeds the prompt of a window: its timestamp mode, the prompt, the token limit and the
-    /// logits for the first generated token.
-    fn start(&mut self, opts: &DecodeOptions) -> Result<Start> {
+    /// Feeds the prompt of a window: its timestamp mode, the prompt, the token limit, the
+    /// no-speech probability and the logits for the first generated token.
+    fn start(&mut self, opts: &DecodeOptions, previous: &[u32]) -> Result<Start> {
         let timestamps = opts.timestamps && self.config.timestamp_begin.is_some();
-        let prompt = self.prompt(timestamps);
+        let prompt = self.prompt_after(previous, timestamps);
+        // Leave room to generate: a prompt filling the context is a caller's mistake.
+        if prompt.len() >= self.config.max_target_positions {
+            return Err(Error::Invalid(format!(
+                "a prompt of {} tokens leaves nothing of the decoder's {} positions",
+                prompt.len(),
+                self.config.max_target_positions
+            )));
+        }
         let limit = if opts.max_tokens == 0 {
             self.config.max_target_positions / 2
         } else {
             opts.max_tokens
         };
         let mut logits = Vec::new();
+        let mut no_speech_prob = 0.0;
         for (i, &t) in prompt.iter().enumerate() {
             logits.clear();
             logits.extend_from_slice(self.step(t, i)?);
+            if t == self.config.sot {
+                if let Some(ns) = self.config.no_speech {
+                    no_speech_prob = log_softmax_at(&logits, ns).exp();
+                }
+            }
         }
         Ok(Start {
             timestamps,
             prompt,
             limit,
+            no_speech_prob,
             logits,
         })
     }
 
     /// Greedy decoding of the encoded window.
     pub fn decode_greedy(&mut self, opts: &DecodeOptions) -> Result<WindowResult> {
+        self.decode_one(opts, &[], None)
+    }
+
+    /// One decoding from the prompt: the most likely token at each step, or with a sampler a
+    /// token drawn from the softmax of the filtered logits divided by the temperature.
+    fn decode_one(
+        &mut self,
+        opts: &DecodeOptions,
+        previous: &[u32],
+        mut sampler: Option<(f64, &mut SplitMix64)>,
+    ) -> Result<WindowResult> {
         let Start {
             timestamps,
             prompt,
             limit,
+            no_speech_prob,
             mut logits,
-        } = self.start(opts)?;
+        } = self.start(opts, previous)?;
         let max_pos = self.config.max_target_positions;
         let mut out: Vec<u32> = Vec::new();
+        let mut sum_logprob = 0.0;
         loop {
             self.apply_rules(&mut logits, &out, timestamps);
-            let next = argmax(&logits);
+            let next = match sampler.as_mut() {
+                Some((t, rng)) => sample(&logits, *t, rng.next_f64()),
+                None => argmax(&logits),
+            };
+            sum_logprob += log_softmax_at(&logits, next);
             out.push(next);
             if next == self.config.eot || out.len() >= limit || prompt.len() + out.len() >= max_pos
             {
@@ -383,16 +461,44 @@ impl<'a> Whisper<'a> {
             logits.clear();
             logits.extend_from_slice(self.step(next, prompt.len() + out.len() - 1)?);
         }
-        Ok(self.split_segments(out, timestamps))
+        let mut r = self.split_segments(out, timestamps);
+        r.sum_logprob = sum_logprob;
+        r.no_speech_prob = no_speech_prob;
+        Ok(r)
     }
 
-    /// Decodes the encoded window: greedy, or beam search when `opts.beam_size > 1`.
+    /// Decodes the encoded window: greedy, or beam search when `opts.beam_size > 1`, or
+    /// sampling when `opts.temperature > 0`.
     pub fn decode(&mut self, opts: &DecodeOptions) -> Result<WindowResult> {
-        if opts.beam_size > 1 {
-            self.decode_beam(opts)
+        self.decode_after(opts, &[])
+    }
+
+    /// [`Whisper::decode`] with the prompt continuing `previous` ([`Whisper::prompt_after`]).
+    pub fn decode_after(&mut self, opts: &DecodeOptions, previous: &[u32]) -> Result<WindowResult> {
+        if opts.temperature > 0.0 {
+            self.decode_sampled(opts, previous)
+        } else if opts.beam_size > 1 {
+            self.decode_beam_after(opts, previous)
         } else {
-            self.decode_greedy(opts)
+            self.decode_one(opts, previous, None)
         }
+    }
+
+    /// `best_of` samples at `opts.temperature`; the one with the best log-probability per
+    /// token wins (Whisper's ranking without a length penalty; the first of equals).
+    fn decode_sampled(&mut self, opts: &DecodeOptions, previous: &[u32]) -> Result<WindowResult> {
+        let mut rng = SplitMix64(opts.seed);
+        let eot = self.config.eot;
+        let mut best: Option<(f64, WindowResult)> = None;
+        for _ in 0..opts.best_of.max(1) {
+            let r = self.decode_one(opts, previous, Some((opts.temperature as f64, &mut rng)))?;
+            let n = r.tokens.iter().filter(|&&t| t != eot).count().max(1);
+            let score = r.sum_logprob / n as f64;
+            if best.as_ref().is_none_or(|(b, _)| score > *b) {
+                best = Some((score, r));
+            }
+        }
+        Ok(best.map(|(_, r)| r).unwrap_or_default())
     }
 
     /// Beam search as OpenAI Whisper's `BeamSearchDecoder` (patience 1, no length penalty):
@@ -405,14 +511,23 @@ impl<'a> Whisper<'a> {
     /// The decoder runs one beam at a time: before each step the beam's rows of the
     /// self-attention caches are written back into the method, after it the new row is saved.
     pub fn decode_beam(&mut self, opts: &DecodeOptions) -> Result<WindowResult> {
+        self.decode_beam_after(opts, &[])
+    }
+
+    fn decode_beam_after(
+        &mut self,
+        opts: &DecodeOptions,
+        previous: &[u32],
+    ) -> Result<WindowResult> {
         let size = opts.beam_size.max(1);
         let caches = self.cache_layout()?;
         let Start {
             timestamps,
             prompt,
             limit,
+            no_speech_prob,
             logits,
-        } = self.start(opts)?;
+        } = self.start(opts, previous)?;
         let max_pos = self.config.max_target_positions;
         let n0 = prompt.len();
         let mut beams = vec![Beam {
@@ -488,16 +603,19 @@ impl<'a> Whisper<'a> {
         }
         // Length-normalised (tokens without the end-of-text), OpenAI's default ranker.
         // The first of equal scores wins.
-        let mut best: Option<(f64, Vec<u32>)> = None;
+        let mut best: Option<(f64, Vec<u32>, f64)> = None;
         for (t, lp) in finished {
             let n = t.iter().filter(|&&x| x != eot).count().max(1);
             let score = lp / n as f64;
-            if best.as_ref().is_none_or(|(b, _)| score > *b) {
-                best = Some((score, t));
+            if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
+                best = Some((score, t, lp));
             }
         }
-        let best = best.map(|(_, t)| t).unwrap_or_default();
-        Ok(self.split_segments(best, timestamps))
+        let (best, sum_logprob) = best.map(|(_, t, lp)| (t, lp)).unwrap_or_default();
+        let mut r = self.split_segments(best, timestamps);
+        r.sum_logprob = sum_logprob;
+        r.no_speech_prob = no_speech_prob;
+        Ok(r)
     }
 
     /// Each self-attention cache of the decoder: (value, bytes per position).
@@ -650,6 +768,7 @@ impl<'a> Whisper<'a> {
             tokens,
             segments,
             last_timestamp,
+            ..Default::default()
         }
     }
 }
@@ -659,6 +778,7 @@ struct Start {
     timestamps: bool,
     prompt: Vec<u32>,
     limit: usize,
+    no_speech_prob: f64,
     logits: Vec<f32>,
 }
 
@@ -695,6 +815,56 @@ fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
     idx.into_iter()
         .map(|i| (i, logits[i as usize] as f64 - lse))
         .collect()
+}
+
+/// log-softmax of `logits` (in f64) at `tok`.
+fn log_softmax_at(logits: &[f32], tok: u32) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = logits
+        .iter()
+        .map(|&l| (l as f64 - max).exp())
+        .sum::<f64>()
+        .ln()
+        + max;
+    logits
+        .get(tok as usize)
+        .map_or(f64::NEG_INFINITY, |&l| l as f64 - lse)
+}
+
+/// The token where `u` (uniform in [0, 1)) falls in the cumulative softmax of
+/// `logits / temperature`; suppressed (-inf) tokens have no weight.
+fn sample(logits: &[f32], temperature: f64, u: f64) -> u32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let weight = |l: f32| ((l as f64 - max) / temperature).exp();
+    let total: f64 = logits.iter().map(|&l| weight(l)).sum();
+    let mut left = u * total;
+    let mut last = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        let w = weight(l);
+        if w > 0.0 {
+            last = i;
+            if left < w {
+                return i as u32;
+            }
+            left -= w;
+        }
+    }
+    // Rounding left a sliver past the last weight: the last allowed token.
+    last as u32
+}
+
+/// SplitMix64: a small, seedable generator, plenty for choosing tokens.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_f64(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
 }
 
 fn argmax(v: &[f32]) -> u32 {

@@ -106,6 +106,7 @@ fn random_fixture_beam_search_matches_executorch() {
             timestamps: false,
             max_tokens: golden["max_tokens"].as_u64().unwrap() as usize,
             beam_size: golden["beam_size"].as_u64().unwrap() as usize,
+            ..Default::default()
         };
         let r = w.decode(&opts).unwrap();
         assert_eq!(r.tokens, ids(&golden["tokens"]), "{threads} thread(s)");
@@ -170,4 +171,40 @@ fn tiny_en_greedy_tokens_match_pytorch() {
         assert_eq!(r.tokens, want, "{clip}");
         assert_eq!(want, ids(&golden["clips"][clip]["executorch_tokens"]));
     }
+}
+
+#[test]
+fn prompt_after_previous_text_keeps_the_last_half_context() {
+    let dir = root().join("testdata/speech/whisper_tiny_random");
+    let mut config = WhisperConfig::from_file(dir.join("whisper.json")).unwrap();
+    let (sot, nots) = (config.sot, config.no_timestamps.unwrap());
+    let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
+    let previous: Vec<u32> = (0..30).collect();
+    // No <|startofprev|> in the vocabulary: previous text cannot be given.
+    let w = Whisper::new(&program, pteron::MethodOptions::new(), config.clone()).unwrap();
+    assert_eq!(w.prompt_after(&previous, true), [sot]);
+    config.sot_prev = Some(119);
+    let mut w = Whisper::new(&program, pteron::MethodOptions::new(), config).unwrap();
+    // 24 positions: <|startofprev|>, the last 11 tokens, then the usual prompt.
+    let want: Vec<u32> = [119].into_iter().chain(19..30).chain([sot, nots]).collect();
+    assert_eq!(w.prompt_after(&previous, false), want);
+    assert_eq!(w.prompt_after(&[], false), [sot, nots]);
+    // A prompt changes what is decoded; the result reports its log-probability.
+    let audio = read_wav(root().join("testdata/speech/hello_16k.wav")).unwrap();
+    w.encode_window(&audio.samples).unwrap();
+    let opts = DecodeOptions::default();
+    let plain = w.decode(&opts).unwrap();
+    let prompted = w.decode_after(&opts, &previous).unwrap();
+    assert_ne!(plain.tokens, prompted.tokens);
+    assert!(plain.sum_logprob < 0.0 && plain.avg_logprob(120) < 0.0);
+    // The same seed samples the same tokens.
+    let hot = DecodeOptions {
+        temperature: 1.0,
+        best_of: 2,
+        seed: 7,
+        ..Default::default()
+    };
+    let a = w.decode(&hot).unwrap();
+    assert_eq!(a.tokens, w.decode(&hot).unwrap().tokens);
 }

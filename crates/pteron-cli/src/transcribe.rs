@@ -19,9 +19,21 @@ pub struct TranscribeArgs {
     /// Transcribe only the speech Silero VAD finds (streamed: text appears as segments end).
     #[arg(long)]
     pub vad: bool,
-    /// Segments with start/end times (Whisper's timestamp tokens).
+    /// Show segments with start/end times. (Long audio is always decoded with Whisper's
+    /// timestamp tokens, which steer its 30 s windows; this only shows them.)
     #[arg(long)]
     pub timestamps: bool,
+    /// Decode with <|notimestamps|>: whole 30 s windows one after the other, no seeking by
+    /// timestamps (faster-whisper's `without_timestamps`).
+    #[arg(long)]
+    pub without_timestamps: bool,
+    /// Decode each window on its own, without the text so far as its prompt.
+    #[arg(long)]
+    pub no_condition: bool,
+    /// Temperature 0 only: no re-decoding at higher temperatures of a window whose text is
+    /// too repetitive or too unlikely.
+    #[arg(long)]
+    pub no_fallback: bool,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -74,9 +86,31 @@ pub fn transcribe(args: &TranscribeArgs) -> pteron::Result<()> {
         timestamps: args.timestamps,
         max_tokens: args.max_tokens,
         beam_size: args.beam_size,
+        ..Default::default()
     };
-    let mut transcriber = Transcriber::new(whisper, decode);
-    let eot = transcriber.whisper.config.eot;
+    let eot = whisper.config.eot;
+    let window_s = whisper.config.window_samples() as f64 / MODEL_RATE as f64;
+    if !args.vad && samples.len() as f64 / MODEL_RATE as f64 > window_s {
+        // Exports before the long-form decoder named neither token in whisper.json.
+        for (name, id) in [
+            ("sot_prev", whisper.config.sot_prev),
+            ("no_speech", whisper.config.no_speech),
+        ] {
+            if id.is_none() {
+                eprintln!(
+                    "note: whisper.json names no {name} token: long-form decoding goes without \
+                     it (re-export with tools/export/export_speech.py whisper)"
+                );
+            }
+        }
+    }
+    let mut transcriber = Transcriber::new(whisper, decode)
+        .with_text(|ids: &[u32]| tokenizer.decode(ids, true).unwrap_or_default());
+    transcriber.long_form.without_timestamps = args.without_timestamps;
+    transcriber.long_form.condition_on_previous_text = !args.no_condition;
+    if args.no_fallback {
+        transcriber.long_form.temperatures = vec![0.0];
+    }
     let text_of = |p: &Piece| -> pteron::Result<String> {
         let ids: Vec<u32> = p.tokens.iter().copied().filter(|&t| t < eot).collect();
         tokenizer.decode(&ids, true).map_err(err)
