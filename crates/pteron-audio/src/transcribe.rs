@@ -159,7 +159,7 @@ impl Default for LongFormOptions {
 
 /// Turns text tokens into text (a tokenizer's decode), for the compression-ratio check and
 /// to drop segments that are only blanks.
-pub type TextFn<'t> = Box<dyn Fn(&[u32]) -> String + 't>;
+pub type TextFn<'t> = Box<dyn Fn(&[u32]) -> String + Send + Sync + 't>;
 
 /// Runs Whisper over long audio.
 pub struct Transcriber<'a> {
@@ -184,7 +184,7 @@ impl<'a> Transcriber<'a> {
 
     /// Gives the transcriber the text of tokens. Without it the compression-ratio check is
     /// off and a segment counts as blank only when it has no text tokens.
-    pub fn with_text(mut self, text: impl Fn(&[u32]) -> String + 'a) -> Self {
+    pub fn with_text(mut self, text: impl Fn(&[u32]) -> String + Send + Sync + 'a) -> Self {
         self.text = Some(Box::new(text));
         self
     }

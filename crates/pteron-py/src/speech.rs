@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use numpy::{PyArray1, PyArrayMethods};
 use pteron::{MethodOptions, ProgramFile, Runtime};
-use pteron_audio::transcribe::{Piece, Transcriber};
+use pteron_audio::transcribe::{LongFormOptions, Piece, Transcriber};
 use pteron_audio::vad::{segments_from_probs, SegmentParams, Vad, SILERO_VAD_PTE};
 use pteron_audio::whisper::{DecodeOptions, Whisper, WhisperConfig};
 use pteron_audio::{read_wav, resample, MODEL_RATE};
@@ -132,9 +132,9 @@ pub fn vad(
 
 /// A Whisper program, its tokenizer and its configuration.
 struct WhisperState {
-    // Declared first: it borrows the program's bytes.
+    // Declared first: it borrows the program's bytes and the tokenizer.
     transcriber: Transcriber<'static>,
-    tokenizer: Tokenizer,
+    tokenizer: Box<Tokenizer>,
     _program: Arc<LoadedProgram>,
 }
 
@@ -158,9 +158,10 @@ impl PyTranscriber {
     ) -> PyResult<Self> {
         let tokenizer_path = tokenizer.unwrap_or_else(|| model.with_file_name("tokenizer.json"));
         let config_path = config.unwrap_or_else(|| model.with_file_name("whisper.json"));
-        let tokenizer = py
-            .detach(|| Tokenizer::from_file(&tokenizer_path))
-            .map_err(|e| from_llm(py, &e))?;
+        let tokenizer = Box::new(
+            py.detach(|| Tokenizer::from_file(&tokenizer_path))
+                .map_err(|e| from_llm(py, &e))?,
+        );
         let config = WhisperConfig::from_file(&config_path).map_err(|e| from_audio(py, &e))?;
         let loaded = Arc::new(
             py.detach(|| LoadedProgram::new(&Runtime::new(), ProgramFile::open(&model)?, None))
@@ -180,28 +181,38 @@ impl PyTranscriber {
                 Whisper::new(prog, options, config)
             })
             .map_err(|e| from_audio(py, &e))?;
+        // Safety: the transcriber's text function borrows the tokenizer, on the heap behind its
+        // box; the state stores the box and drops the transcriber first (field order).
+        let tok: &'static Tokenizer = unsafe { &*(&*tokenizer as *const Tokenizer) };
+        let transcriber = Transcriber::new(whisper, DecodeOptions::default())
+            .with_text(move |ids: &[u32]| tok.decode(ids, true).unwrap_or_default());
         Ok(PyTranscriber {
             state: Mutex::new(Some(WhisperState {
-                transcriber: Transcriber::new(whisper, DecodeOptions::default()),
+                transcriber,
                 tokenizer,
                 _program: loaded,
             })),
         })
     }
 
-    /// Transcribes `audio` (a WAV path, or an array with its `sample_rate`). Returns
-    /// `{"text": ..., "segments": [{"start": s, "end": s, "text": ..., "tokens": [...]}, ...]}`. `vad`:
-    /// transcribe only the speech Silero VAD finds; `beam_size` > 1: beam search;
-    /// `timestamps`: segments with Whisper's own times (else one per 30 s window).
-    #[pyo3(signature = (audio, sample_rate = None, *, timestamps = false, beam_size = 1, max_tokens = 0, vad = false))]
+    /// Transcribes `audio` (a WAV path, or an array with its `sample_rate`) with Whisper's
+    /// long-form algorithm (faster-whisper's defaults: timestamps decoded to seek, the previous
+    /// text as prompt, temperature fallback). Returns `{"text": ..., "segments": [{"start": s,
+    /// "end": s, "text": ..., "tokens": [...]}, ...]}`. `beam_size` > 1: beam search;
+    /// `without_timestamps`: one segment per 30 s window, no seeking;
+    /// `condition_on_previous_text`, `temperature_fallback`: as faster-whisper's options;
+    /// `vad`: transcribe only the speech Silero VAD finds, each stretch on its own.
+    #[pyo3(signature = (audio, sample_rate = None, *, beam_size = 1, max_tokens = 0, without_timestamps = false, condition_on_previous_text = true, temperature_fallback = true, vad = false))]
     fn transcribe<'py>(
         &self,
         py: Python<'py>,
         audio: &Bound<'py, PyAny>,
         sample_rate: Option<u32>,
-        timestamps: bool,
         beam_size: usize,
         max_tokens: usize,
+        without_timestamps: bool,
+        condition_on_previous_text: bool,
+        temperature_fallback: bool,
         vad: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let samples = samples_16k(py, audio, sample_rate)?;
@@ -211,10 +222,19 @@ impl PyTranscriber {
                 return Ok(None);
             };
             s.transcriber.options = DecodeOptions {
-                timestamps,
+                // The VAD path decodes each stretch on its own, with Whisper's times.
+                timestamps: vad,
                 max_tokens,
                 beam_size,
+                ..DecodeOptions::default()
             };
+            let lf = &mut s.transcriber.long_form;
+            *lf = LongFormOptions::default();
+            lf.without_timestamps = without_timestamps;
+            lf.condition_on_previous_text = condition_on_previous_text;
+            if !temperature_fallback {
+                lf.temperatures = vec![0.0];
+            }
             let pieces = if vad {
                 let probs = probabilities(None, &samples, Some(1))?;
                 let segs = segments_from_probs(&probs, samples.len(), &SegmentParams::default());

@@ -57,18 +57,26 @@ def test_transcriber_gives_executorchs_tokens_on_the_whisper_fixture(testdata):
     t = pteron.Transcriber(d / "model.pte", tokenizer=tok, threads=1)
     samples, rate = pteron.read_wav(testdata / "speech" / f"{g['clip']}.wav")
     window = int(g["window_s"] * 16000)
-    out = t.transcribe(samples[:window], rate, max_tokens=len(g["tokens"]))
+    # One window decoded as the goldens were: no timestamps, no prompt, no fallback.
+    plain = dict(without_timestamps=True, condition_on_previous_text=False, temperature_fallback=False)
+    out = t.transcribe(samples[:window], rate, max_tokens=len(g["tokens"]), **plain)
     assert set(out) == {"text", "segments"}
     assert out["segments"][0]["tokens"] == g["tokens"]
     # Beam search, as the Rust test checks it.
-    out = t.transcribe(samples[:window], rate, max_tokens=g["beam"]["max_tokens"], beam_size=g["beam"]["beam_size"])
+    out = t.transcribe(
+        samples[:window], rate, max_tokens=g["beam"]["max_tokens"], beam_size=g["beam"]["beam_size"], **plain
+    )
     assert out["segments"][0]["tokens"] == g["beam"]["tokens"]
     # 9 s of audio: several windows, in order, covering the whole signal.
     long = np.tile(samples, int(np.ceil(9 * 16000 / len(samples))))[: 9 * 16000]
-    out = t.transcribe(long, 16000, max_tokens=4)
+    out = t.transcribe(long, 16000, max_tokens=4, without_timestamps=True)
     starts = [s["start"] for s in out["segments"]]
     assert starts == sorted(starts) and starts[0] == 0.0 and len(starts) >= 4
     assert out["segments"][-1]["end"] == pytest.approx(9.0, abs=0.05)
+    # The long-form loop (timestamps, prompt, fallback) on random weights: it ends, in order.
+    out = t.transcribe(long, 16000, max_tokens=8)
+    starts = [s["start"] for s in out["segments"]]
+    assert starts == sorted(starts) and all(0 <= s["start"] <= s["end"] <= 9.05 for s in out["segments"])
     t.close()
     with pytest.raises(pteron.ClosedError):
         t.transcribe(samples, rate)

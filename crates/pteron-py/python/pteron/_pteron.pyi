@@ -189,9 +189,11 @@ class Transcriber:
         audio: Audio,
         sample_rate: Optional[int] = None,
         *,
-        timestamps: bool = False,
         beam_size: int = 1,
         max_tokens: int = 0,
+        without_timestamps: bool = False,
+        condition_on_previous_text: bool = True,
+        temperature_fallback: bool = True,
         vad: bool = False,
     ) -> Dict[str, Any]:
         """``{"text": str, "segments": [{"start", "end", "text", "tokens"}, ...]}``."""
