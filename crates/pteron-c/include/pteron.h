@@ -267,6 +267,22 @@ enum PteronStatus pteron_program_load_buffer(const struct PteronRuntime *runtime
                                              size_t len,
                                              struct PteronProgram **out);
 
+// Verifies a program held in memory without copying it, when `data` is 64-byte aligned
+// (e.g. from `aligned_alloc(64, ...)` or a file mapping); a misaligned buffer is copied, as
+// by `pteron_program_load_buffer`. `*borrowed` (may be NULL) tells which happened: 1 when the
+// bytes are used in place.
+//
+// # Safety
+// `runtime` is a live runtime, `data` valid for `len` bytes, `out` valid for a write,
+// `borrowed` NULL or valid for a write. When the bytes are used in place they must stay
+// alive and unchanged until the program and every method and generator loaded from it are
+// freed.
+enum PteronStatus pteron_program_load_buffer_borrowed(const struct PteronRuntime *runtime,
+                                                      const uint8_t *data,
+                                                      size_t len,
+                                                      struct PteronProgram **out,
+                                                      int32_t *borrowed);
+
 // Frees a program (methods loaded from it stay usable).
 //
 // # Safety

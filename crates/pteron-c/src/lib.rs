@@ -25,9 +25,9 @@ pub use method::{
     PTERON_MAX_RANK,
 };
 pub use program::{
-    pteron_program_free, pteron_program_load_buffer, pteron_program_load_file,
-    pteron_program_method_count, pteron_program_method_name, pteron_runtime_free,
-    pteron_runtime_new, pteron_version, PteronProgram, PteronRuntime,
+    pteron_program_free, pteron_program_load_buffer, pteron_program_load_buffer_borrowed,
+    pteron_program_load_file, pteron_program_method_count, pteron_program_method_name,
+    pteron_runtime_free, pteron_runtime_new, pteron_version, PteronProgram, PteronRuntime,
 };
 
 use std::ffi::{c_char, CStr};

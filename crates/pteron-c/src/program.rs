@@ -154,6 +154,62 @@ pub unsafe extern "C" fn pteron_program_load_buffer(
     })
 }
 
+/// The caller's bytes, used in place.
+struct CallerBytes {
+    data: *const u8,
+    len: usize,
+}
+
+// Safety: the bytes are only read, and `pteron_program_load_buffer_borrowed`'s caller keeps
+// them alive and unchanged until every object made from the program is freed.
+unsafe impl Send for CallerBytes {}
+// Safety: as above: shared reads of memory nobody writes.
+unsafe impl Sync for CallerBytes {}
+
+impl AsRef<[u8]> for CallerBytes {
+    fn as_ref(&self) -> &[u8] {
+        // Safety: non-null and valid for `len` bytes for this value's life (the caller's
+        // contract, checked for null at construction).
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+}
+
+/// Verifies a program held in memory without copying it, when `data` is 64-byte aligned
+/// (e.g. from `aligned_alloc(64, ...)` or a file mapping); a misaligned buffer is copied, as
+/// by `pteron_program_load_buffer`. `*borrowed` (may be NULL) tells which happened: 1 when the
+/// bytes are used in place.
+///
+/// # Safety
+/// `runtime` is a live runtime, `data` valid for `len` bytes, `out` valid for a write,
+/// `borrowed` NULL or valid for a write. When the bytes are used in place they must stay
+/// alive and unchanged until the program and every method and generator loaded from it are
+/// freed.
+#[no_mangle]
+pub unsafe extern "C" fn pteron_program_load_buffer_borrowed(
+    runtime: *const PteronRuntime,
+    data: *const u8,
+    len: usize,
+    out: *mut *mut PteronProgram,
+    borrowed: *mut i32,
+) -> PteronStatus {
+    guard(|| {
+        // Safety: the caller's contract.
+        let runtime = unsafe { handle(runtime, "runtime")? };
+        if data.is_null() {
+            return Err(fail(PteronStatus::InvalidArgument, "data is NULL"));
+        }
+        let file = ProgramFile::from_owner(Box::new(CallerBytes { data, len }));
+        let in_place = file.is_borrowed();
+        let program = new_program(runtime, file)?;
+        if !borrowed.is_null() {
+            // Safety: non-null, valid for a write by the caller's contract.
+            unsafe { *borrowed = i32::from(in_place) };
+        }
+        // Safety: the caller's contract.
+        unsafe { put(out, program, "out") }.inspect_err(|_| unsafe { free(program) })
+    })
+}
+
 /// Frees a program (methods loaded from it stay usable).
 ///
 /// # Safety

@@ -205,3 +205,67 @@ fn runs_a_fixture_and_checks_inputs() {
         pteron_runtime_free(rt);
     }
 }
+
+#[test]
+fn a_borrowed_buffer_is_used_in_place_when_aligned() {
+    #[repr(C, align(64))]
+    #[derive(Clone, Copy)]
+    struct Block([u8; 64]);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models/mlp");
+    let pte = std::fs::read(dir.join("model.pte")).unwrap();
+    let input = npy_bytes(dir.join("input0.npy"));
+    let expected = npy_bytes(dir.join("expected0.npy"));
+    // An aligned copy, and the same bytes one byte off alignment.
+    let mut blocks = vec![Block([0; 64]); pte.len().div_ceil(64) + 1];
+    let base = blocks.as_mut_ptr().cast::<u8>();
+    // Safety: the blocks are plain bytes with room for `pte.len()` of them.
+    unsafe {
+        std::ptr::copy_nonoverlapping(pte.as_ptr(), base, pte.len());
+    }
+    let mut shifted = vec![0u8; pte.len() + 64];
+    let off = (64 - (shifted.as_ptr() as usize % 64)) % 64 + 1;
+    shifted[off..off + pte.len()].copy_from_slice(&pte);
+    // Safety: valid pointers throughout; the buffers outlive the program and method.
+    unsafe {
+        let rt = runtime();
+        for (data, want_borrowed) in [(base.cast_const(), 1), (shifted[off..].as_ptr(), 0)] {
+            let mut p = ptr::null_mut();
+            let mut borrowed = -1;
+            assert_eq!(
+                pteron_program_load_buffer_borrowed(rt, data, pte.len(), &mut p, &mut borrowed),
+                PteronStatus::Ok,
+                "{}",
+                last_error()
+            );
+            assert_eq!(borrowed, want_borrowed);
+            let mut m = ptr::null_mut();
+            let forward = CString::new("forward").unwrap();
+            assert_eq!(
+                pteron_method_load(p, forward.as_ptr(), 1, &mut m),
+                PteronStatus::Ok
+            );
+            let mut view = std::mem::zeroed::<PteronTensorView>();
+            assert_eq!(pteron_method_input(m, 0, &mut view), PteronStatus::Ok);
+            view.data = input.as_ptr().cast();
+            view.nbytes = input.len();
+            assert_eq!(pteron_method_set_input(m, 0, &view), PteronStatus::Ok);
+            assert_eq!(pteron_method_execute(m), PteronStatus::Ok);
+            let mut out = std::mem::zeroed::<PteronTensorView>();
+            assert_eq!(pteron_method_output(m, 0, &mut out), PteronStatus::Ok);
+            let got = std::slice::from_raw_parts(out.data.cast::<u8>(), out.nbytes);
+            for (a, b) in got.chunks_exact(4).zip(expected.chunks_exact(4)) {
+                let a = f32::from_le_bytes(a.try_into().unwrap());
+                let b = f32::from_le_bytes(b.try_into().unwrap());
+                assert!((a - b).abs() < 1e-5);
+            }
+            pteron_method_free(m);
+            pteron_program_free(p);
+        }
+        let mut p = ptr::null_mut();
+        assert_eq!(
+            pteron_program_load_buffer_borrowed(rt, ptr::null(), 0, &mut p, ptr::null_mut()),
+            PteronStatus::InvalidArgument
+        );
+        pteron_runtime_free(rt);
+    }
+}

@@ -75,7 +75,7 @@ impl ProgramFile {
     /// copies them into aligned memory otherwise ([`Self::from_bytes`]).
     pub fn from_owner(owner: Box<dyn AsRef<[u8]> + Send + Sync>) -> Self {
         let data = (*owner).as_ref();
-        if data.as_ptr() as usize % ALIGN != 0 {
+        if !(data.as_ptr() as usize).is_multiple_of(ALIGN) {
             return Self::from_bytes(data);
         }
         ProgramFile {
