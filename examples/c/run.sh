@@ -34,4 +34,8 @@ grep -q "64 generated, finish 2" "$out/stats"
 # A callback that returns non-zero after 5 pieces stops the generation (finish 4).
 "$out/generate" "$llm/fp32.pte" "$llm/tokenizer.json" "$prompt" 64 5 > /dev/null 2> "$out/stats"
 grep -q "finish 4" "$out/stats" || { cat "$out/stats"; exit 1; }
+# The C++ wrapper (pteron.hpp) over the same library.
+c++ -std=c++17 -Wall -Wextra -Werror -O2 -Icrates/pteron-c/include examples/c/classify.cpp "$lib" \
+  -lpthread -ldl -lm -o "$out/classify_cpp"
+"$out/classify_cpp" "$m/model.pte" "$m/input0.npy" "$m/expected0.npy" "$llm/fp32.pte" "$llm/tokenizer.json"
 echo "C examples: ok"

@@ -2,6 +2,7 @@
 exceptions bad input raises (never a crash)."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -204,6 +205,7 @@ def test_gil_is_released_while_executing(testdata):
     def ticker():
         while not stop.is_set():
             ticks.append(1)
+            time.sleep(0)  # hands the GIL back at once, so the main thread never waits long
 
     t = threading.Thread(target=ticker)
     t.start()
