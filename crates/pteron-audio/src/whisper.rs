@@ -793,16 +793,10 @@ struct Beam {
 
 /// The `k` most likely tokens with their log-probabilities (log-softmax in f64), best first.
 fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    if max == f64::NEG_INFINITY {
+    let lse = log_sum_exp(logits);
+    if lse == f64::NEG_INFINITY {
         return Vec::new();
     }
-    let lse = logits
-        .iter()
-        .map(|&l| (l as f64 - max).exp())
-        .sum::<f64>()
-        .ln()
-        + max;
     let mut idx: Vec<u32> = (0..logits.len() as u32)
         .filter(|&i| logits[i as usize] > f32::NEG_INFINITY)
         .collect();
@@ -817,15 +811,23 @@ fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
         .collect()
 }
 
-/// log-softmax of `logits` (in f64) at `tok`.
-fn log_softmax_at(logits: &[f32], tok: u32) -> f64 {
+/// log Σ exp(logits), in f64 (shifted by the maximum; -inf when every logit is).
+fn log_sum_exp(logits: &[f32]) -> f64 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = logits
+    if max == f64::NEG_INFINITY {
+        return max;
+    }
+    logits
         .iter()
         .map(|&l| (l as f64 - max).exp())
         .sum::<f64>()
         .ln()
-        + max;
+        + max
+}
+
+/// log-softmax of `logits` (in f64) at `tok`.
+fn log_softmax_at(logits: &[f32], tok: u32) -> f64 {
+    let lse = log_sum_exp(logits);
     logits
         .get(tok as usize)
         .map_or(f64::NEG_INFINITY, |&l| l as f64 - lse)

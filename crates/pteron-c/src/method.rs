@@ -3,7 +3,7 @@
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
-use pteron::{Method, MethodOptions, Output, RunMethod, ScalarType, Value, ValueMeta, ValueSpec};
+use pteron::{Method, MethodMeta, MethodOptions, Output, RunMethod, ScalarType, Value, ValueMeta};
 
 use crate::error::{fail, from_pteron, guard};
 use crate::program::LoadedProgram;
@@ -32,8 +32,8 @@ pub struct PteronMethod {
     /// Per output: bytes this handle holds for `pteron_method_output` (scalars, and tensors the
     /// method computes in another dim order, converted to row-major).
     held: Vec<Vec<u8>>,
-    /// The declared outputs (for `pteron_method_output_info`).
-    outputs: Vec<ValueMeta>,
+    /// The declared inputs and outputs (for `pteron_method_input`, `pteron_method_output_info`).
+    meta: MethodMeta,
     _program: Arc<LoadedProgram>,
 }
 
@@ -79,12 +79,12 @@ pub unsafe extern "C" fn pteron_method_load(
         let prog: &'static pteron::Program<'static> =
             unsafe { &*(loaded.program() as *const pteron::Program<'static>) };
         let method = prog.load_method_with(name, options).map_err(from_pteron)?;
-        let outputs = prog.method_meta(name).map_err(from_pteron)?.outputs;
+        let meta = prog.method_meta(name).map_err(from_pteron)?;
         let held = vec![Vec::new(); method.num_outputs()];
         let boxed = Box::into_raw(Box::new(PteronMethod {
             method,
             held,
-            outputs,
+            meta,
             _program: loaded,
         }));
         // Safety: the caller's contract.
@@ -150,28 +150,37 @@ pub unsafe extern "C" fn pteron_method_input(
     guard(|| {
         // Safety: the caller's contract.
         let m = unsafe { handle(method, "method")? };
-        let n = m.method.num_inputs();
-        let t = match m.method.input_spec(index) {
-            Some(ValueSpec::Tensor(t)) => t,
-            Some(_) => {
-                return Err(fail(
-                    PteronStatus::InvalidArgument,
-                    format!("input {index} is not a tensor"),
-                ))
-            }
-            None => {
-                return Err(fail(
-                    PteronStatus::InvalidArgument,
-                    format!("input index {index} of {n}"),
-                ))
-            }
-        };
-        let mut v = view(t.info.dtype(), t.info.sizes(), &[])?;
-        v.data = std::ptr::null();
-        v.nbytes = t.info.nbytes();
+        let v = declared(&m.meta.inputs, index, "input")?;
         // Safety: the caller's contract.
         unsafe { put(out, v, "out") }
     })
+}
+
+/// The view of a declared tensor (`data` NULL, `nbytes` its declared size).
+fn declared(
+    list: &[ValueMeta],
+    index: usize,
+    what: &str,
+) -> Result<PteronTensorView, PteronStatus> {
+    let t = match list.get(index) {
+        Some(ValueMeta::Tensor(t)) => t,
+        Some(other) => {
+            return Err(fail(
+                PteronStatus::InvalidArgument,
+                format!("{what} {index} is not a tensor: {other:?}"),
+            ))
+        }
+        None => {
+            return Err(fail(
+                PteronStatus::InvalidArgument,
+                format!("{what} index {index} of {}", list.len()),
+            ))
+        }
+    };
+    let mut v = view(t.dtype, &t.sizes, &[])?;
+    v.data = std::ptr::null();
+    v.nbytes = t.nbytes().unwrap_or(usize::MAX);
+    Ok(v)
 }
 
 /// Describes tensor output `index` as the program declares it (dtype, sizes: upper bounds for
@@ -189,25 +198,7 @@ pub unsafe extern "C" fn pteron_method_output_info(
     guard(|| {
         // Safety: the caller's contract.
         let m = unsafe { handle(method, "method")? };
-        let n = m.outputs.len();
-        let t = match m.outputs.get(index) {
-            Some(ValueMeta::Tensor(t)) => t,
-            Some(other) => {
-                return Err(fail(
-                    PteronStatus::InvalidArgument,
-                    format!("output {index} is not a tensor: {other:?}"),
-                ))
-            }
-            None => {
-                return Err(fail(
-                    PteronStatus::InvalidArgument,
-                    format!("output index {index} of {n}"),
-                ))
-            }
-        };
-        let mut v = view(t.dtype, &t.sizes, &[])?;
-        v.data = std::ptr::null();
-        v.nbytes = t.nbytes().unwrap_or(usize::MAX);
+        let v = declared(&m.meta.outputs, index, "output")?;
         // Safety: the caller's contract.
         unsafe { put(out, v, "out") }
     })

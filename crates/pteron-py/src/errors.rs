@@ -88,32 +88,42 @@ pub fn from_method(py: Python<'_>, e: &pteron::MethodError) -> PyErr {
             index,
             expected,
             given,
-        } => raise(
+        } => mismatch(
             py,
-            "InputError",
             msg,
-            &[
-                ("index", obj(py, *index)),
-                ("expected", obj(py, expected.clone())),
-                ("given", obj(py, given.clone())),
-            ],
+            *index,
+            obj(py, expected.clone()),
+            obj(py, given.clone()),
         ),
         E::InputDType {
             index,
             expected,
             given,
-        } => raise(
+        } => mismatch(
             py,
-            "InputError",
             msg,
-            &[
-                ("index", obj(py, *index)),
-                ("expected", obj(py, expected.name())),
-                ("given", obj(py, given.name())),
-            ],
+            *index,
+            obj(py, expected.name()),
+            obj(py, given.name()),
         ),
         _ => raise(py, "ExecutionError", msg, &[]),
     }
+}
+
+/// An `InputError` for input `index`, with what was expected and what was given.
+fn mismatch(
+    py: Python<'_>,
+    msg: String,
+    index: usize,
+    expected: Py<PyAny>,
+    given: Py<PyAny>,
+) -> PyErr {
+    let kw = [
+        ("index", obj(py, index)),
+        ("expected", expected),
+        ("given", given),
+    ];
+    raise(py, "InputError", msg, &kw)
 }
 
 /// The exception for an error of the facade.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pteron::{MethodOptions, ProgramFile, Runtime};
 use pteron_llm::chat::{generate_messages, ChatTemplate, Message};
-use pteron_llm::{GenerateOptions, Generation, Generator, Model, SamplerConfig, Tokenizer};
+use pteron_llm::{GenerateOptions, Generation, Generator, Model, Tokenizer};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -42,31 +42,31 @@ pub struct PyGenerator {
     template: Option<String>,
 }
 
-fn options(
-    max_new_tokens: usize,
-    temperature: f32,
-    top_k: usize,
-    top_p: f32,
-    min_p: f32,
-    repetition_penalty: f32,
-    seed: u64,
-    stop: Option<Vec<String>>,
-    skip_special: bool,
-) -> GenerateOptions {
-    GenerateOptions {
-        max_new_tokens,
-        sampler: SamplerConfig {
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repetition_penalty,
-            seed,
-        },
-        stop_strings: stop.unwrap_or_default(),
-        skip_special,
-        ..GenerateOptions::default()
+/// Generation options from `generate`'s and `chat`'s keyword arguments, over pteron-llm's
+/// defaults (the C API's too): 128 new tokens, greedy, special tokens left out of the text.
+fn options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<GenerateOptions> {
+    let mut o = GenerateOptions::default();
+    for (k, v) in kwargs.into_iter().flat_map(|kw| kw.iter()) {
+        let key: String = k.extract()?;
+        let s = &mut o.sampler;
+        match key.as_str() {
+            "max_new_tokens" => o.max_new_tokens = v.extract()?,
+            "temperature" => s.temperature = v.extract()?,
+            "top_k" => s.top_k = v.extract()?,
+            "top_p" => s.top_p = v.extract()?,
+            "min_p" => s.min_p = v.extract()?,
+            "repetition_penalty" => s.repetition_penalty = v.extract()?,
+            "seed" => s.seed = v.extract()?,
+            "stop" => o.stop_strings = v.extract::<Option<Vec<String>>>()?.unwrap_or_default(),
+            "skip_special" => o.skip_special = v.extract()?,
+            other => {
+                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                    "unexpected keyword argument {other:?}"
+                )))
+            }
+        }
     }
+    Ok(o)
 }
 
 /// What a generation starts from.
@@ -133,55 +133,33 @@ impl PyGenerator {
 
     /// Starts a new context with `prompt` (encoded with the tokenizer's special tokens, e.g.
     /// BOS) and returns an iterator over the generated text, piece by piece; its `stats`
-    /// describe the generation once it has ended. `temperature` 0 is greedy decoding.
-    #[pyo3(signature = (prompt, *, max_new_tokens = 128, temperature = 0.0, top_k = 0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0, seed = 0, stop = None, skip_special = true))]
+    /// describe the generation once it has ended. Keywords: `max_new_tokens` (128),
+    /// `temperature` (0: greedy), `top_k` (0: off), `top_p` (1: off), `min_p` (0: off),
+    /// `repetition_penalty` (1: off), `seed` (0), `stop` (strings that end the text, left out),
+    /// `skip_special` (True).
+    #[pyo3(signature = (prompt, **options))]
     fn generate(
         &self,
         py: Python<'_>,
         prompt: String,
-        max_new_tokens: usize,
-        temperature: f32,
-        top_k: usize,
-        top_p: f32,
-        min_p: f32,
-        repetition_penalty: f32,
-        seed: u64,
-        stop: Option<Vec<String>>,
-        skip_special: bool,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyGeneration> {
-        let opts = options(
-            max_new_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repetition_penalty,
-            seed,
-            stop,
-            skip_special,
-        );
+        let opts = self::options(options)?;
         self.start(py, Prompt::Text(prompt), opts)
     }
 
     /// Answers a conversation: `messages` is a list of `{"role": ..., "content": ...}`,
     /// rendered with the tokenizer's chat template (`tokenizer_config.json`) or `template`.
     /// The KV cache is reused for the turns it already holds. Same options as `generate`.
-    #[pyo3(signature = (messages, *, template = None, max_new_tokens = 128, temperature = 0.0, top_k = 0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0, seed = 0, stop = None, skip_special = true))]
+    #[pyo3(signature = (messages, *, template = None, **options))]
     fn chat(
         &self,
         py: Python<'_>,
         messages: Vec<Bound<'_, PyDict>>,
         template: Option<String>,
-        max_new_tokens: usize,
-        temperature: f32,
-        top_k: usize,
-        top_p: f32,
-        min_p: f32,
-        repetition_penalty: f32,
-        seed: u64,
-        stop: Option<Vec<String>>,
-        skip_special: bool,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyGeneration> {
+        let opts = self::options(options)?;
         let msgs = messages
             .iter()
             .map(|m| -> PyResult<Message> {
@@ -204,17 +182,6 @@ impl PyGenerator {
                 ),
             )
         })?;
-        let opts = options(
-            max_new_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repetition_penalty,
-            seed,
-            stop,
-            skip_special,
-        );
         self.start(py, Prompt::Chat(source, msgs), opts)
     }
 

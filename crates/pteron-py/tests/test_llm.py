@@ -142,6 +142,8 @@ def test_typed_errors(testdata, tmp_path):
     gen = pteron.Generator(d / "fp32.pte", d / "tokenizer.json")
     with pytest.raises(pteron.GenerationError):  # the prompt does not fit the context
         list(gen.generate("word " * 400, max_new_tokens=4))
+    with pytest.raises(TypeError):
+        gen.generate("Hello", max_tokens=4)  # the keyword is max_new_tokens
     gen.close()
     with pytest.raises(pteron.ClosedError):
         gen.generate("Hello")

@@ -12,8 +12,11 @@ from typing import (
     Sequence,
     Set,
     Tuple,
+    TypedDict,
     Union,
 )
+
+from typing_extensions import Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -128,6 +131,19 @@ class Generation(Iterator[str]):
         """prompt_tokens, generated_tokens, time_to_first_token_s, prefill_tokens_per_s,
         decode_tokens_per_s, finish_reason."""
 
+class GenerateOptions(TypedDict, total=False):
+    """Keywords of ``Generator.generate`` and ``Generator.chat`` (defaults in brackets)."""
+
+    max_new_tokens: int  # [128]
+    temperature: float  # [0.0: greedy]
+    top_k: int  # [0: off]
+    top_p: float  # [1.0: off]
+    min_p: float  # [0.0: off]
+    repetition_penalty: float  # [1.0: off]
+    seed: int  # [0]
+    stop: Optional[Sequence[str]]  # strings that end the text (left out of it)
+    skip_special: bool  # [True]
+
 class Generator:
     """An ExecuTorch LLM program (``export_llm``, KV cache) and its tokenizer."""
 
@@ -138,35 +154,17 @@ class Generator:
         *,
         threads: Optional[int] = None,
     ) -> None: ...
-    def generate(
-        self,
-        prompt: str,
-        *,
-        max_new_tokens: int = 128,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        seed: int = 0,
-        stop: Optional[Sequence[str]] = None,
-        skip_special: bool = True,
-    ) -> Generation: ...
+    def generate(self, prompt: str, **options: Unpack[GenerateOptions]) -> Generation:
+        """A new context with ``prompt``; an iterator of the generated text pieces."""
     def chat(
         self,
         messages: Sequence[Mapping[str, str]],
         *,
         template: Optional[str] = None,
-        max_new_tokens: int = 128,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        seed: int = 0,
-        stop: Optional[Sequence[str]] = None,
-        skip_special: bool = True,
-    ) -> Generation: ...
+        **options: Unpack[GenerateOptions],
+    ) -> Generation:
+        """The assistant's answer to ``messages`` (the tokenizer's chat template, or
+        ``template``), reusing the KV cache for the turns it already holds."""
     def encode(self, text: str, *, add_special: bool = True) -> List[int]: ...
     def decode(self, tokens: Sequence[int], *, skip_special: bool = True) -> str: ...
     @property
