@@ -7,6 +7,13 @@
 //! are still in its own cache when the next layer reads them), then helps with the others'
 //! remaining tasks. Workers spin briefly between jobs
 //! (kernels come back to back while a method runs) and then sleep on a condition variable.
+//!
+//! A worker the OS takes off its core in the middle of a task (another process busy on that
+//! core) holds up the job until it runs again, milliseconds later: two threads then end up
+//! slower than one. So the caller watches for that: when it waits for a straggler longer than
+//! it worked itself (and long enough to be the scheduler, not noise), the pool runs jobs on the
+//! calling thread alone for a while ([`Backoff`]), then tries its workers again; each stall in a
+//! row doubles the while, a clean try resets it.
 //! One job runs at a time: a `parallel_for` from another thread while the pool is busy, or from
 //! inside a task, runs inline on its caller. Nothing is allocated per job.
 
@@ -26,6 +33,14 @@ use pteron_kernels_cpu::par::part;
 /// of microseconds on a VM, and the first conv of MobileNetV2 on 2 threads ran barely faster
 /// than on one with 200 µs here (XNNPACK's pthreadpool spins for milliseconds too).
 const SPIN: Duration = Duration::from_micros(2000);
+
+/// A wait for stragglers shorter than this is noise (an interrupt, a cache miss storm), not a
+/// worker the scheduler took off its core.
+const STALL_MIN: Duration = Duration::from_micros(200);
+/// How long jobs run on the calling thread alone after a first stall, and the cap the doubling
+/// reaches when stalls go on.
+const BACKOFF_FIRST: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_millis(1600);
 
 /// `state` layout: job epoch in the high 32 bits, `OPEN` while tasks may still be taken, and
 /// the number of workers inside the current job in the low 31 bits.
@@ -177,11 +192,47 @@ impl Drop for Close<'_> {
     }
 }
 
+/// When the workers were last seen to stall a job, and for how long jobs run inline because of
+/// it. Read and written only by the caller holding `ThreadPool::busy`.
+#[derive(Debug)]
+struct Backoff {
+    /// Jobs run on the calling thread alone until then.
+    inline_until: Option<Instant>,
+    /// The next back-off's length.
+    next: Duration,
+}
+
+impl Backoff {
+    /// Whether the next job should leave the workers out.
+    fn inline_now(&mut self, now: Instant) -> bool {
+        match self.inline_until {
+            Some(t) if now < t => true,
+            Some(_) => {
+                self.inline_until = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Records a parallel job: the caller worked `work`, then waited `wait` for workers still
+    /// inside a task.
+    fn record(&mut self, now: Instant, work: Duration, wait: Duration) {
+        if wait > STALL_MIN && wait > work {
+            self.inline_until = Some(now + self.next);
+            self.next = (self.next * 2).min(BACKOFF_MAX);
+        } else {
+            self.next = BACKOFF_FIRST;
+        }
+    }
+}
+
 /// A pool of threads for kernels (see the module documentation).
 pub struct ThreadPool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
-    busy: Mutex<()>,
+    /// Held by the caller of the running job; guards the back-off state.
+    busy: Mutex<Backoff>,
 }
 
 impl ThreadPool {
@@ -208,7 +259,10 @@ impl ThreadPool {
         let mut pool = ThreadPool {
             shared,
             workers: Vec::new(),
-            busy: Mutex::new(()),
+            busy: Mutex::new(Backoff {
+                inline_until: None,
+                next: BACKOFF_FIRST,
+            }),
         };
         for i in 1..threads {
             let s = Arc::clone(&pool.shared);
@@ -239,7 +293,7 @@ impl Parallel for ThreadPool {
             f(0..n);
             return;
         }
-        let _busy = match self.busy.try_lock() {
+        let mut busy = match self.busy.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
             Err(TryLockError::WouldBlock) => {
@@ -247,6 +301,12 @@ impl Parallel for ThreadPool {
                 return;
             }
         };
+        let start = Instant::now();
+        if busy.inline_now(start) {
+            drop(busy);
+            f(0..n);
+            return;
+        }
         let threads = self.threads();
         let chunk = (n / (threads * 8)).max(1);
         let sh = &*self.shared;
@@ -271,7 +331,10 @@ impl Parallel for ThreadPool {
         }
         let close = Close(sh);
         sh.run_tasks(&job, 0);
+        let worked = Instant::now();
         drop(close);
+        let done = Instant::now();
+        busy.record(done, worked - start, done - worked);
         if sh.panicked.swap(false, Ordering::Relaxed) {
             panic!("a pteron worker thread panicked in a kernel");
         }
@@ -394,6 +457,79 @@ mod tests {
         for h in handles {
             assert_eq!(h.join().unwrap(), 200 * 64);
         }
+    }
+
+    /// Whether the current thread is one of a pool's workers.
+    fn on_worker() -> bool {
+        std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("pteron-"))
+    }
+
+    /// Runs a 2-task job in which the worker, once it holds task 1, stays in it for `hold`
+    /// (the caller waits for it to start, up to a second). Returns whether it took part.
+    fn job_with_a_straggler(pool: &ThreadPool, hold: Duration) -> bool {
+        let started = AtomicBool::new(false);
+        pool.parallel_for(2, &|r| {
+            if on_worker() {
+                started.store(true, Ordering::Release);
+                std::thread::sleep(hold);
+            } else if r.start == 0 {
+                let t0 = Instant::now();
+                while !started.load(Ordering::Acquire) && t0.elapsed() < Duration::from_secs(1) {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        started.load(Ordering::Acquire)
+    }
+
+    #[test]
+    fn a_stalling_worker_sends_jobs_inline_for_a_while() {
+        let pool = ThreadPool::new(2).unwrap();
+        // A worker that starts after a job was posted waits for the next one: let it start.
+        std::thread::sleep(Duration::from_millis(20));
+        // Wake the worker and let it take part once without stalling.
+        assert!(job_with_a_straggler(&pool, Duration::ZERO));
+        // A worker held far longer than the caller worked: a stall.
+        assert!(job_with_a_straggler(&pool, Duration::from_millis(100)));
+        // Right after (within the back-off), the caller runs every task itself.
+        let stalled = Instant::now();
+        let on_workers = AtomicUsize::new(0);
+        pool.parallel_for(1000, &|r| {
+            if on_worker() {
+                on_workers.fetch_add(r.len(), Ordering::Relaxed);
+            }
+        });
+        if stalled.elapsed() < BACKOFF_FIRST {
+            assert_eq!(on_workers.load(Ordering::Relaxed), 0);
+        }
+        // Once the back-off has passed, the workers take part again.
+        std::thread::sleep(BACKOFF_FIRST + Duration::from_millis(10));
+        assert!(job_with_a_straggler(&pool, Duration::ZERO));
+    }
+
+    #[test]
+    fn backoff_doubles_on_stalls_in_a_row_and_resets_after_a_clean_job() {
+        let t0 = Instant::now();
+        let mut b = Backoff {
+            inline_until: None,
+            next: BACKOFF_FIRST,
+        };
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        b.record(t0, us(50), us(100)); // short wait: noise
+        assert!(!b.inline_now(t0));
+        b.record(t0, us(50), ms(3)); // a stall
+        assert!(b.inline_now(t0 + ms(49)));
+        assert!(!b.inline_now(t0 + ms(51)));
+        assert_eq!(b.next, BACKOFF_FIRST * 2);
+        b.record(t0, ms(5), ms(3)); // waited less than it worked: no stall
+        assert_eq!(b.next, BACKOFF_FIRST);
+        for _ in 0..20 {
+            b.record(t0, us(10), ms(3));
+        }
+        assert_eq!(b.next, BACKOFF_MAX);
     }
 
     #[test]
