@@ -1,0 +1,97 @@
+"""Threads under a busy neighbour: pteron (Python package) and ExecuTorch (executorch.runtime)
+on the same XNNPACK files in one process, interleaved, at 1 and 2 threads, with the machine
+otherwise idle and with a CPU-bound process pinned to one core. Reports per engine the median
+and p90 over rounds of each round's median execute time.
+
+    python bench/neighbour.py [--rounds 30] [--iters 20] [--core 1]
+
+Needs the exporter venv with the pteron wheel installed, and the files below exported
+(bench/bench.py exports MobileNetV2; tools/export/int8_repro.py the int8 one).
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = {
+    "mobilenet_v2 fp32 xnnpack": ROOT / "tools/export/out/mobilenet_v2/model_xnnpack.pte",
+    "mobilenet_v2 int8 xnnpack": ROOT / "tools/export/out/int8_static/mobilenet_v2_u/model.pte",
+}
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--core", type=int, default=1, help="the core the neighbour is pinned to")
+    args = ap.parse_args()
+
+    import torch
+    from executorch.extension.pybindings import portable_lib
+    from executorch.runtime import Runtime as EtRuntime
+
+    import pteron
+
+    model = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": ")
+    print(f"# {model}; {os.cpu_count()} logical CPUs; rounds {args.rounds} x {args.iters} calls")
+    for name, pte in FILES.items():
+        x = np.load(pte.parent / "input0.npy")
+        xt = torch.from_numpy(x)
+        res = {}
+        for neighbour in (False, True):
+            hog = None
+            if neighbour:
+                hog = subprocess.Popen(["taskset", "-c", str(args.core), "sh", "-c", "while :; do :; done"])
+                time.sleep(0.5)
+            try:
+                for threads in (1, 2):
+                    portable_lib._unsafe_reset_threadpool(threads)
+                    pm = pteron.Runtime(threads=threads).load_program(pte).load_method("forward")
+                    data = pte.read_bytes()  # ExecuTorch reads this buffer in place: keep it alive
+                    em = EtRuntime.get().load_program(data).load_method("forward")
+                    engines = {"pteron": (pm, x), "executorch": (em, xt)}
+                    per = {e: [] for e in engines}
+                    for r in range(args.rounds):
+                        order = list(engines) if r % 2 == 0 else list(reversed(engines))
+                        for e in order:
+                            m, inp = engines[e]
+                            for _ in range(3):
+                                m.execute([inp])
+                            ts = []
+                            for _ in range(args.iters):
+                                t0 = time.perf_counter()
+                                m.execute([inp])
+                                ts.append((time.perf_counter() - t0) * 1e3)
+                            per[e].append(statistics.median(ts))
+                            time.sleep(0.01)  # let the other engine's workers go idle
+                    for e, xs in per.items():
+                        res[(neighbour, threads, e)] = (statistics.median(xs), pct(xs, 0.9))
+            finally:
+                if hog:
+                    hog.kill()
+                    hog.wait()
+        print(f"\n{name}")
+        print("  engine      neighbour  1 thread: median  p90    2 threads: median  p90   p90/median  2t/1t")
+        for e in ("pteron", "executorch"):
+            for nb in (False, True):
+                m1, p1 = res[(nb, 1, e)]
+                m2, p2 = res[(nb, 2, e)]
+                print(
+                    f"  {e:11s} {'busy' if nb else 'idle':9s}  {m1:8.3f} ms {p1:7.3f}      {m2:8.3f} ms {p2:7.3f}"
+                    f"    {p2 / m2:5.2f}      {m2 / m1:5.2f}"
+                )
+
+
+if __name__ == "__main__":
+    main()
