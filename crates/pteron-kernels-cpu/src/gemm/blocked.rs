@@ -6,9 +6,10 @@ use core::ops::Range;
 use pteron_core::Parallel;
 
 use super::micro::{tile_dispatch, TileArgs};
-use super::pack::PackedA;
+#[cfg(target_arch = "x86_64")]
+use super::{pack::PackedA, Init};
 use super::{
-    tile_for, Init, Job, MatA, MatB, A_BLOCK, IN_PLACE_LDB, KC, KC_PACKED, MC, NR_MAX, SHALLOW_K,
+    tile_for, Job, MatA, MatB, A_BLOCK, IN_PLACE_LDB, KC, KC_PACKED, MC, NR_MAX, SHALLOW_K,
 };
 use crate::par::part;
 use crate::simd::{Level, Portable, Simd, SimdOp};

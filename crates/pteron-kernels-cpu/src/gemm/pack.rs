@@ -2,6 +2,7 @@
 //! k-major and zero-padded, built once (weights at load) for the micro-kernels.
 use super::tile;
 use crate::aligned::AlignedVec;
+#[cfg(target_arch = "x86_64")]
 use crate::simd::{level, Level};
 
 /// A, packed for the micro-kernels: panels of `mr` rows; within a panel, for each k, `mr`

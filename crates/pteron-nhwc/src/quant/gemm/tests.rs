@@ -1,6 +1,7 @@
 use super::*;
 
 /// A small deterministic generator.
+#[cfg(target_arch = "x86_64")]
 fn rng(seed: &mut u64) -> u32 {
     *seed ^= *seed << 13;
     *seed ^= *seed >> 7;
@@ -9,6 +10,7 @@ fn rng(seed: &mut u64) -> u32 {
 }
 
 /// The VNNI rows match the plain integer rows bit for bit, for every epilogue, odd sizes.
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn vnni_matches_scalar() {
     if !has_vnni() {
@@ -121,6 +123,7 @@ impl Parallel for Split {
 
 /// The one-row path (panels in parallel, 4-bit weights from nibbles) gives the plain
 /// integer rows' results bit for bit.
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn one_row_matches_scalar() {
     if !has_vnni() {

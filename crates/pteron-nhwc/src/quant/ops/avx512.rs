@@ -3,7 +3,8 @@
 
 use core::arch::x86_64::*;
 
-use super::{taps, Geom, QDwWeights};
+use super::QDwWeights;
+use crate::kernels::spatial::{taps, Geom};
 
 /// One output row of the int8 depthwise convolution, 16 channels at a time with the sums
 /// of every tap in a register: widen x to i32, subtract the zero point, multiply by the

@@ -15,7 +15,6 @@ use pteron_kernels_cpu::par::for_chunks_mut;
 use pteron_kernels_cpu::simd::{level, run_op_at, Simd, SimdOp};
 
 use crate::graph::Window;
-use crate::kernels::spatial::{taps, Geom};
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;

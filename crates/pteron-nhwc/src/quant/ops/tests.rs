@@ -1,5 +1,6 @@
 use super::*;
 use crate::graph::BinaryOp;
+use crate::kernels::spatial::Geom;
 use crate::quant::gemm::requant;
 use crate::util::Shape;
 use pteron_core::INLINE;
