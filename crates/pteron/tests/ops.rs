@@ -655,6 +655,19 @@ struct Counts {
 
 #[test]
 fn op_conformance() {
+    // The portable kernels (this suite's subject); PTERON_OPS_KERNELS=default runs the default
+    // registry instead (faster kernel libraries registered over the portable ones).
+    let kernels = match std::env::var("PTERON_OPS_KERNELS").as_deref() {
+        Ok("default") => pteron::default_kernels(),
+        Ok("portable") | Err(_) => pteron_kernels::registry(),
+        Ok(other) => panic!("PTERON_OPS_KERNELS={other:?}: expected portable or default"),
+    };
+    run_conformance(kernels);
+}
+
+/// Runs every case on `kernels`, with the default options otherwise (preparation,
+/// channels-last regions); panics with the report on any failure.
+pub fn run_conformance(kernels: pteron::KernelRegistry) {
     let root = ops_dir();
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()
@@ -664,14 +677,6 @@ fn op_conformance() {
     dirs.sort();
     assert!(!dirs.is_empty(), "no cases under {}", root.display());
 
-    // The portable kernels (this suite's subject); PTERON_OPS_KERNELS=default runs the default
-    // registry instead (faster kernel libraries registered over the portable ones).
-    // Either way with the default options otherwise (preparation, channels-last regions).
-    let kernels = match std::env::var("PTERON_OPS_KERNELS").as_deref() {
-        Ok("default") => pteron::default_kernels(),
-        Ok("portable") | Err(_) => pteron_kernels::registry(),
-        Ok(other) => panic!("PTERON_OPS_KERNELS={other:?}: expected portable or default"),
-    };
     let runtime = pteron::Runtime::builder().kernels(kernels).build().unwrap();
     let mut table: BTreeMap<(String, String), Counts> = BTreeMap::new();
     let mut problems = Vec::new();

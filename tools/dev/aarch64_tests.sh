@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The test suite on aarch64 Linux, under QEMU user mode (facts: ../shared/docs/targets.md).
+# Debian's rustc-web (1.96) builds for aarch64 with the multiarch arm64 std (rustup's toolchain
+# has no aarch64 std here); tests run in release mode through `qemu-aarch64`, on a CPU model
+# with every optional feature (`max`: dotprod, i8mm, fp16, bf16, SVE) and on one with none
+# (`cortex-a72`: NEON only), so that kernels chosen by runtime detection take both paths.
+#
+# Not run under emulation: pteron-cli's tests (they start the `pteron` binary as a child process,
+# which QEMU user mode cannot do without binfmt_misc) and the Python package (x86-64 only here).
+# Usage: tools/dev/aarch64_tests.sh            (installs the Debian packages when missing)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+sudo=""
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
+if ! dpkg -s libstd-rust-web-dev:arm64 qemu-user gcc-aarch64-linux-gnu >/dev/null 2>&1; then
+  $sudo dpkg --add-architecture arm64
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-remove \
+    rustc-web cargo-web libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
+    qemu-user >/dev/null
+fi
+
+export RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="timeout 1200 qemu-aarch64"
+cargo=(/usr/bin/cargo test --release --locked --target aarch64-unknown-linux-gnu
+  --target-dir target/aarch64)
+/usr/bin/cargo --version
+"${cargo[@]}" --workspace --exclude pteron-py --exclude pteron-cli --no-run
+
+echo "aarch64: the whole suite, QEMU -cpu max"
+QEMU_CPU=max "${cargo[@]}" --workspace --exclude pteron-py --exclude pteron-cli
+
+echo "aarch64: kernels, op conformance and fixtures, QEMU -cpu cortex-a72"
+QEMU_CPU=cortex-a72 "${cargo[@]}" -p pteron-kernels -p pteron-kernels-cpu -p pteron-nhwc --lib
+QEMU_CPU=cortex-a72 "${cargo[@]}" -p pteron --test ops_cpu --test golden --test xnnpack
+echo "aarch64 tests: ok"
