@@ -18,16 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from python_api import cpu_model, pct  # bench/ is on sys.path when run as a script
+
 ROOT = Path(__file__).resolve().parents[1]
 FILES = {
     "mobilenet_v2 fp32 xnnpack": ROOT / "tools/export/out/mobilenet_v2/model_xnnpack.pte",
     "mobilenet_v2 int8 xnnpack": ROOT / "tools/export/out/int8_static/mobilenet_v2_u/model.pte",
 }
-
-
-def pct(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
 def main():
@@ -43,8 +40,7 @@ def main():
 
     import pteron
 
-    model = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": ")
-    print(f"# {model}; {os.cpu_count()} logical CPUs; rounds {args.rounds} x {args.iters} calls")
+    print(f"# {cpu_model()}; {os.cpu_count()} logical CPUs; rounds {args.rounds} x {args.iters} calls")
     for name, pte in FILES.items():
         x = np.load(pte.parent / "input0.npy")
         xt = torch.from_numpy(x)
