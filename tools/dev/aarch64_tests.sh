@@ -13,12 +13,20 @@ cd "$(dirname "$0")/../.."
 
 sudo=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
-if ! dpkg -s libstd-rust-web-dev:arm64 qemu-user gcc-aarch64-linux-gnu >/dev/null 2>&1; then
+packages=(rustc-web cargo-web libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu
+  libc6-dev-arm64-cross qemu-user)
+if ! dpkg -s "${packages[@]}" >/dev/null 2>&1; then
   $sudo dpkg --add-architecture arm64
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-remove \
-    rustc-web cargo-web libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
-    qemu-user >/dev/null
+  # Mirrors have bad minutes: a second and a third try before giving up.
+  for try in 1 2 3; do
+    if $sudo apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-remove "${packages[@]}" \
+        >/dev/null; then
+      break
+    fi
+    [ "$try" = 3 ] && { echo "aarch64: could not install ${packages[*]}" >&2; exit 1; }
+    sleep 20
+  done
 fi
 
 export RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
