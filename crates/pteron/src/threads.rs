@@ -484,15 +484,27 @@ mod tests {
         started.load(Ordering::Acquire)
     }
 
+    /// Runs `job` until it returns true, up to 5 times: a hiccup of a loaded or emulated
+    /// machine may itself look like a stall and send jobs inline for a while.
+    fn eventually(job: impl Fn() -> bool) -> bool {
+        (0..5).any(|i| {
+            if i > 0 {
+                std::thread::sleep(BACKOFF_MAX + Duration::from_millis(10));
+            }
+            job()
+        })
+    }
+
     #[test]
     fn a_stalling_worker_sends_jobs_inline_for_a_while() {
         let pool = ThreadPool::new(2).unwrap();
         // A worker that starts after a job was posted waits for the next one: let it start.
         std::thread::sleep(Duration::from_millis(20));
-        // Wake the worker and let it take part once without stalling.
-        assert!(job_with_a_straggler(&pool, Duration::ZERO));
         // A worker held far longer than the caller worked: a stall.
-        assert!(job_with_a_straggler(&pool, Duration::from_millis(100)));
+        assert!(eventually(|| job_with_a_straggler(
+            &pool,
+            Duration::from_millis(100)
+        )));
         // Right after (within the back-off), the caller runs every task itself.
         let stalled = Instant::now();
         let on_workers = AtomicUsize::new(0);
@@ -506,7 +518,7 @@ mod tests {
         }
         // Once the back-off has passed, the workers take part again.
         std::thread::sleep(BACKOFF_FIRST + Duration::from_millis(10));
-        assert!(job_with_a_straggler(&pool, Duration::ZERO));
+        assert!(eventually(|| job_with_a_straggler(&pool, Duration::ZERO)));
     }
 
     #[test]
