@@ -5,8 +5,9 @@
 # with every optional feature (`max`: dotprod, i8mm, fp16, bf16, SVE) and on one with none
 # (`cortex-a72`: NEON only), so that kernels chosen by runtime detection take both paths.
 #
-# Not run under emulation: pteron-cli's tests (they start the `pteron` binary as a child process,
-# which QEMU user mode cannot do without binfmt_misc) and the Python package (x86-64 only here).
+# pteron-cli's tests start the `pteron` binary as a child process, which QEMU user mode cannot
+# run by itself without binfmt_misc: they start it through PTERON_TEST_RUNNER (qemu-aarch64).
+# Not run under emulation: the Python package (x86-64 only here).
 # Usage: tools/dev/aarch64_tests.sh            (installs the Debian packages when missing)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,13 +33,14 @@ fi
 export RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="timeout 1200 qemu-aarch64"
+export PTERON_TEST_RUNNER=qemu-aarch64
 cargo=(/usr/bin/cargo test --release --locked --target aarch64-unknown-linux-gnu
   --target-dir target/aarch64)
 /usr/bin/cargo --version
-"${cargo[@]}" --workspace --exclude pteron-py --exclude pteron-cli --no-run
+"${cargo[@]}" --workspace --exclude pteron-py --no-run
 
 echo "aarch64: the whole suite, QEMU -cpu max"
-QEMU_CPU=max "${cargo[@]}" --workspace --exclude pteron-py --exclude pteron-cli
+QEMU_CPU=max "${cargo[@]}" --workspace --exclude pteron-py
 
 echo "aarch64: kernels, op conformance and fixtures, QEMU -cpu cortex-a72"
 QEMU_CPU=cortex-a72 "${cargo[@]}" -p pteron-kernels -p pteron-kernels-cpu -p pteron-nhwc --lib

@@ -11,12 +11,24 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The `pteron` binary, started through `PTERON_TEST_RUNNER` when that is set (an emulator
+/// such as `qemu-aarch64` for a cross-built binary: tools/dev/aarch64_tests.sh).
+fn command() -> Command {
+    let exe = env!("CARGO_BIN_EXE_pteron");
+    let runner = std::env::var("PTERON_TEST_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(first) => {
+            let mut c = Command::new(first);
+            c.args(words).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    }
+}
+
 fn pteron(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pteron"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .unwrap();
+    let out = command().args(args).current_dir(root()).output().unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -199,7 +211,7 @@ fn transcribe_errors_are_reported() {
 fn closed_stdout_is_not_a_panic() {
     use std::io::Read;
     use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pteron"))
+    let mut child = command()
         .arg("ops")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
