@@ -276,7 +276,7 @@ fn tril_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     let ([xt], [mut o]) = ctx.io([0], [2])?;
     with_comp!(comp_kind(x.dtype())?, C => {
         let ix = Input::<C>::tensor(&xt, x.sizes(), None)?;
-        stream(&mut o, x.sizes(), &[ix.strides(x.rank())], Some(x.dtype()), |blk, r| {
+        stream(&mut o, x.sizes(), &[ix.strides(x.rank())?], Some(x.dtype()), |blk, r| {
             ix.read(blk, 0, r)?;
             for (k, e) in (blk.start()..).zip(r.iter_mut()) {
                 let (i, j) = (((k / c) % rows) as i64, (k % c) as i64);

@@ -595,7 +595,7 @@ fn run2m<C: Comp>(
     let ([x, m], [mut o]) = ctx.io([0, 1], [3])?;
     let ix = Input::<C>::tensor(&x, shape, None)?;
     let im = Input::<bool>::tensor(&m, shape, None)?;
-    let strides = [ix.strides(shape.len()), im.strides(shape.len())];
+    let strides = [ix.strides(shape.len())?, im.strides(shape.len())?];
     let (mut xv, mut mv) = ([C::default(); BLOCK], [false; BLOCK]);
     stream(&mut o, shape, &strides, Some(common), |blk, r| {
         let (xv, mv) = (&mut xv[..r.len()], &mut mv[..r.len()]);

@@ -88,12 +88,17 @@ impl<'a, C: Comp> Input<'a, C> {
     }
 
     /// Strides to walk this input over a shape of rank `rank` (all 0 for a constant).
-    pub fn strides(&self, rank: usize) -> Dims {
+    pub fn strides(&self, rank: usize) -> Result<Dims, KernelError> {
         match self {
             Input::Const(_) => {
-                Dims::from_slice(&[0; pteron_core::MAX_RANK][..rank]).expect("rank checked")
+                let zeros = [0; pteron_core::MAX_RANK];
+                Dims::from_slice(
+                    zeros
+                        .get(..rank)
+                        .ok_or(KernelError::RankTooLarge { rank })?,
+                )
             }
-            Input::Tensor { strides, .. } => *strides,
+            Input::Tensor { strides, .. } => Ok(*strides),
         }
     }
 
@@ -180,7 +185,7 @@ pub fn run1<C: Comp, R: Comp>(
     stream(
         &mut o,
         shape,
-        &[ia.strides(shape.len())],
+        &[ia.strides(shape.len())?],
         round,
         |blk, r| {
             let xa = &mut xa[..r.len()];
@@ -247,7 +252,7 @@ pub fn run2x<C: Comp, R: Comp>(
     stream(
         &mut o,
         shape,
-        &[ia.strides(rank), ib.strides(rank)],
+        &[ia.strides(rank)?, ib.strides(rank)?],
         round,
         |blk, r| {
             let (xa, xb) = (&mut xa[..r.len()], &mut xb[..r.len()]);
@@ -277,7 +282,7 @@ pub fn run3<Cc: Comp, C: Comp, R: Comp>(
     let i1 = Input::<C>::tensor(&t1, shape, round)?;
     let i2 = Input::<C>::tensor(&t2, shape, round)?;
     let rank = shape.len();
-    let strides = [i0.strides(rank), i1.strides(rank), i2.strides(rank)];
+    let strides = [i0.strides(rank)?, i1.strides(rank)?, i2.strides(rank)?];
     let mut x0 = [Cc::default(); BLOCK];
     let (mut x1, mut x2) = ([C::default(); BLOCK], [C::default(); BLOCK]);
     stream(&mut o, shape, &strides, round, |blk, r| {
