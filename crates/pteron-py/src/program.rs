@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use pteron::{ProgramFile, Runtime};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes};
+use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 
 use crate::errors::{closed, from_pteron};
 use crate::loaded::LoadedProgram;
@@ -83,29 +83,16 @@ impl PyRuntime {
         debug_buffer_size: usize,
     ) -> PyResult<PyProgram> {
         let _ = (verification, enable_etdump, debug_buffer_size);
-        let source = if let Some(path) = as_path(data) {
-            Source::Path(path)
-        } else if let Ok(b) = data.cast::<PyBytes>() {
-            Source::Bytes(b.as_bytes().to_vec())
-        } else if let Ok(b) = data.cast::<PyByteArray>() {
-            Source::Bytes(b.to_vec())
-        } else if data.hasattr("read")? {
-            let b = data.call_method0("read")?;
-            Source::Bytes(b.extract::<Vec<u8>>()?)
-        } else if let Ok(b) = data.extract::<Vec<u8>>() {
-            Source::Bytes(b)
-        } else {
-            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                "expected a path, bytes, bytearray, memoryview or a file-like object, got {}",
-                data.get_type().name()?
-            )));
+        let source = match as_path(data) {
+            Some(path) => Source::Path(path),
+            None => Source::File(bytes_like(data)?),
         };
         let runtime = self.runtime.clone();
         let loaded = py
             .detach(move || -> pteron::Result<LoadedProgram> {
                 let file = match source {
                     Source::Path(p) => ProgramFile::open(p)?,
-                    Source::Bytes(b) => ProgramFile::from_bytes(&b),
+                    Source::File(f) => f,
                 };
                 let data = data_path.map(ProgramFile::open).transpose()?;
                 LoadedProgram::new(&runtime, file, data)
@@ -153,7 +140,31 @@ impl PyRuntime {
 
 enum Source {
     Path(PathBuf),
-    Bytes(Vec<u8>),
+    /// Bytes copied (once) into the aligned buffer the program is read from.
+    File(ProgramFile),
+}
+
+/// The program bytes of `bytes`, `bytearray`, `memoryview` or a file-like object's `read()`.
+fn bytes_like(data: &Bound<'_, PyAny>) -> PyResult<ProgramFile> {
+    let read = if data.hasattr("read")? {
+        data.call_method0("read")?
+    } else {
+        data.clone()
+    };
+    if let Ok(b) = read.cast::<PyBytes>() {
+        Ok(ProgramFile::from_bytes(b.as_bytes()))
+    } else if let Ok(b) = read.cast::<PyByteArray>() {
+        // A bytearray may change under us while borrowed: copy it out first.
+        Ok(ProgramFile::from_bytes(&b.to_vec()))
+    } else if read.is_instance_of::<PyMemoryView>() {
+        let b = read.py().get_type::<PyBytes>().call1((&read,))?;
+        Ok(ProgramFile::from_bytes(b.cast::<PyBytes>()?.as_bytes()))
+    } else {
+        Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "expected a path, bytes, bytearray, memoryview or a file-like object, got {}",
+            data.get_type().name()?
+        )))
+    }
 }
 
 /// The operators a runtime has kernels for.
