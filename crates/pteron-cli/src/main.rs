@@ -22,7 +22,7 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
     /// Highest SIMD level kernels may use (for the whole process; the int8 VNNI paths need
-    /// avx512). Default: the `PTERON_SIMD` environment variable, else the CPU's best.
+    /// avx512, the aarch64 int8 dot products neon; avx2 and neon name the same tier). Default: the `PTERON_SIMD` environment variable, else the CPU's best.
     #[arg(long, global = true, value_enum)]
     simd: Option<Simd>,
 }
@@ -31,20 +31,24 @@ struct Cli {
 enum Simd {
     Avx512,
     Avx2,
+    Neon,
     Portable,
 }
 
-/// Caps the kernels' SIMD level from `--simd` or `PTERON_SIMD` (`avx512`, `avx2`,
-/// `portable`; unset or anything else: no cap).
+/// Caps the kernels' SIMD level from `--simd` or `PTERON_SIMD` (`avx512`, `avx2`, `neon`,
+/// `portable`; unset or anything else: no cap). A level of another architecture caps at its
+/// tier: `avx2` and `neon` both mean "the baseline vector ISA".
 fn cap_simd(flag: Option<Simd>) {
     use pteron::cpu::{set_max_level, Level};
     let level = match flag {
         Some(Simd::Avx512) => Level::Avx512,
         Some(Simd::Avx2) => Level::Avx2,
+        Some(Simd::Neon) => Level::Neon,
         Some(Simd::Portable) => Level::Portable,
         None => match std::env::var("PTERON_SIMD") {
             Ok(v) if v == "portable" => Level::Portable,
             Ok(v) if v == "avx2" => Level::Avx2,
+            Ok(v) if v == "neon" => Level::Neon,
             _ => Level::Avx512,
         },
     };

@@ -63,7 +63,8 @@ pub fn tile() -> (usize, usize) {
 fn tile_for(l: Level) -> (usize, usize) {
     match l {
         Level::Avx512 => (8, 32),
-        Level::Avx2 => (6, 16),
+        // NEON's 8 lanes as two registers: AVX2's tile in 24 of AArch64's 32 registers.
+        Level::Avx2 | Level::Neon => (6, 16),
         Level::Portable => (4, 8),
     }
 }

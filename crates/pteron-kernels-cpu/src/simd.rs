@@ -1,8 +1,9 @@
 //! A small SIMD layer: one generic kernel body, instantiated per instruction set.
 //!
-//! [`Simd`] is implemented by zero-sized *tokens*: [`Avx512`] and [`Avx2`] can only be made
-//! through `new()`, which checks at run time that the CPU has the features, so holding a token
-//! proves its intrinsics may run; [`Portable`] works everywhere (arrays the compiler vectorizes
+//! [`Simd`] is implemented by zero-sized *tokens*: [`Avx512`] and [`Avx2`] (x86-64) and
+//! [`Neon`] (aarch64) can only be made through `new()`, which checks at run time that the CPU
+//! has the features, so holding a token proves its intrinsics may run; [`Portable`] works
+//! everywhere (arrays the compiler vectorizes
 //! for the baseline target). Kernels are written once as `#[inline(always)]` generic functions
 //! over `S: Simd` and entered through [`dispatch!`], which calls the body from a
 //! `#[target_feature]` function so that everything inlines into code compiled for that ISA.
@@ -22,7 +23,7 @@ thread_local! {
 /// Runs `f` with kernels on this thread using at most level `l` (tests of every path), and
 /// at most the process's cap ([`crate::cpu::set_max_level`]).
 pub fn with_level<R>(l: Level, f: impl FnOnce() -> R) -> R {
-    let l = crate::cpu::max_level().min(l);
+    let l = crate::cpu::max_level().lower(l);
     let old = OVERRIDE.with(|o| o.replace(l as u8));
     struct Restore(u8);
     impl Drop for Restore {
@@ -46,6 +47,7 @@ pub fn level() -> Level {
 
 fn from_u8(v: u8) -> Level {
     match v {
+        4 => Level::Neon,
         3 => Level::Avx512,
         2 => Level::Avx2,
         _ => Level::Portable,
@@ -173,6 +175,11 @@ pub fn run_op_at<O: SimdOp>(l: Level, op: O) -> O::Output {
         },
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => match Avx2::new() {
+            Some(s) => s.enter(op),
+            None => op.run(Portable),
+        },
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        Level::Neon => match Neon::new() {
             Some(s) => s.enter(op),
             None => op.run(Portable),
         },
@@ -672,6 +679,210 @@ mod x86 {
                 (
                     _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t0))),
                     _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t1))),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+pub use arm::Neon;
+
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod arm {
+    use super::{Level, Simd, SimdOp};
+    use core::arch::aarch64::*;
+
+    /// NEON token: 8 lanes as two 128-bit registers, so that the kernel bodies and tile
+    /// shapes tuned for AVX2's 8 lanes carry over (AArch64 has 32 vector registers, twice
+    /// AVX2's 16, so the two halves fit the same register budgets).
+    #[derive(Clone, Copy, Debug)]
+    pub struct Neon(());
+
+    impl Neon {
+        pub fn new() -> Option<Self> {
+            crate::cpu::features().neon.then_some(Neon(()))
+        }
+    }
+
+    /// Eight f32 lanes: `lo` holds lanes 0–3, `hi` lanes 4–7.
+    #[derive(Clone, Copy, Debug)]
+    pub struct F32x8 {
+        lo: float32x4_t,
+        hi: float32x4_t,
+    }
+
+    #[inline(always)]
+    fn pair(lo: float32x4_t, hi: float32x4_t) -> F32x8 {
+        F32x8 { lo, hi }
+    }
+
+    /// `f` on both halves.
+    #[inline(always)]
+    fn map2(a: F32x8, b: F32x8, f: impl Fn(float32x4_t, float32x4_t) -> float32x4_t) -> F32x8 {
+        pair(f(a.lo, b.lo), f(a.hi, b.hi))
+    }
+
+    // Safety (every `unsafe` block in this impl): NEON is part of the target (the module is
+    // compiled only with `target_feature = "neon"`), and pointer arguments follow the trait's
+    // contracts.
+    impl Simd for Neon {
+        const LANES: usize = 8;
+        type V = F32x8;
+        const LEVEL: Level = Level::Neon;
+        #[inline(always)]
+        fn enter<O: SimdOp>(self, op: O) -> O::Output {
+            // NEON is in the target's baseline: no function with extra features is needed.
+            op.run(self)
+        }
+        #[inline(always)]
+        fn splat(self, x: f32) -> F32x8 {
+            // Safety: see the impl comment.
+            let v = unsafe { vdupq_n_f32(x) };
+            pair(v, v)
+        }
+        #[inline(always)]
+        unsafe fn load(self, p: *const f32) -> F32x8 {
+            // Safety: see the impl comment (8 readable lanes).
+            unsafe { pair(vld1q_f32(p), vld1q_f32(p.add(4))) }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32, v: F32x8) {
+            // Safety: see the impl comment (8 writable lanes).
+            unsafe {
+                vst1q_f32(p, v.lo);
+                vst1q_f32(p.add(4), v.hi);
+            }
+        }
+        #[inline(always)]
+        unsafe fn load_partial(self, p: *const f32, n: usize) -> F32x8 {
+            let mut t = [0.0f32; 8];
+            // Safety: the caller guarantees `n` readable lanes; `t` holds 8.
+            unsafe {
+                core::ptr::copy_nonoverlapping(p, t.as_mut_ptr(), n.min(8));
+                self.load(t.as_ptr())
+            }
+        }
+        #[inline(always)]
+        unsafe fn store_partial(self, p: *mut f32, v: F32x8, n: usize) {
+            let mut t = [0.0f32; 8];
+            // Safety: `t` holds 8 lanes; the caller guarantees `n` writable lanes at `p`.
+            unsafe {
+                self.store(t.as_mut_ptr(), v);
+                core::ptr::copy_nonoverlapping(t.as_ptr(), p, n.min(8));
+            }
+        }
+        #[inline(always)]
+        fn add(self, a: F32x8, b: F32x8) -> F32x8 {
+            // Safety: see the impl comment.
+            map2(a, b, |x, y| unsafe { vaddq_f32(x, y) })
+        }
+        #[inline(always)]
+        fn sub(self, a: F32x8, b: F32x8) -> F32x8 {
+            // Safety: see the impl comment.
+            map2(a, b, |x, y| unsafe { vsubq_f32(x, y) })
+        }
+        #[inline(always)]
+        fn mul(self, a: F32x8, b: F32x8) -> F32x8 {
+            // Safety: see the impl comment.
+            map2(a, b, |x, y| unsafe { vmulq_f32(x, y) })
+        }
+        #[inline(always)]
+        fn div(self, a: F32x8, b: F32x8) -> F32x8 {
+            // Safety: see the impl comment.
+            map2(a, b, |x, y| unsafe { vdivq_f32(x, y) })
+        }
+        #[inline(always)]
+        fn fma(self, a: F32x8, b: F32x8, c: F32x8) -> F32x8 {
+            // Safety: see the impl comment.
+            unsafe { pair(vfmaq_f32(c.lo, a.lo, b.lo), vfmaq_f32(c.hi, a.hi, b.hi)) }
+        }
+        #[inline(always)]
+        fn min(self, a: F32x8, b: F32x8) -> F32x8 {
+            // x86 semantics, not `fmin`'s: `a` only where `a < b`, else `b` (NaN → `b`).
+            // Safety: see the impl comment.
+            map2(a, b, |x, y| unsafe { vbslq_f32(vcltq_f32(x, y), x, y) })
+        }
+        #[inline(always)]
+        fn max(self, a: F32x8, b: F32x8) -> F32x8 {
+            // Safety: see the impl comment.
+            map2(a, b, |x, y| unsafe { vbslq_f32(vcgtq_f32(x, y), x, y) })
+        }
+        #[inline(always)]
+        fn abs(self, a: F32x8) -> F32x8 {
+            // Safety: see the impl comment.
+            unsafe { pair(vabsq_f32(a.lo), vabsq_f32(a.hi)) }
+        }
+        #[inline(always)]
+        fn round(self, a: F32x8) -> F32x8 {
+            // Safety: see the impl comment (`frintn`: to nearest, ties to even).
+            unsafe { pair(vrndnq_f32(a.lo), vrndnq_f32(a.hi)) }
+        }
+        #[inline(always)]
+        fn ldexp(self, a: F32x8, n: F32x8) -> F32x8 {
+            // 2^n as 2^h · 2^(n−h), h = n/2, so that n up to 254 stays in range.
+            // Safety: see the impl comment.
+            map2(a, n, |x, n| unsafe {
+                let e = vcvtnq_s32_f32(n);
+                let h = vshrq_n_s32::<1>(e);
+                let bias = vdupq_n_s32(127);
+                let p1 = vshlq_n_s32::<23>(vaddq_s32(h, bias));
+                let p2 = vshlq_n_s32::<23>(vaddq_s32(vsubq_s32(e, h), bias));
+                vmulq_f32(
+                    vmulq_f32(x, vreinterpretq_f32_s32(p1)),
+                    vreinterpretq_f32_s32(p2),
+                )
+            })
+        }
+        #[inline(always)]
+        fn select_lt(self, a: F32x8, b: F32x8, x: F32x8, y: F32x8) -> F32x8 {
+            // Safety: see the impl comment.
+            unsafe {
+                pair(
+                    vbslq_f32(vcltq_f32(a.lo, b.lo), x.lo, y.lo),
+                    vbslq_f32(vcltq_f32(a.hi, b.hi), x.hi, y.hi),
+                )
+            }
+        }
+        #[inline(always)]
+        fn select_le(self, a: F32x8, b: F32x8, x: F32x8, y: F32x8) -> F32x8 {
+            // Safety: see the impl comment.
+            unsafe {
+                pair(
+                    vbslq_f32(vcleq_f32(a.lo, b.lo), x.lo, y.lo),
+                    vbslq_f32(vcleq_f32(a.hi, b.hi), x.hi, y.hi),
+                )
+            }
+        }
+        #[inline(always)]
+        fn copysign(self, a: F32x8, s: F32x8) -> F32x8 {
+            // Safety: see the impl comment.
+            map2(a, s, |a, s| unsafe {
+                vbslq_f32(vdupq_n_u32(0x8000_0000), s, a)
+            })
+        }
+        #[inline(always)]
+        fn reduce_add(self, a: F32x8) -> f32 {
+            // The portable order: (a0 + a4) + (a1 + a5) first, then pairwise.
+            // Safety: see the impl comment.
+            unsafe {
+                let s = vaddq_f32(a.lo, a.hi);
+                let p = vpaddq_f32(s, s);
+                vgetq_lane_f32::<0>(p) + vgetq_lane_f32::<1>(p)
+            }
+        }
+        #[inline(always)]
+        fn reduce_max(self, a: F32x8) -> f32 {
+            // Safety: see the impl comment.
+            unsafe { vmaxnmvq_f32(vmaxnmq_f32(a.lo, a.hi)) }
+        }
+        #[inline(always)]
+        fn deinterleave(self, a: F32x8, b: F32x8) -> (F32x8, F32x8) {
+            // Safety: see the impl comment.
+            unsafe {
+                (
+                    pair(vuzp1q_f32(a.lo, a.hi), vuzp1q_f32(b.lo, b.hi)),
+                    pair(vuzp2q_f32(a.lo, a.hi), vuzp2q_f32(b.lo, b.hi)),
                 )
             }
         }

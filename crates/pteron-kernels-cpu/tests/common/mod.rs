@@ -46,15 +46,12 @@ impl Parallel for Scoped {
 /// Every SIMD level this CPU has.
 pub fn levels() -> Vec<pteron_kernels_cpu::simd::Level> {
     use pteron_kernels_cpu::simd::Level;
-    let mut v = vec![Level::Portable];
     let best = pteron_kernels_cpu::simd::with_level(Level::Avx512, pteron_kernels_cpu::simd::level);
-    if best >= Level::Avx2 {
-        v.push(Level::Avx2);
-    }
-    if best >= Level::Avx512 {
-        v.push(Level::Avx512);
-    }
-    v
+    Level::all()
+        .iter()
+        .copied()
+        .filter(|l| l.tier() <= best.tier())
+        .collect()
 }
 
 pub fn assert_close(got: &[f32], want: &[f32], atol: f32, rtol: f32, what: &str) {
