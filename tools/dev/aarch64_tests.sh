@@ -3,7 +3,8 @@
 # Debian's rustc-web (1.96) builds for aarch64 with the multiarch arm64 std (rustup's toolchain
 # has no aarch64 std here); tests run in release mode through `qemu-aarch64`, on a CPU model
 # with every optional feature (`max`: dotprod, i8mm, fp16, bf16, SVE) and on one with none
-# (`cortex-a72`: NEON only), so that kernels chosen by runtime detection take both paths.
+# (`cortex-a72`: NEON only), so that kernels chosen by runtime detection take both paths, and
+# the kernels once more on `neoverse-n1` (dotprod without i8mm: the `sdot` int8 path).
 #
 # pteron-cli's tests start the `pteron` binary as a child process, which QEMU user mode cannot
 # run by itself without binfmt_misc: they start it through PTERON_TEST_RUNNER (qemu-aarch64).
@@ -45,4 +46,6 @@ QEMU_CPU=max "${cargo[@]}" --workspace --exclude pteron-py
 echo "aarch64: kernels, op conformance and fixtures, QEMU -cpu cortex-a72"
 QEMU_CPU=cortex-a72 "${cargo[@]}" -p pteron-kernels -p pteron-kernels-cpu -p pteron-nhwc --lib
 QEMU_CPU=cortex-a72 "${cargo[@]}" -p pteron --test ops_cpu --test golden --test xnnpack
+echo "aarch64: kernels, QEMU -cpu neoverse-n1"
+QEMU_CPU=neoverse-n1 "${cargo[@]}" -p pteron-kernels-cpu -p pteron-nhwc --lib
 echo "aarch64 tests: ok"

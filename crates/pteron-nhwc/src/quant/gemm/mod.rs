@@ -5,13 +5,18 @@
 //! blockwise weights).
 //!
 //! Weights are packed at init in panels of 16 output channels by groups of 4 inputs, the
-//! layout of AVX-512 VNNI's `vpdpbusd` (16 lanes × 4 byte products per instruction). On CPUs
-//! without it the same layout runs through plain integer loops (same results: the sums are
-//! exact and the float epilogue does the same operations).
+//! layout of AVX-512 VNNI's `vpdpbusd` (16 lanes × 4 byte products per instruction) and of
+//! aarch64's lane-indexed `sdot`/`sudot` (4 lanes × 4 bytes, four registers per quad). Without
+//! VNNI, tiles of `TR` rows × one panel get their integer sums from the best kernel this CPU
+//! has (`TileSums`: `sudot`, `sdot` or widening NEON multiplies on aarch64, plain integer
+//! loops elsewhere) and share one epilogue: the sums are exact, so every path gives the same
+//! results bit for bit.
 
 use pteron_core::{KernelError, Parallel};
 use pteron_kernels_cpu::par::for_chunks_mut;
 
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod arm;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]
@@ -26,6 +31,67 @@ pub const NR: usize = 16;
 const EXACT_BLOCK: usize = 512;
 /// Rows per tile.
 const MR: usize = 8;
+/// Rows per tile of the `TileSums` paths (4 rows × 16 channels: 16 of AArch64's 32 vector
+/// registers accumulate).
+const TR: usize = 4;
+
+/// Integer sums of a tile: `acc[i][jj] = Σ_{4·q0 ≤ kk < 4·q1} a[i][kk] · w[16·p + jj][kk]`
+/// for the rows `a` (at most `TR`, each at least `4·q1` bytes, activations as stored:
+/// unsigned), quads `q0 .. q1 ≤ quads` of panel `p`. `wsum[jj]` is `Σ w[16·p + jj][kk]` over
+/// the same quads (for kernels that multiply signed activations and correct by `128·wsum`).
+/// Rows of `acc` past `a.len()` are left as they are.
+type TileSums = fn(
+    a: &[&[u8]],
+    w: &QWeights,
+    p: usize,
+    q0: usize,
+    q1: usize,
+    wsum: &[i32; NR],
+    acc: &mut [[i32; NR]; TR],
+);
+
+/// The best tile-sum kernel this CPU may run (`pteron_kernels_cpu::cpu` caps included).
+fn tile_sums() -> TileSums {
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    if let Some(k) = arm::best() {
+        return k;
+    }
+    scalar_sums
+}
+
+/// Every tile-sum kernel this CPU may run, by name (the tests compare each to the loops).
+#[cfg(test)]
+fn tile_sum_kernels() -> Vec<(&'static str, TileSums)> {
+    let mut v: Vec<(&'static str, TileSums)> = vec![("scalar", scalar_sums)];
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    v.extend(arm::available());
+    v
+}
+
+/// `TileSums` with plain integer loops.
+fn scalar_sums(
+    a: &[&[u8]],
+    w: &QWeights,
+    p: usize,
+    q0: usize,
+    q1: usize,
+    _wsum: &[i32; NR],
+    acc: &mut [[i32; NR]; TR],
+) {
+    let panel = &w.data[p * w.quads * NR * 4..][..w.quads * NR * 4];
+    for (ar, acc) in a.iter().zip(acc.iter_mut()) {
+        for q in q0..q1 {
+            let aq = &ar[q * 4..][..4];
+            let wq = &panel[q * NR * 4..][..NR * 4];
+            for (jj, s) in acc.iter_mut().enumerate() {
+                let wp = &wq[jj * 4..][..4];
+                for i in 0..4 {
+                    *s += aq[i] as i32 * wp[i] as i32;
+                }
+            }
+        }
+    }
+}
 
 /// Packed int8 weights of `n` outputs over `k` inputs.
 pub struct QWeights {
@@ -292,12 +358,13 @@ pub fn qgemm(
         _ => {}
     }
     let vnni = has_vnni();
+    let sums = tile_sums();
     // One row (decoding): a product over the output panels, in parallel, streaming each
-    // weight once (4-bit weights as nibbles).
-    let one_row = vnni && m == 1 && matches!(epi, Epilogue::Dequant { .. }) && w.one_row_ready();
+    // weight once (with VNNI, 4-bit weights as nibbles).
+    let one_row = m == 1 && matches!(epi, Epilogue::Dequant { .. }) && (!vnni || w.one_row_ready());
     let out = match out {
         Out::F32(o) if one_row => {
-            gemv(par, a, w, epi, &mut o[..w.n]);
+            gemv(par, a, w, epi, vnni, sums, &mut o[..w.n]);
             return Ok(());
         }
         other => other,
@@ -317,7 +384,8 @@ pub fn qgemm(
                 x86::rows(a, lda, r0, rows, w, epi, o, ldc)
             }
         } else {
-            scalar_rows(a, lda, r0, rows, w, epi, o, ldc)
+            let panels = 0..w.n.div_ceil(NR);
+            tiled_rows(sums, a, lda, r0, rows, w, epi, o, ldc, panels)
         }
     };
     // Chunks of one tile each (`for_chunks_mut` groups them into tasks): every tile streams
@@ -346,18 +414,32 @@ pub fn qgemm(
 const GEMV_PANELS: usize = 4;
 
 /// `out[0 .. n] = epilogue(a[0 .. 4·quads] · Wᵀ)` for one row with a `Dequant` epilogue;
-/// the caller checked the operands (`qgemm`) and that the CPU has VNNI.
-fn gemv(par: &dyn Parallel, a: &[u8], w: &QWeights, epi: &Epilogue<'_>, out: &mut [f32]) {
+/// the caller checked the operands (`qgemm`), and with `vnni` that the CPU has VNNI and
+/// that the weights are `one_row_ready`.
+fn gemv(
+    par: &dyn Parallel,
+    a: &[u8],
+    w: &QWeights,
+    epi: &Epilogue<'_>,
+    vnni: bool,
+    sums: TileSums,
+    out: &mut [f32],
+) {
+    let panels = w.n.div_ceil(NR);
     for_chunks_mut(par, out, GEMV_PANELS * NR, 1, &|t, c| {
-        #[cfg(target_arch = "x86_64")]
-        // Safety: `qgemm` checked AVX-512 F/BW/VL/VNNI (`has_vnni`), that `a` holds one row of
-        // 4·quads bytes and the epilogue's lengths; `c` is columns t·GEMV_PANELS·NR.. of the
-        // output.
-        unsafe {
-            x86::gemv(a, w, epi, t * GEMV_PANELS, c)
+        let p0 = t * GEMV_PANELS;
+        if vnni {
+            #[cfg(target_arch = "x86_64")]
+            // Safety: `qgemm` checked AVX-512 F/BW/VL/VNNI (`has_vnni`), that `a` holds one
+            // row of 4·quads bytes and the epilogue's lengths; `c` is columns
+            // t·GEMV_PANELS·NR.. of the output.
+            unsafe {
+                x86::gemv(a, w, epi, p0, c)
+            }
+        } else {
+            let panels = p0..(p0 + GEMV_PANELS).min(panels);
+            tiled_rows(sums, a, a.len(), 0, 1, w, epi, Out::F32(c), 0, panels);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (a, w, epi, t, c);
     });
 }
 
@@ -367,7 +449,9 @@ fn has_vnni() -> bool {
     pteron_kernels_cpu::cpu::int8_vnni()
 }
 
-/// Output rows `r0 .. r0 + rows` (`o` starts at row `r0`) with plain integer loops.
+/// Output rows `r0 .. r0 + rows` (`o` starts at row `r0`) with plain integer loops: the
+/// reference the vector paths are tested against.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 fn scalar_rows(
     a: &[u8],
@@ -376,69 +460,105 @@ fn scalar_rows(
     rows: usize,
     w: &QWeights,
     epi: &Epilogue<'_>,
+    o: Out<'_>,
+    ldc: usize,
+) {
+    let panels = 0..w.n.div_ceil(NR);
+    tiled_rows(scalar_sums, a, lda, r0, rows, w, epi, o, ldc, panels)
+}
+
+/// Output rows `r0 .. r0 + rows` (`o` starts at row `r0`, column `16·panels.start`), columns
+/// of `panels`, in tiles of `TR` rows × one panel whose sums come from `sums`. The caller
+/// checked the operands (`qgemm`).
+#[allow(clippy::too_many_arguments)]
+fn tiled_rows(
+    sums: TileSums,
+    a: &[u8],
+    lda: usize,
+    r0: usize,
+    rows: usize,
+    w: &QWeights,
+    epi: &Epilogue<'_>,
     mut o: Out<'_>,
     ldc: usize,
+    panels: core::ops::Range<usize>,
 ) {
     let blocks = if w.block == 0 { 1 } else { w.k / w.block };
     let bq = if w.block == 0 { w.quads } else { w.block / 4 };
-    for r in 0..rows {
-        let ar = &a[(r0 + r) * lda..];
-        for j in 0..w.n {
-            let (p, jj) = (j / NR, j % NR);
-            let mut fsum = 0.0f32;
-            let mut isum = 0i32;
+    let col0 = panels.start * NR;
+    let kp = w.quads * 4;
+    for t in (0..rows).step_by(TR) {
+        let tr = TR.min(rows - t);
+        let ar: [&[u8]; TR] = core::array::from_fn(|i| &a[(r0 + t + i.min(tr - 1)) * lda..][..kp]);
+        for p in panels.clone() {
+            let nv = NR.min(w.n - p * NR);
+            let mut fsum = [[0f32; NR]; TR];
+            let mut isum = [[0i32; NR]; TR];
             for b in 0..blocks {
-                let mut acc = 0i32;
-                for q in b * bq..(b + 1) * bq {
-                    let wp = &w.data[((p * w.quads + q) * NR + jj) * 4..][..4];
-                    for i in 0..4 {
-                        acc += ar[q * 4 + i] as i32 * wp[i] as i32;
+                let wsum: [i32; NR] = core::array::from_fn(|jj| match (jj < nv, w.block) {
+                    (false, _) => 0,
+                    (true, 0) => w.colsum[p * NR + jj],
+                    (true, _) => w.blocksum[(p * NR + jj) * blocks + b],
+                });
+                let mut acc = [[0i32; NR]; TR];
+                sums(&ar[..tr], w, p, b * bq, (b + 1) * bq, &wsum, &mut acc);
+                for i in 0..tr {
+                    for jj in 0..nv {
+                        let j = p * NR + jj;
+                        match epi {
+                            Epilogue::Dequant { zps, scale, .. } if w.block != 0 => {
+                                let zp = zps[r0 + t + i] + 128;
+                                let corr = acc[i][jj] - zp * w.blocksum[j * blocks + b];
+                                fsum[i][jj] =
+                                    (corr as f32).mul_add(scale[j * blocks + b], fsum[i][jj]);
+                            }
+                            _ => isum[i][jj] += acc[i][jj],
+                        }
                     }
-                }
-                match epi {
-                    Epilogue::Dequant { zps, scale, .. } if w.block != 0 => {
-                        let zp = zps[r0 + r] + 128;
-                        let corr = acc - zp * w.blocksum[j * blocks + b];
-                        fsum = (corr as f32).mul_add(scale[j * blocks + b], fsum);
-                    }
-                    _ => isum += acc,
                 }
             }
-            let idx = r * ldc + j;
-            match (epi, &mut o) {
-                (
-                    Epilogue::Requant {
-                        bias,
-                        scale,
-                        zp,
-                        qmin,
-                        qmax,
-                    },
-                    Out::I8(o),
-                ) => {
-                    o[idx] = requant(isum + bias[j], scale[j], *zp, *qmin, *qmax) as i8;
+            for i in 0..tr {
+                let r = t + i;
+                for jj in 0..nv {
+                    let j = p * NR + jj;
+                    let idx = r * ldc + j - col0;
+                    match (epi, &mut o) {
+                        (
+                            Epilogue::Requant {
+                                bias,
+                                scale,
+                                zp,
+                                qmin,
+                                qmax,
+                            },
+                            Out::I8(o),
+                        ) => {
+                            o[idx] =
+                                requant(isum[i][jj] + bias[j], scale[j], *zp, *qmin, *qmax) as i8;
+                        }
+                        (
+                            Epilogue::Dequant {
+                                rows: rp,
+                                zps,
+                                scale,
+                                bias,
+                                lo,
+                                hi,
+                            },
+                            Out::F32(o),
+                        ) => {
+                            let (s_row, zp) = (rp[r0 + r], zps[r0 + r]);
+                            let y = if w.block == 0 {
+                                let corr = isum[i][jj] - (zp + 128) * w.colsum[j];
+                                (corr as f32 * s_row).mul_add(scale[j], bias.map_or(0.0, |b| b[j]))
+                            } else {
+                                fsum[i][jj].mul_add(s_row, bias.map_or(0.0, |b| b[j]))
+                            };
+                            o[idx] = y.max(*lo).min(*hi);
+                        }
+                        _ => {}
+                    }
                 }
-                (
-                    Epilogue::Dequant {
-                        rows: rp,
-                        zps,
-                        scale,
-                        bias,
-                        lo,
-                        hi,
-                    },
-                    Out::F32(o),
-                ) => {
-                    let (s_row, zp) = (rp[r0 + r], zps[r0 + r]);
-                    let y = if w.block == 0 {
-                        let corr = isum - (zp + 128) * w.colsum[j];
-                        (corr as f32 * s_row).mul_add(scale[j], bias.map_or(0.0, |b| b[j]))
-                    } else {
-                        fsum.mul_add(s_row, bias.map_or(0.0, |b| b[j]))
-                    };
-                    o[idx] = y.max(*lo).min(*hi);
-                }
-                _ => {}
             }
         }
     }

@@ -1,7 +1,6 @@
 use super::*;
 
 /// A small deterministic generator.
-#[cfg(target_arch = "x86_64")]
 fn rng(seed: &mut u64) -> u32 {
     *seed ^= *seed << 13;
     *seed ^= *seed >> 7;
@@ -122,13 +121,9 @@ impl Parallel for Split {
 }
 
 /// The one-row path (panels in parallel, 4-bit weights from nibbles) gives the plain
-/// integer rows' results bit for bit.
-#[cfg(target_arch = "x86_64")]
+/// integer rows' results bit for bit (whatever path this CPU takes).
 #[test]
 fn one_row_matches_scalar() {
-    if !has_vnni() {
-        return;
-    }
     let mut seed = 0x0bad_cafe_f00d_1234u64;
     for &(n, k, block, int4) in &[
         (1, 4, 0, false),
@@ -186,5 +181,108 @@ fn one_row_matches_scalar() {
                 assert_eq!(f1, f2, "n {n} k {k} block {block} int4 {int4} bf16 {bf16}");
             }
         }
+    }
+}
+
+/// Every tile-sum kernel this CPU may run adds the plain loops' sums, for 1–4 rows, every
+/// panel, quad ranges with tails of 1–3 quads, weights and activations at their extremes.
+#[test]
+fn tile_sums_match_scalar() {
+    let mut seed = 0x5eed_0123_4567_89abu64;
+    for &(n, k) in &[(1, 4), (17, 13), (40, 96), (33, 60), (16, 4)] {
+        let w = QWeights::new(n, k, 0, |j, kk| match (j + kk) % 5 {
+            0 => -128,
+            1 => 127,
+            _ => ((j * 131 + kk * 71 + 13) % 256) as u8 as i8,
+        })
+        .unwrap();
+        let a: Vec<u8> = (0..TR * w.quads * 4)
+            .map(|i| match i % 7 {
+                0 => 255,
+                1 => 0,
+                _ => rng(&mut seed) as u8,
+            })
+            .collect();
+        let rows: Vec<&[u8]> = a.chunks(w.quads * 4).collect();
+        let q = w.quads;
+        let ranges = [
+            (0, q),
+            (1.min(q), q),
+            (0, q.saturating_sub(1)),
+            (q / 2, q),
+            (0, 0),
+        ];
+        for (name, kernel) in tile_sum_kernels() {
+            for r in 1..=TR {
+                for p in 0..n.div_ceil(NR) {
+                    for &(q0, q1) in &ranges {
+                        let wsum: [i32; NR] = core::array::from_fn(|jj| {
+                            let j = p * NR + jj;
+                            (4 * q0..(4 * q1).min(k))
+                                .filter(|_| j < n)
+                                .map(|kk| w.data[((p * q + kk / 4) * NR + jj) * 4 + kk % 4] as i32)
+                                .sum()
+                        });
+                        let init: [[i32; NR]; TR] = core::array::from_fn(|i| {
+                            core::array::from_fn(|jj| (i * 100 + jj) as i32)
+                        });
+                        let (mut want, mut got) = (init, init);
+                        scalar_sums(&rows[..r], &w, p, q0, q1, &wsum, &mut want);
+                        kernel(&rows[..r], &w, p, q0, q1, &wsum, &mut got);
+                        assert_eq!(
+                            got, want,
+                            "{name}: n {n} k {k} rows {r} panel {p} quads {q0}..{q1}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Multi-row products through `qgemm` (whatever path this CPU takes, several tasks) give
+/// the plain integer rows' results bit for bit, for both epilogues and blockwise weights.
+#[test]
+fn qgemm_matches_scalar() {
+    let mut seed = 0xfeed_beef_1234_5678u64;
+    for &(m, n, k, block) in &[
+        (1, 5, 8, 0),
+        (7, 17, 13, 0),
+        (9, 33, 64, 32),
+        (13, 40, 96, 0),
+    ] {
+        let w = QWeights::new(n, k, block, |j, kk| ((j * 31 + kk * 7) % 255) as i8).unwrap();
+        let kp = w.quads * 4;
+        let a: Vec<u8> = (0..m * kp).map(|_| rng(&mut seed) as u8).collect();
+        let blocks = if block == 0 { 1 } else { k / block };
+        let bias: Vec<i32> = (0..n).map(|j| j as i32 * 37 - 500).collect();
+        let scale: Vec<f32> = (0..n * blocks).map(|j| 1e-3 * (1 + j % 7) as f32).collect();
+        let rows: Vec<f32> = (0..m).map(|r| 0.01 * (r + 1) as f32).collect();
+        let zps: Vec<i32> = (0..m).map(|r| r as i32 * 9 - 20).collect();
+        if block == 0 {
+            let epi = Epilogue::Requant {
+                bias: &bias,
+                scale: &scale,
+                zp: -3,
+                qmin: -100,
+                qmax: 120,
+            };
+            let (mut x1, mut x2) = (vec![0i8; m * n], vec![0i8; m * n]);
+            scalar_rows(&a, kp, 0, m, &w, &epi, Out::I8(&mut x1), n);
+            qgemm(&Split, &a, kp, m, &w, &epi, Out::I8(&mut x2), n).unwrap();
+            assert_eq!(x1, x2, "m {m} n {n} k {k}");
+        }
+        let epi = Epilogue::Dequant {
+            rows: &rows,
+            zps: &zps,
+            scale: &scale,
+            bias: None,
+            lo: -50.0,
+            hi: 50.0,
+        };
+        let (mut f1, mut f2) = (vec![0f32; m * n], vec![0f32; m * n]);
+        scalar_rows(&a, kp, 0, m, &w, &epi, Out::F32(&mut f1), n);
+        qgemm(&Split, &a, kp, m, &w, &epi, Out::F32(&mut f2), n).unwrap();
+        assert_eq!(f1, f2, "m {m} n {n} k {k} block {block}");
     }
 }

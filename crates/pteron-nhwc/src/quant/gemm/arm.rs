@@ -1,0 +1,310 @@
+//! aarch64 tile sums (`TileSums`) over the packed quads: per quad, panel `p`'s 64 weight
+//! bytes are four registers of 4 channels × 4 inputs, and one activation register holds four
+//! quads of a row, so one lane-indexed dot product adds a quad's 4 products for 4 channels.
+//!
+//! - FEAT_I8MM: `sudot` multiplies the signed weights by the unsigned activations as stored.
+//! - FEAT_DotProd: `sdot` on activations flipped to signed (`a − 128`), then `+ 128·Σw`.
+//! - NEON only: widening multiplies (`smull`) of the weights by a broadcast quad, pairwise
+//!   accumulated (`sadalp`), then `+ 128·Σw`.
+//!
+//! `sdot`/`sudot` are written as inline assembly: their intrinsics are not stable in Rust.
+
+use super::{QWeights, TileSums, NR, TR};
+use core::arch::aarch64::*;
+use core::arch::asm;
+
+/// The best kernel the CPU and the process's SIMD cap allow (`None`: portable).
+pub fn best() -> Option<TileSums> {
+    use pteron_kernels_cpu::cpu;
+    if cpu::int8_i8mm() {
+        Some(sudot_sums)
+    } else if cpu::int8_dotprod() {
+        Some(sdot_sums)
+    } else if cpu::max_level() == cpu::Level::Neon {
+        Some(mull_sums)
+    } else {
+        None
+    }
+}
+
+/// Every kernel the CPU has, by name (for tests).
+#[cfg(test)]
+pub fn available() -> Vec<(&'static str, TileSums)> {
+    let f = pteron_kernels_cpu::cpu::features();
+    let mut v: Vec<(&'static str, TileSums)> = vec![("neon smull", mull_sums)];
+    if f.dotprod {
+        v.push(("sdot", sdot_sums));
+    }
+    if f.i8mm {
+        v.push(("sudot", sudot_sums));
+    }
+    v
+}
+
+/// Checks what every kernel reads: rows of `4·q1` bytes, quads `q0 ≤ q1 ≤ quads` of an
+/// existing panel `p`, and returns the panel's first weight.
+fn check(a: &[&[u8]], w: &QWeights, p: usize, q0: usize, q1: usize) -> *const i8 {
+    assert!(a.len() <= TR && q0 <= q1 && q1 <= w.quads);
+    assert!(a.iter().all(|r| r.len() >= 4 * q1));
+    let end = (p + 1)
+        .checked_mul(w.quads)
+        .and_then(|v| v.checked_mul(NR * 4));
+    assert!(end.is_some_and(|e| e <= w.data.len()));
+    w.data[p * w.quads * NR * 4..].as_ptr()
+}
+
+/// Lanes of the four accumulators of a row (4 channels each) into `acc`, plus `128·wsum`
+/// when the products were of flipped activations.
+///
+/// # Safety
+/// NEON (baseline on this target).
+#[inline(always)]
+unsafe fn finish(c: &[int32x4_t; 4], wsum: &[i32; NR], flipped: bool, acc: &mut [i32; NR]) {
+    for (g, v) in c.iter().enumerate() {
+        let mut lanes = [0i32; 4];
+        // Safety: `lanes` holds 4 i32.
+        unsafe { vst1q_s32(lanes.as_mut_ptr(), *v) };
+        for e in 0..4 {
+            let extra = if flipped { 128 * wsum[g * 4 + e] } else { 0 };
+            acc[g * 4 + e] += lanes[e] + extra;
+        }
+    }
+}
+
+/// The activation bytes of quads `q .. q + 4` of `row` (16 bytes; past `q1` filled with
+/// `fill`), flipped to signed when `flip`.
+///
+/// # Safety
+/// NEON; `row` holds at least `4·q1` bytes.
+#[inline(always)]
+unsafe fn quads4(row: &[u8], q: usize, q1: usize, fill: u8, flip: bool) -> int8x16_t {
+    let v = if q + 4 <= q1 {
+        // Safety: 4·(q + 4) ≤ 4·q1 ≤ row.len().
+        unsafe { vld1q_u8(row.as_ptr().add(q * 4)) }
+    } else {
+        let mut t = [fill; 16];
+        let n = 4 * (q1 - q);
+        t[..n].copy_from_slice(&row[q * 4..q * 4 + n]);
+        // Safety: `t` holds 16 bytes.
+        unsafe { vld1q_u8(t.as_ptr()) }
+    };
+    // Safety: NEON.
+    unsafe {
+        if flip {
+            vreinterpretq_s8_u8(veorq_u8(v, vdupq_n_u8(0x80)))
+        } else {
+            vreinterpretq_s8_u8(v)
+        }
+    }
+}
+
+/// One quad (lane `L` of each row's activation register) into the accumulators of `R`
+/// rows, with `sudot` when `SU`, else `sdot`.
+///
+/// # Safety
+/// FEAT_DotProd (and FEAT_I8MM when `SU`); `wq` points at the quad's 64 weight bytes.
+#[inline(always)]
+unsafe fn dot_quad<const L: usize, const SU: bool, const R: usize>(
+    c: &mut [[int32x4_t; 4]; R],
+    wq: *const i8,
+    av: &[int8x16_t; R],
+) {
+    // Safety: the caller's.
+    let wv = unsafe { [0, 16, 32, 48].map(|o| vld1q_s8(wq.add(o))) };
+    for (ci, a) in c.iter_mut().zip(av) {
+        for (acc, wg) in ci.iter_mut().zip(&wv) {
+            // Safety: the caller's features; registers only.
+            unsafe {
+                if SU {
+                    asm!("sudot {acc:v}.4s, {w:v}.16b, {a:v}.4b[{l}]",
+                        acc = inout(vreg) *acc, w = in(vreg) *wg, a = in(vreg) *a, l = const L,
+                        options(pure, nomem, nostack, preserves_flags));
+                } else {
+                    asm!("sdot {acc:v}.4s, {w:v}.16b, {a:v}.4b[{l}]",
+                        acc = inout(vreg) *acc, w = in(vreg) *wg, a = in(vreg) *a, l = const L,
+                        options(pure, nomem, nostack, preserves_flags));
+                }
+            }
+        }
+    }
+}
+
+/// The body of the two dot-product kernels for `R = a.len()` rows.
+///
+/// # Safety
+/// FEAT_DotProd (and FEAT_I8MM when `SU`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dot_sums<const SU: bool, const R: usize>(
+    a: &[&[u8]],
+    w: &QWeights,
+    p: usize,
+    q0: usize,
+    q1: usize,
+    wsum: &[i32; NR],
+    acc: &mut [[i32; NR]; TR],
+) {
+    let wp = check(a, w, p, q0, q1);
+    assert_eq!(a.len(), R);
+    // Safety: NEON.
+    let mut c = [[unsafe { vdupq_n_s32(0) }; 4]; R];
+    // Past `q1`: activations that add nothing (0 unsigned, 128 before the flip).
+    let fill = if SU { 0 } else { 0x80 };
+    let mut q = q0;
+    while q < q1 {
+        // Safety: rows hold 4·q1 bytes (`check`).
+        let av: [int8x16_t; R] =
+            core::array::from_fn(|i| unsafe { quads4(a[i], q, q1, fill, !SU) });
+        let n = (q1 - q).min(4);
+        // Safety: quads q .. q + n < quads of panel p (`check`); the caller's features.
+        unsafe {
+            let wq = |l: usize| wp.add((q + l) * NR * 4);
+            dot_quad::<0, SU, R>(&mut c, wq(0), &av);
+            if n > 1 {
+                dot_quad::<1, SU, R>(&mut c, wq(1), &av);
+            }
+            if n > 2 {
+                dot_quad::<2, SU, R>(&mut c, wq(2), &av);
+            }
+            if n > 3 {
+                dot_quad::<3, SU, R>(&mut c, wq(3), &av);
+            }
+        }
+        q += 4;
+    }
+    for (ci, acc) in c.iter().zip(acc.iter_mut()) {
+        // Safety: NEON.
+        unsafe { finish(ci, wsum, !SU, acc) };
+    }
+}
+
+/// `dot_sums` for the number of rows in `a`.
+///
+/// # Safety
+/// As `dot_sums`.
+#[inline(always)]
+unsafe fn dot_rows<const SU: bool>(
+    a: &[&[u8]],
+    w: &QWeights,
+    p: usize,
+    q0: usize,
+    q1: usize,
+    wsum: &[i32; NR],
+    acc: &mut [[i32; NR]; TR],
+) {
+    // Safety: the caller's.
+    unsafe {
+        match a.len() {
+            1 => dot_sums::<SU, 1>(a, w, p, q0, q1, wsum, acc),
+            2 => dot_sums::<SU, 2>(a, w, p, q0, q1, wsum, acc),
+            3 => dot_sums::<SU, 3>(a, w, p, q0, q1, wsum, acc),
+            _ => dot_sums::<SU, TR>(a, w, p, q0, q1, wsum, acc),
+        }
+    }
+}
+
+#[target_feature(enable = "dotprod,i8mm")]
+unsafe fn sudot_inner(
+    a: &[&[u8]],
+    w: &QWeights,
+    p: usize,
+    q0: usize,
+    q1: usize,
+    wsum: &[i32; NR],
+    acc: &mut [[i32; NR]; TR],
+) {
+    // Safety: this function's features.
+    unsafe { dot_rows::<true>(a, w, p, q0, q1, wsum, acc) }
+}
+
+#[target_feature(enable = "dotprod")]
+unsafe fn sdot_inner(
+    a: &[&[u8]],
+    w: &QWeights,
+    p: usize,
+    q0: usize,
+    q1: usize,
+    wsum: &[i32; NR],
+    acc: &mut [[i32; NR]; TR],
+) {
+    // Safety: this function's features.
+    unsafe { dot_rows::<false>(a, w, p, q0, q1, wsum, acc) }
+}
+
+/// `TileSums` with `sudot` (FEAT_I8MM).
+fn sudot_sums(
+    a: &[&[u8]],
+    w: &QWeights,
+    p: usize,
+    q0: usize,
+    q1: usize,
+    wsum: &[i32; NR],
+    acc: &mut [[i32; NR]; TR],
+) {
+    assert!(pteron_kernels_cpu::cpu::features().i8mm);
+    // Safety: the CPU has FEAT_I8MM (just checked; it implies the dot products).
+    unsafe { sudot_inner(a, w, p, q0, q1, wsum, acc) }
+}
+
+/// `TileSums` with `sdot` (FEAT_DotProd).
+fn sdot_sums(
+    a: &[&[u8]],
+    w: &QWeights,
+    p: usize,
+    q0: usize,
+    q1: usize,
+    wsum: &[i32; NR],
+    acc: &mut [[i32; NR]; TR],
+) {
+    assert!(pteron_kernels_cpu::cpu::features().dotprod);
+    // Safety: the CPU has FEAT_DotProd (just checked).
+    unsafe { sdot_inner(a, w, p, q0, q1, wsum, acc) }
+}
+
+/// `TileSums` with NEON's widening multiplies, two rows at a time (16 accumulators: each
+/// weight register's products pairwise-added into two halves).
+fn mull_sums(
+    a: &[&[u8]],
+    w: &QWeights,
+    p: usize,
+    q0: usize,
+    q1: usize,
+    wsum: &[i32; NR],
+    acc: &mut [[i32; NR]; TR],
+) {
+    let wp = check(a, w, p, q0, q1);
+    for (pair, accs) in a.chunks(2).zip(acc.chunks_mut(2)) {
+        // Safety (every block): NEON is in the target's baseline; weight reads are quads
+        // q0 .. q1 of panel p and activation reads 4 bytes at 4q < 4·q1 (`check`).
+        let zero = unsafe { vdupq_n_s32(0) };
+        let mut c = [[[zero; 2]; 4]; 2];
+        for q in q0..q1 {
+            let wv = unsafe { [0, 16, 32, 48].map(|o| vld1q_s8(wp.add(q * NR * 4 + o))) };
+            for (row, ci) in pair.iter().zip(c.iter_mut()) {
+                let quad = u32::from_le_bytes([
+                    row[4 * q],
+                    row[4 * q + 1],
+                    row[4 * q + 2],
+                    row[4 * q + 3],
+                ]);
+                unsafe {
+                    let a8 = vreinterpret_s8_u8(veor_u8(
+                        vreinterpret_u8_u32(vdup_n_u32(quad)),
+                        vdup_n_u8(0x80),
+                    ));
+                    let a16 = vcombine_s8(a8, a8);
+                    for (h, wg) in ci.iter_mut().zip(&wv) {
+                        h[0] = vpadalq_s16(h[0], vmull_s8(vget_low_s8(*wg), a8));
+                        h[1] = vpadalq_s16(h[1], vmull_high_s8(*wg, a16));
+                    }
+                }
+            }
+        }
+        for (ci, acc) in c.iter().zip(accs.iter_mut()).take(pair.len()) {
+            // [c0 (k0+k1), c0 (k2+k3), c1 …] and the same for c2, c3 → [c0, c1, c2, c3].
+            let v = ci.map(|h| unsafe { vpaddq_s32(h[0], h[1]) });
+            // Safety: NEON.
+            unsafe { finish(&v, wsum, true, acc) };
+        }
+    }
+}

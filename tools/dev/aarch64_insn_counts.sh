@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Instructions executed per inference under QEMU user mode, for each aarch64 kernel path:
+# the deterministic proxy for speed until an ARM machine is measured. Counts come from the
+# TCG plugin in tools/qemu-insn-count (every executed block's instructions), as the
+# difference between a run of 1 + N inferences and one of 1 (load, packing and the first
+# run cancel out), divided by N; decode steps likewise from 8 + N and 8 generated tokens.
+#
+# Paths: `--simd portable` (no SIMD kernels), then NEON with the int8 products chosen by the
+# CPU model: cortex-a72 (NEON only: widening multiplies), neoverse-n1 (+ sdot),
+# max (+ i8mm: sudot). One thread.
+# Needs the toolchain tools/dev/aarch64_tests.sh installs. Usage: tools/dev/aarch64_insn_counts.sh [N]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+n=${1:-3}
+
+export RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+/usr/bin/cargo build -q --release --locked --target aarch64-unknown-linux-gnu \
+  --target-dir target/aarch64 -p pteron-cli
+(cd tools/qemu-insn-count && cargo build -q --release)
+plugin=tools/qemu-insn-count/target/release/libqemu_insn_count.so
+bin=target/aarch64/aarch64-unknown-linux-gnu/release/pteron
+
+# insns CPU ARGS...: the instructions of one run of `pteron ARGS...` on QEMU CPU model CPU.
+insns() {
+  local cpu=$1
+  shift
+  QEMU_CPU=$cpu timeout 3000 qemu-aarch64 -d plugin -plugin "$plugin" "$bin" "$@" 2>&1 >/dev/null |
+    sed -n 's/^insns: //p'
+}
+
+# per CPU SIMD MODEL: instructions per inference of MODEL's forward.
+per_run() {
+  local cpu=$1 simd=$2 model=$3 a b
+  a=$(insns "$cpu" --simd "$simd" run "$model" --threads 1 --repeat 1)
+  b=$(insns "$cpu" --simd "$simd" run "$model" --threads 1 --repeat $((1 + n)))
+  echo $(((b - a) / n))
+}
+
+# per_token CPU SIMD MODEL TOKENIZER: instructions per decode step.
+per_token() {
+  local cpu=$1 simd=$2 model=$3 tok=$4 a b
+  local args=(generate "$model" --tokenizer "$tok" --prompt "Once upon a time" --ignore-eos --threads 1)
+  a=$(insns "$cpu" --simd "$simd" "${args[@]}" --max-new-tokens 8)
+  b=$(insns "$cpu" --simd "$simd" "${args[@]}" --max-new-tokens $((8 + n)))
+  echo $(((b - a) / n))
+}
+
+row() {
+  local name=$1 kind=$2
+  shift 2
+  local p a72 n1 max
+  p=$("$kind" max portable "$@")
+  a72=$("$kind" cortex-a72 neon "$@")
+  n1=$("$kind" neoverse-n1 neon "$@")
+  max=$("$kind" max neon "$@")
+  awk -v name="$name" -v p="$p" -v a="$a72" -v n="$n1" -v m="$max" 'BEGIN {
+    printf "| %s | %.1f M | %.1f M (%.2fx) | %.1f M (%.2fx) | %.1f M (%.2fx) |\n",
+      name, p / 1e6, a / 1e6, p / a, n / 1e6, p / n, m / 1e6, p / m }'
+}
+
+echo "| per inference / step | portable | NEON (cortex-a72) | + sdot (neoverse-n1) | + i8mm (max) |"
+echo "|---|---|---|---|---|"
+models=(
+  "MobileNetV2 small, XNNPACK fp32:testdata/xnnpack/mobilenet_v2_small/model.pte"
+  "MobileNetV2 small, XNNPACK int8:testdata/xnnpack/mobilenet_v2_small_int8/model.pte"
+)
+for extra in "MobileNetV2, XNNPACK fp32:tools/export/out/mobilenet_v2/model_xnnpack.pte" \
+  "MobileNetV2, XNNPACK int8 (static):tools/export/out/int8_static/mobilenet_v2_u/model.pte"; do
+  [ -f "${extra#*:}" ] && models+=("$extra")
+done
+for m in "${models[@]}"; do
+  row "${m%%:*}" per_run "${m#*:}"
+done
+row "tiny LLM 8da4w, decode step" per_token testdata/llm/tiny_xnnpack/8da4w.pte \
+  testdata/llm/tiny/tokenizer.json
