@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 
 /// The instruction sets the float kernels have paths for. Each architecture has its own
 /// levels; they line up by *tier* (0: portable, 1: the baseline vector ISA — AVX2 + FMA on
-/// x86-64, NEON on aarch64 —, 2: the wide one, AVX-512), so a cap or a test that names a
+/// x86-64, NEON on aarch64, SIMD128 on WebAssembly built with `+simd128` —, 2: the wide one,
+/// AVX-512), so a cap or a test that names a
 /// level of another architecture means the same tier here ([`Level::lower`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Level {
@@ -15,11 +16,13 @@ pub enum Level {
     Avx2 = 2,
     Avx512 = 3,
     Neon = 4,
+    Simd128 = 5,
 }
 
 impl Level {
     fn from_u8(v: u8) -> Level {
         match v {
+            5 => Level::Simd128,
             4 => Level::Neon,
             3 => Level::Avx512,
             2 => Level::Avx2,
@@ -31,7 +34,7 @@ impl Level {
     pub const fn tier(self) -> u8 {
         match self {
             Level::Portable => 0,
-            Level::Avx2 | Level::Neon => 1,
+            Level::Avx2 | Level::Neon | Level::Simd128 => 1,
             Level::Avx512 => 2,
         }
     }
@@ -42,6 +45,8 @@ impl Level {
         return &[Level::Portable, Level::Avx2, Level::Avx512];
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
         return &[Level::Portable, Level::Neon];
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        return &[Level::Portable, Level::Simd128];
         #[allow(unreachable_code)]
         &[Level::Portable]
     }
@@ -67,6 +72,7 @@ impl Level {
             Level::Avx2 => "avx2",
             Level::Avx512 => "avx512",
             Level::Neon => "neon",
+            Level::Simd128 => "simd128",
         }
     }
 }
@@ -88,6 +94,9 @@ pub struct CpuFeatures {
     pub dotprod: bool,
     /// aarch64 FEAT_I8MM: `usdot`/`sudot`/`smmla` (mixed-sign int8 products).
     pub i8mm: bool,
+    /// WebAssembly SIMD128 (chosen when the module is built, not detected: a module built
+    /// with `+simd128` does not load where it is missing).
+    pub simd128: bool,
 }
 
 impl CpuFeatures {
@@ -99,6 +108,8 @@ impl CpuFeatures {
             Level::Avx2
         } else if self.neon {
             Level::Neon
+        } else if self.simd128 {
+            Level::Simd128
         } else {
             Level::Portable
         }

@@ -64,7 +64,7 @@ fn tile_for(l: Level) -> (usize, usize) {
     match l {
         Level::Avx512 => (8, 32),
         // NEON's 8 lanes as two registers: AVX2's tile in 24 of AArch64's 32 registers.
-        Level::Avx2 | Level::Neon => (6, 16),
+        Level::Avx2 | Level::Neon | Level::Simd128 => (6, 16),
         Level::Portable => (4, 8),
     }
 }

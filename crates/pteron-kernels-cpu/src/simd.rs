@@ -1,7 +1,7 @@
 //! A small SIMD layer: one generic kernel body, instantiated per instruction set.
 //!
-//! [`Simd`] is implemented by zero-sized *tokens*: [`Avx512`] and [`Avx2`] (x86-64) and
-//! [`Neon`] (aarch64) can only be made through `new()`, which checks at run time that the CPU
+//! [`Simd`] is implemented by zero-sized *tokens*: [`Avx512`] and [`Avx2`] (x86-64),
+//! [`Neon`] (aarch64) and `Simd128` (WebAssembly built with `+simd128`) can only be made through `new()`, which checks at run time that the CPU
 //! has the features, so holding a token proves its intrinsics may run; [`Portable`] works
 //! everywhere (arrays the compiler vectorizes
 //! for the baseline target). Kernels are written once as `#[inline(always)]` generic functions
@@ -47,6 +47,7 @@ pub fn level() -> Level {
 
 fn from_u8(v: u8) -> Level {
     match v {
+        5 => Level::Simd128,
         4 => Level::Neon,
         3 => Level::Avx512,
         2 => Level::Avx2,
@@ -183,6 +184,8 @@ pub fn run_op_at<O: SimdOp>(l: Level, op: O) -> O::Output {
             Some(s) => s.enter(op),
             None => op.run(Portable),
         },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Level::Simd128 => op.run(Simd128::new()),
         _ => op.run(Portable),
     }
 }
@@ -885,6 +888,193 @@ mod arm {
                     pair(vuzp2q_f32(a.lo, a.hi), vuzp2q_f32(b.lo, b.hi)),
                 )
             }
+        }
+    }
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub use wasm::Simd128;
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm {
+    use super::{Level, Simd, SimdOp};
+    use core::arch::wasm32::*;
+
+    /// WebAssembly SIMD128 token: 8 lanes as two `v128`, like [`super::Neon`]. The module is
+    /// built with `+simd128` (validated when it loads), so the token is always available.
+    /// No fused multiply-add without the relaxed-SIMD proposal: `fma` rounds twice, as
+    /// [`super::Portable`] does.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Simd128(());
+
+    impl Simd128 {
+        #[allow(clippy::new_without_default)]
+        pub fn new() -> Self {
+            Simd128(())
+        }
+    }
+
+    /// Eight f32 lanes: `lo` holds lanes 0–3, `hi` lanes 4–7.
+    #[derive(Clone, Copy, Debug)]
+    pub struct F32x8 {
+        lo: v128,
+        hi: v128,
+    }
+
+    #[inline(always)]
+    fn pair(lo: v128, hi: v128) -> F32x8 {
+        F32x8 { lo, hi }
+    }
+
+    #[inline(always)]
+    fn map2(a: F32x8, b: F32x8, f: impl Fn(v128, v128) -> v128) -> F32x8 {
+        pair(f(a.lo, b.lo), f(a.hi, b.hi))
+    }
+
+    impl Simd for Simd128 {
+        const LANES: usize = 8;
+        type V = F32x8;
+        const LEVEL: Level = Level::Simd128;
+        #[inline(always)]
+        fn enter<O: SimdOp>(self, op: O) -> O::Output {
+            // SIMD128 is enabled for the whole module.
+            op.run(self)
+        }
+        #[inline(always)]
+        fn splat(self, x: f32) -> F32x8 {
+            pair(f32x4_splat(x), f32x4_splat(x))
+        }
+        #[inline(always)]
+        unsafe fn load(self, p: *const f32) -> F32x8 {
+            // Safety: the caller guarantees 8 readable lanes (unaligned loads are allowed).
+            unsafe {
+                pair(
+                    v128_load(p as *const v128),
+                    v128_load(p.add(4) as *const v128),
+                )
+            }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32, v: F32x8) {
+            // Safety: the caller guarantees 8 writable lanes.
+            unsafe {
+                v128_store(p as *mut v128, v.lo);
+                v128_store(p.add(4) as *mut v128, v.hi);
+            }
+        }
+        #[inline(always)]
+        unsafe fn load_partial(self, p: *const f32, n: usize) -> F32x8 {
+            let mut t = [0.0f32; 8];
+            // Safety: the caller guarantees `n` readable lanes; `t` holds 8.
+            unsafe {
+                core::ptr::copy_nonoverlapping(p, t.as_mut_ptr(), n.min(8));
+                self.load(t.as_ptr())
+            }
+        }
+        #[inline(always)]
+        unsafe fn store_partial(self, p: *mut f32, v: F32x8, n: usize) {
+            let mut t = [0.0f32; 8];
+            // Safety: `t` holds 8 lanes; the caller guarantees `n` writable lanes at `p`.
+            unsafe {
+                self.store(t.as_mut_ptr(), v);
+                core::ptr::copy_nonoverlapping(t.as_ptr(), p, n.min(8));
+            }
+        }
+        #[inline(always)]
+        fn add(self, a: F32x8, b: F32x8) -> F32x8 {
+            map2(a, b, |x, y| f32x4_add(x, y))
+        }
+        #[inline(always)]
+        fn sub(self, a: F32x8, b: F32x8) -> F32x8 {
+            map2(a, b, |x, y| f32x4_sub(x, y))
+        }
+        #[inline(always)]
+        fn mul(self, a: F32x8, b: F32x8) -> F32x8 {
+            map2(a, b, |x, y| f32x4_mul(x, y))
+        }
+        #[inline(always)]
+        fn div(self, a: F32x8, b: F32x8) -> F32x8 {
+            map2(a, b, |x, y| f32x4_div(x, y))
+        }
+        #[inline(always)]
+        fn fma(self, a: F32x8, b: F32x8, c: F32x8) -> F32x8 {
+            self.add(self.mul(a, b), c)
+        }
+        #[inline(always)]
+        fn min(self, a: F32x8, b: F32x8) -> F32x8 {
+            // x86 semantics (`b` unless `a < b`): `f32x4_pmin(b, a)` is `a < b ? a : b`.
+            map2(a, b, |x, y| f32x4_pmin(y, x))
+        }
+        #[inline(always)]
+        fn max(self, a: F32x8, b: F32x8) -> F32x8 {
+            // `f32x4_pmax(b, a)` is `b < a ? a : b`.
+            map2(a, b, |x, y| f32x4_pmax(y, x))
+        }
+        #[inline(always)]
+        fn abs(self, a: F32x8) -> F32x8 {
+            pair(f32x4_abs(a.lo), f32x4_abs(a.hi))
+        }
+        #[inline(always)]
+        fn round(self, a: F32x8) -> F32x8 {
+            pair(f32x4_nearest(a.lo), f32x4_nearest(a.hi))
+        }
+        #[inline(always)]
+        fn ldexp(self, a: F32x8, n: F32x8) -> F32x8 {
+            // 2^n as 2^h · 2^(n−h), h = n/2, so that n up to 254 stays in range.
+            map2(a, n, |x, n| {
+                let e = i32x4_trunc_sat_f32x4(n);
+                let h = i32x4_shr(e, 1);
+                let bias = i32x4_splat(127);
+                let p1 = i32x4_shl(i32x4_add(h, bias), 23);
+                let p2 = i32x4_shl(i32x4_add(i32x4_sub(e, h), bias), 23);
+                f32x4_mul(f32x4_mul(x, p1), p2)
+            })
+        }
+        #[inline(always)]
+        fn select_lt(self, a: F32x8, b: F32x8, x: F32x8, y: F32x8) -> F32x8 {
+            pair(
+                v128_bitselect(x.lo, y.lo, f32x4_lt(a.lo, b.lo)),
+                v128_bitselect(x.hi, y.hi, f32x4_lt(a.hi, b.hi)),
+            )
+        }
+        #[inline(always)]
+        fn select_le(self, a: F32x8, b: F32x8, x: F32x8, y: F32x8) -> F32x8 {
+            pair(
+                v128_bitselect(x.lo, y.lo, f32x4_le(a.lo, b.lo)),
+                v128_bitselect(x.hi, y.hi, f32x4_le(a.hi, b.hi)),
+            )
+        }
+        #[inline(always)]
+        fn copysign(self, a: F32x8, s: F32x8) -> F32x8 {
+            let sign = u32x4_splat(0x8000_0000);
+            map2(a, s, |a, s| v128_bitselect(s, a, sign))
+        }
+        #[inline(always)]
+        fn reduce_add(self, a: F32x8) -> f32 {
+            // The portable order: (a0 + a4) + (a1 + a5) first, then pairwise.
+            let s = f32x4_add(a.lo, a.hi);
+            (f32x4_extract_lane::<0>(s) + f32x4_extract_lane::<1>(s))
+                + (f32x4_extract_lane::<2>(s) + f32x4_extract_lane::<3>(s))
+        }
+        #[inline(always)]
+        fn reduce_max(self, a: F32x8) -> f32 {
+            let m = f32x4_max(a.lo, a.hi);
+            f32x4_extract_lane::<0>(m)
+                .max(f32x4_extract_lane::<1>(m))
+                .max(f32x4_extract_lane::<2>(m).max(f32x4_extract_lane::<3>(m)))
+        }
+        #[inline(always)]
+        fn deinterleave(self, a: F32x8, b: F32x8) -> (F32x8, F32x8) {
+            (
+                pair(
+                    i32x4_shuffle::<0, 2, 4, 6>(a.lo, a.hi),
+                    i32x4_shuffle::<0, 2, 4, 6>(b.lo, b.hi),
+                ),
+                pair(
+                    i32x4_shuffle::<1, 3, 5, 7>(a.lo, a.hi),
+                    i32x4_shuffle::<1, 3, 5, 7>(b.lo, b.hi),
+                ),
+            )
         }
     }
 }

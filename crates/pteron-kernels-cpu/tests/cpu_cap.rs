@@ -11,7 +11,7 @@ fn max_level_caps_every_path() {
     assert_eq!(cpu::max_level(), best);
     assert_eq!(simd::level(), best);
     // Another architecture's levels cap at their tier.
-    for cap in [Level::Portable, Level::Avx2, Level::Neon] {
+    for cap in [Level::Portable, Level::Avx2, Level::Neon, Level::Simd128] {
         cpu::set_max_level(cap);
         let want = best.lower(cap);
         assert!(want.tier() <= cap.tier() && Level::all().contains(&want));
@@ -47,7 +47,22 @@ fn levels_line_up_by_tier() {
         // Every aarch64 Linux CPU has NEON.
         assert_eq!(cpu::features().best_level(), Level::Neon);
     }
-    for l in [Level::Portable, Level::Avx2, Level::Avx512, Level::Neon] {
+    #[cfg(target_arch = "wasm32")]
+    assert_eq!(
+        Level::all().last(),
+        Some(&if cfg!(target_feature = "simd128") {
+            Level::Simd128
+        } else {
+            Level::Portable
+        })
+    );
+    for l in [
+        Level::Portable,
+        Level::Avx2,
+        Level::Avx512,
+        Level::Neon,
+        Level::Simd128,
+    ] {
         assert_eq!(l.lower(Level::Portable), Level::Portable);
         assert!(l.lower(l).tier() <= l.tier());
     }

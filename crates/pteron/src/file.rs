@@ -29,7 +29,8 @@ pub struct ProgramFile {
 }
 
 impl ProgramFile {
-    /// Memory-maps `path`.
+    /// Memory-maps `path` (reads it into memory where the platform has no memory maps, as
+    /// WASI).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let io = |source| Error::Io {
@@ -45,7 +46,11 @@ impl ProgramFile {
         // Safety: the map is read-only and private to this process. If another process truncates
         // or rewrites the file while it is mapped, reads may fault or see new bytes; every read
         // of file data is bounds-checked, so changed contents are at worst rejected as invalid.
-        let map = unsafe { memmap2::Mmap::map(&f) }.map_err(io)?;
+        let map = match unsafe { memmap2::Mmap::map(&f) } {
+            Ok(map) => map,
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => return Self::read(path),
+            Err(e) => return Err(io(e)),
+        };
         Ok(ProgramFile {
             bytes: Bytes::Mapped(map),
         })

@@ -237,7 +237,8 @@ pub struct ThreadPool {
 
 impl ThreadPool {
     /// A pool of `threads` threads in all (the caller included): `threads - 1` workers are
-    /// started. `0` means [`default_threads`].
+    /// started. `0` means [`default_threads`]. Where the platform has no threads (WebAssembly
+    /// without atomics) the pool is the calling thread alone.
     pub fn new(threads: usize) -> std::io::Result<Self> {
         let threads = if threads == 0 {
             default_threads()
@@ -268,8 +269,14 @@ impl ThreadPool {
             let s = Arc::clone(&pool.shared);
             let h = std::thread::Builder::new()
                 .name(format!("pteron-{i}"))
-                .spawn(move || s.worker(i))?;
-            pool.workers.push(h);
+                .spawn(move || s.worker(i));
+            match h {
+                Ok(h) => pool.workers.push(h),
+                Err(e) if e.kind() == std::io::ErrorKind::Unsupported && i == 1 => {
+                    return ThreadPool::new(1);
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(pool)
     }

@@ -185,6 +185,10 @@ fn full_models_match_executorch() {
 }
 
 #[test]
+#[cfg_attr(
+    target_family = "wasm",
+    ignore = "no threads on wasm32 without atomics"
+)]
 fn fixtures_match_with_threads() {
     for name in fixture_names() {
         run(&name, MethodOptions::new().threads(3));

@@ -261,8 +261,63 @@ fn sdot_sums(
     unsafe { sdot_inner(a, w, p, q0, q1, wsum, acc) }
 }
 
+/// The activation register `a` with its 32-bit lane `L` (a quad) in every lane.
+///
+/// # Safety
+/// NEON (baseline on this target).
+#[inline(always)]
+unsafe fn dup_quad<const L: i32>(a: int8x16_t) -> int8x16_t {
+    // Safety: the caller's.
+    unsafe { vreinterpretq_s8_s32(vdupq_laneq_s32::<L>(vreinterpretq_s32_s8(a))) }
+}
+
+/// Adds one quad's products (weights `w`, the quad broadcast in `d`) into a row's
+/// accumulators: `smull` per half, pairwise-added into i32 (`sadalp`).
+///
+/// # Safety
+/// NEON.
+#[inline(always)]
+unsafe fn mull_one(c: &mut [[int32x4_t; 2]; 4], w: &[int8x16_t; 4], d: int8x16_t) {
+    for (h, wg) in c.iter_mut().zip(w) {
+        // Safety: the caller's.
+        unsafe {
+            h[0] = vpadalq_s16(h[0], vmull_s8(vget_low_s8(*wg), vget_low_s8(d)));
+            h[1] = vpadalq_s16(h[1], vmull_high_s8(*wg, d));
+        }
+    }
+}
+
+/// Adds two quads' products: `smull` + `smlal` sum them in i16 before one `sadalp`. Exact
+/// only when no weight is −128 (|2·127·128| < 2^15).
+///
+/// # Safety
+/// NEON.
+#[inline(always)]
+unsafe fn mull_two(
+    c: &mut [[int32x4_t; 2]; 4],
+    w0: &[int8x16_t; 4],
+    w1: &[int8x16_t; 4],
+    d0: int8x16_t,
+    d1: int8x16_t,
+) {
+    for ((h, a), b) in c.iter_mut().zip(w0).zip(w1) {
+        // Safety: the caller's.
+        unsafe {
+            let lo = vmlal_s8(
+                vmull_s8(vget_low_s8(*a), vget_low_s8(d0)),
+                vget_low_s8(*b),
+                vget_low_s8(d1),
+            );
+            let hi = vmlal_high_s8(vmull_high_s8(*a, d0), *b, d1);
+            h[0] = vpadalq_s16(h[0], lo);
+            h[1] = vpadalq_s16(h[1], hi);
+        }
+    }
+}
+
 /// `TileSums` with NEON's widening multiplies, two rows at a time (16 accumulators: each
-/// weight register's products pairwise-added into two halves).
+/// weight register's products pairwise-added into two halves), two quads per `sadalp` when
+/// the weights allow it (`QWeights::no_i8_min`).
 fn mull_sums(
     a: &[&[u8]],
     w: &QWeights,
@@ -273,32 +328,43 @@ fn mull_sums(
     acc: &mut [[i32; NR]; TR],
 ) {
     let wp = check(a, w, p, q0, q1);
+    // Safety (every block): NEON is in the target's baseline; weight reads are quads
+    // q0 .. q1 of panel p and activation reads lie in rows of 4·q1 bytes (`check`).
+    let wq = |q: usize| unsafe { [0, 16, 32, 48].map(|o| vld1q_s8(wp.add(q * NR * 4 + o))) };
     for (pair, accs) in a.chunks(2).zip(acc.chunks_mut(2)) {
-        // Safety (every block): NEON is in the target's baseline; weight reads are quads
-        // q0 .. q1 of panel p and activation reads 4 bytes at 4q < 4·q1 (`check`).
         let zero = unsafe { vdupq_n_s32(0) };
         let mut c = [[[zero; 2]; 4]; 2];
-        for q in q0..q1 {
-            let wv = unsafe { [0, 16, 32, 48].map(|o| vld1q_s8(wp.add(q * NR * 4 + o))) };
-            for (row, ci) in pair.iter().zip(c.iter_mut()) {
-                let quad = u32::from_le_bytes([
-                    row[4 * q],
-                    row[4 * q + 1],
-                    row[4 * q + 2],
-                    row[4 * q + 3],
-                ]);
-                unsafe {
-                    let a8 = vreinterpret_s8_u8(veor_u8(
-                        vreinterpret_u8_u32(vdup_n_u32(quad)),
-                        vdup_n_u8(0x80),
-                    ));
-                    let a16 = vcombine_s8(a8, a8);
-                    for (h, wg) in ci.iter_mut().zip(&wv) {
-                        h[0] = vpadalq_s16(h[0], vmull_s8(vget_low_s8(*wg), a8));
-                        h[1] = vpadalq_s16(h[1], vmull_high_s8(*wg, a16));
+        let mut q = q0;
+        while q < q1 {
+            let av: [int8x16_t; 2] = core::array::from_fn(|r| unsafe {
+                quads4(pair[r.min(pair.len() - 1)], q, q1, 0x80, true)
+            });
+            let n = (q1 - q).min(4);
+            if n == 4 && w.no_i8_min {
+                let (w0, w1, w2, w3) = (wq(q), wq(q + 1), wq(q + 2), wq(q + 3));
+                for (ci, &ar) in c.iter_mut().zip(&av).take(pair.len()) {
+                    unsafe {
+                        mull_two(ci, &w0, &w1, dup_quad::<0>(ar), dup_quad::<1>(ar));
+                        mull_two(ci, &w2, &w3, dup_quad::<2>(ar), dup_quad::<3>(ar));
+                    }
+                }
+            } else {
+                for l in 0..n {
+                    let wl = wq(q + l);
+                    for (ci, &ar) in c.iter_mut().zip(&av).take(pair.len()) {
+                        unsafe {
+                            let d = match l {
+                                0 => dup_quad::<0>(ar),
+                                1 => dup_quad::<1>(ar),
+                                2 => dup_quad::<2>(ar),
+                                _ => dup_quad::<3>(ar),
+                            };
+                            mull_one(ci, &wl, d);
+                        }
                     }
                 }
             }
+            q += 4;
         }
         for (ci, acc) in c.iter().zip(accs.iter_mut()).take(pair.len()) {
             // [c0 (k0+k1), c0 (k2+k3), c1 …] and the same for c2, c3 → [c0, c1, c2, c3].

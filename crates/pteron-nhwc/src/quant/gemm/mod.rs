@@ -8,15 +8,17 @@
 //! layout of AVX-512 VNNI's `vpdpbusd` (16 lanes × 4 byte products per instruction) and of
 //! aarch64's lane-indexed `sdot`/`sudot` (4 lanes × 4 bytes, four registers per quad). Without
 //! VNNI, tiles of `TR` rows × one panel get their integer sums from the best kernel this CPU
-//! has (`TileSums`: `sudot`, `sdot` or widening NEON multiplies on aarch64, plain integer
-//! loops elsewhere) and share one epilogue: the sums are exact, so every path gives the same
-//! results bit for bit.
+//! has (`TileSums`: `sudot`, `sdot` or widening NEON multiplies on aarch64, `vpmaddwd` with
+//! AVX2, plain integer loops elsewhere) and share one epilogue: the sums are exact, so every
+//! path gives the same results bit for bit.
 
 use pteron_core::{KernelError, Parallel};
 use pteron_kernels_cpu::par::for_chunks_mut;
 
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod arm;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]
@@ -56,6 +58,10 @@ fn tile_sums() -> TileSums {
     if let Some(k) = arm::best() {
         return k;
     }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(k) = avx2::best() {
+        return k;
+    }
     scalar_sums
 }
 
@@ -65,6 +71,8 @@ fn tile_sum_kernels() -> Vec<(&'static str, TileSums)> {
     let mut v: Vec<(&'static str, TileSums)> = vec![("scalar", scalar_sums)];
     #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
     v.extend(arm::available());
+    #[cfg(target_arch = "x86_64")]
+    v.extend(avx2::available());
     v
 }
 
@@ -107,6 +115,8 @@ pub struct QWeights {
     pub blocksum: Vec<i32>,
     /// Inputs per block (a multiple of 4), 0 when not blockwise.
     pub block: usize,
+    /// No weight is −128: two int8 products fit an i16 sum (NEON's `smlal` path).
+    pub no_i8_min: bool,
     /// Blockwise scales panel by panel, `[(p·blocks + b)·16 + jj]`, for the one-row path
     /// (set by `set_block_scales`; empty until): as bf16 bits in `pscale16` when every scale
     /// is a bf16 value (the 8da4w recipe's), else as f32 here. Half the bytes streamed per
@@ -164,6 +174,7 @@ impl QWeights {
             n,
             k,
             quads,
+            no_i8_min: !data.contains(&i8::MIN),
             data,
             colsum,
             blocksum,

@@ -189,13 +189,21 @@ fn one_row_matches_scalar() {
 #[test]
 fn tile_sums_match_scalar() {
     let mut seed = 0x5eed_0123_4567_89abu64;
-    for &(n, k) in &[(1, 4), (17, 13), (40, 96), (33, 60), (16, 4)] {
+    for &(n, k, min) in &[
+        (1, 4, -128),
+        (17, 13, -128),
+        (40, 96, -128),
+        (40, 96, -127),
+        (33, 60, -127),
+        (16, 4, -128),
+    ] {
         let w = QWeights::new(n, k, 0, |j, kk| match (j + kk) % 5 {
-            0 => -128,
+            0 => min,
             1 => 127,
-            _ => ((j * 131 + kk * 71 + 13) % 256) as u8 as i8,
+            _ => (((j * 131 + kk * 71 + 13) % 256) as u8 as i8).max(min),
         })
         .unwrap();
+        assert_eq!(w.no_i8_min, min != -128);
         let a: Vec<u8> = (0..TR * w.quads * 4)
             .map(|i| match i % 7 {
                 0 => 255,

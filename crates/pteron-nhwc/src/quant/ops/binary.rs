@@ -147,7 +147,7 @@ fn add_fixed(out: &mut [i8], a: &[i8], b: &[i8], p: &AddParams, lo: i32, hi: i32
             Level::Avx512 => return unsafe { avx512(out, a, b, p, lo, hi) },
             // Safety: as above.
             Level::Avx2 => return unsafe { avx2(out, a, b, p, lo, hi) },
-            Level::Portable | Level::Neon => {}
+            Level::Portable | Level::Neon | Level::Simd128 => {}
         }
     }
     body(out, a, b, p, lo, hi)

@@ -60,7 +60,7 @@ fn multiversion<R>(f: impl FnOnce() -> R) -> R {
             Level::Avx512 => return unsafe { avx512(f) },
             // Safety: as above.
             Level::Avx2 => return unsafe { avx2(f) },
-            Level::Portable | Level::Neon => {}
+            Level::Portable | Level::Neon | Level::Simd128 => {}
         }
     }
     f()

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# WebAssembly: the library builds for the browser target (wasm32-unknown-unknown, SIMD128), and
+# the kernel, op-conformance, fixture, speech and LLM suites run as wasm32-wasip1 programs under
+# node (same code, same SIMD128 kernels; WASI only gives the tests their files). Single
+# threaded: wasm32 without atomics has no threads (ThreadPool falls back to the caller alone).
+# Facts: ../shared/docs/targets.md. Not run here: tests that need threads or unwinding (the
+# tokenizer fuzz corpus catches panics; wasm aborts on panic).
+# Usage: tools/dev/wasm_tests.sh            (installs the Debian packages when missing)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+sudo=""
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
+packages=(rustc-web cargo-web rust-web-src lld-19 wasi-libc nodejs)
+if ! dpkg -s "${packages[@]}" >/dev/null 2>&1; then
+  for try in 1 2 3; do
+    if $sudo apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-remove "${packages[@]}" \
+        >/dev/null; then
+      break
+    fi
+    [ "$try" = 3 ] && { echo "wasm: could not install ${packages[*]}" >&2; exit 1; }
+    sleep 20
+  done
+fi
+
+source tools/dev/wasm_env.sh
+/usr/bin/cargo --version
+node --version
+
+echo "wasm: the library for the browser target (wasm32-unknown-unknown, +simd128)"
+"${wasm_cargo[@]}" build --release --locked --target wasm32-unknown-unknown --target-dir target/wasm \
+  -p pteron -p pteron-audio
+# The tokenizers' hash seeds come from getrandom, which needs a backend chosen for the browser
+# (the JavaScript package's); checked here with a custom one.
+RUSTFLAGS='-Ctarget-feature=+simd128 --cfg getrandom_backend="custom"' \
+  "${wasm_cargo[@]}" check --release --locked --target wasm32-unknown-unknown \
+  --target-dir target/wasm-llm -p pteron-llm
+
+test=("${wasm_cargo[@]}" test --release --locked --target wasm32-wasip1 --target-dir target/wasm)
+echo "wasm: kernels, engine, op conformance and fixtures under node (wasm32-wasip1, +simd128)"
+"${test[@]}" -p pteron-kernels-cpu -p pteron-kernels
+"${test[@]}" -p pteron-nhwc --lib
+"${test[@]}" -p pteron --test ops_cpu --test golden --test xnnpack
+echo "wasm: speech and LLM fixtures"
+"${test[@]}" -p pteron-audio
+"${test[@]}" -p pteron-llm --lib --test tiny --test tiny_xnnpack --test no_alloc \
+  --test tokenizer_formats
+echo "wasm tests: ok"
