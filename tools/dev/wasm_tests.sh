@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# WebAssembly: the library builds for the browser target (wasm32-unknown-unknown, SIMD128), and
-# the kernel, op-conformance, fixture, speech and LLM suites run as wasm32-wasip1 programs under
-# node (same code, same SIMD128 kernels; WASI only gives the tests their files). Single
-# threaded: wasm32 without atomics has no threads (ThreadPool falls back to the caller alone).
+# WebAssembly: the JavaScript package's module builds for the browser target
+# (wasm32-unknown-unknown, SIMD128: web/build.sh) and its tests run under node and, through the
+# demo page, in headless Chromium (web/test/); the kernel, op-conformance, fixture, speech and
+# LLM suites run as wasm32-wasip1 programs under node (same code, same SIMD128 kernels; WASI
+# only gives the tests their files). Single threaded: wasm32 without atomics has no threads
+# (ThreadPool falls back to the caller alone).
 # Facts: ../shared/docs/targets.md. Not run here: tests that need threads or unwinding (the
 # tokenizer fuzz corpus catches panics; wasm aborts on panic).
 # Usage: tools/dev/wasm_tests.sh            (installs the Debian packages when missing)
@@ -11,7 +13,7 @@ cd "$(dirname "$0")/../.."
 
 sudo=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
-packages=(rustc-web cargo-web rust-web-src lld-19 wasi-libc nodejs)
+packages=(rustc-web cargo-web rust-web-src lld-19 wasi-libc nodejs npm chromium)
 if ! dpkg -s "${packages[@]}" >/dev/null 2>&1; then
   for try in 1 2 3; do
     if $sudo apt-get update -qq &&
@@ -28,14 +30,12 @@ source tools/dev/wasm_env.sh
 /usr/bin/cargo --version
 node --version
 
-echo "wasm: the library for the browser target (wasm32-unknown-unknown, +simd128)"
-"${wasm_cargo[@]}" build --release --locked --target wasm32-unknown-unknown --target-dir target/wasm \
-  -p pteron -p pteron-audio
-# The tokenizers' hash seeds come from getrandom, which needs a backend chosen for the browser
-# (the JavaScript package's); checked here with a custom one.
-RUSTFLAGS='-Ctarget-feature=+simd128 --cfg getrandom_backend="custom"' \
-  "${wasm_cargo[@]}" check --release --locked --target wasm32-unknown-unknown \
-  --target-dir target/wasm-llm -p pteron-llm
+echo "wasm: the JavaScript package's module (wasm32-unknown-unknown, +simd128), under node"
+bash web/build.sh
+node web/test/node.mjs
+echo "wasm: the demo page in headless Chromium (playwright-core from npm)"
+(cd web && npm ci --no-audit --no-fund >/dev/null)
+node web/test/page.mjs
 
 test=("${wasm_cargo[@]}" test --release --locked --target wasm32-wasip1 --target-dir target/wasm)
 echo "wasm: kernels, engine, op conformance and fixtures under node (wasm32-wasip1, +simd128)"

@@ -119,6 +119,16 @@ typedef struct PteronTensorView {
 extern "C" {
 #endif // __cplusplus
 
+// A zeroed buffer of `len` bytes (64-byte aligned), or NULL when `len` is 0 or memory is
+// exhausted. Free it with `pteron_buffer_free(ptr, len)`.
+uint8_t *pteron_buffer_new(size_t len);
+
+// Frees a buffer from `pteron_buffer_new` (NULL is ignored).
+//
+// # Safety
+// `ptr` is NULL or came from `pteron_buffer_new(len)` with this `len`, and is not used after.
+void pteron_buffer_free(uint8_t *ptr, size_t len);
+
 // The text of the last failure on the calling thread ("" if none yet). Valid until the next
 // pteron call on this thread.
 const char *pteron_last_error(void);

@@ -112,6 +112,7 @@ fn method_status(e: &MethodError) -> PteronStatus {
 }
 
 /// The status for an LLM runner error.
+#[cfg(feature = "llm")]
 pub(crate) fn from_llm(e: pteron_llm::Error) -> PteronStatus {
     match e {
         pteron_llm::Error::Pteron(e) => from_pteron(e),

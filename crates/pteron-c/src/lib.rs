@@ -7,12 +7,16 @@
 //! inside [`guard`]: null pointers and bad UTF-8 are errors, and a panic is caught and reported
 //! as [`PteronStatus::Panic`] instead of unwinding into C.
 
+mod buffer;
 mod error;
+#[cfg(feature = "llm")]
 mod generate;
 mod method;
 mod program;
 
+pub use buffer::{pteron_buffer_free, pteron_buffer_new};
 pub use error::{pteron_last_error, PteronStatus};
+#[cfg(feature = "llm")]
 pub use generate::{
     pteron_generate_options_default, pteron_generator_free, pteron_generator_generate,
     pteron_generator_new, PteronGenerateOptions, PteronGenerateStats, PteronGenerator,

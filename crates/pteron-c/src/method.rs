@@ -37,6 +37,14 @@ pub struct PteronMethod {
     _program: Arc<LoadedProgram>,
 }
 
+// The layout web/pteron.mjs reads and writes on wasm32.
+#[cfg(target_pointer_width = "32")]
+const _: () = {
+    assert!(core::mem::offset_of!(PteronTensorView, sizes) == 8);
+    assert!(core::mem::offset_of!(PteronTensorView, data) == 8 + 8 * PTERON_MAX_RANK);
+    assert!(core::mem::offset_of!(PteronTensorView, nbytes) == 12 + 8 * PTERON_MAX_RANK);
+};
+
 fn view(dtype: ScalarType, sizes: &[usize], data: &[u8]) -> Result<PteronTensorView, PteronStatus> {
     if sizes.len() > PTERON_MAX_RANK {
         return Err(fail(
