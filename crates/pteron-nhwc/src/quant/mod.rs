@@ -5,4 +5,5 @@
 pub mod convs;
 pub mod exec;
 pub mod gemm;
+mod isa;
 pub mod ops;

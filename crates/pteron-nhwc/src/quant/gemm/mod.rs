@@ -304,16 +304,24 @@ pub enum Out<'a> {
     F32(&'a mut [f32]),
 }
 
-fn round_ne(v: f32) -> i32 {
-    v.round_ties_even() as i32
-}
-
 /// Requantization of one sum (XNNPACK's fp32 path: scale, clamp above, round to nearest
 /// even, add the zero point, clamp below).
+///
+/// Written so that it vectorizes: clamping below before rounding gives the same result (the
+/// bound is an integer), and a value within ±2^22 rounds to nearest even when 1.5·2^23 is
+/// added, the integer then sitting in the low mantissa bits: no float-to-int conversion, whose
+/// saturating semantics (NaN, range) compilers scalarize. Zero points are int8 and bounds
+/// within int8 (checked at prepare), so the clamped value is far inside that range.
 #[inline(always)]
 pub fn requant(acc: i32, scale: f32, zp: i32, qmin: i32, qmax: i32) -> i32 {
-    let f = (acc as f32 * scale).min((qmax - zp) as f32);
-    (round_ne(f) + zp).max(qmin).min(qmax)
+    const MAGIC: f32 = 12_582_912.0;
+    const LIMIT: f32 = 4_194_304.0;
+    let f = (acc as f32 * scale)
+        .min((qmax - zp) as f32)
+        .max((qmin - zp) as f32)
+        .clamp(-LIMIT, LIMIT);
+    let r = (f + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32;
+    (r + zp).max(qmin).min(qmax)
 }
 
 /// `out[m × n] (row stride ldc) = epilogue(a[m × 4·quads] (row stride lda) · Wᵀ)`.
@@ -480,7 +488,9 @@ fn scalar_rows(
 
 /// Output rows `r0 .. r0 + rows` (`o` starts at row `r0`, column `16·panels.start`), columns
 /// of `panels`, in tiles of `TR` rows × one panel whose sums come from `sums`. The caller
-/// checked the operands (`qgemm`).
+/// checked the operands (`qgemm`). The epilogue works on whole 16-channel arrays (parameters
+/// padded past `n`), compiled for the CPU's vector width, so that it vectorizes: with short
+/// sums (a 1×1 convolution over 16 channels) it is most of the work.
 #[allow(clippy::too_many_arguments)]
 fn tiled_rows(
     sums: TileSums,
@@ -494,83 +504,153 @@ fn tiled_rows(
     ldc: usize,
     panels: core::ops::Range<usize>,
 ) {
+    // The closure inlines into the ISA's function, or its loops keep the baseline's (a libm
+    // call per rounding).
+    crate::quant::isa::multiversion(
+        #[inline(always)]
+        || {
+            for t in (0..rows).step_by(TR) {
+                for p in panels.clone() {
+                    tile(
+                        sums,
+                        a,
+                        lda,
+                        r0,
+                        t,
+                        rows,
+                        w,
+                        epi,
+                        &mut o,
+                        ldc,
+                        p,
+                        panels.start * NR,
+                    );
+                }
+            }
+        },
+    )
+}
+
+/// The 16 values `at(jj)` of panel `p`'s channels, `pad` past `n`. (Loops, not
+/// `array::from_fn`, whose helper need not inline into the vector-width function.)
+#[inline(always)]
+fn gather<T: Copy>(n: usize, p: usize, pad: T, at: impl Fn(usize) -> T) -> [T; NR] {
+    let mut v = [pad; NR];
+    for (jj, x) in v.iter_mut().enumerate().take(n.saturating_sub(p * NR)) {
+        *x = at(p * NR + jj);
+    }
+    v
+}
+
+/// One tile: rows `t .. t + TR` (of `r0 ..`), panel `p`; output columns start at `col0`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn tile(
+    sums: TileSums,
+    a: &[u8],
+    lda: usize,
+    r0: usize,
+    t: usize,
+    rows: usize,
+    w: &QWeights,
+    epi: &Epilogue<'_>,
+    o: &mut Out<'_>,
+    ldc: usize,
+    p: usize,
+    col0: usize,
+) {
     let blocks = if w.block == 0 { 1 } else { w.k / w.block };
     let bq = if w.block == 0 { w.quads } else { w.block / 4 };
-    let col0 = panels.start * NR;
     let kp = w.quads * 4;
-    for t in (0..rows).step_by(TR) {
-        let tr = TR.min(rows - t);
-        let ar: [&[u8]; TR] = core::array::from_fn(|i| &a[(r0 + t + i.min(tr - 1)) * lda..][..kp]);
-        for p in panels.clone() {
-            let nv = NR.min(w.n - p * NR);
-            let mut fsum = [[0f32; NR]; TR];
-            let mut isum = [[0i32; NR]; TR];
-            for b in 0..blocks {
-                let wsum: [i32; NR] = core::array::from_fn(|jj| match (jj < nv, w.block) {
-                    (false, _) => 0,
-                    (true, 0) => w.colsum[p * NR + jj],
-                    (true, _) => w.blocksum[(p * NR + jj) * blocks + b],
-                });
-                let mut acc = [[0i32; NR]; TR];
-                sums(&ar[..tr], w, p, b * bq, (b + 1) * bq, &wsum, &mut acc);
+    let tr = TR.min(rows - t);
+    let nv = NR.min(w.n - p * NR);
+    let mut ar: [&[u8]; TR] = [&[]; TR];
+    for (i, r) in ar.iter_mut().enumerate() {
+        *r = &a[(r0 + t + i.min(tr - 1)) * lda..][..kp];
+    }
+    let blockwise = matches!(epi, Epilogue::Dequant { .. }) && w.block != 0;
+    let mut fsum = [[0f32; NR]; TR];
+    let mut isum = [[0i32; NR]; TR];
+    for b in 0..blocks {
+        let wsum = if w.block == 0 {
+            gather(w.n, p, 0, |j| w.colsum[j])
+        } else {
+            gather(w.n, p, 0, |j| w.blocksum[j * blocks + b])
+        };
+        let mut acc = [[0i32; NR]; TR];
+        sums(&ar[..tr], w, p, b * bq, (b + 1) * bq, &wsum, &mut acc);
+        match epi {
+            Epilogue::Dequant { zps, scale, .. } if blockwise => {
+                // Per block: (acc − (zp + 128)·blocksum) · scale[j][b].
+                let sc = gather(w.n, p, 0.0, |j| scale[j * blocks + b]);
                 for i in 0..tr {
-                    for jj in 0..nv {
-                        let j = p * NR + jj;
-                        match epi {
-                            Epilogue::Dequant { zps, scale, .. } if w.block != 0 => {
-                                let zp = zps[r0 + t + i] + 128;
-                                let corr = acc[i][jj] - zp * w.blocksum[j * blocks + b];
-                                fsum[i][jj] =
-                                    (corr as f32).mul_add(scale[j * blocks + b], fsum[i][jj]);
-                            }
-                            _ => isum[i][jj] += acc[i][jj],
-                        }
+                    let zp = zps[r0 + t + i] + 128;
+                    for jj in 0..NR {
+                        let corr = acc[i][jj] - zp * wsum[jj];
+                        fsum[i][jj] = (corr as f32).mul_add(sc[jj], fsum[i][jj]);
                     }
                 }
             }
-            for i in 0..tr {
-                let r = t + i;
-                for jj in 0..nv {
-                    let j = p * NR + jj;
-                    let idx = r * ldc + j - col0;
-                    match (epi, &mut o) {
-                        (
-                            Epilogue::Requant {
-                                bias,
-                                scale,
-                                zp,
-                                qmin,
-                                qmax,
-                            },
-                            Out::I8(o),
-                        ) => {
-                            o[idx] =
-                                requant(isum[i][jj] + bias[j], scale[j], *zp, *qmin, *qmax) as i8;
-                        }
-                        (
-                            Epilogue::Dequant {
-                                rows: rp,
-                                zps,
-                                scale,
-                                bias,
-                                lo,
-                                hi,
-                            },
-                            Out::F32(o),
-                        ) => {
-                            let (s_row, zp) = (rp[r0 + r], zps[r0 + r]);
-                            let y = if w.block == 0 {
-                                let corr = isum[i][jj] - (zp + 128) * w.colsum[j];
-                                (corr as f32 * s_row).mul_add(scale[j], bias.map_or(0.0, |b| b[j]))
-                            } else {
-                                fsum[i][jj].mul_add(s_row, bias.map_or(0.0, |b| b[j]))
-                            };
-                            o[idx] = y.max(*lo).min(*hi);
-                        }
-                        _ => {}
+            _ => {
+                for (s, a) in isum.iter_mut().zip(&acc) {
+                    for (s, a) in s.iter_mut().zip(a) {
+                        *s += a;
                     }
                 }
             }
         }
+    }
+    let at = |i: usize| (t + i) * ldc + p * NR - col0;
+    match (epi, o) {
+        (
+            Epilogue::Requant {
+                bias,
+                scale,
+                zp,
+                qmin,
+                qmax,
+            },
+            Out::I8(o),
+        ) => {
+            let bv = gather(w.n, p, 0, |j| bias[j]);
+            let sv = gather(w.n, p, 0.0, |j| scale[j]);
+            for (i, s) in isum.iter().enumerate().take(tr) {
+                let mut q = [0i8; NR];
+                for jj in 0..NR {
+                    q[jj] = requant(s[jj] + bv[jj], sv[jj], *zp, *qmin, *qmax) as i8;
+                }
+                o[at(i)..][..nv].copy_from_slice(&q[..nv]);
+            }
+        }
+        (
+            Epilogue::Dequant {
+                rows: rp,
+                zps,
+                scale,
+                bias,
+                lo,
+                hi,
+            },
+            Out::F32(o),
+        ) => {
+            let bv = gather(w.n, p, 0.0, |j| bias.map_or(0.0, |b| b[j]));
+            let cs = gather(w.n, p, 0, |j| w.colsum[j]);
+            let sv = gather(w.n, p, 0.0, |j| if blockwise { 0.0 } else { scale[j] });
+            for i in 0..tr {
+                let (s_row, zp) = (rp[r0 + t + i], zps[r0 + t + i]);
+                let mut y = [0f32; NR];
+                for jj in 0..NR {
+                    let v = if blockwise {
+                        fsum[i][jj].mul_add(s_row, bv[jj])
+                    } else {
+                        let corr = isum[i][jj] - (zp + 128) * cs[jj];
+                        (corr as f32 * s_row).mul_add(sv[jj], bv[jj])
+                    };
+                    y[jj] = v.max(*lo).min(*hi);
+                }
+                o[at(i)..][..nv].copy_from_slice(&y[..nv]);
+            }
+        }
+        _ => {}
     }
 }

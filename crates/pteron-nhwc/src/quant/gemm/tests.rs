@@ -294,3 +294,41 @@ fn qgemm_matches_scalar() {
         assert_eq!(f1, f2, "m {m} n {n} k {k} block {block}");
     }
 }
+
+/// The vectorizable requantization equals the plain formula (round to nearest even, clamps)
+/// on sums, scales and int8 parameters across their ranges, extremes, ties and NaN scales
+/// included.
+#[test]
+fn requant_matches_the_plain_formula() {
+    // In i64, so that extreme sums cannot wrap (the former i32 form did, for acc near i32::MIN).
+    let plain = |acc: i32, scale: f32, zp: i32, qmin: i32, qmax: i32| {
+        let f = (acc as f32 * scale).min((qmax - zp) as f32);
+        (f.round_ties_even() as i64 + zp as i64)
+            .max(qmin as i64)
+            .min(qmax as i64) as i32
+    };
+    let mut seed = 0x0dd_ba11_u64;
+    let scales = [0.5f32, 0.25, 1.0, 1e-3, 3.7e-5, 0.0, -0.5, f32::NAN, 1e6];
+    for _ in 0..200_000 {
+        let r = rng(&mut seed);
+        let acc = match r % 4 {
+            0 => (rng(&mut seed) as i32) >> (r % 31),
+            1 => (r % 2001) as i32 - 1000,
+            2 => i32::MAX - (r % 3) as i32,
+            _ => i32::MIN + (r % 3) as i32,
+        };
+        let scale = if r % 3 == 0 {
+            scales[(r / 3) as usize % scales.len()]
+        } else {
+            f32::from_bits(0x3000_0000 + (rng(&mut seed) & 0x0FFF_FFFF))
+        };
+        let zp = (rng(&mut seed) % 256) as i32 - 128;
+        let qmin = (rng(&mut seed) % 256) as i32 - 128;
+        let qmax = (rng(&mut seed) % 256) as i32 - 128;
+        assert_eq!(
+            requant(acc, scale, zp, qmin, qmax),
+            plain(acc, scale, zp, qmin, qmax),
+            "acc {acc} scale {scale} zp {zp} qmin {qmin} qmax {qmax}"
+        );
+    }
+}

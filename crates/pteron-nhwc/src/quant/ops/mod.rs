@@ -15,6 +15,7 @@ use pteron_kernels_cpu::par::for_chunks_mut;
 use pteron_kernels_cpu::simd::{level, run_op_at, Simd, SimdOp};
 
 use crate::graph::Window;
+use crate::quant::isa::multiversion;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -39,31 +40,6 @@ pub struct Q {
 pub fn quantize_bound(v: f32, q: Q) -> i32 {
     let f = (v / q.scale + q.zp as f32).clamp(-128.0, 127.0);
     f.round_ties_even() as i32
-}
-
-/// Runs `f` compiled for the best instruction set this CPU has (so that its loops vectorize).
-#[inline(always)]
-fn multiversion<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-        unsafe fn avx512<R>(f: impl FnOnce() -> R) -> R {
-            f()
-        }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
-            f()
-        }
-        use pteron_kernels_cpu::simd::Level;
-        match level() {
-            // Safety: `level()` reports only instruction sets the CPU has.
-            Level::Avx512 => return unsafe { avx512(f) },
-            // Safety: as above.
-            Level::Avx2 => return unsafe { avx2(f) },
-            Level::Portable | Level::Neon | Level::Simd128 => {}
-        }
-    }
-    f()
 }
 
 /// float → int8: `q = clamp(round(x / scale) + zp)` (multiplying by the reciprocal, as XNNPACK).

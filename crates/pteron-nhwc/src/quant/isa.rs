@@ -1,0 +1,27 @@
+//! Compiling plain loops for the CPU's vector width.
+
+/// Runs `f` compiled for the best instruction set this CPU has (so that its loops vectorize:
+/// `f` and what it calls must inline into it).
+#[inline(always)]
+pub(crate) fn multiversion<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+        unsafe fn avx512<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        use pteron_kernels_cpu::simd::{level, Level};
+        match level() {
+            // Safety: `level()` reports only instruction sets the CPU has.
+            Level::Avx512 => return unsafe { avx512(f) },
+            // Safety: as above.
+            Level::Avx2 => return unsafe { avx2(f) },
+            Level::Portable | Level::Neon | Level::Simd128 => {}
+        }
+    }
+    f()
+}
