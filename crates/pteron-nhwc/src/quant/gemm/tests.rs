@@ -317,7 +317,7 @@ fn requant_matches_the_plain_formula() {
             2 => i32::MAX - (r % 3) as i32,
             _ => i32::MIN + (r % 3) as i32,
         };
-        let scale = if r % 3 == 0 {
+        let scale = if r.is_multiple_of(3) {
             scales[(r / 3) as usize % scales.len()]
         } else {
             f32::from_bits(0x3000_0000 + (rng(&mut seed) & 0x0FFF_FFFF))
