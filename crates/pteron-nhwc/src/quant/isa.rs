@@ -1,7 +1,8 @@
 //! Compiling plain loops for the CPU's vector width.
 
 /// Runs `f` compiled for the best instruction set this CPU has (so that its loops vectorize:
-/// `f` and what it calls must inline into it).
+/// `f` and what it calls must inline into it, so callers mark the closure
+/// `#[inline(always)]`; a closure left out of line keeps the baseline's instructions).
 #[inline(always)]
 pub(crate) fn multiversion<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]

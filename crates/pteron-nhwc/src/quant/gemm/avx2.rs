@@ -4,7 +4,7 @@
 //! exact for every byte value (unlike `vpmaddubsw`, whose i16 sums saturate), and no
 //! zero-point correction since the activations stay unsigned.
 
-use super::{QWeights, TileSums, NR, TR};
+use super::{Epilogue, Out, QWeights, TileSums, NR, TR};
 use core::arch::x86_64::*;
 
 /// The kernel, when the CPU has AVX2 and the process's SIMD level allows it.
@@ -84,4 +84,223 @@ pub fn available() -> Vec<(&'static str, TileSums)> {
     } else {
         Vec::new()
     }
+}
+
+/// Whether [`rows`] may run: the CPU has AVX2 and FMA, the SIMD level allows it, and the
+/// weights are not blockwise (those take the tile path).
+pub fn rows_apply(w: &QWeights) -> bool {
+    w.block == 0 && best().is_some()
+}
+
+/// Output rows `r0 .. r0 + rows` (`o` starts at row `r0`, column `16·panels.start`), columns
+/// of `panels`, for weights without blocks: two rows × one panel at a time, sums and epilogue
+/// in registers (the tile path's per-tile overhead was most of the time on 1×1 convolutions
+/// over few channels). Same arithmetic as `tiled_rows`, bit for bit.
+///
+/// # Safety
+/// AVX2 and FMA ([`rows_apply`]); the operands as `qgemm` checks them.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rows(
+    a: &[u8],
+    lda: usize,
+    r0: usize,
+    rows: usize,
+    w: &QWeights,
+    epi: &Epilogue<'_>,
+    mut o: Out<'_>,
+    ldc: usize,
+    panels: core::ops::Range<usize>,
+) {
+    let kp = w.quads * 4;
+    let col0 = panels.start * NR;
+    for p in panels {
+        let nv = NR.min(w.n - p * NR);
+        let params = Params::new(w, epi, p, nv);
+        for t in (0..rows).step_by(2) {
+            let mr = 2.min(rows - t);
+            let ra = &a[(r0 + t) * lda..][..kp];
+            let rb = &a[(r0 + t + mr - 1) * lda..][..kp];
+            // Safety: rows of 4·quads bytes, panel p of the weights (`qgemm`'s checks).
+            let acc = unsafe { sums2(ra, rb, w, p) };
+            for (i, acc) in acc.iter().enumerate().take(mr) {
+                let at = (t + i) * ldc + p * NR - col0;
+                // Safety: the row's `nv` outputs from `at` lie inside `o`.
+                unsafe { params.store(acc, r0 + t + i, &mut o, at, nv) };
+            }
+        }
+    }
+}
+
+/// The epilogue's parameters for one panel, padded past `n`.
+struct Params<'e> {
+    epi: &'e Epilogue<'e>,
+    /// Requant: bias (i32); Dequant: bias (f32 bits).
+    bias: [__m256i; 2],
+    scale: [__m256; 2],
+    colsum: [__m256i; 2],
+}
+
+impl<'e> Params<'e> {
+    #[target_feature(enable = "avx2,fma")]
+    fn new(w: &QWeights, epi: &'e Epilogue<'e>, p: usize, nv: usize) -> Self {
+        let mut bias = [0i32; NR];
+        let mut scale = [0f32; NR];
+        let mut colsum = [0i32; NR];
+        for jj in 0..nv {
+            let j = p * NR + jj;
+            colsum[jj] = w.colsum[j];
+            match epi {
+                Epilogue::Requant {
+                    bias: b, scale: s, ..
+                } => {
+                    bias[jj] = b[j];
+                    scale[jj] = s[j];
+                }
+                Epilogue::Dequant {
+                    bias: b, scale: s, ..
+                } => {
+                    bias[jj] = b.map_or(0.0f32, |b| b[j]).to_bits() as i32;
+                    scale[jj] = s[j];
+                }
+            }
+        }
+        // Safety: loads of 8 lanes from 16-element arrays.
+        unsafe {
+            let li = |v: &[i32; NR], h: usize| _mm256_loadu_si256(v[8 * h..].as_ptr() as *const _);
+            let lf = |v: &[f32; NR], h: usize| _mm256_loadu_ps(v[8 * h..].as_ptr());
+            Params {
+                epi,
+                bias: [li(&bias, 0), li(&bias, 1)],
+                scale: [lf(&scale, 0), lf(&scale, 1)],
+                colsum: [li(&colsum, 0), li(&colsum, 1)],
+            }
+        }
+    }
+
+    /// Applies the epilogue to one row's 16 sums (`acc`, channels in order) and stores the
+    /// first `nv` results at `o[at ..]`.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `at + nv ≤` the length of `o`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn store(&self, acc: &[__m256i; 2], row: usize, o: &mut Out<'_>, at: usize, nv: usize) {
+        match (self.epi, o) {
+            (Epilogue::Requant { zp, qmin, qmax, .. }, Out::I8(o)) => {
+                let hi = _mm256_set1_ps((qmax - zp) as f32);
+                let lo = _mm256_set1_ps((qmin - zp) as f32);
+                let zpv = _mm256_set1_epi32(*zp);
+                let q: [__m256i; 2] = core::array::from_fn(|h| {
+                    let f = _mm256_mul_ps(
+                        _mm256_cvtepi32_ps(_mm256_add_epi32(acc[h], self.bias[h])),
+                        self.scale[h],
+                    );
+                    // Clamped first, so that the conversion (to nearest even, the default
+                    // rounding mode) is exact and in range, as `requant`.
+                    let f = _mm256_max_ps(_mm256_min_ps(f, hi), lo);
+                    let i = _mm256_add_epi32(_mm256_cvtps_epi32(f), zpv);
+                    _mm256_min_epi32(
+                        _mm256_max_epi32(i, _mm256_set1_epi32(*qmin)),
+                        _mm256_set1_epi32(*qmax),
+                    )
+                });
+                // 16 i32 → 16 i8 in order (the packs work per 128-bit lane).
+                let x = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(q[0], q[1]));
+                let y = _mm256_permute4x64_epi64::<0b00_00_10_00>(_mm256_packs_epi16(x, x));
+                let y = _mm256_castsi256_si128(y);
+                if nv == NR {
+                    let dst = &mut o[at..at + NR];
+                    // Safety: 16 bytes of `dst`.
+                    unsafe { _mm_storeu_si128(dst.as_mut_ptr() as *mut _, y) };
+                } else {
+                    let mut bytes = [0i8; NR];
+                    // Safety: 16 bytes into `bytes`.
+                    unsafe { _mm_storeu_si128(bytes.as_mut_ptr() as *mut _, y) };
+                    o[at..at + nv].copy_from_slice(&bytes[..nv]);
+                }
+            }
+            (
+                Epilogue::Dequant {
+                    rows, zps, lo, hi, ..
+                },
+                Out::F32(o),
+            ) => {
+                let s_row = _mm256_set1_ps(rows[row]);
+                let zpv = _mm256_set1_epi32(zps[row] + 128);
+                let mut y = [0f32; NR];
+                for h in 0..2 {
+                    let corr = _mm256_sub_epi32(acc[h], _mm256_mullo_epi32(zpv, self.colsum[h]));
+                    let f = _mm256_mul_ps(_mm256_cvtepi32_ps(corr), s_row);
+                    let v = _mm256_fmadd_ps(f, self.scale[h], _mm256_castsi256_ps(self.bias[h]));
+                    let v =
+                        _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(*lo)), _mm256_set1_ps(*hi));
+                    if nv == NR {
+                        let dst = &mut o[at + 8 * h..at + 8 * h + 8];
+                        // Safety: 8 floats of `dst`.
+                        unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), v) };
+                    } else {
+                        // Safety: 8 floats into `y`.
+                        unsafe { _mm256_storeu_ps(y[8 * h..].as_mut_ptr(), v) };
+                    }
+                }
+                if nv < NR {
+                    o[at..at + nv].copy_from_slice(&y[..nv]);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The sums of rows `ra` and `rb` with panel `p`, each as two vectors of 8 channels in order.
+///
+/// # Safety
+/// AVX2; rows of at least 4·quads bytes; panel `p` exists.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sums2(ra: &[u8], rb: &[u8], w: &QWeights, p: usize) -> [[__m256i; 2]; 2] {
+    let wp = w.data[p * w.quads * NR * 4..][..w.quads * NR * 4].as_ptr();
+    let mut c = [[_mm256_setzero_si256(); 4]; 2];
+    let rows = [ra, rb];
+    let mut q = 0;
+    while q < w.quads {
+        let n = (w.quads - q).min(4);
+        // Four quads of each row as 16 i16 (zero-filled past the last quad).
+        let av: [__m256i; 2] = core::array::from_fn(|r| {
+            let v = if n == 4 {
+                let src = &rows[r][4 * q..4 * q + 16];
+                // Safety: 16 bytes of `src`.
+                unsafe { _mm_loadu_si128(src.as_ptr() as *const _) }
+            } else {
+                let mut t = [0u8; 16];
+                t[..4 * n].copy_from_slice(&rows[r][4 * q..4 * (q + n)]);
+                // Safety: 16 bytes of `t`.
+                unsafe { _mm_loadu_si128(t.as_ptr() as *const _) }
+            };
+            _mm256_cvtepu8_epi16(v)
+        });
+        for l in 0..n {
+            // Safety: quad q + l < quads of panel p.
+            let wv: [__m256i; 4] = core::array::from_fn(|g| unsafe {
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                    wp.add((q + l) * NR * 4 + 16 * g) as *const _
+                ))
+            });
+            for (cr, a) in c.iter_mut().zip(&av) {
+                let b = match l {
+                    0 => _mm256_permute4x64_epi64::<0x00>(*a),
+                    1 => _mm256_permute4x64_epi64::<0x55>(*a),
+                    2 => _mm256_permute4x64_epi64::<0xAA>(*a),
+                    _ => _mm256_permute4x64_epi64::<0xFF>(*a),
+                };
+                for (cg, wg) in cr.iter_mut().zip(&wv) {
+                    *cg = _mm256_add_epi32(*cg, _mm256_madd_epi16(*wg, b));
+                }
+            }
+        }
+        q += 4;
+    }
+    // [c0 c0 c1 c1 | c2 c2 c3 c3] pairs → channels in order.
+    let fold =
+        |x: __m256i, y: __m256i| _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(x, y));
+    c.map(|cr| [fold(cr[0], cr[1]), fold(cr[2], cr[3])])
 }

@@ -378,6 +378,8 @@ pub fn qgemm(
     }
     let vnni = has_vnni();
     let sums = tile_sums();
+    #[cfg(target_arch = "x86_64")]
+    let avx2_rows = !vnni && avx2::rows_apply(w);
     // One row (decoding): a product over the output panels, in parallel, streaming each
     // weight once (with VNNI, 4-bit weights as nibbles).
     let one_row = m == 1 && matches!(epi, Epilogue::Dequant { .. }) && (!vnni || w.one_row_ready());
@@ -404,6 +406,12 @@ pub fn qgemm(
             }
         } else {
             let panels = 0..w.n.div_ceil(NR);
+            #[cfg(target_arch = "x86_64")]
+            if avx2_rows {
+                // Safety: AVX2 and FMA (`rows_apply`); operands checked above.
+                unsafe { avx2::rows(a, lda, r0, rows, w, epi, o, ldc, panels) };
+                return;
+            }
             tiled_rows(sums, a, lda, r0, rows, w, epi, o, ldc, panels)
         }
     };
@@ -457,6 +465,13 @@ fn gemv(
             }
         } else {
             let panels = p0..(p0 + GEMV_PANELS).min(panels);
+            #[cfg(target_arch = "x86_64")]
+            if avx2::rows_apply(w) {
+                // Safety: AVX2 and FMA (`rows_apply`); `qgemm` checked the operands; `c` is
+                // the columns of `panels`.
+                unsafe { avx2::rows(a, a.len(), 0, 1, w, epi, Out::F32(c), 0, panels) };
+                return;
+            }
             tiled_rows(sums, a, a.len(), 0, 1, w, epi, Out::F32(c), 0, panels);
         }
     });

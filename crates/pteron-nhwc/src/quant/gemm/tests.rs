@@ -332,3 +332,106 @@ fn requant_matches_the_plain_formula() {
         );
     }
 }
+
+/// The AVX2 rows (register tiles, for CPUs without VNNI) give the plain integer rows' results
+/// bit for bit: both epilogues, odd sizes, tails of quads and channels, panel ranges.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_rows_match_scalar() {
+    if !pteron_kernels_cpu::cpu::features().avx2_fma {
+        return;
+    }
+    let mut seed = 0xa5a5_1234_0f0f_9876u64;
+    for &(m, n, k) in &[
+        (1, 1, 1),
+        (3, 17, 13),
+        (2, 16, 16),
+        (9, 33, 64),
+        (17, 40, 96),
+        (5, 7, 30),
+    ] {
+        let w = QWeights::new(n, k, 0, |j, kk| match (j + 3 * kk) % 7 {
+            0 => -128,
+            1 => 127,
+            _ => ((j * 31 + kk * 7) % 255) as i8,
+        })
+        .unwrap();
+        let kp = w.quads * 4;
+        let a: Vec<u8> = (0..m * kp).map(|_| rng(&mut seed) as u8).collect();
+        let bias: Vec<i32> = (0..n).map(|j| j as i32 * 37 - 500).collect();
+        let scale: Vec<f32> = (0..n).map(|j| 1e-3 * (1 + j % 7) as f32).collect();
+        let fb: Vec<f32> = (0..n).map(|j| j as f32 * 0.25).collect();
+        let rows: Vec<f32> = (0..m).map(|r| 0.01 * (r + 1) as f32).collect();
+        let zps: Vec<i32> = (0..m).map(|r| r as i32 * 9 - 20).collect();
+        let panels = 0..n.div_ceil(NR);
+        let requant = Epilogue::Requant {
+            bias: &bias,
+            scale: &scale,
+            zp: -3,
+            qmin: -100,
+            qmax: 120,
+        };
+        let (mut x1, mut x2) = (vec![0i8; m * n], vec![0i8; m * n]);
+        scalar_rows(&a, kp, 0, m, &w, &requant, Out::I8(&mut x1), n);
+        // Safety: AVX2 and FMA checked above; operand sizes as `qgemm` checks them.
+        unsafe {
+            avx2::rows(
+                &a,
+                kp,
+                0,
+                m,
+                &w,
+                &requant,
+                Out::I8(&mut x2),
+                n,
+                panels.clone(),
+            )
+        };
+        assert_eq!(x1, x2, "requant: m {m} n {n} k {k}");
+        for bias in [Some(&fb[..]), None] {
+            let dequant = Epilogue::Dequant {
+                rows: &rows,
+                zps: &zps,
+                scale: &scale,
+                bias,
+                lo: -5.0,
+                hi: 5.0,
+            };
+            let (mut f1, mut f2) = (vec![0f32; m * n], vec![0f32; m * n]);
+            scalar_rows(&a, kp, 0, m, &w, &dequant, Out::F32(&mut f1), n);
+            // Safety: as above.
+            unsafe {
+                avx2::rows(
+                    &a,
+                    kp,
+                    0,
+                    m,
+                    &w,
+                    &dequant,
+                    Out::F32(&mut f2),
+                    n,
+                    panels.clone(),
+                )
+            };
+            assert_eq!(f1, f2, "dequant: m {m} n {n} k {k}");
+            // The last panel alone, one row (the one-row path's chunks).
+            let last = panels.end - 1;
+            let mut f3 = vec![0f32; n - last * NR];
+            // Safety: as above; `f3` holds the last panel's columns.
+            unsafe {
+                avx2::rows(
+                    &a,
+                    kp,
+                    0,
+                    1,
+                    &w,
+                    &dequant,
+                    Out::F32(&mut f3),
+                    0,
+                    last..last + 1,
+                )
+            };
+            assert_eq!(f3[..], f1[last * NR..n], "one row, last panel: n {n} k {k}");
+        }
+    }
+}

@@ -242,11 +242,14 @@ pub fn binary(
         return Ok(());
     }
     if sa == so && sb == so {
-        multiversion(|| {
-            for ((d, &x), &y) in out[..n].iter_mut().zip(a).zip(b) {
-                *d = f(x as i32, y as i32);
-            }
-        });
+        multiversion(
+            #[inline(always)]
+            || {
+                for ((d, &x), &y) in out[..n].iter_mut().zip(a).zip(b) {
+                    *d = f(x as i32, y as i32);
+                }
+            },
+        );
         return Ok(());
     }
     broadcast(a, sa, b, sb, &mut out[..n], so, |x, y| {

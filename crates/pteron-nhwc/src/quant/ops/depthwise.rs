@@ -155,12 +155,15 @@ pub fn depthwise(
         return Ok(());
     }
     for_chunks_mut(par, out, per * row_len, 1, &|k, o| {
-        multiversion(|| {
-            for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
-                let row = k * per + r;
-                depthwise_row(wt, &g, x, row / g.oh, row % g.oh, orow);
-            }
-        })
+        multiversion(
+            #[inline(always)]
+            || {
+                for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
+                    let row = k * per + r;
+                    depthwise_row(wt, &g, x, row / g.oh, row % g.oh, orow);
+                }
+            },
+        )
     });
     Ok(())
 }

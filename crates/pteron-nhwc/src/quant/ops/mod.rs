@@ -48,7 +48,10 @@ pub fn quantize(par: &dyn Parallel, x: &[f32], q: Q, out: &mut [i8]) {
     let n = x.len().min(out.len());
     for_chunks_mut(par, &mut out[..n], 1 << 14, 2, &|k, o| {
         let xs = &x[k << 14..];
-        multiversion(|| quantize_slice(o, xs, inv, q.zp))
+        multiversion(
+            #[inline(always)]
+            || quantize_slice(o, xs, inv, q.zp),
+        )
     });
 }
 
@@ -67,11 +70,14 @@ pub fn dequantize(par: &dyn Parallel, x: &[i8], q: Q, out: &mut [f32]) {
     let n = x.len().min(out.len());
     for_chunks_mut(par, &mut out[..n], 1 << 14, 2, &|k, o| {
         let xs = &x[k << 14..];
-        multiversion(|| {
-            for (d, &v) in o.iter_mut().zip(xs) {
-                *d = (v as i32 - q.zp) as f32 * q.scale;
-            }
-        })
+        multiversion(
+            #[inline(always)]
+            || {
+                for (d, &v) in o.iter_mut().zip(xs) {
+                    *d = (v as i32 - q.zp) as f32 * q.scale;
+                }
+            },
+        )
     });
 }
 
@@ -85,7 +91,10 @@ pub fn requantize(x: &[i8], qi: Q, qo: Q, lo: i32, hi: i32, out: &mut [i8]) {
                 *d = v.max(lo).min(hi);
             }
         }
-        multiversion(|| clamp(x, lo, hi, out));
+        multiversion(
+            #[inline(always)]
+            || clamp(x, lo, hi, out),
+        );
         return;
     }
     #[inline(always)]
@@ -96,7 +105,10 @@ pub fn requantize(x: &[i8], qi: Q, qo: Q, lo: i32, hi: i32, out: &mut [i8]) {
         }
     }
     let s = qi.scale / qo.scale;
-    multiversion(|| each(x, qi.zp, s, qo.zp, lo, hi, out));
+    multiversion(
+        #[inline(always)]
+        || each(x, qi.zp, s, qo.zp, lo, hi, out),
+    );
 }
 
 /// XNNPACK's per-row parameters of dynamic quantization over `[min, max]` (extended to 0):
@@ -162,9 +174,15 @@ pub fn quantize_rows(x: &[f32], row: usize, out: &mut [i8], scales: &mut [f32], 
         return;
     }
     for ((xr, or), (s, z)) in rows.zip(scales.iter_mut().zip(zps.iter_mut())) {
-        let (lo, hi) = multiversion(|| min_max(xr));
+        let (lo, hi) = multiversion(
+            #[inline(always)]
+            || min_max(xr),
+        );
         let (mult, zp) = qd8_params(lo, hi);
-        multiversion(|| quantize_slice(or, xr, mult, zp));
+        multiversion(
+            #[inline(always)]
+            || quantize_slice(or, xr, mult, zp),
+        );
         *s = 1.0 / mult;
         *z = zp;
     }

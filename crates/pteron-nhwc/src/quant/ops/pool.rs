@@ -35,31 +35,34 @@ pub fn max_pool(
         per * row_len,
         1,
         &|k, o| {
-            multiversion(|| {
-                for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
-                    let row = k * per + r;
-                    let (b, oy) = (row / g.oh, row % g.oh);
-                    let (ky0, ky1) = taps(oy, win.sh, win.dh, win.pad_top, win.kh, g.ih);
-                    for ox in 0..g.ow {
-                        let (kx0, kx1) = taps(ox, win.sw, win.dw, win.pad_left, win.kw, g.iw);
-                        let d = &mut orow[ox * c..(ox + 1) * c];
-                        d.fill(i8::MIN);
-                        for ky in ky0..ky1 {
-                            let y = oy * win.sh + ky * win.dh - win.pad_top;
-                            for kx in kx0..kx1 {
-                                let xx = ox * win.sw + kx * win.dw - win.pad_left;
-                                let xs = &x[((b * g.ih + y) * g.iw + xx) * c..][..c];
-                                for (o, &v) in d.iter_mut().zip(xs) {
-                                    *o = (*o).max(v);
+            multiversion(
+                #[inline(always)]
+                || {
+                    for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
+                        let row = k * per + r;
+                        let (b, oy) = (row / g.oh, row % g.oh);
+                        let (ky0, ky1) = taps(oy, win.sh, win.dh, win.pad_top, win.kh, g.ih);
+                        for ox in 0..g.ow {
+                            let (kx0, kx1) = taps(ox, win.sw, win.dw, win.pad_left, win.kw, g.iw);
+                            let d = &mut orow[ox * c..(ox + 1) * c];
+                            d.fill(i8::MIN);
+                            for ky in ky0..ky1 {
+                                let y = oy * win.sh + ky * win.dh - win.pad_top;
+                                for kx in kx0..kx1 {
+                                    let xx = ox * win.sw + kx * win.dw - win.pad_left;
+                                    let xs = &x[((b * g.ih + y) * g.iw + xx) * c..][..c];
+                                    for (o, &v) in d.iter_mut().zip(xs) {
+                                        *o = (*o).max(v);
+                                    }
                                 }
                             }
-                        }
-                        for o in d.iter_mut() {
-                            *o = (*o as i32).clamp(lo, hi) as i8;
+                            for o in d.iter_mut() {
+                                *o = (*o as i32).clamp(lo, hi) as i8;
+                            }
                         }
                     }
-                }
-            })
+                },
+            )
         },
     );
     Ok(())
@@ -86,27 +89,30 @@ pub fn global_mean(
         return Err(KernelError::invalid("quantized pooling operands too short"));
     }
     let scale = qi.scale / (qo.scale * spatial.max(1) as f32);
-    multiversion(|| {
-        let mut acc = [0i32; 256];
-        for b in 0..outer {
-            let mut c0 = 0;
-            while c0 < c {
-                let cn = (c - c0).min(acc.len());
-                let acc = &mut acc[..cn];
-                acc.fill(-(qi.zp) * spatial as i32);
-                for p in 0..spatial {
-                    let xs = &x[(b * spatial + p) * c + c0..][..cn];
-                    for (a, &v) in acc.iter_mut().zip(xs) {
-                        *a += v as i32;
+    multiversion(
+        #[inline(always)]
+        || {
+            let mut acc = [0i32; 256];
+            for b in 0..outer {
+                let mut c0 = 0;
+                while c0 < c {
+                    let cn = (c - c0).min(acc.len());
+                    let acc = &mut acc[..cn];
+                    acc.fill(-(qi.zp) * spatial as i32);
+                    for p in 0..spatial {
+                        let xs = &x[(b * spatial + p) * c + c0..][..cn];
+                        for (a, &v) in acc.iter_mut().zip(xs) {
+                            *a += v as i32;
+                        }
                     }
+                    for (d, &a) in out[b * c + c0..b * c + c0 + cn].iter_mut().zip(acc.iter()) {
+                        let v = (a as f32 * scale + qo.zp as f32).round_ties_even();
+                        *d = (v.clamp(lo as f32, hi as f32)) as i8;
+                    }
+                    c0 += cn;
                 }
-                for (d, &a) in out[b * c + c0..b * c + c0 + cn].iter_mut().zip(acc.iter()) {
-                    let v = (a as f32 * scale + qo.zp as f32).round_ties_even();
-                    *d = (v.clamp(lo as f32, hi as f32)) as i8;
-                }
-                c0 += cn;
             }
-        }
-    });
+        },
+    );
     Ok(())
 }
