@@ -9,7 +9,7 @@
 //!
 //! `sdot`/`sudot` are written as inline assembly: their intrinsics are not stable in Rust.
 
-use super::{QWeights, TileSums, NR, TR};
+use super::{QWeights, SumsIn, TileSums, NR, TR};
 use core::arch::aarch64::*;
 use core::arch::asm;
 
@@ -135,15 +135,15 @@ unsafe fn dot_quad<const L: usize, const SU: bool, const R: usize>(
 /// FEAT_DotProd (and FEAT_I8MM when `SU`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn dot_sums<const SU: bool, const R: usize>(
-    a: &[&[u8]],
-    w: &QWeights,
-    p: usize,
-    q0: usize,
-    q1: usize,
-    wsum: &[i32; NR],
-    acc: &mut [[i32; NR]; TR],
-) {
+unsafe fn dot_sums<const SU: bool, const R: usize>(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
+    let SumsIn {
+        a,
+        w,
+        p,
+        q0,
+        q1,
+        wsum,
+    } = *t;
     let wp = check(a, w, p, q0, q1);
     assert_eq!(a.len(), R);
     // Safety: NEON.
@@ -183,82 +183,42 @@ unsafe fn dot_sums<const SU: bool, const R: usize>(
 /// # Safety
 /// As `dot_sums`.
 #[inline(always)]
-unsafe fn dot_rows<const SU: bool>(
-    a: &[&[u8]],
-    w: &QWeights,
-    p: usize,
-    q0: usize,
-    q1: usize,
-    wsum: &[i32; NR],
-    acc: &mut [[i32; NR]; TR],
-) {
+unsafe fn dot_rows<const SU: bool>(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
     // Safety: the caller's.
     unsafe {
-        match a.len() {
-            1 => dot_sums::<SU, 1>(a, w, p, q0, q1, wsum, acc),
-            2 => dot_sums::<SU, 2>(a, w, p, q0, q1, wsum, acc),
-            3 => dot_sums::<SU, 3>(a, w, p, q0, q1, wsum, acc),
-            _ => dot_sums::<SU, TR>(a, w, p, q0, q1, wsum, acc),
+        match t.a.len() {
+            1 => dot_sums::<SU, 1>(t, acc),
+            2 => dot_sums::<SU, 2>(t, acc),
+            3 => dot_sums::<SU, 3>(t, acc),
+            _ => dot_sums::<SU, TR>(t, acc),
         }
     }
 }
 
 #[target_feature(enable = "dotprod,i8mm")]
-unsafe fn sudot_inner(
-    a: &[&[u8]],
-    w: &QWeights,
-    p: usize,
-    q0: usize,
-    q1: usize,
-    wsum: &[i32; NR],
-    acc: &mut [[i32; NR]; TR],
-) {
+unsafe fn sudot_inner(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
     // Safety: this function's features.
-    unsafe { dot_rows::<true>(a, w, p, q0, q1, wsum, acc) }
+    unsafe { dot_rows::<true>(t, acc) }
 }
 
 #[target_feature(enable = "dotprod")]
-unsafe fn sdot_inner(
-    a: &[&[u8]],
-    w: &QWeights,
-    p: usize,
-    q0: usize,
-    q1: usize,
-    wsum: &[i32; NR],
-    acc: &mut [[i32; NR]; TR],
-) {
+unsafe fn sdot_inner(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
     // Safety: this function's features.
-    unsafe { dot_rows::<false>(a, w, p, q0, q1, wsum, acc) }
+    unsafe { dot_rows::<false>(t, acc) }
 }
 
 /// `TileSums` with `sudot` (FEAT_I8MM).
-fn sudot_sums(
-    a: &[&[u8]],
-    w: &QWeights,
-    p: usize,
-    q0: usize,
-    q1: usize,
-    wsum: &[i32; NR],
-    acc: &mut [[i32; NR]; TR],
-) {
+fn sudot_sums(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
     assert!(pteron_kernels_cpu::cpu::features().i8mm);
     // Safety: the CPU has FEAT_I8MM (just checked; it implies the dot products).
-    unsafe { sudot_inner(a, w, p, q0, q1, wsum, acc) }
+    unsafe { sudot_inner(t, acc) }
 }
 
 /// `TileSums` with `sdot` (FEAT_DotProd).
-fn sdot_sums(
-    a: &[&[u8]],
-    w: &QWeights,
-    p: usize,
-    q0: usize,
-    q1: usize,
-    wsum: &[i32; NR],
-    acc: &mut [[i32; NR]; TR],
-) {
+fn sdot_sums(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
     assert!(pteron_kernels_cpu::cpu::features().dotprod);
     // Safety: the CPU has FEAT_DotProd (just checked).
-    unsafe { sdot_inner(a, w, p, q0, q1, wsum, acc) }
+    unsafe { sdot_inner(t, acc) }
 }
 
 /// The activation register `a` with its 32-bit lane `L` (a quad) in every lane.
@@ -318,15 +278,15 @@ unsafe fn mull_two(
 /// `TileSums` with NEON's widening multiplies, two rows at a time (16 accumulators: each
 /// weight register's products pairwise-added into two halves), two quads per `sadalp` when
 /// the weights allow it (`QWeights::no_i8_min`).
-fn mull_sums(
-    a: &[&[u8]],
-    w: &QWeights,
-    p: usize,
-    q0: usize,
-    q1: usize,
-    wsum: &[i32; NR],
-    acc: &mut [[i32; NR]; TR],
-) {
+fn mull_sums(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
+    let SumsIn {
+        a,
+        w,
+        p,
+        q0,
+        q1,
+        wsum,
+    } = *t;
     let wp = check(a, w, p, q0, q1);
     // Safety (every block): NEON is in the target's baseline; weight reads are quads
     // q0 .. q1 of panel p and activation reads lie in rows of 4·q1 bytes (`check`).

@@ -4,7 +4,7 @@
 //! exact for every byte value (unlike `vpmaddubsw`, whose i16 sums saturate), and no
 //! zero-point correction since the activations stay unsigned.
 
-use super::{Epilogue, Out, QWeights, TileSums, NR, TR};
+use super::{Epilogue, Out, QWeights, SumsIn, TileSums, NR, TR};
 use core::arch::x86_64::*;
 
 /// The kernel, when the CPU has AVX2 and the process's SIMD level allows it.
@@ -14,15 +14,10 @@ pub fn best() -> Option<TileSums> {
 }
 
 /// `TileSums` with AVX2, two rows at a time (8 accumulators).
-fn avx2_sums(
-    a: &[&[u8]],
-    w: &QWeights,
-    p: usize,
-    q0: usize,
-    q1: usize,
-    _wsum: &[i32; NR],
-    acc: &mut [[i32; NR]; TR],
-) {
+fn avx2_sums(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
+    let SumsIn {
+        a, w, p, q0, q1, ..
+    } = *t;
     assert!(pteron_kernels_cpu::cpu::features().avx2_fma);
     assert!(a.len() <= TR && q0 <= q1 && q1 <= w.quads);
     assert!(a.iter().all(|r| r.len() >= 4 * q1));

@@ -37,20 +37,25 @@ const MR: usize = 8;
 /// registers accumulate).
 const TR: usize = 4;
 
-/// Integer sums of a tile: `acc[i][jj] = Σ_{4·q0 ≤ kk < 4·q1} a[i][kk] · w[16·p + jj][kk]`
-/// for the rows `a` (at most `TR`, each at least `4·q1` bytes, activations as stored:
-/// unsigned), quads `q0 .. q1 ≤ quads` of panel `p`. `wsum[jj]` is `Σ w[16·p + jj][kk]` over
-/// the same quads (for kernels that multiply signed activations and correct by `128·wsum`).
-/// Rows of `acc` past `a.len()` are left as they are.
-type TileSums = fn(
-    a: &[&[u8]],
-    w: &QWeights,
+/// What a tile-sum kernel reads: rows `a` (at most `TR`, each at least `4·q1` bytes,
+/// activations as stored: unsigned), quads `q0 .. q1 ≤ quads` of panel `p` of `w`, and
+/// `wsum[jj] = Σ w[16·p + jj][kk]` over the same quads (for kernels that multiply signed
+/// activations and correct by `128·wsum`).
+#[derive(Clone, Copy)]
+struct SumsIn<'a> {
+    a: &'a [&'a [u8]],
+    w: &'a QWeights,
     p: usize,
     q0: usize,
     q1: usize,
-    wsum: &[i32; NR],
-    acc: &mut [[i32; NR]; TR],
-);
+    // Read by the aarch64 kernels only.
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    wsum: &'a [i32; NR],
+}
+
+/// Integer sums of a tile: `acc[i][jj] += Σ_{4·q0 ≤ kk < 4·q1} a[i][kk] · w[16·p + jj][kk]`;
+/// rows of `acc` past `a.len()` are left as they are.
+type TileSums = fn(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]);
 
 /// The best tile-sum kernel this CPU may run (`pteron_kernels_cpu::cpu` caps included).
 fn tile_sums() -> TileSums {
@@ -77,15 +82,10 @@ fn tile_sum_kernels() -> Vec<(&'static str, TileSums)> {
 }
 
 /// `TileSums` with plain integer loops.
-fn scalar_sums(
-    a: &[&[u8]],
-    w: &QWeights,
-    p: usize,
-    q0: usize,
-    q1: usize,
-    _wsum: &[i32; NR],
-    acc: &mut [[i32; NR]; TR],
-) {
+fn scalar_sums(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
+    let SumsIn {
+        a, w, p, q0, q1, ..
+    } = *t;
     let panel = &w.data[p * w.quads * NR * 4..][..w.quads * NR * 4];
     for (ar, acc) in a.iter().zip(acc.iter_mut()) {
         for q in q0..q1 {
@@ -593,7 +593,15 @@ fn tile(
             gather(w.n, p, 0, |j| w.blocksum[j * blocks + b])
         };
         let mut acc = [[0i32; NR]; TR];
-        sums(&ar[..tr], w, p, b * bq, (b + 1) * bq, &wsum, &mut acc);
+        let input = SumsIn {
+            a: &ar[..tr],
+            w,
+            p,
+            q0: b * bq,
+            q1: (b + 1) * bq,
+            wsum: &wsum,
+        };
+        sums(&input, &mut acc);
         match epi {
             Epilogue::Dequant { zps, scale, .. } if blockwise => {
                 // Per block: (acc − (zp + 128)·blocksum) · scale[j][b].

@@ -235,8 +235,16 @@ fn tile_sums_match_scalar() {
                             core::array::from_fn(|jj| (i * 100 + jj) as i32)
                         });
                         let (mut want, mut got) = (init, init);
-                        scalar_sums(&rows[..r], &w, p, q0, q1, &wsum, &mut want);
-                        kernel(&rows[..r], &w, p, q0, q1, &wsum, &mut got);
+                        let input = SumsIn {
+                            a: &rows[..r],
+                            w: &w,
+                            p,
+                            q0,
+                            q1,
+                            wsum: &wsum,
+                        };
+                        scalar_sums(&input, &mut want);
+                        kernel(&input, &mut got);
                         assert_eq!(
                             got, want,
                             "{name}: n {n} k {k} rows {r} panel {p} quads {q0}..{q1}"
