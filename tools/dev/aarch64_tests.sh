@@ -13,23 +13,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-sudo=""
-if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
-packages=(rustc-web cargo-web libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu
-  libc6-dev-arm64-cross qemu-user)
-if ! dpkg -s "${packages[@]}" >/dev/null 2>&1; then
-  $sudo dpkg --add-architecture arm64
-  # Mirrors have bad minutes: a second and a third try before giving up.
-  for try in 1 2 3; do
-    if $sudo apt-get update -qq &&
-      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-remove "${packages[@]}" \
-        >/dev/null; then
-      break
-    fi
-    [ "$try" = 3 ] && { echo "aarch64: could not install ${packages[*]}" >&2; exit 1; }
-    sleep 20
-  done
+source tools/dev/apt_install.sh
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  if [ "$(id -u)" != 0 ]; then sudo dpkg --add-architecture arm64; else dpkg --add-architecture arm64; fi
 fi
+apt_install rustc-web cargo-web libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu \
+  libc6-dev-arm64-cross qemu-user
 
 export RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc

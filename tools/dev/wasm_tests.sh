@@ -11,20 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-sudo=""
-if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
-packages=(rustc-web cargo-web rust-web-src lld-19 wasi-libc nodejs npm chromium)
-if ! dpkg -s "${packages[@]}" >/dev/null 2>&1; then
-  for try in 1 2 3; do
-    if $sudo apt-get update -qq &&
-      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-remove "${packages[@]}" \
-        >/dev/null; then
-      break
-    fi
-    [ "$try" = 3 ] && { echo "wasm: could not install ${packages[*]}" >&2; exit 1; }
-    sleep 20
-  done
-fi
+source tools/dev/apt_install.sh
+apt_install rustc-web cargo-web rust-web-src lld-19 wasi-libc nodejs npm chromium
 
 source tools/dev/wasm_env.sh
 /usr/bin/cargo --version
