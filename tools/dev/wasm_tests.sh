@@ -12,7 +12,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 source tools/dev/apt_install.sh
-apt_install rustc-web cargo-web rust-web-src lld-19 wasi-libc nodejs npm chromium
+apt_install rustc-web cargo-web rust-web-src lld-19 wasi-libc chromium
+# node and npm: the machine's own when it has them (a NodeSource nodejs ships npm, and Debian's
+# npm package then conflicts with it), else Debian's.
+command -v node >/dev/null 2>&1 || apt_install nodejs
+command -v npm >/dev/null 2>&1 || apt_install npm
 
 source tools/dev/wasm_env.sh
 /usr/bin/cargo --version
