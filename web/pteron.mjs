@@ -81,6 +81,29 @@ export class Pteron {
     }
   }
 
+  /**
+   * Decodes a WAV file (PCM or float, any rate and channel count) to 16 kHz mono samples, the
+   * rate the speech models take. Needs the module's speech helpers (web/build.sh has them).
+   */
+  wavTo16k(bytes) {
+    const data = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
+    const ptr = this.alloc(data.length);
+    try {
+      this.bytes(ptr, data.length).set(data);
+      const out = this.scratch;
+      this.check(this.x.pteron_wav_to_16k(ptr, data.length, out, out + 8));
+      const [p, n] = [this.u32(out), this.u32(out + 8)];
+      const samples = new Float32Array(n);
+      if (n > 0) {
+        samples.set(new Float32Array(this.x.memory.buffer, p, n));
+        this.free(p, n * 4);
+      }
+      return samples;
+    } finally {
+      this.free(ptr, data.length);
+    }
+  }
+
   // Memory helpers. WebAssembly memory may grow on any call: views are made afresh each time.
   alloc(len) {
     if (len === 0) return 0;
@@ -160,6 +183,36 @@ export class Program {
       return new Method(pt, pt.u32(pt.scratch));
     } finally {
       pt.free(s, len);
+    }
+  }
+  /**
+   * Speech in 16 kHz mono `samples` (a Float32Array) when this program is Silero VAD's
+   * export: [start, end) sample pairs, with silero-vad's default rules.
+   */
+  vadSegments(samples) {
+    const pt = this.pt;
+    const bytes = samples.length * 4;
+    const data = pt.alloc(bytes);
+    let capacity = 64;
+    try {
+      pt.bytes(data, bytes).set(new Uint8Array(samples.buffer, samples.byteOffset, bytes));
+      for (;;) {
+        const size = capacity * 16;
+        const out = pt.alloc(size);
+        try {
+          pt.check(pt.x.pteron_vad_segments(this.handle, data, samples.length, out, capacity, pt.scratch));
+          const n = pt.u32(pt.scratch);
+          if (n <= capacity) {
+            const v = new BigUint64Array(pt.x.memory.buffer, out, 2 * n);
+            return Array.from({ length: n }, (_, i) => [Number(v[2 * i]), Number(v[2 * i + 1])]);
+          }
+          capacity = n;
+        } finally {
+          pt.free(out, size);
+        }
+      }
+    } finally {
+      pt.free(data, bytes);
     }
   }
   free() {

@@ -1,6 +1,7 @@
 // The page's Web Worker: owns the pteron module and runs programs off the main thread.
-// Messages in: {id, cmd: 'demo'} | {id, cmd: 'run', pte: ArrayBuffer, inputs: ArrayBuffer[],
-// repeat}. Replies: {id, ok: true, ...result} or {id, ok: false, error}.
+// Messages in: {id, cmd: 'info'} | {id, cmd: 'demo'} | {id, cmd: 'run', pte: ArrayBuffer,
+// inputs: ArrayBuffer[], repeat} | {id, cmd: 'vad', wav?: ArrayBuffer}. Replies:
+// {id, ok: true, ...result} or {id, ok: false, error}.
 import { Pteron } from './pteron.mjs';
 import { readNpy } from './npy.mjs';
 
@@ -75,6 +76,28 @@ self.onmessage = async ({ data: msg }) => {
       for (let i = 0; i < want.length; i++) diff = Math.max(diff, Math.abs(got[i] - want[i]));
       result.maxAbsDiff = diff;
       result.name = 'MobileNetV2 (width 0.25, 64×64), XNNPACK fp32';
+    } else if (msg.cmd === 'vad') {
+      const dir = '../testdata/speech/';
+      const [pte, wav] = await Promise.all([
+        fetchBytes(dir + 'silero_vad.pte'),
+        msg.wav ?? fetchBytes(dir + 'gaps_16k.wav'),
+      ]);
+      const t0 = performance.now();
+      const samples = pt.wavTo16k(new Uint8Array(wav));
+      const program = pt.loadProgram(new Uint8Array(pte));
+      try {
+        const t1 = performance.now();
+        const segments = program.vadSegments(samples);
+        result = {
+          name: msg.wav ? msg.name : 'Silero VAD on the bundled clip (gaps_16k.wav)',
+          seconds: samples.length / 16000,
+          segments,
+          decodeMs: t1 - t0,
+          vadMs: performance.now() - t1,
+        };
+      } finally {
+        program.free();
+      }
     } else if (msg.cmd === 'run') {
       result = run(pt, msg.pte, msg.inputs ?? [], msg.repeat ?? 5);
       result.name = msg.name;

@@ -56,6 +56,20 @@ await check('xnnpack/mobilenet_v2_small', 1e-4);
 await check('xnnpack/mobilenet_v2_small_int8', 1e-5);
 await check('models/mobilenet_v2_small', 1e-4);
 
+// Speech: WAV decoding and Silero VAD give the segments of ExecuTorch's probabilities.
+const speech = path.join(root, 'testdata/speech');
+const vadGoldens = JSON.parse(await readFile(path.join(speech, 'vad_goldens.json'), 'utf8'));
+const vad = pt.loadProgram(await readFile(path.join(speech, 'silero_vad.pte')));
+for (const [clip, want] of Object.entries(vadGoldens.clips)) {
+  const samples = pt.wavTo16k(await readFile(path.join(speech, `${clip}.wav`)));
+  const t0 = performance.now();
+  const segs = vad.vadSegments(samples);
+  assert.deepEqual(segs, want.segments, clip);
+  console.log(`vad ${clip}: ${segs.length} segments, ${(samples.length / 16000).toFixed(2)} s of audio in ${(performance.now() - t0).toFixed(1)} ms`);
+}
+assert.throws(() => pt.wavTo16k(new Uint8Array([1, 2, 3])), PteronError);
+vad.free();
+
 // A malformed program is an error with pteron's reason, and the module keeps working.
 const good = await readFile(path.join(root, 'testdata/xnnpack/mobilenet_v2_small/model.pte'));
 const bad = good.slice(0, 100);

@@ -1,11 +1,12 @@
 // The demo page end to end in headless Chromium (Debian's, driven by playwright-core): the
-// page loads, the demo's logits equal ExecuTorch's, a malformed program shows an error and
-// the page keeps working. Saves a screenshot after the demo (docs/web-demo.png was made so).
+// page loads, the demo's logits equal ExecuTorch's, the VAD demo finds the segments of
+// ExecuTorch's probabilities, a malformed program shows an error and the page keeps working.
+// Saves screenshots after the demos (docs/web-demo.png and docs/web-vad.png were made so).
 // Usage: node web/test/page.mjs [SCREENSHOT.png] (after web/build.sh and npm ci in web/;
 // default web/dist/page.png).
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
@@ -49,6 +50,19 @@ try {
   console.log(`demo in Chromium: max abs diff ${diff}, median ${median} ms`);
   const shot = process.argv[2] ?? path.join(root, 'web/dist/page.png');
   await page.screenshot({ path: shot, fullPage: true });
+
+  // Speech: the bundled clip's segments equal those of ExecuTorch's probabilities.
+  const before = await page.getAttribute('#result', 'data-done');
+  await page.click('#vad');
+  await page.waitForFunction((b) => document.querySelector('#result').dataset.done !== b, before, {
+    timeout: 60000,
+  });
+  assert.equal(await page.textContent('#error'), '');
+  const goldens = JSON.parse(await readFile(path.join(root, 'testdata/speech/vad_goldens.json'), 'utf8'));
+  const segments = JSON.parse(await page.getAttribute('#segments', 'data-samples'));
+  assert.deepEqual(segments, goldens.clips.gaps_16k.segments);
+  console.log(`vad in Chromium: ${await page.textContent('#segments')}`);
+  await page.screenshot({ path: shot.replace(/\.png$/, '-vad.png'), fullPage: true });
 
   // A malformed program: an error message, and the page still runs the demo afterwards.
   const junk = path.join(userData, 'junk.pte');

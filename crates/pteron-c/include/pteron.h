@@ -119,6 +119,30 @@ typedef struct PteronTensorView {
 extern "C" {
 #endif // __cplusplus
 
+// Decodes a WAV file held in memory (PCM 8/16/24/32-bit or 32/64-bit float, any rate, any
+// number of channels, mixed down) and resamples it to 16 kHz mono. `*out` receives a buffer
+// of `*len` floats, to be freed with `pteron_buffer_free(*out, *len * 4)`; an empty clip gives
+// NULL and 0.
+//
+// # Safety
+// `data` valid for `len` bytes; `out` and `len_out` valid for writes.
+enum PteronStatus pteron_wav_to_16k(const uint8_t *data, size_t len, float **out, size_t *len_out);
+
+// Speech in 16 kHz mono `samples` by Silero VAD (`program`: silero-vad's ExecuTorch export),
+// with silero-vad's default segment rules. Writes up to `capacity` segments as
+// `[start, end)` sample pairs into `out` (2·capacity values) and the number found into `*n`,
+// which may exceed `capacity` (call again with more room).
+//
+// # Safety
+// `program` is a live program; `samples` valid for `len` floats; `out` valid for
+// 2·`capacity` values (may be NULL when `capacity` is 0); `n` valid for a write.
+enum PteronStatus pteron_vad_segments(const struct PteronProgram *program,
+                                      const float *samples,
+                                      size_t len,
+                                      uint64_t *out,
+                                      size_t capacity,
+                                      size_t *n);
+
 // A zeroed buffer of `len` bytes (64-byte aligned), or NULL when `len` is 0 or memory is
 // exhausted. Free it with `pteron_buffer_free(ptr, len)`.
 uint8_t *pteron_buffer_new(size_t len);

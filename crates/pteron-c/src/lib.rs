@@ -7,6 +7,8 @@
 //! inside [`guard`]: null pointers and bad UTF-8 are errors, and a panic is caught and reported
 //! as [`PteronStatus::Panic`] instead of unwinding into C.
 
+#[cfg(feature = "audio")]
+mod audio;
 mod buffer;
 mod error;
 #[cfg(feature = "llm")]
@@ -14,6 +16,8 @@ mod generate;
 mod method;
 mod program;
 
+#[cfg(feature = "audio")]
+pub use audio::{pteron_vad_segments, pteron_wav_to_16k};
 pub use buffer::{pteron_buffer_free, pteron_buffer_new};
 pub use error::{pteron_last_error, PteronStatus};
 #[cfg(feature = "llm")]

@@ -269,3 +269,69 @@ fn a_borrowed_buffer_is_used_in_place_when_aligned() {
         pteron_runtime_free(rt);
     }
 }
+
+/// WAV decoding and Silero VAD through the C API give the segments ExecuTorch's
+/// probabilities give (the goldens of pteron-audio's tests), and bad WAV bytes are an error.
+#[test]
+fn vad_segments_match_the_goldens() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/speech");
+    let goldens: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("vad_goldens.json")).unwrap())
+            .unwrap();
+    let rt = runtime();
+    let vad = std::fs::read(dir.join("silero_vad.pte")).unwrap();
+    let mut program = ptr::null_mut();
+    // Safety: valid buffer and out-pointer.
+    let st = unsafe { pteron_program_load_buffer(rt, vad.as_ptr(), vad.len(), &mut program) };
+    assert_eq!(st, PteronStatus::Ok, "{}", last_error());
+    for (clip, want) in goldens["clips"].as_object().unwrap() {
+        let wav = std::fs::read(dir.join(format!("{clip}.wav"))).unwrap();
+        let (mut samples, mut len) = (ptr::null_mut(), 0usize);
+        // Safety: valid buffer and out-pointers.
+        let st = unsafe { pteron_wav_to_16k(wav.as_ptr(), wav.len(), &mut samples, &mut len) };
+        assert_eq!(st, PteronStatus::Ok, "{clip}: {}", last_error());
+        let (mut n, mut segs) = (0usize, [0u64; 64]);
+        // Safety: `samples` holds `len` floats; `segs` 2·32 values.
+        let st =
+            unsafe { pteron_vad_segments(program, samples, len, segs.as_mut_ptr(), 32, &mut n) };
+        assert_eq!(st, PteronStatus::Ok, "{clip}: {}", last_error());
+        let want: Vec<u64> = want["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| [p[0].as_u64().unwrap(), p[1].as_u64().unwrap()])
+            .collect();
+        assert_eq!(&segs[..2 * n], &want[..], "{clip}");
+        // Counting only (no room) gives the same number.
+        let mut m = 0usize;
+        // Safety: no output with capacity 0.
+        let st = unsafe { pteron_vad_segments(program, samples, len, ptr::null_mut(), 0, &mut m) };
+        assert_eq!((st, m), (PteronStatus::Ok, n));
+        // Safety: the buffer came from `pteron_wav_to_16k` with `len` floats.
+        unsafe { pteron_buffer_free(samples as *mut u8, len * 4) };
+    }
+    // A 22.05 kHz clip is resampled: 16/22.05 of its samples.
+    let wav = std::fs::read(dir.join("numbers_22k.wav")).unwrap();
+    let (mut samples, mut len) = (ptr::null_mut(), 0usize);
+    // Safety: as above.
+    let st = unsafe { pteron_wav_to_16k(wav.as_ptr(), wav.len(), &mut samples, &mut len) };
+    assert_eq!(st, PteronStatus::Ok, "{}", last_error());
+    let frames = (wav.len() - 44) / 2;
+    assert!(
+        len.abs_diff(frames * 16_000 / 22_050) <= 2,
+        "{len} vs {frames}"
+    );
+    // Safety: as above.
+    unsafe { pteron_buffer_free(samples as *mut u8, len * 4) };
+    // Not a WAV: an error with a reason.
+    let junk = b"RIFF....WAVEjunk";
+    // Safety: valid buffer and out-pointers.
+    let st = unsafe { pteron_wav_to_16k(junk.as_ptr(), junk.len(), &mut samples, &mut len) };
+    assert_eq!(st, PteronStatus::InvalidArgument);
+    assert!(!last_error().is_empty());
+    // Safety: live handles.
+    unsafe {
+        pteron_program_free(program);
+        pteron_runtime_free(rt);
+    }
+}
