@@ -41,18 +41,6 @@ pub fn available() -> Vec<(&'static str, TileSums)> {
     v
 }
 
-/// Checks what every kernel reads: rows of `4·q1` bytes, quads `q0 ≤ q1 ≤ quads` of an
-/// existing panel `p`, and returns the panel's first weight.
-fn check(a: &[&[u8]], w: &QWeights, p: usize, q0: usize, q1: usize) -> *const i8 {
-    assert!(a.len() <= TR && q0 <= q1 && q1 <= w.quads);
-    assert!(a.iter().all(|r| r.len() >= 4 * q1));
-    let end = (p + 1)
-        .checked_mul(w.quads)
-        .and_then(|v| v.checked_mul(NR * 4));
-    assert!(end.is_some_and(|e| e <= w.data.len()));
-    w.data[p * w.quads * NR * 4..].as_ptr()
-}
-
 /// Lanes of the four accumulators of a row (4 channels each) into `acc`, plus `128·wsum`
 /// when the products were of flipped activations.
 ///
@@ -144,7 +132,7 @@ unsafe fn dot_sums<const SU: bool, const R: usize>(t: &SumsIn<'_>, acc: &mut [[i
         q1,
         wsum,
     } = *t;
-    let wp = check(a, w, p, q0, q1);
+    let wp = t.panel();
     assert_eq!(a.len(), R);
     // Safety: NEON.
     let mut c = [[unsafe { vdupq_n_s32(0) }; 4]; R];
@@ -287,7 +275,7 @@ fn mull_sums(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
         q1,
         wsum,
     } = *t;
-    let wp = check(a, w, p, q0, q1);
+    let wp = t.panel();
     // Safety (every block): NEON is in the target's baseline; weight reads are quads
     // q0 .. q1 of panel p and activation reads lie in rows of 4·q1 bytes (`check`).
     let wq = |q: usize| unsafe { [0, 16, 32, 48].map(|o| vld1q_s8(wp.add(q * NR * 4 + o))) };

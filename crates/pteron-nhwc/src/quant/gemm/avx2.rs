@@ -15,31 +15,17 @@ pub fn best() -> Option<TileSums> {
 
 /// `TileSums` with AVX2, two rows at a time (8 accumulators).
 fn avx2_sums(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
-    let SumsIn {
-        a, w, p, q0, q1, ..
-    } = *t;
     assert!(pteron_kernels_cpu::cpu::features().avx2_fma);
-    assert!(a.len() <= TR && q0 <= q1 && q1 <= w.quads);
-    assert!(a.iter().all(|r| r.len() >= 4 * q1));
-    let end = (p + 1)
-        .checked_mul(w.quads)
-        .and_then(|v| v.checked_mul(NR * 4));
-    assert!(end.is_some_and(|e| e <= w.data.len()));
-    // Safety: the CPU has AVX2 (asserted); rows hold 4·q1 bytes and panel p's quads
-    // q0 .. q1 lie inside the weights (asserted).
-    unsafe { sums(a, w, p, q0, q1, acc) }
+    let wp = t.panel();
+    // Safety: the CPU has AVX2 (asserted); `panel` checked the rows and the weights.
+    unsafe { sums(t, wp, acc) }
 }
 
+/// # Safety
+/// AVX2; `wp` from `t.panel()`.
 #[target_feature(enable = "avx2")]
-unsafe fn sums(
-    a: &[&[u8]],
-    w: &QWeights,
-    p: usize,
-    q0: usize,
-    q1: usize,
-    acc: &mut [[i32; NR]; TR],
-) {
-    let wp = w.data[p * w.quads * NR * 4..].as_ptr();
+unsafe fn sums(t: &SumsIn<'_>, wp: *const i8, acc: &mut [[i32; NR]; TR]) {
+    let SumsIn { a, q0, q1, .. } = *t;
     for (pair, accs) in a.chunks(2).zip(acc.chunks_mut(2)) {
         let mut c = [[_mm256_setzero_si256(); 4]; 2];
         for q in q0..q1 {

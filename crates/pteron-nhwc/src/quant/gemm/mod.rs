@@ -53,6 +53,26 @@ struct SumsIn<'a> {
     wsum: &'a [i32; NR],
 }
 
+impl SumsIn<'_> {
+    /// Checks what a kernel reads — at most `TR` rows of `4·q1` bytes, quads
+    /// `q0 ≤ q1 ≤ quads` of an existing panel — and returns the panel's first weight, below
+    /// which the vector kernels then read without further checks.
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
+    fn panel(&self) -> *const i8 {
+        let (w, q1) = (self.w, self.q1);
+        assert!(self.a.len() <= TR && self.q0 <= q1 && q1 <= w.quads);
+        assert!(self.a.iter().all(|r| r.len() >= 4 * q1));
+        let end = (self.p + 1)
+            .checked_mul(w.quads)
+            .and_then(|v| v.checked_mul(NR * 4));
+        assert!(end.is_some_and(|e| e <= w.data.len()));
+        w.data[self.p * w.quads * NR * 4..].as_ptr()
+    }
+}
+
 /// Integer sums of a tile: `acc[i][jj] += Σ_{4·q0 ≤ kk < 4·q1} a[i][kk] · w[16·p + jj][kk]`;
 /// rows of `acc` past `a.len()` are left as they are.
 type TileSums = fn(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]);
