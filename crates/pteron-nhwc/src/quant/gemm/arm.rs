@@ -9,7 +9,7 @@
 //!
 //! `sdot`/`sudot` are written as inline assembly: their intrinsics are not stable in Rust.
 
-use super::{QWeights, SumsIn, TileSums, NR, TR};
+use super::{SumsIn, TileSums, NR, TR};
 use core::arch::aarch64::*;
 use core::arch::asm;
 
@@ -122,15 +122,9 @@ unsafe fn dot_quad<const L: usize, const SU: bool, const R: usize>(
 /// # Safety
 /// FEAT_DotProd (and FEAT_I8MM when `SU`).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn dot_sums<const SU: bool, const R: usize>(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
     let SumsIn {
-        a,
-        w,
-        p,
-        q0,
-        q1,
-        wsum,
+        a, q0, q1, wsum, ..
     } = *t;
     let wp = t.panel();
     assert_eq!(a.len(), R);
@@ -268,12 +262,7 @@ unsafe fn mull_two(
 /// the weights allow it (`QWeights::no_i8_min`).
 fn mull_sums(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
     let SumsIn {
-        a,
-        w,
-        p,
-        q0,
-        q1,
-        wsum,
+        a, w, q0, q1, wsum, ..
     } = *t;
     let wp = t.panel();
     // Safety (every block): NEON is in the target's baseline; weight reads are quads
