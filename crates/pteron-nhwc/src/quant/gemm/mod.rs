@@ -93,6 +93,8 @@ fn tile_sums() -> TileSums {
 /// Every tile-sum kernel this CPU may run, by name (the tests compare each to the loops).
 #[cfg(test)]
 fn tile_sum_kernels() -> Vec<(&'static str, TileSums)> {
+    // Mutated only where the architecture has vector kernels.
+    #[allow(unused_mut)]
     let mut v: Vec<(&'static str, TileSums)> = vec![("scalar", scalar_sums)];
     #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
     v.extend(arm::available());
