@@ -1,4 +1,4 @@
-//! Compiling plain loops for the CPU's vector width.
+//! Compiling plain loops for the CPU's vector width, and the rounding that lets them vectorize.
 
 /// Runs `f` compiled for the best instruction set this CPU has (so that its loops vectorize:
 /// `f` and what it calls must inline into it, so callers mark the closure
@@ -25,4 +25,13 @@ pub(crate) fn multiversion<R>(f: impl FnOnce() -> R) -> R {
         }
     }
     f()
+}
+
+/// Rounds to nearest even and converts, for |v| < 2²²: adding 1.5·2²³ rounds (in the
+/// default rounding mode) and leaves the integer in the low mantissa bits. Integer-only after
+/// the add, so loops of it vectorize (a float → int `as` cast does not, here).
+#[inline(always)]
+pub(crate) fn round_small(v: f32) -> i32 {
+    const MAGIC: f32 = 12_582_912.0;
+    ((v + MAGIC).to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32)
 }

@@ -336,14 +336,12 @@ pub enum Out<'a> {
 /// within int8 (checked at prepare), so the clamped value is far inside that range.
 #[inline(always)]
 pub fn requant(acc: i32, scale: f32, zp: i32, qmin: i32, qmax: i32) -> i32 {
-    const MAGIC: f32 = 12_582_912.0;
     const LIMIT: f32 = 4_194_304.0;
     let f = (acc as f32 * scale)
         .min((qmax - zp) as f32)
         .max((qmin - zp) as f32)
         .clamp(-LIMIT, LIMIT);
-    let r = (f + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32;
-    (r + zp).max(qmin).min(qmax)
+    (crate::quant::isa::round_small(f) + zp).max(qmin).min(qmax)
 }
 
 /// `out[m × n] (row stride ldc) = epilogue(a[m × 4·quads] (row stride lda) · Wᵀ)`.

@@ -15,7 +15,7 @@ use pteron_kernels_cpu::par::for_chunks_mut;
 use pteron_kernels_cpu::simd::{level, run_op_at, Simd, SimdOp};
 
 use crate::graph::Window;
-use crate::quant::isa::multiversion;
+use crate::quant::isa::{multiversion, round_small};
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -292,15 +292,6 @@ pub fn im2col_u8(
         }
         row[k..].fill(pad);
     });
-}
-
-/// Rounds to nearest even and converts, for |v| < 2²²: adding 1.5·2²³ rounds (in the
-/// default rounding mode) and leaves the integer in the low mantissa bits. Integer-only after
-/// the add, so loops of it vectorize (a float → int `as` cast does not, here).
-#[inline(always)]
-fn round_small(v: f32) -> i32 {
-    const MAGIC: f32 = 12_582_912.0;
-    ((v + MAGIC).to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32)
 }
 
 /// XNNPACK's fp32 requantization of one sum, written so that loops of it vectorize: the
