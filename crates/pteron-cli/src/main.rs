@@ -9,6 +9,7 @@ mod generate;
 mod inspect;
 mod ops;
 mod run;
+mod serve;
 mod transcribe;
 mod vad;
 
@@ -79,6 +80,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Chat interactively with an LLM program, using its chat template.
     Chat(generate::ChatArgs),
+    /// Serve an LLM program over OpenAI's HTTP API (chat and text completions, streaming).
+    Serve(serve::ServeArgs),
     /// Find the speech in a WAV file (Silero VAD): segments with start and end times.
     Vad(vad::VadArgs),
     /// Transcribe a WAV file with a Whisper program (encode/decode methods).
@@ -113,6 +116,7 @@ fn main() -> ExitCode {
         Command::Ops { json, filter } => ops::ops(json, filter.as_deref()),
         Command::Generate(args) => generate::generate(&args),
         Command::Chat(args) => generate::chat(&args),
+        Command::Serve(args) => serve::serve(&args),
         Command::Vad(args) => vad::vad(&args),
         Command::Transcribe(args) => transcribe::transcribe(&args),
     };

@@ -280,3 +280,73 @@ fn long_form_tiny_en_matches_faster_whisper() {
         assert!(segs.last().unwrap()["end"].as_f64().unwrap() > 60.0);
     }
 }
+
+/// `pteron serve --port 0` prints the address it listens on, answers OpenAI requests, and
+/// stops on Ctrl-C (SIGINT).
+#[cfg(unix)]
+#[test]
+fn serve_answers_and_stops_on_ctrl_c() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::Stdio;
+    let mut child = command()
+        .args([
+            "serve",
+            "testdata/llm/tiny/fp32.pte",
+            "--tokenizer",
+            "testdata/llm/tiny/tokenizer.json",
+            "--port",
+            "0",
+            "--threads",
+            "1",
+            "--model-name",
+            "tiny",
+        ])
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_string();
+    let ask = |path: &str, body: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        let mut res = String::new();
+        s.read_to_string(&mut res).unwrap();
+        res
+    };
+    let res = ask(
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "temperature": 0}"#,
+    );
+    assert!(res.starts_with("HTTP/1.1 200"), "{res}");
+    let body: Value = serde_json::from_str(res.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["model"], "tiny");
+    assert_eq!(body["usage"]["completion_tokens"], 5);
+    let res = ask("/v1/completions", r#"{"prompt": "x", "n": 3}"#);
+    assert!(res.starts_with("HTTP/1.1 400"), "{res}");
+    // SAFETY: kill(2) on the child's pid, which has not been waited for yet.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{status:?}: {err}");
+    assert!(err.contains("256-token context"), "{err}");
+    assert!(err.contains("stopped"), "{err}");
+}
