@@ -10,8 +10,11 @@
 //!
 //! Between requests the KV cache is kept: a new prompt that starts with tokens the cache
 //! already holds (the earlier turns of a conversation, a shared system prompt) is prefilled
-//! from the end of that common prefix only. The cache rows before it are what a fresh prefill
-//! of those tokens computes, so the answer is the fresh one.
+//! from the end of that common prefix only. The cache rows before it hold what a fresh prefill
+//! of those tokens computes, up to floating-point summation order (a row written while
+//! decoding, one token per call, may take another kernel path than a chunked prefill), so the
+//! answer is a fresh start's (the tests check it token for token on the tiny fixture), as with
+//! `pteron_llm::chat`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
