@@ -213,12 +213,15 @@ fn one_row_products() {
                 (1, 1000, 160),
                 (2, 389, 300),
                 (1, 70, 2 * KC + 5),
+                // Panels per task that are no multiple of the panels streamed side by side.
+                (1, 1381, 512),
             ]
             .iter()
             .enumerate()
             {
                 check(m, n, k, &INLINE, 200 + i as u64);
                 check(m, n, k, &Scoped(2), 300 + i as u64);
+                check(m, n, k, &Scoped(3), 400 + i as u64);
             }
         });
     }
