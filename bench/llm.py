@@ -246,6 +246,10 @@ CONFIGS = {
     # Random-weight Llamas of llama2.c's "stories" shapes, fp32 (export_llm.py stories).
     "stories15m": ("stories15m_fp32.pte", "stories15m_f32.gguf", 4.0, "stories15m"),
     "stories110m": ("stories110m_fp32.pte", "stories110m_f32.gguf", 4.0, "stories110m"),
+    # The 42M shape (dim 512, 8 layers) lowered to XNNPACK (export_llm.py stories --size 42m
+    # --xnnpack): the per-token fixed cost matters at this size. No GGUF: ExecuTorch only.
+    "stories42m-xnnpack": ("stories42m_xnnpack_fp32.pte", "", 4.0, "stories42m"),
+    "stories42m-8da4w": ("stories42m_xnnpack_8da4w.pte", "", 0.5 + 2 / 32, "stories42m"),
 }
 DEFAULT_CONFIGS = ["8da4w", "fp32"]
 
@@ -289,6 +293,8 @@ def main() -> int:
         pte_bytes = int(linear_weights(params) * per_weight)
         gg = q4 if gguf is None else str(d / gguf)
         for e in args.engines:
+            if e == "llama.cpp" and gguf == "":
+                continue
             if e == "llama.cpp":
                 plan.append((c, e, gg, gguf_bytes_per_token(gg), tok))
             else:

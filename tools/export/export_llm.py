@@ -478,6 +478,8 @@ def main():
     ap.add_argument("target", choices=["tiny", "smollm2", "stories"])
     ap.add_argument("--size", choices=list(STORIES), default="15m", help="stories: model size")
     ap.add_argument("--pteron", help="stories: also check this `pteron` binary's greedy ids")
+    ap.add_argument("--xnnpack", action="store_true",
+                    help="stories: also the XNNPACK fp32 and 8da4w programs (no llama.cpp check)")
     ap.add_argument("--variants", nargs="*", help="only these variants (default: all)")
     ap.add_argument("--group-size", type=int, default=32, help="smollm2: 8da4w group (divides 576)")
     ap.add_argument("--skip-convert", action="store_true", help="smollm2: reuse checkpoint.pth")
@@ -669,6 +671,7 @@ def export_smollm2(args):
 # that the benchmark's prompt (147 tokens with this tokenizer) plus 128 new tokens fit.
 STORIES = {
     "15m": ({"dim": 288, "n_layers": 6, "n_heads": 6, "n_kv_heads": 6, "hidden_dim": 768}, 512),
+    "42m": ({"dim": 512, "n_layers": 8, "n_heads": 8, "n_kv_heads": 8, "hidden_dim": 1376}, 1024),
     "110m": ({"dim": 768, "n_layers": 12, "n_heads": 12, "n_kv_heads": 12, "hidden_dim": 2048}, 1024),
 }
 STORIES_VOCAB = 32000
@@ -833,16 +836,34 @@ def export_stories(args):
     metadata = {"get_bos_id": eos, "get_eos_ids": [eos]}
     cfg = llm_config(ckpt, out / "params.json", out, f"{name}_fp32", 256, max_ctx, metadata)
     pte = Path(export(cfg))
+    if args.xnnpack:
+        # The same weights lowered to XNNPACK, as export_llm's recipe does for CPUs: fp32, and
+        # 8da4w (dynamic int8 activations, 4-bit weights in groups of 32).
+        for variant, qmode in [("xnnpack_fp32", None), ("xnnpack_8da4w", "8da4w")]:
+            cfg = llm_config(ckpt, out / "params.json", out, f"{name}_{variant}", 256, max_ctx,
+                             metadata)
+            cfg.backend.xnnpack.enabled = True
+            if qmode:
+                cfg.quantization.qmode = qmode
+                cfg.quantization.group_size = 32
+            export(cfg)
     ops, methods, bound = program_info(pte)
     print(f"  ops: {ops}")
     gguf_path = out / f"{name}_f32.gguf"
-    write_stories_gguf(gguf_path, sd, params, max_ctx, tok_doc, eos)
-    print(f"  wrote {gguf_path} ({gguf_path.stat().st_size} bytes)")
+    try:
+        write_stories_gguf(gguf_path, sd, params, max_ctx, tok_doc, eos)
+        print(f"  wrote {gguf_path} ({gguf_path.stat().st_size} bytes)")
+    except ImportError:
+        print("  the gguf package is not installed: no GGUF for llama.cpp")
 
     # Same model in both engines: greedy ids from the same prompt ids.
     prompt_ids = tok.encode(STORIES_PROMPT).ids
     et_gen, margins, meta = greedy_with_et_runtime(pte, prompt_ids, STORIES_CHECK_TOKENS)
-    cpp_gen, cpp_top5, cpp_prompt = llamacpp_greedy(gguf_path, prompt_ids, STORIES_CHECK_TOKENS)
+    try:
+        cpp_gen, cpp_top5, cpp_prompt = llamacpp_greedy(gguf_path, prompt_ids, STORIES_CHECK_TOKENS)
+    except (ImportError, ValueError):
+        print("  llama-cpp-python or the GGUF is missing: no llama.cpp cross-check")
+        cpp_gen, cpp_top5, cpp_prompt = [], [], None
     same = next((i for i, (a, b) in enumerate(zip(et_gen, cpp_gen)) if a != b), len(et_gen))
     print(f"  ExecuTorch greedy: {et_gen}")
     print(f"  llama.cpp greedy:  {cpp_gen} (first-step top 5 {cpp_top5})")

