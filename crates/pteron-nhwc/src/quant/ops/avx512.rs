@@ -14,7 +14,8 @@ use crate::kernels::spatial::{taps, Geom};
 ///
 /// # Safety
 /// The CPU must have AVX-512F/BW/VL; `x`, `wt` and `orow` must hold the sizes `g` and
-/// `wt.win` imply (checked by `depthwise`).
+/// `wt.win` imply (checked by `depthwise`); `zrow` holds `c` bytes of the input zero point
+/// (the value a tap outside the image reads in the 3×3 path).
 /// `acc + (x - zp) · w` for 16 channels (the first of `m` when not `full`).
 ///
 /// # Safety
@@ -113,12 +114,13 @@ pub unsafe fn depthwise_row(
     wt: &QDwWeights,
     g: &Geom,
     x: &[i8],
+    zrow: &[i8],
     b: usize,
     oy: usize,
     orow: &mut [i8],
 ) {
     // Safety: the caller's contract.
-    unsafe { row::<false>(wt, g, x, b, oy, orow) }
+    unsafe { row::<false>(wt, g, x, zrow, b, oy, orow) }
 }
 
 /// [`depthwise_row`] with the paired taps of [`has_vbmi_vnni`].
@@ -130,12 +132,13 @@ pub unsafe fn depthwise_row_vnni(
     wt: &QDwWeights,
     g: &Geom,
     x: &[i8],
+    zrow: &[i8],
     b: usize,
     oy: usize,
     orow: &mut [i8],
 ) {
     // Safety: the caller's contract.
-    unsafe { row::<true>(wt, g, x, b, oy, orow) }
+    unsafe { row::<true>(wt, g, x, zrow, b, oy, orow) }
 }
 
 /// The 16 channels at `a` and at `b` (the first of `m` when not `full`), interleaved as
@@ -167,11 +170,17 @@ unsafe fn row<const V: bool>(
     wt: &QDwWeights,
     g: &Geom,
     x: &[i8],
+    zrow: &[i8],
     b: usize,
     oy: usize,
     orow: &mut [i8],
 ) {
     let (c, win) = (g.c, &wt.win);
+    if win.kh == 3 && win.kw == 3 && win.dh == 1 && win.dw == 1 && zrow.len() >= c {
+        // Safety: the caller's contract; `zrow` holds c bytes.
+        unsafe { row3x3::<V>(wt, g, x, zrow, b, oy, orow) };
+        return;
+    }
     let (ky0, ky1) = taps(oy, win.sh, win.dh, win.pad_top, win.kh, g.ih);
     let zp = _mm512_set1_epi32(wt.qi.zp);
     let zo = _mm512_set1_epi32(wt.qo.zp);
@@ -285,4 +294,161 @@ unsafe fn row<const V: bool>(
         }
         c0 += n;
     }
+}
+
+/// Output columns per table of tap pointers in [`row3x3`].
+const COLS: usize = 64;
+
+/// One output row of a 3×3 depthwise convolution (any stride and padding): every output,
+/// border ones included, takes nine taps, those outside the image reading `zrow` (the input
+/// zero point, whose product with any weight the folded bias cancels), so that borders run
+/// the interior's code. On small maps (7×7: half of the outputs touch a border) the
+/// per-tap border path was most of the time.
+///
+/// # Safety
+/// As [`depthwise_row`] (and VBMI + VNNI when `V`); `zrow.len() >= g.c`.
+#[inline(always)]
+unsafe fn row3x3<const V: bool>(
+    wt: &QDwWeights,
+    g: &Geom,
+    x: &[i8],
+    zrow: &[i8],
+    b: usize,
+    oy: usize,
+    orow: &mut [i8],
+) {
+    let (c, win) = (g.c, &wt.win);
+    // Input rows of the three filter rows (None: above or below the image).
+    let rows: [Option<usize>; 3] = core::array::from_fn(|ky| {
+        (oy * win.sh + ky)
+            .checked_sub(win.pad_top)
+            .filter(|&y| y < g.ih)
+            .map(|y| (b * g.ih + y) * g.iw * c)
+    });
+    let zo = _mm512_set1_epi32(wt.qo.zp);
+    let zp = _mm512_set1_epi32(wt.qi.zp);
+    let lo = _mm512_set1_ps((wt.lo - wt.qo.zp) as f32);
+    let hi = _mm512_set1_ps((wt.hi - wt.qo.zp) as f32);
+    let none = _mm512_setzero_si512();
+    let idx = _mm256_set_epi8(
+        31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
+        19, 3, 18, 2, 17, 1, 16, 0,
+    );
+    let mut table = [[core::ptr::null::<i8>(); 9]; COLS];
+    let mut ox0 = 0;
+    while ox0 < g.ow {
+        let ox1 = (ox0 + COLS).min(g.ow);
+        for (ox, taps) in (ox0..ox1).zip(table.iter_mut()) {
+            for (t, p) in taps.iter_mut().enumerate() {
+                let xx = (ox * win.sw + t % 3)
+                    .checked_sub(win.pad_left)
+                    .filter(|&xx| xx < g.iw);
+                *p = match (rows[t / 3], xx) {
+                    // Safety: row y < ih and column xx < iw of image b lie inside x.
+                    (Some(r), Some(xx)) => unsafe { x.as_ptr().add(r + xx * c) },
+                    _ => zrow.as_ptr(),
+                };
+            }
+        }
+        let table = &table[..ox1 - ox0];
+        let mut c0 = 0;
+        while c0 < c {
+            let n = (c - c0).min(16);
+            let full = n == 16;
+            let m: __mmask16 = if full { 0xFFFF } else { (1u16 << n) - 1 };
+            // Safety (this block): channels c0..c0 + n < c of the filter (9·c values), bias,
+            // scale, the tap pointers (pixels of x, or zrow's c bytes) and orow; full vectors
+            // only when 16 channels remain, masked otherwise.
+            unsafe {
+                let w = |t: usize| _mm512_maskz_loadu_epi32(m, wt.w32.as_ptr().add(t * c + c0));
+                let bias = _mm512_maskz_loadu_epi32(m, wt.bias.as_ptr().add(c0));
+                let sc = _mm512_maskz_loadu_ps(m, wt.scale.as_ptr().add(c0));
+                let mut wsum = none;
+                for t in 0..9 {
+                    wsum = _mm512_add_epi32(wsum, w(t));
+                }
+                // Σ (x − zp)·w = Σ x·w − zp·Σ w.
+                let folded = _mm512_sub_epi32(bias, _mm512_mullo_epi32(zp, wsum));
+                if V {
+                    // Taps in pairs (2q, 2q + 1) as 16-bit pairs per lane; the ninth with a
+                    // zero partner.
+                    let lo16 = _mm512_set1_epi32(0xFFFF);
+                    let wpair: [__m512i; 5] = core::array::from_fn(|q| {
+                        let w1 = if 2 * q + 1 < 9 { w(2 * q + 1) } else { none };
+                        _mm512_or_si512(
+                            _mm512_and_si512(w(2 * q), lo16),
+                            _mm512_slli_epi32::<16>(w1),
+                        )
+                    });
+                    for (i, taps) in table.iter().enumerate() {
+                        let mut acc = folded;
+                        for (q, &wq) in wpair.iter().enumerate() {
+                            let (t0, t1) = (2 * q, (2 * q + 1).min(8));
+                            let v = pair(full, m, idx, taps[t0].add(c0), taps[t1].add(c0));
+                            acc = _mm512_dpwssd_epi32(acc, v, wq);
+                        }
+                        store(
+                            acc,
+                            sc,
+                            lo,
+                            hi,
+                            zo,
+                            m,
+                            orow.as_mut_ptr().add((ox0 + i) * c + c0),
+                        );
+                    }
+                } else {
+                    let ws: [__m512i; 9] = core::array::from_fn(w);
+                    for (i, taps) in table.iter().enumerate() {
+                        let mut acc = folded;
+                        for t in 0..9 {
+                            let xp = taps[t].add(c0);
+                            let xv = if full {
+                                _mm512_cvtepi8_epi32(_mm_loadu_si128(xp as *const __m128i))
+                            } else {
+                                _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, xp))
+                            };
+                            acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(xv, ws[t]));
+                        }
+                        store(
+                            acc,
+                            sc,
+                            lo,
+                            hi,
+                            zo,
+                            m,
+                            orow.as_mut_ptr().add((ox0 + i) * c + c0),
+                        );
+                    }
+                }
+            }
+            c0 += n;
+        }
+        ox0 = ox1;
+    }
+}
+
+/// XNNPACK's fp32 requantization of 16 sums and a narrowing store of the lanes of `m`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL; the lanes of `m` at `out` writable.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn store(
+    acc: __m512i,
+    sc: __m512,
+    lo: __m512,
+    hi: __m512,
+    zo: __m512i,
+    m: __mmask16,
+    out: *mut i8,
+) {
+    // min first: NaN → upper bound, as `requant`.
+    let f = _mm512_max_ps(
+        _mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), sc), hi),
+        lo,
+    );
+    let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), zo);
+    // Safety: the caller's pointer.
+    unsafe { _mm512_mask_cvtepi32_storeu_epi8(out, m, q) };
 }

@@ -137,6 +137,8 @@ pub fn depthwise(
     if pteron_kernels_cpu::simd::level() == pteron_kernels_cpu::simd::Level::Avx512
         && wt.win.kh <= 16
     {
+        // What a tap outside the image reads in the 3×3 kernel: the input zero point.
+        let zrow = vec![wt.qi.zp as i8; c];
         for_chunks_mut(par, out, per * row_len, 1, &|k, o| {
             for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
                 let row = k * per + r;
@@ -145,9 +147,9 @@ pub fn depthwise(
                 // second); operand lengths were checked at the top of `depthwise`.
                 unsafe {
                     if avx512::has_vbmi_vnni() {
-                        avx512::depthwise_row_vnni(wt, &g, x, b, oy, orow)
+                        avx512::depthwise_row_vnni(wt, &g, x, &zrow, b, oy, orow)
                     } else {
-                        avx512::depthwise_row(wt, &g, x, b, oy, orow)
+                        avx512::depthwise_row(wt, &g, x, &zrow, b, oy, orow)
                     }
                 };
             }

@@ -219,6 +219,24 @@ fn depthwise_matches_naive() {
                 "case c{c} {ih}x{iw} k{k} s{s} d{d} {p:?} {level:?}"
             );
         }
+        // The AVX-512 row kernel without VBMI + VNNI (what `depthwise` picks on CPUs that
+        // lack them), called directly.
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            let zrow = vec![wt.qi.zp as i8; c];
+            let mut out = vec![0i8; 2 * oh * ow * c];
+            for (row, orow) in out.chunks_exact_mut(ow * c).enumerate() {
+                // Safety: the CPU has AVX-512 F/BW/VL; sizes as `depthwise` checks them.
+                unsafe { avx512::depthwise_row(&wt, &g, &x, &zrow, row / oh, row % oh, orow) };
+            }
+            assert_eq!(
+                out, want,
+                "case c{c} {ih}x{iw} k{k} s{s} d{d} {p:?} avx512 rows"
+            );
+        }
     }
 }
 
