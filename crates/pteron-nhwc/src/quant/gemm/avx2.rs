@@ -235,6 +235,35 @@ impl<'e> Params<'e> {
 
 /// The sums of rows `ra` and `rb` with panel `p`, each as two vectors of 8 channels in order.
 ///
+/// Quad `l` of both rows' four (the 64-bit lane `IMM` selects) broadcast over a register.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn bcast<const IMM: i32>(av: &[__m256i; 2]) -> [__m256i; 2] {
+    [
+        _mm256_permute4x64_epi64::<IMM>(av[0]),
+        _mm256_permute4x64_epi64::<IMM>(av[1]),
+    ]
+}
+
+/// `c[r][g] += madd(w[g], b[r])`: one quad of 16 channels (64 weight bytes at `wq`, four
+/// groups of four channels widened to i16) against both rows' broadcast quad.
+///
+/// # Safety
+/// AVX2; 64 bytes readable at `wq`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn quad(c: &mut [[__m256i; 4]; 2], b: [__m256i; 2], wq: *const i8) {
+    // Safety: 16 bytes at wq + 16·g, g < 4.
+    let wv: [__m256i; 4] = core::array::from_fn(|g| unsafe {
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(wq.add(16 * g) as *const _))
+    });
+    for (cr, b) in c.iter_mut().zip(&b) {
+        for (cg, wg) in cr.iter_mut().zip(&wv) {
+            *cg = _mm256_add_epi32(*cg, _mm256_madd_epi16(*wg, *b));
+        }
+    }
+}
+
 /// # Safety
 /// AVX2; rows of at least 4·quads bytes; panel `p` exists.
 #[target_feature(enable = "avx2,fma")]
@@ -259,22 +288,24 @@ unsafe fn sums2(ra: &[u8], rb: &[u8], w: &QWeights, p: usize) -> [[__m256i; 2]; 
             };
             _mm256_cvtepu8_epi16(v)
         });
-        for l in 0..n {
-            // Safety: quad q + l < quads of panel p.
-            let wv: [__m256i; 4] = core::array::from_fn(|g| unsafe {
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(
-                    wp.add((q + l) * NR * 4 + 16 * g) as *const _
-                ))
-            });
-            for (cr, a) in c.iter_mut().zip(&av) {
-                let b = match l {
-                    0 => _mm256_permute4x64_epi64::<0x00>(*a),
-                    1 => _mm256_permute4x64_epi64::<0x55>(*a),
-                    2 => _mm256_permute4x64_epi64::<0xAA>(*a),
-                    _ => _mm256_permute4x64_epi64::<0xFF>(*a),
-                };
-                for (cg, wg) in cr.iter_mut().zip(&wv) {
-                    *cg = _mm256_add_epi32(*cg, _mm256_madd_epi16(*wg, b));
+        // Safety: quads q .. q + n < quads of panel p.
+        unsafe {
+            let wq = |l: usize| wp.add((q + l) * NR * 4);
+            if n == 4 {
+                // Written out with constant lanes: a loop over `l` with a `match` on it is
+                // unrolled or not at the compiler's whim, and was 40 % slower when not.
+                quad(&mut c, bcast::<0x00>(&av), wq(0));
+                quad(&mut c, bcast::<0x55>(&av), wq(1));
+                quad(&mut c, bcast::<0xAA>(&av), wq(2));
+                quad(&mut c, bcast::<0xFF>(&av), wq(3));
+            } else {
+                for l in 0..n {
+                    let b = match l {
+                        0 => bcast::<0x00>(&av),
+                        1 => bcast::<0x55>(&av),
+                        _ => bcast::<0xAA>(&av),
+                    };
+                    quad(&mut c, b, wq(l));
                 }
             }
         }

@@ -7,7 +7,7 @@ use crate::graph::Window;
 use crate::kernels::spatial::{taps, Geom};
 
 #[cfg(target_arch = "x86_64")]
-use super::avx512;
+use super::{avx2, avx512};
 use super::{multiversion, requant_vec, Q};
 
 /// Depthwise convolution weights for int8: `w[tap][c]` widened to i16, i32 biases, and the
@@ -152,6 +152,21 @@ pub fn depthwise(
                         avx512::depthwise_row(wt, &g, x, &zrow, b, oy, orow)
                     }
                 };
+            }
+        });
+        return Ok(());
+    }
+    #[cfg(target_arch = "x86_64")]
+    if pteron_kernels_cpu::simd::level() == pteron_kernels_cpu::simd::Level::Avx2
+        && (wt.win.kh, wt.win.kw, wt.win.dh, wt.win.dw) == (3, 3, 1, 1)
+    {
+        let zrow = vec![wt.qi.zp as i8; c];
+        for_chunks_mut(par, out, per * row_len, 1, &|k, o| {
+            for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
+                let row = k * per + r;
+                // Safety: the level is AVX2 (with FMA); the window is 3×3 with dilation 1;
+                // operand lengths were checked at the top of `depthwise`; zrow holds c bytes.
+                unsafe { avx2::depthwise_row3x3(wt, &g, x, &zrow, row / g.oh, row % g.oh, orow) };
             }
         });
         return Ok(());

@@ -18,6 +18,8 @@ use crate::graph::Window;
 use crate::quant::isa::{multiversion, round_small};
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 mod binary;
 mod depthwise;

@@ -1,0 +1,135 @@
+//! AVX2 int8 kernels: rows of the 3×3 depthwise convolution with taps in pairs
+//! (`vpmaddwd` on two taps' bytes interleaved and widened to 16 bits).
+
+use core::arch::x86_64::*;
+
+use super::QDwWeights;
+use crate::kernels::spatial::Geom;
+
+/// Output columns per table of tap pointers.
+const COLS: usize = 64;
+
+/// One output row of a 3×3 depthwise convolution (dilation 1, any stride and padding),
+/// 8 channels at a time: for each output, nine tap pointers (a pixel of x, or `zrow`, the
+/// input zero point, for taps outside the image, which the folded bias
+/// `bias − zp·Σw` cancels), taps multiplied and added in pairs by `vpmaddwd`, then XNNPACK's
+/// fp32 requantization (scale, clamp, round to nearest even, add the zero point).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `x`, `wt` and `orow` must hold the sizes `g` and `wt.win`
+/// imply (checked by `depthwise`), `wt.win` must be 3×3 with dilation 1, and
+/// `zrow.len() >= g.c`.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn depthwise_row3x3(
+    wt: &QDwWeights,
+    g: &Geom,
+    x: &[i8],
+    zrow: &[i8],
+    b: usize,
+    oy: usize,
+    orow: &mut [i8],
+) {
+    let (c, win) = (g.c, &wt.win);
+    let rows: [Option<usize>; 3] = core::array::from_fn(|ky| {
+        (oy * win.sh + ky)
+            .checked_sub(win.pad_top)
+            .filter(|&y| y < g.ih)
+            .map(|y| (b * g.ih + y) * g.iw * c)
+    });
+    let zo = _mm256_set1_epi32(wt.qo.zp);
+    let zp = _mm256_set1_epi32(wt.qi.zp);
+    let lo = _mm256_set1_ps((wt.lo - wt.qo.zp) as f32);
+    let hi = _mm256_set1_ps((wt.hi - wt.qo.zp) as f32);
+    let mut table = [[core::ptr::null::<i8>(); 9]; COLS];
+    let mut ox0 = 0;
+    while ox0 < g.ow {
+        let ox1 = (ox0 + COLS).min(g.ow);
+        for (ox, taps) in (ox0..ox1).zip(table.iter_mut()) {
+            for (t, p) in taps.iter_mut().enumerate() {
+                let xx = (ox * win.sw + t % 3)
+                    .checked_sub(win.pad_left)
+                    .filter(|&xx| xx < g.iw);
+                *p = match (rows[t / 3], xx) {
+                    // Safety: row y < ih and column xx < iw of image b lie inside x.
+                    (Some(r), Some(xx)) => unsafe { x.as_ptr().add(r + xx * c) },
+                    _ => zrow.as_ptr(),
+                };
+            }
+        }
+        let table = &table[..ox1 - ox0];
+        let mut c0 = 0;
+        while c0 < c {
+            let n = (c - c0).min(8);
+            // Filter values of the block's channels per tap (zero past the last channel).
+            let mut wv = [[0i16; 8]; 10];
+            for (t, w) in wv.iter_mut().take(9).enumerate() {
+                w[..n].copy_from_slice(&wt.w[t * c + c0..][..n]);
+            }
+            let mut bias = [0i32; 8];
+            bias[..n].copy_from_slice(&wt.bias[c0..c0 + n]);
+            let mut scale = [0f32; 8];
+            scale[..n].copy_from_slice(&wt.scale[c0..c0 + n]);
+            // Safety (this block): the loads read the stack arrays above, 8 bytes at each tap
+            // pointer plus c0 when 8 channels remain (a pixel of x or zrow holds c bytes), a
+            // copy of the n bytes otherwise; the stores write n bytes of orow's pixel.
+            unsafe {
+                let ld16 = |w: &[i16; 8]| _mm_loadu_si128(w.as_ptr() as *const __m128i);
+                // Taps 2q and 2q + 1 (the tenth: zeros) as 16-bit pairs, channel by lane.
+                let wpair: [__m256i; 5] = core::array::from_fn(|q| {
+                    let (a, b) = (ld16(&wv[2 * q]), ld16(&wv[2 * q + 1]));
+                    _mm256_set_m128i(_mm_unpackhi_epi16(a, b), _mm_unpacklo_epi16(a, b))
+                });
+                let mut wsum = _mm256_setzero_si256();
+                for w in &wv[..9] {
+                    wsum = _mm256_add_epi32(wsum, _mm256_cvtepi16_epi32(ld16(w)));
+                }
+                let bias = _mm256_loadu_si256(bias.as_ptr() as *const __m256i);
+                let folded = _mm256_sub_epi32(bias, _mm256_mullo_epi32(zp, wsum));
+                let sc = _mm256_loadu_ps(scale.as_ptr());
+                let load8 = |p: *const i8| -> __m128i {
+                    if n == 8 {
+                        _mm_loadl_epi64(p.add(c0) as *const __m128i)
+                    } else {
+                        let mut t = [0i8; 8];
+                        core::ptr::copy_nonoverlapping(p.add(c0), t.as_mut_ptr(), n);
+                        _mm_loadl_epi64(t.as_ptr() as *const __m128i)
+                    }
+                };
+                for (i, taps) in table.iter().enumerate() {
+                    let mut acc = folded;
+                    for (q, &w) in wpair.iter().enumerate() {
+                        let a = load8(taps[2 * q]);
+                        let b = if q < 4 {
+                            load8(taps[2 * q + 1])
+                        } else {
+                            _mm_setzero_si128()
+                        };
+                        let v = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
+                        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(v, w));
+                    }
+                    // min first: NaN → upper bound, as `requant`.
+                    let f = _mm256_max_ps(
+                        _mm256_min_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), sc), hi),
+                        lo,
+                    );
+                    let qv = _mm256_add_epi32(_mm256_cvtps_epi32(f), zo);
+                    let p16 = _mm_packs_epi32(
+                        _mm256_castsi256_si128(qv),
+                        _mm256_extracti128_si256::<1>(qv),
+                    );
+                    let p8 = _mm_packs_epi16(p16, p16);
+                    let out = orow.as_mut_ptr().add((ox0 + i) * c + c0);
+                    if n == 8 {
+                        _mm_storel_epi64(out as *mut __m128i, p8);
+                    } else {
+                        let mut t = [0i8; 16];
+                        _mm_storeu_si128(t.as_mut_ptr() as *mut __m128i, p8);
+                        core::ptr::copy_nonoverlapping(t.as_ptr(), out, n);
+                    }
+                }
+            }
+            c0 += n;
+        }
+        ox0 = ox1;
+    }
+}
