@@ -59,6 +59,7 @@ impl SampleArgs {
             eos_ids: None,
             skip_special: true,
             cancel: None,
+            ..Default::default()
         }
     }
 }

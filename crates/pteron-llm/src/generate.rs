@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::detok::{StopMatcher, TextStream};
 use crate::model::Model;
 use crate::sampler::{Sampler, SamplerConfig};
+use crate::speculate::{lookup_draft, Draft, Speculation};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
@@ -25,6 +26,8 @@ pub struct GenerateOptions {
     /// Set (from the text callback or another thread) to end generation after the current
     /// token: `FinishReason::Cancelled`.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// Speculative decoding (prompt lookup or a draft model); the tokens are plain decoding's.
+    pub speculation: Speculation,
 }
 
 impl Default for GenerateOptions {
@@ -36,6 +39,7 @@ impl Default for GenerateOptions {
             eos_ids: None,
             skip_special: true,
             cancel: None,
+            speculation: Speculation::Off,
         }
     }
 }
@@ -75,9 +79,19 @@ pub struct Stats {
     /// From the start of prefill to the first sampled token.
     pub time_to_first_token: Duration,
     pub prefill: Duration,
-    /// Decode steps (one forward and one sample per token after the first).
+    /// Decode steps (one forward and one sample per token after the first; with speculation
+    /// also drafting).
     pub decode: Duration,
     pub peak_rss_bytes: Option<u64>,
+    /// Calls of the target's `forward` after prefill (one per generated token but the first
+    /// without speculation; fewer when drafts are accepted).
+    pub decode_calls: usize,
+    /// Tokens drafted and sent to the target for checking.
+    pub drafted_tokens: usize,
+    /// Drafted tokens that became output (the target sampled the same token).
+    pub accepted_tokens: usize,
+    /// Calls of the draft model's `forward` (its prefill included).
+    pub draft_calls: usize,
 }
 
 impl Stats {
@@ -87,6 +101,10 @@ impl Stats {
     /// Tokens produced by decode steps (all but the first, which prefill produces).
     pub fn decode_tokens_per_s(&self) -> f64 {
         per_s(self.generated_tokens.saturating_sub(1), self.decode)
+    }
+    /// Accepted / drafted tokens (`None` when nothing was drafted).
+    pub fn acceptance_rate(&self) -> Option<f64> {
+        (self.drafted_tokens > 0).then(|| self.accepted_tokens as f64 / self.drafted_tokens as f64)
     }
 }
 
@@ -116,6 +134,10 @@ pub struct Generator<'a, 't> {
     context: Vec<u32>,
     logits: Vec<f32>,
     stream: TextStream,
+    draft: Option<Draft<'a>>,
+    /// The drafted tokens of the last checking call, then `[token, drafts...]` to feed.
+    drafts: Vec<u32>,
+    feed: Vec<u32>,
 }
 
 impl<'a, 't> Generator<'a, 't> {
@@ -127,7 +149,54 @@ impl<'a, 't> Generator<'a, 't> {
             context: Vec::with_capacity(cap),
             logits: Vec::new(),
             stream: TextStream::new(true),
+            draft: None,
+            drafts: Vec::new(),
+            feed: Vec::new(),
         }
+    }
+
+    /// Attaches a draft model for [`Speculation::DraftModel`] (it must use the same tokenizer;
+    /// a vocabulary of another size is refused), replacing any earlier one, which is returned.
+    pub fn set_draft_model(&mut self, draft: Model<'a>) -> Result<Option<Model<'a>>> {
+        if let (Some(a), Some(b)) = (self.model.meta.vocab_size, draft.meta.vocab_size) {
+            if a != b {
+                return Err(Error::Model(format!(
+                    "the draft model's vocabulary has {b} tokens, the model's {a}: a draft must \
+                     share the model's tokenizer"
+                )));
+            }
+        }
+        let mut draft = Draft::new(draft);
+        draft.forget();
+        Ok(self.draft.replace(draft).map(|d| d.model))
+    }
+
+    /// Detaches the draft model.
+    pub fn take_draft_model(&mut self) -> Option<Model<'a>> {
+        self.draft.take().map(|d| d.model)
+    }
+
+    /// The attached draft model.
+    pub fn draft_model(&self) -> Option<&Model<'a>> {
+        self.draft.as_ref().map(|d| &d.model)
+    }
+
+    /// Whether `speculation` can run here: the model checks several tokens per call
+    /// ([`Model::check_verify`]) and a draft model is attached when one is asked for.
+    pub fn check_speculation(&self, speculation: &Speculation) -> Result<()> {
+        speculation.validate().map_err(Error::Model)?;
+        if speculation.is_off() {
+            return Ok(());
+        }
+        self.model.check_verify()?;
+        if matches!(speculation, Speculation::DraftModel { .. }) && self.draft.is_none() {
+            return Err(Error::Model(
+                "speculation with a draft model, but no draft model is attached \
+                 (Generator::set_draft_model)"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Tokens in the KV cache.
@@ -176,6 +245,7 @@ impl<'a, 't> Generator<'a, 't> {
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation> {
         opts.sampler.validate().map_err(Error::Model)?;
+        self.check_speculation(&opts.speculation)?;
         if prompt.is_empty() {
             return Err(Error::Model("empty prompt".into()));
         }
@@ -186,10 +256,23 @@ impl<'a, 't> Generator<'a, 't> {
                 context: self.model.meta.max_context_len,
             });
         }
+        let r = self.run(prompt, opts, on_text);
+        // The cache holds the context and nothing after it (drafts checked but not taken).
+        self.model.rewind(self.context.len());
+        r
+    }
+
+    fn run(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation> {
         let eos = opts
             .eos_ids
             .clone()
             .unwrap_or_else(|| self.default_eos_ids());
+        let spec = opts.speculation;
         let mut sampler = Sampler::new(opts.sampler.clone());
         let mut stop = StopMatcher::new(opts.stop_strings.clone());
         self.stream = TextStream::new(opts.skip_special);
@@ -199,10 +282,18 @@ impl<'a, 't> Generator<'a, 't> {
         };
         let mut text = String::new();
         let mut tokens = Vec::with_capacity(opts.max_new_tokens.min(4096));
+        let max_context = self.model.meta.max_context_len;
 
         let t0 = Instant::now();
         self.model.forward(prompt)?;
         self.context.extend_from_slice(prompt);
+        if !spec.is_off() {
+            // A program whose logits were not known at load has shown them now.
+            self.model.check_verify()?;
+        }
+        if let (Speculation::DraftModel { .. }, Some(d)) = (spec, self.draft.as_mut()) {
+            stats.draft_calls += d.prefill(&self.context)?;
+        }
         stats.prefill = t0.elapsed();
         let mut decode_start = None;
         let mut finish = FinishReason::MaxTokens;
@@ -212,9 +303,16 @@ impl<'a, 't> Generator<'a, 't> {
                 on_text(s);
             }
         };
+        // Where the next logits are: `None`, the model's last logits; `Some(j)`, row j of the
+        // last checking call, whose drafts are `self.drafts` (row j is the target's
+        // distribution after drafts[j - 1], and drafts[j] is what it is compared with).
+        let mut row: Option<usize> = None;
         for i in 0..opts.max_new_tokens {
             self.logits.clear();
-            self.logits.extend_from_slice(self.model.logits());
+            match row {
+                None => self.logits.extend_from_slice(self.model.logits()),
+                Some(j) => self.logits.extend_from_slice(self.model.last_rows().row(j)),
+            }
             let tok = sampler.sample(&mut self.logits, &self.context);
             if i == 0 {
                 stats.time_to_first_token = t0.elapsed();
@@ -243,12 +341,53 @@ impl<'a, 't> Generator<'a, 't> {
             if i + 1 == opts.max_new_tokens {
                 break;
             }
-            if self.model.remaining() == 0 {
+            if self.context.len() >= max_context {
                 finish = FinishReason::ContextFull;
                 break;
             }
-            self.model.forward(&[tok])?;
+            // The token is the next draft: the checking call has its row already.
+            if let Some(j) = row {
+                if self.drafts.get(j) == Some(&tok) {
+                    self.context.push(tok);
+                    stats.accepted_tokens += 1;
+                    row = Some(j + 1);
+                    continue;
+                }
+            }
+            self.model.rewind(self.context.len());
+            if spec.is_off() {
+                self.model.forward(&[tok])?;
+                self.context.push(tok);
+                stats.decode_calls += 1;
+                continue;
+            }
+            // Draft what may follow `tok`: as many tokens as could still be output after the
+            // one this call's first row gives, and as fit in one call and in the context.
+            let room = spec
+                .draft_len()
+                .min(opts.max_new_tokens - i - 2)
+                .min(self.model.chunk_len() - 1)
+                .min(max_context - self.context.len() - 1);
             self.context.push(tok);
+            match spec {
+                Speculation::PromptLookup {
+                    min_ngram,
+                    max_ngram,
+                    ..
+                } => lookup_draft(&self.context, min_ngram, max_ngram, room, &mut self.drafts),
+                Speculation::DraftModel { .. } => {
+                    let draft = self.draft.as_mut().expect("checked by check_speculation");
+                    stats.draft_calls += draft.propose(&self.context, room, &mut self.drafts)?;
+                }
+                Speculation::Off => unreachable!(),
+            }
+            self.feed.clear();
+            self.feed.push(tok);
+            self.feed.extend_from_slice(&self.drafts);
+            self.model.forward_all(&self.feed)?;
+            stats.decode_calls += 1;
+            stats.drafted_tokens += self.drafts.len();
+            row = Some(0);
         }
         if finish != FinishReason::StopString {
             let rest = self.stream.flush(self.tokenizer)?;

@@ -18,6 +18,10 @@
 //!   ids or stop strings, statistics (time to first token, prefill and decode tok/s, peak RSS).
 //! - [`chat::Chat`]: multi-turn chat with the model's chat template (minijinja), keeping the KV
 //!   cache across turns (only the new tokens of each turn are prefilled).
+//! - [`Speculation`]: speculative decoding (prompt lookup, or a draft model attached with
+//!   [`Generator::set_draft_model`]): drafted tokens are checked by one call of the target
+//!   program, which must return every position's logits ([`Model::check_verify`]); the
+//!   tokens are those of plain decoding (see the `speculate` module's notes).
 //!
 //! Context overflow: a prompt that does not fit in `max_context_len` is an error
 //! ([`Error::ContextOverflow`]); generation stops when the context is full (finish reason
@@ -31,13 +35,15 @@ mod generate;
 mod model;
 mod sampler;
 mod sentencepiece;
+mod speculate;
 pub mod tiktoken;
 mod tokenizer;
 
 pub use detok::{StopMatcher, TextStream};
 pub use generate::{FinishReason, GenerateOptions, Generation, Generator, Stats};
-pub use model::{Metadata, Model};
+pub use model::{LogitRows, Metadata, Model};
 pub use sampler::{Rng, Sampler, SamplerConfig};
+pub use speculate::Speculation;
 pub use tiktoken::TiktokenOptions;
 pub use tokenizer::{Tokenizer, TokenizerConfig};
 
@@ -62,6 +68,14 @@ pub enum Error {
         used: usize,
         context: usize,
     },
+    /// Speculative decoding was asked of a program that cannot check drafted tokens.
+    #[error(
+        "speculative decoding needs a program that scores several tokens in one call, and this \
+         one {reason}; export it with ExecuTorch's LLM recipe options model.use_kv_cache=True, \
+         model.enable_dynamic_shape=True and debug.generate_full_logits=True \
+         (tools/export/export_spec_llm.py)"
+    )]
+    CannotVerify { reason: &'static str },
     #[error("{path}: {source}")]
     Io {
         path: String,

@@ -89,8 +89,38 @@ pub struct Model<'a> {
     chunk: usize,
     /// Positions filled in the KV cache.
     pos: usize,
+    /// Whether `forward` returns every position's logits (`[1, n, vocab]`, exported with
+    /// `generate_full_logits=True`) or the last one's only; `None` until the output shows it.
+    full_logits: Option<bool>,
     tokens: Vec<i64>,
     logits: Vec<f32>,
+    /// Rows of the last `forward_all` (`rows × vocab`).
+    rows: Vec<f32>,
+    vocab: usize,
+}
+
+/// The logits of every token of a [`Model::forward_all`] call, one row per token.
+#[derive(Clone, Copy, Debug)]
+pub struct LogitRows<'m> {
+    data: &'m [f32],
+    vocab: usize,
+}
+
+impl<'m> LogitRows<'m> {
+    /// Number of rows (tokens).
+    pub fn len(&self) -> usize {
+        self.data.len().checked_div(self.vocab).unwrap_or(0)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The logits after token `i` (the distribution of the token at position `i + 1`).
+    pub fn row(&self, i: usize) -> &'m [f32] {
+        &self.data[i * self.vocab..(i + 1) * self.vocab]
+    }
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
 }
 
 impl<'a> Model<'a> {
@@ -138,14 +168,52 @@ impl<'a> Model<'a> {
         }
         .max(1);
         let vocab = meta.vocab_size.unwrap_or(0);
+        // The declared logits: `[1, n, vocab]` (n bounded like the tokens input) when every
+        // position's come back, `[1, vocab]` for the last one's. Where the planned output
+        // cannot be read before a call, the first call's output tells.
+        let full_logits = match method.output(0) {
+            Ok(Output::Tensor(t)) => match t.info.sizes() {
+                [1, n, _] if *n == bound && bound > 1 => Some(true),
+                [1, _] => Some(false),
+                _ => None,
+            },
+            _ => None,
+        };
         Ok(Model {
             method,
             chunk,
             pos: 0,
+            full_logits,
             tokens: Vec::with_capacity(chunk),
             logits: Vec::with_capacity(vocab),
+            rows: Vec::new(),
+            vocab,
             meta,
         })
+    }
+
+    /// Whether `forward` returns every position's logits (`Some(true)`), the last one's only
+    /// (`Some(false)`), or not known before the first call with several tokens (`None`).
+    pub fn full_logits(&self) -> Option<bool> {
+        self.full_logits
+    }
+
+    /// Whether this program can check several drafted tokens in one call (speculative
+    /// decoding): a tokens input of dynamic length and logits for every position. The error
+    /// says which export settings are missing. A program whose logits are not known yet
+    /// ([`Model::full_logits`] is `None`) passes; its first [`Model::forward_all`] tells.
+    pub fn check_verify(&self) -> Result<()> {
+        if self.chunk < 2 {
+            return Err(Error::CannotVerify {
+                reason: "takes one token per call (a static-shape tokens input)",
+            });
+        }
+        if self.full_logits == Some(false) {
+            return Err(Error::CannotVerify {
+                reason: "returns the last position's logits only",
+            });
+        }
+        Ok(())
     }
 
     /// Positions filled in the KV cache.
@@ -172,6 +240,39 @@ impl<'a> Model<'a> {
 
     /// Appends `tokens` to the context (in chunks) and returns the logits after the last one.
     pub fn forward(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        self.check_room(tokens)?;
+        let mut fed = 0;
+        for part in tokens.chunks(self.chunk) {
+            self.run(part)?;
+            fed = part.len();
+        }
+        self.read_logits(fed, false)?;
+        Ok(&self.logits)
+    }
+
+    /// Appends `tokens` to the context (in chunks of [`Model::chunk_len`]) and returns the
+    /// logits after each of them, one row per token: what checking drafted tokens needs. The
+    /// program must return every position's logits ([`Model::check_verify`]).
+    pub fn forward_all(&mut self, tokens: &[u32]) -> Result<LogitRows<'_>> {
+        self.check_verify()?;
+        self.check_room(tokens)?;
+        self.rows.clear();
+        for part in tokens.chunks(self.chunk) {
+            self.run(part)?;
+            self.read_logits(part.len(), true)?;
+        }
+        Ok(self.last_rows())
+    }
+
+    /// The rows of the last [`Model::forward_all`].
+    pub fn last_rows(&self) -> LogitRows<'_> {
+        LogitRows {
+            data: &self.rows,
+            vocab: self.vocab.max(1),
+        }
+    }
+
+    fn check_room(&self, tokens: &[u32]) -> Result<()> {
         if tokens.is_empty() {
             return Err(Error::Model("forward: no tokens".into()));
         }
@@ -182,26 +283,31 @@ impl<'a> Model<'a> {
                 context: self.meta.max_context_len,
             });
         }
-        for part in tokens.chunks(self.chunk) {
-            self.tokens.clear();
-            self.tokens.extend(part.iter().map(|&t| t as i64));
-            let pos = [self.pos as i64];
-            self.method.set_input_tensor(
-                0,
-                ScalarType::Long,
-                &[1, part.len()],
-                bytemuck::cast_slice(&self.tokens),
-            )?;
-            self.method
-                .set_input_tensor(1, ScalarType::Long, &[1], bytemuck::cast_slice(&pos))?;
-            self.method.execute()?;
-            self.pos += part.len();
-        }
-        self.read_logits()?;
-        Ok(&self.logits)
+        Ok(())
     }
 
-    fn read_logits(&mut self) -> Result<()> {
+    /// One call of the method: `part` (at most `chunk` tokens) at the current position.
+    fn run(&mut self, part: &[u32]) -> Result<()> {
+        self.tokens.clear();
+        self.tokens.extend(part.iter().map(|&t| t as i64));
+        let pos = [self.pos as i64];
+        self.method.set_input_tensor(
+            0,
+            ScalarType::Long,
+            &[1, part.len()],
+            bytemuck::cast_slice(&self.tokens),
+        )?;
+        self.method
+            .set_input_tensor(1, ScalarType::Long, &[1], bytemuck::cast_slice(&pos))?;
+        self.method.execute()?;
+        self.pos += part.len();
+        Ok(())
+    }
+
+    /// Reads the output of a call of `fed` tokens: the last row into `logits`, and with
+    /// `all` every row appended to `rows`. Learns from the number of rows whether the program
+    /// returns every position's logits.
+    fn read_logits(&mut self, fed: usize, all: bool) -> Result<()> {
         let Output::Tensor(t) = self.method.output(0)? else {
             return Err(Error::Model(
                 "forward's first output is not a tensor".into(),
@@ -213,32 +319,31 @@ impl<'a> Model<'a> {
             .last()
             .ok_or_else(|| Error::Model("0-d logits".into()))?;
         let n = t.info.numel();
-        if vocab == 0 || n < vocab {
+        if vocab == 0 || n < vocab || n % vocab != 0 {
             return Err(Error::Model(format!(
                 "logits of shape {:?}",
                 t.info.sizes()
             )));
         }
-        // The last row (a program exported with full logits returns every position's).
-        let es = t.info.dtype().elem_size();
-        let last = &t.bytes[(n - vocab) * es..n * es];
-        self.logits.clear();
-        match t.info.dtype() {
-            ScalarType::Float => self.logits.extend(
-                last.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-            ),
-            ScalarType::Half => self.logits.extend(
-                last.chunks_exact(2)
-                    .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()),
-            ),
-            ScalarType::BFloat16 => self.logits.extend(
-                last.chunks_exact(2)
-                    .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()),
-            ),
-            dt => return Err(Error::Model(format!("logits of dtype {dt}"))),
+        let rows = n / vocab;
+        let dtype = t.info.dtype();
+        let es = dtype.elem_size();
+        let bytes = t.bytes;
+        self.vocab = vocab;
+        if fed > 1 {
+            self.full_logits = Some(rows == fed);
         }
-        Ok(())
+        if all {
+            if rows != fed {
+                return Err(Error::CannotVerify {
+                    reason: "returns the last position's logits only",
+                });
+            }
+            convert(dtype, &bytes[..n * es], &mut self.rows)?;
+        }
+        // The last row (a program exported with full logits returns every position's).
+        self.logits.clear();
+        convert(dtype, &bytes[(n - vocab) * es..n * es], &mut self.logits)
     }
 
     /// The logits of the last `forward`.
@@ -250,4 +355,27 @@ impl<'a> Model<'a> {
     pub fn method(&self) -> &Method<'a> {
         &self.method
     }
+}
+
+/// Appends logits of `dtype` (little-endian bytes) to `out` as f32.
+fn convert(dtype: ScalarType, bytes: &[u8], out: &mut Vec<f32>) -> Result<()> {
+    match dtype {
+        ScalarType::Float => out.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        ),
+        ScalarType::Half => out.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()),
+        ),
+        ScalarType::BFloat16 => out.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()),
+        ),
+        dt => return Err(Error::Model(format!("logits of dtype {dt}"))),
+    }
+    Ok(())
 }

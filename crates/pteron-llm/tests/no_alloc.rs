@@ -70,4 +70,37 @@ fn decode_steps_allocate_nothing() {
         let err = model.forward(&[next]).unwrap_err();
         assert!(err.to_string().contains("context overflow"), "{err}");
     }
+    checking_calls_allocate_nothing();
+}
+
+/// Checking drafted tokens (speculative decoding) allocates nothing either once the rows buffer
+/// has held the longest call: calls of 1..=9 tokens, each followed by a rewind. (Part of the
+/// one test: the count is global, and the test harness allocates when another test ends.)
+fn checking_calls_allocate_nothing() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/llm/spec");
+    let file = pteron::ProgramFile::open(dir.join("fp32.pte")).unwrap();
+    let program = pteron::Runtime::new().load_program(&file).unwrap();
+    let opts = pteron::MethodOptions::new().threads(1);
+    let mut model = pteron_llm::Model::load(&program, opts).unwrap();
+    let prompt: Vec<u32> = (1..40).collect();
+    model.forward(&prompt).unwrap();
+    let feed: Vec<u32> = (100..109).collect();
+    model.forward_all(&feed).unwrap();
+    model.rewind(prompt.len());
+    let before = ALLOCS.load(Ordering::Relaxed);
+    let mut pos = prompt.len();
+    while model.remaining() > feed.len() {
+        for n in 1..=feed.len() {
+            let rows = model.forward_all(&feed[..n]).unwrap();
+            assert_eq!(rows.len(), n);
+            // Keep about half of them, as after a partial acceptance.
+            pos += n.div_ceil(2);
+            model.rewind(pos);
+            if model.remaining() <= feed.len() {
+                break;
+            }
+        }
+    }
+    let after = ALLOCS.load(Ordering::Relaxed);
+    assert_eq!(after - before, 0, "allocations during checking calls");
 }

@@ -524,6 +524,7 @@ impl Worker<'_, '_, '_> {
             eos_ids: Some(eos),
             skip_special: req.skip_special,
             cancel: Some(job.cancel.clone()),
+            ..Default::default()
         };
         let events = &job.events;
         let cancel = &job.cancel;
