@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use pteron_llm::chat::Chat;
-use pteron_llm::{GenerateOptions, Generation, Generator, Model, SamplerConfig, Tokenizer};
+use pteron_llm::{
+    GenerateOptions, Generation, Generator, Model, SamplerConfig, Speculation, Tokenizer,
+};
 
 /// Sampling and runtime options shared by `generate` and `chat`.
 #[derive(Args, Clone, Debug)]
@@ -41,6 +43,64 @@ pub struct SampleArgs {
     /// Kernel threads (0 = physical cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    #[command(flatten)]
+    pub speculate: SpeculateArgs,
+}
+
+/// Speculative decoding: same tokens, fewer calls of the model when drafts are accepted. The
+/// model must be exported with full logits (ExecuTorch's export_llm with
+/// debug.generate_full_logits=True, model.enable_dynamic_shape=True).
+#[derive(Args, Clone, Debug)]
+pub struct SpeculateArgs {
+    /// Draft tokens by prompt lookup: `lookup` or `lookup:K` (K tokens per call, default 4;
+    /// n-grams of 3 down to 1 tokens).
+    #[arg(long, value_name = "lookup[:K]", value_parser = parse_lookup, conflicts_with = "draft")]
+    pub speculate: Option<usize>,
+    /// Draft tokens with this smaller model (same tokenizer; any LLM export).
+    #[arg(long, value_name = "DRAFT.pte")]
+    pub draft: Option<PathBuf>,
+    /// Tokens the draft model proposes per call of the model.
+    #[arg(long, default_value_t = DEFAULT_DRAFT_TOKENS, requires = "draft")]
+    pub draft_tokens: usize,
+}
+
+/// Drafted tokens per call by default (`--speculate lookup`, `--draft-tokens`).
+pub const DEFAULT_DRAFT_TOKENS: usize = 4;
+
+/// `lookup` or `lookup:K`.
+pub fn parse_lookup(s: &str) -> Result<usize, String> {
+    let k = match s.split_once(':') {
+        None if s == "lookup" => DEFAULT_DRAFT_TOKENS,
+        Some(("lookup", k)) => k
+            .parse()
+            .map_err(|_| format!("{k:?} is not a number of tokens"))?,
+        _ => return Err(format!("{s:?}: expected lookup or lookup:K")),
+    };
+    if k == 0 {
+        return Err("lookup:K needs K ≥ 1".into());
+    }
+    Ok(k)
+}
+
+impl SpeculateArgs {
+    pub fn speculation(&self) -> Speculation {
+        match (self.speculate, &self.draft) {
+            (Some(k), _) => Speculation::prompt_lookup(k),
+            (None, Some(_)) => Speculation::DraftModel {
+                draft_len: self.draft_tokens,
+            },
+            (None, None) => Speculation::Off,
+        }
+    }
+
+    /// For the JSON output: `lookup:K`, `draft:K` or null.
+    fn describe(&self) -> Option<String> {
+        match self.speculation() {
+            Speculation::Off => None,
+            Speculation::PromptLookup { draft_len, .. } => Some(format!("lookup:{draft_len}")),
+            Speculation::DraftModel { draft_len } => Some(format!("draft:{draft_len}")),
+        }
+    }
 }
 
 impl SampleArgs {
@@ -59,7 +119,7 @@ impl SampleArgs {
             eos_ids: None,
             skip_special: true,
             cancel: None,
-            ..Default::default()
+            speculation: self.speculate.speculation(),
         }
     }
 }
@@ -105,6 +165,29 @@ fn load<'a>(
     Ok((model, t.elapsed()))
 }
 
+/// Opens the draft model's file, if any (kept alive by the caller beside the program).
+fn open_draft(args: &SpeculateArgs) -> Res<Option<pteron::ProgramFile>> {
+    Ok(match &args.draft {
+        Some(p) => Some(pteron::ProgramFile::open(p)?),
+        None => None,
+    })
+}
+
+/// Loads the draft model and attaches it; checks that the model can verify drafts.
+fn attach_draft<'a>(
+    gen: &mut Generator<'a, '_>,
+    draft: Option<&pteron::Program<'a>>,
+    threads: usize,
+    speculation: &Speculation,
+) -> Res<()> {
+    if let Some(program) = draft {
+        let (model, _) = load(program, threads)?;
+        gen.set_draft_model(model)?;
+    }
+    gen.check_speculation(speculation)?;
+    Ok(())
+}
+
 fn stats_line(g: &Generation) -> String {
     let s = &g.stats;
     let mut line = format!(
@@ -117,6 +200,15 @@ fn stats_line(g: &Generation) -> String {
         s.prefill_tokens_per_s(),
         s.decode_tokens_per_s(),
     );
+    if let Some(rate) = s.acceptance_rate() {
+        line.push_str(&format!(
+            "; speculation: {} of {} drafted tokens accepted ({:.0}%), {} model calls",
+            s.accepted_tokens,
+            s.drafted_tokens,
+            rate * 100.0,
+            s.decode_calls
+        ));
+    }
     if let Some(p) = s.peak_rss_bytes {
         line.push_str(&format!(
             "; peak RSS {:.0} MiB",
@@ -137,11 +229,23 @@ pub fn chat(args: &ChatArgs) -> pteron::Result<()> {
 fn generate_inner(args: &GenerateArgs) -> Res<()> {
     let tokenizer = Tokenizer::from_file(&args.sample.tokenizer)?;
     let file = pteron::ProgramFile::open(&args.model)?;
-    let program = pteron::Runtime::new().load_program(&file)?;
+    let draft_file = open_draft(&args.sample.speculate)?;
+    let runtime = pteron::Runtime::new();
+    let program = runtime.load_program(&file)?;
+    let draft_program = draft_file
+        .as_ref()
+        .map(|f| runtime.load_program(f))
+        .transpose()?;
     let (model, load_time) = load(&program, args.sample.threads)?;
     let threads = model.method().num_threads();
     let mut gen = Generator::new(model, &tokenizer);
     let opts = args.sample.options();
+    attach_draft(
+        &mut gen,
+        draft_program.as_ref(),
+        args.sample.threads,
+        &opts.speculation,
+    )?;
     let prompt_ids = if args.chat_template {
         let chat = Chat::new(&mut gen, None, None)?;
         let text = chat.render_with(&args.prompt)?;
@@ -189,6 +293,12 @@ fn generate_inner(args: &GenerateArgs) -> Res<()> {
                 "prefill_tokens_per_s": s.prefill_tokens_per_s(),
                 "decode_tokens_per_s": s.decode_tokens_per_s(),
                 "peak_rss_bytes": s.peak_rss_bytes,
+                "speculation": args.sample.speculate.describe(),
+                "decode_calls": s.decode_calls,
+                "drafted_tokens": s.drafted_tokens,
+                "accepted_tokens": s.accepted_tokens,
+                "acceptance_rate": s.acceptance_rate(),
+                "draft_calls": s.draft_calls,
             },
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -212,12 +322,24 @@ fn generate_inner(args: &GenerateArgs) -> Res<()> {
 fn chat_inner(args: &ChatArgs) -> Res<()> {
     let tokenizer = Tokenizer::from_file(&args.sample.tokenizer)?;
     let file = pteron::ProgramFile::open(&args.model)?;
-    let program = pteron::Runtime::new().load_program(&file)?;
+    let draft_file = open_draft(&args.sample.speculate)?;
+    let runtime = pteron::Runtime::new();
+    let program = runtime.load_program(&file)?;
+    let draft_program = draft_file
+        .as_ref()
+        .map(|f| runtime.load_program(f))
+        .transpose()?;
     let (model, load_time) = load(&program, args.sample.threads)?;
     let context = model.meta.max_context_len;
     let mut gen = Generator::new(model, &tokenizer);
-    let mut chat = Chat::new(&mut gen, None, args.system.clone())?;
     let opts = args.sample.options();
+    attach_draft(
+        &mut gen,
+        draft_program.as_ref(),
+        args.sample.threads,
+        &opts.speculation,
+    )?;
+    let mut chat = Chat::new(&mut gen, None, args.system.clone())?;
     eprintln!(
         "pteron chat: {} ({context}-token context, loaded in {:.0} ms). /reset clears the \
          conversation, /quit or Ctrl-D exits.",

@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use pteron_llm::SamplerConfig;
+use pteron_llm::{SamplerConfig, Speculation};
 use pteron_serve::{Engine, ModelFiles, ServerConfig, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE};
+
+use crate::generate::SpeculateArgs;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -59,6 +61,8 @@ pub struct ServeArgs {
     /// Penalize tokens already in the context (1 = off).
     #[arg(long, default_value_t = 1.0)]
     pub repetition_penalty: f32,
+    #[command(flatten)]
+    pub speculate: SpeculateArgs,
 }
 
 pub fn serve(args: &ServeArgs) -> pteron::Result<()> {
@@ -80,12 +84,14 @@ pub fn serve(args: &ServeArgs) -> pteron::Result<()> {
             seed: 0,
         },
         threads: args.threads,
+        speculation: args.speculate.speculation(),
         ..ServerConfig::default()
     };
     let files = ModelFiles {
         model: args.model.clone(),
         tokenizer: args.tokenizer.clone(),
         tokenizer_config: args.tokenizer_config.clone(),
+        draft: args.speculate.draft.clone(),
     };
     let t = std::time::Instant::now();
     let engine = Engine::start(&files, &config).map_err(err)?;
@@ -94,8 +100,19 @@ pub fn serve(args: &ServeArgs) -> pteron::Result<()> {
         .model_name
         .clone()
         .unwrap_or_else(|| info.name.clone());
+    let speculation = match info.speculation {
+        Speculation::Off => String::new(),
+        Speculation::PromptLookup { draft_len, .. } => {
+            format!(", prompt lookup drafting {draft_len} tokens")
+        }
+        Speculation::DraftModel { draft_len } => format!(
+            ", draft model {} drafting {draft_len} tokens",
+            args.speculate.draft.clone().unwrap_or_default().display()
+        ),
+    };
     eprintln!(
-        "pteron serve: {} as {name:?} ({}-token context, {} thread(s), loaded in {:.0} ms{})",
+        "pteron serve: {} as {name:?} ({}-token context, {} thread(s){speculation}, loaded in \
+         {:.0} ms{})",
         args.model.display(),
         info.context_length,
         info.threads,

@@ -350,3 +350,86 @@ fn serve_answers_and_stops_on_ctrl_c() {
     assert!(err.contains("256-token context"), "{err}");
     assert!(err.contains("stopped"), "{err}");
 }
+
+/// `pteron generate --speculate lookup:K` and `--draft DRAFT.pte` give ExecuTorch's greedy
+/// tokens on the speculative-decoding fixtures, with the speculation numbers in the JSON; a
+/// program without full logits is refused with the export settings that allow it.
+#[test]
+fn generate_with_speculation() {
+    let g = json_file("testdata/llm/spec/goldens.json");
+    let p = &g["variants"]["fp32"]["prompts"]["repeat"];
+    let generate = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "testdata/llm/spec/fp32.pte",
+            "--tokenizer",
+            "testdata/llm/tiny/tokenizer.json",
+            "--prompt",
+            p["prompt"].as_str().unwrap(),
+            "--max-new-tokens",
+            "64",
+            "--threads",
+            "1",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (ok, out, err) = pteron(&args);
+        assert!(ok, "{err}");
+        serde_json::from_str::<Value>(&out).unwrap()
+    };
+    let plain = generate(&[]);
+    assert_eq!(ids(&plain["tokens"]), ids(&p["generated_ids"]));
+    assert_eq!(plain["stats"]["speculation"], Value::Null);
+    assert_eq!(plain["stats"]["drafted_tokens"], 0);
+    assert_eq!(plain["stats"]["decode_calls"], 63);
+    for (extra, name) in [
+        (&["--speculate", "lookup:8"][..], "lookup:8"),
+        (&["--speculate", "lookup"][..], "lookup:4"),
+        (
+            &[
+                "--draft",
+                "testdata/llm/spec/draft.pte",
+                "--draft-tokens",
+                "3",
+            ][..],
+            "draft:3",
+        ),
+    ] {
+        let v = generate(extra);
+        assert_eq!(ids(&v["tokens"]), ids(&p["generated_ids"]), "{name}");
+        assert_eq!(v["text"], plain["text"]);
+        let s = &v["stats"];
+        assert_eq!(s["speculation"], name);
+        assert!(s["accepted_tokens"].as_u64().unwrap() > 0, "{name}: {s}");
+        assert!(s["decode_calls"].as_u64().unwrap() < 63, "{name}: {s}");
+        assert!(s["acceptance_rate"].as_f64().unwrap() > 0.0);
+        assert_eq!(
+            s["draft_calls"].as_u64().unwrap() > 0,
+            name.starts_with("draft")
+        );
+    }
+    let (ok, _, err) = pteron(&[
+        "generate",
+        "testdata/llm/tiny/fp32.pte",
+        "--tokenizer",
+        "testdata/llm/tiny/tokenizer.json",
+        "--prompt",
+        "x",
+        "--speculate",
+        "lookup",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("generate_full_logits=True"), "{err}");
+    let (ok, _, err) = pteron(&[
+        "generate",
+        "testdata/llm/spec/fp32.pte",
+        "--tokenizer",
+        "testdata/llm/tiny/tokenizer.json",
+        "--prompt",
+        "x",
+        "--speculate",
+        "lookup:0",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("K ≥ 1"), "{err}");
+}

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use pteron_llm::SamplerConfig;
+use pteron_llm::{SamplerConfig, Speculation};
 
 use crate::error::Error;
 
@@ -30,6 +30,10 @@ pub struct ServerConfig {
     pub sampling: SamplerConfig,
     /// Kernel threads of the model (0: the runtime's default, one per physical core).
     pub threads: usize,
+    /// Speculative decoding for every generation (prompt lookup, or `DraftModel` with
+    /// [`crate::ModelFiles::draft`]); answers are those of plain decoding. The model must be
+    /// exported with full logits: [`crate::Engine::start`] refuses it otherwise.
+    pub speculation: Speculation,
     /// After a shutdown request, how long open connections may take to finish.
     pub shutdown_grace: Duration,
 }
@@ -59,6 +63,7 @@ impl Default for ServerConfig {
                 ..SamplerConfig::default()
             },
             threads: 0,
+            speculation: Speculation::Off,
             shutdown_grace: Duration::from_secs(10),
         }
     }
@@ -87,6 +92,9 @@ impl ServerConfig {
         }
         if let Err(e) = self.sampling.validate() {
             return bad("sampling", &e);
+        }
+        if let Err(e) = self.speculation.validate() {
+            return bad("speculation", &e);
         }
         Ok(())
     }

@@ -15,6 +15,11 @@
 //! decoding, one token per call, may take another kernel path than a chunked prefill), so the
 //! answer is a fresh start's (the tests check it token for token on the tiny fixture), as with
 //! `pteron_llm::chat`.
+//!
+//! With [`ServerConfig::speculation`] every generation drafts tokens (prompt lookup, or a draft
+//! model that this thread loads from [`ModelFiles::draft`] and owns beside the model; its cache
+//! follows the generator's context on its own) and checks them with one call of the model; the
+//! answers are plain decoding's. [`EngineStatus`] counts the drafted and accepted tokens.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -23,7 +28,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use pteron_llm::chat::{chat_eos_ids, ChatTemplate, Message};
 use pteron_llm::{
-    FinishReason, GenerateOptions, Generator, Model, SamplerConfig, Tokenizer, TokenizerConfig,
+    FinishReason, GenerateOptions, Generator, Model, SamplerConfig, Speculation, Tokenizer,
+    TokenizerConfig,
 };
 use tokio::sync::mpsc;
 
@@ -40,6 +46,8 @@ pub struct ModelFiles {
     /// A `tokenizer_config.json` (chat template, special tokens) in place of the one beside
     /// the tokenizer.
     pub tokenizer_config: Option<PathBuf>,
+    /// A draft model for [`ServerConfig::speculation`] `DraftModel` (same tokenizer).
+    pub draft: Option<PathBuf>,
 }
 
 /// What the model thread found when it loaded the model.
@@ -55,6 +63,8 @@ pub struct ModelInfo {
     pub has_chat_template: bool,
     /// Kernel threads of the loaded method.
     pub threads: usize,
+    /// How generations draft tokens (checked against the model at load).
+    pub speculation: Speculation,
 }
 
 /// A snapshot of the model thread's queue and counters.
@@ -72,6 +82,10 @@ pub struct EngineStatus {
     pub skipped: u64,
     /// Requests that ended with an error.
     pub failed: u64,
+    /// Tokens drafted for speculative decoding, over all requests.
+    pub drafted_tokens: u64,
+    /// Drafted tokens that the model accepted, over all requests.
+    pub accepted_tokens: u64,
 }
 
 /// The text a request starts from.
@@ -193,6 +207,8 @@ struct Shared {
     cancelled: AtomicU64,
     skipped: AtomicU64,
     failed: AtomicU64,
+    drafted: AtomicU64,
+    accepted: AtomicU64,
 }
 
 impl Shared {
@@ -226,18 +242,33 @@ impl Drop for Paused {
 
 impl Engine {
     /// Starts the model thread, loads the model on it, and returns once it is ready (or with
-    /// the error that stopped it). Uses `config.threads` and `config.max_queue`.
+    /// the error that stopped it). Uses `config.threads`, `config.max_queue` and
+    /// `config.speculation`.
     pub fn start(files: &ModelFiles, config: &ServerConfig) -> Result<Engine, Error> {
         config.validate()?;
+        let is_draft = matches!(config.speculation, Speculation::DraftModel { .. });
+        if is_draft != files.draft.is_some() {
+            return Err(Error::Config {
+                field: "speculation",
+                reason: if is_draft {
+                    "a draft model is asked for but ModelFiles::draft is not set".into()
+                } else {
+                    "ModelFiles::draft is set but speculation is not DraftModel".into()
+                },
+            });
+        }
         let (jobs, queue) = mpsc::channel(config.max_queue);
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let shared = Arc::new(Shared::default());
         let worker_shared = shared.clone();
         let files_owned = files.clone();
-        let threads = config.threads;
+        let setup = Setup {
+            threads: config.threads,
+            speculation: config.speculation,
+        };
         std::thread::Builder::new()
             .name("pteron-serve-model".into())
-            .spawn(move || model_thread(&files_owned, threads, queue, ready_tx, &worker_shared))
+            .spawn(move || model_thread(&files_owned, setup, queue, ready_tx, &worker_shared))
             .map_err(|e| Error::Thread {
                 which: "model",
                 message: format!("could not be started: {e}"),
@@ -269,6 +300,8 @@ impl Engine {
             cancelled: s.cancelled.load(Ordering::SeqCst),
             skipped: s.skipped.load(Ordering::SeqCst),
             failed: s.failed.load(Ordering::SeqCst),
+            drafted_tokens: s.drafted.load(Ordering::SeqCst),
+            accepted_tokens: s.accepted.load(Ordering::SeqCst),
         }
     }
 
@@ -302,10 +335,17 @@ impl Engine {
     }
 }
 
+/// What the model thread takes from the server's settings.
+#[derive(Clone, Copy)]
+struct Setup {
+    threads: usize,
+    speculation: Speculation,
+}
+
 /// The model thread: loads, reports ready, then serves the queue until every sender is gone.
 fn model_thread(
     files: &ModelFiles,
-    threads: usize,
+    setup: Setup,
     mut queue: mpsc::Receiver<Job>,
     ready: std::sync::mpsc::SyncSender<Result<ModelInfo, Error>>,
     shared: &Shared,
@@ -328,6 +368,22 @@ fn model_thread(
             return;
         }
     };
+    let draft_err = |message: String| Error::Model {
+        path: files.draft.clone().unwrap_or_default(),
+        message,
+    };
+    let draft_file = match files
+        .draft
+        .as_ref()
+        .map(pteron::ProgramFile::open)
+        .transpose()
+    {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = ready.send(Err(draft_err(e.to_string())));
+            return;
+        }
+    };
     let runtime = pteron::Runtime::new();
     let program = match runtime.load_program(&file) {
         Ok(p) => p,
@@ -336,7 +392,19 @@ fn model_thread(
             return;
         }
     };
-    let model = match Model::load(&program, pteron::MethodOptions::new().threads(threads)) {
+    let options = || pteron::MethodOptions::new().threads(setup.threads);
+    let draft = match draft_file.as_ref().map(|f| {
+        let program = runtime.load_program(f)?;
+        Model::load(&program, options())
+    }) {
+        None => None,
+        Some(Ok(d)) => Some(d),
+        Some(Err(e)) => {
+            let _ = ready.send(Err(draft_err(e.to_string())));
+            return;
+        }
+    };
+    let model = match Model::load(&program, options()) {
         Ok(m) => m,
         Err(e) => {
             let _ = ready.send(Err(model_err(e.to_string())));
@@ -368,13 +436,25 @@ fn model_thread(
         vocab_size: model.meta.vocab_size,
         has_chat_template: template.is_some(),
         threads: model.method().num_threads(),
+        speculation: setup.speculation,
     };
-    let generator = Generator::new(model, &tokenizer);
+    let mut generator = Generator::new(model, &tokenizer);
+    if let Some(draft) = draft {
+        if let Err(e) = generator.set_draft_model(draft) {
+            let _ = ready.send(Err(draft_err(e.to_string())));
+            return;
+        }
+    }
+    if let Err(e) = generator.check_speculation(&setup.speculation) {
+        let _ = ready.send(Err(model_err(e.to_string())));
+        return;
+    }
     let mut worker = Worker {
         chat_eos: chat_eos_ids(&generator),
         text_eos: generator.default_eos_ids(),
         generator,
         template,
+        speculation: setup.speculation,
         shared,
     };
     if ready.send(Ok(info)).is_err() {
@@ -420,6 +500,7 @@ struct Worker<'a, 't, 's> {
     chat_eos: Vec<u32>,
     /// EOS ids for plain completions: the program's, else the tokenizer's.
     text_eos: Vec<u32>,
+    speculation: Speculation,
     shared: &'s Shared,
 }
 
@@ -524,7 +605,7 @@ impl Worker<'_, '_, '_> {
             eos_ids: Some(eos),
             skip_special: req.skip_special,
             cancel: Some(job.cancel.clone()),
-            ..Default::default()
+            speculation: self.speculation,
         };
         let events = &job.events;
         let cancel = &job.cancel;
@@ -542,6 +623,10 @@ impl Worker<'_, '_, '_> {
                 return Err(JobError::Generate(e.to_string()));
             }
         };
+        let s = &generation.stats;
+        let add = |c: &AtomicU64, n: usize| c.fetch_add(n as u64, Ordering::SeqCst);
+        add(&self.shared.drafted, s.drafted_tokens);
+        add(&self.shared.accepted, s.accepted_tokens);
         Ok(Done {
             finish: generation.finish,
             prompt_tokens: n,

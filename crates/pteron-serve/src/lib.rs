@@ -10,6 +10,8 @@
 //! answers 429), a request whose client disconnects is stopped after the current token (or
 //! skipped, if still queued), and the KV cache is reused for the prompt tokens a request
 //! shares with the previous one (a conversation's earlier turns are not prefilled again).
+//! Speculative decoding (`ServerConfig::speculation`: prompt lookup, or a draft model in
+//! `ModelFiles::draft`) speeds generations up without changing them.
 //! Errors are OpenAI's error objects (`{"error": {"message", "type", "param", "code"}}`) with
 //! their HTTP status. Not supported: tools (function calling), logprobs, `n` > 1, images.
 //!
@@ -21,6 +23,7 @@
 //!     model: "model.pte".into(),
 //!     tokenizer: "tokenizer.json".into(),
 //!     tokenizer_config: None,
+//!     draft: None,
 //! };
 //! let engine = Engine::start(&files, &config)?;
 //! let server = Server::spawn(config, engine)?;

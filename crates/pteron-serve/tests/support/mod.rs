@@ -22,6 +22,7 @@ pub fn files() -> ModelFiles {
         model: tiny().join("fp32.pte"),
         tokenizer: tiny().join("tokenizer.json"),
         tokenizer_config: None,
+        draft: None,
     }
 }
 
