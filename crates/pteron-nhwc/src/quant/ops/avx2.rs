@@ -3,60 +3,43 @@
 
 use core::arch::x86_64::*;
 
+use super::depthwise::{taps3x3, PIXELS};
 use super::QDwWeights;
 use crate::kernels::spatial::Geom;
 
-/// Output columns per table of tap pointers.
-const COLS: usize = 64;
-
-/// One output row of a 3×3 depthwise convolution (dilation 1, any stride and padding),
-/// 8 channels at a time: for each output, nine tap pointers (a pixel of x, or `zrow`, the
-/// input zero point, for taps outside the image, which the folded bias
-/// `bias − zp·Σw` cancels), taps multiplied and added in pairs by `vpmaddwd`, then XNNPACK's
-/// fp32 requantization (scale, clamp, round to nearest even, add the zero point).
+/// Output pixels `p0 .. p0 + out.len() / c` (flat over images and rows) of a 3×3 depthwise
+/// convolution (dilation 1, any stride and padding), 8 channels at a time: for each output,
+/// nine tap pointers (a pixel of x, or `zrow`, the input zero point, for taps outside the
+/// image, which the folded bias `bias − zp·Σw` cancels), taps multiplied and added in pairs
+/// by `vpmaddwd`, then XNNPACK's fp32 requantization (scale, clamp, round to nearest even,
+/// add the zero point).
 ///
 /// # Safety
-/// The CPU must have AVX2 and FMA; `x`, `wt` and `orow` must hold the sizes `g` and `wt.win`
-/// imply (checked by `depthwise`), `wt.win` must be 3×3 with dilation 1, and
-/// `zrow.len() >= g.c`.
+/// The CPU must have AVX2 and FMA; `x` and `wt` hold the sizes `g` and `wt.win` imply
+/// (checked by `depthwise`), `wt.win` is 3×3 with dilation 1, `zrow.len() >= g.c`, and the
+/// pixels lie inside the output.
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn depthwise_row3x3(
+pub unsafe fn depthwise_px3x3(
     wt: &QDwWeights,
     g: &Geom,
     x: &[i8],
     zrow: &[i8],
-    b: usize,
-    oy: usize,
-    orow: &mut [i8],
+    p0: usize,
+    out: &mut [i8],
 ) {
-    let (c, win) = (g.c, &wt.win);
-    let rows: [Option<usize>; 3] = core::array::from_fn(|ky| {
-        (oy * win.sh + ky)
-            .checked_sub(win.pad_top)
-            .filter(|&y| y < g.ih)
-            .map(|y| (b * g.ih + y) * g.iw * c)
-    });
+    let c = g.c;
     let zo = _mm256_set1_epi32(wt.qo.zp);
     let zp = _mm256_set1_epi32(wt.qi.zp);
     let lo = _mm256_set1_ps((wt.lo - wt.qo.zp) as f32);
     let hi = _mm256_set1_ps((wt.hi - wt.qo.zp) as f32);
-    let mut table = [[core::ptr::null::<i8>(); 9]; COLS];
-    let mut ox0 = 0;
-    while ox0 < g.ow {
-        let ox1 = (ox0 + COLS).min(g.ow);
-        for (ox, taps) in (ox0..ox1).zip(table.iter_mut()) {
-            for (t, p) in taps.iter_mut().enumerate() {
-                let xx = (ox * win.sw + t % 3)
-                    .checked_sub(win.pad_left)
-                    .filter(|&xx| xx < g.iw);
-                *p = match (rows[t / 3], xx) {
-                    // Safety: row y < ih and column xx < iw of image b lie inside x.
-                    (Some(r), Some(xx)) => unsafe { x.as_ptr().add(r + xx * c) },
-                    _ => zrow.as_ptr(),
-                };
-            }
-        }
-        let table = &table[..ox1 - ox0];
+    let npx = out.len() / c.max(1);
+    let mut table = [[core::ptr::null::<i8>(); 9]; PIXELS];
+    let mut q0 = 0;
+    while q0 < npx {
+        let q1 = (q0 + PIXELS).min(npx);
+        let table = &mut table[..q1 - q0];
+        // Safety: pixels p0 + q0 .. p0 + q1 lie inside the output (the caller's contract).
+        unsafe { taps3x3(g, &wt.win, x, zrow, p0 + q0, table) };
         let mut c0 = 0;
         while c0 < c {
             let n = (c - c0).min(8);
@@ -71,7 +54,7 @@ pub unsafe fn depthwise_row3x3(
             scale[..n].copy_from_slice(&wt.scale[c0..c0 + n]);
             // Safety (this block): the loads read the stack arrays above, 8 bytes at each tap
             // pointer plus c0 when 8 channels remain (a pixel of x or zrow holds c bytes), a
-            // copy of the n bytes otherwise; the stores write n bytes of orow's pixel.
+            // copy of the n bytes otherwise; the stores write n bytes of an output pixel.
             unsafe {
                 let ld16 = |w: &[i16; 8]| _mm_loadu_si128(w.as_ptr() as *const __m128i);
                 // Taps 2q and 2q + 1 (the tenth: zeros) as 16-bit pairs, channel by lane.
@@ -118,7 +101,7 @@ pub unsafe fn depthwise_row3x3(
                         _mm256_extracti128_si256::<1>(qv),
                     );
                     let p8 = _mm_packs_epi16(p16, p16);
-                    let out = orow.as_mut_ptr().add((ox0 + i) * c + c0);
+                    let out = out.as_mut_ptr().add((q0 + i) * c + c0);
                     if n == 8 {
                         _mm_storel_epi64(out as *mut __m128i, p8);
                     } else {
@@ -130,6 +113,6 @@ pub unsafe fn depthwise_row3x3(
             }
             c0 += n;
         }
-        ox0 = ox1;
+        q0 = q1;
     }
 }

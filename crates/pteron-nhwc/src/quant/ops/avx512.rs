@@ -3,6 +3,7 @@
 
 use core::arch::x86_64::*;
 
+use super::depthwise::{taps3x3, PIXELS};
 use super::QDwWeights;
 use crate::kernels::spatial::{taps, Geom};
 
@@ -14,8 +15,7 @@ use crate::kernels::spatial::{taps, Geom};
 ///
 /// # Safety
 /// The CPU must have AVX-512F/BW/VL; `x`, `wt` and `orow` must hold the sizes `g` and
-/// `wt.win` imply (checked by `depthwise`); `zrow` holds `c` bytes of the input zero point
-/// (the value a tap outside the image reads in the 3×3 path).
+/// `wt.win` imply (checked by `depthwise`).
 /// `acc + (x - zp) · w` for 16 channels (the first of `m` when not `full`).
 ///
 /// # Safety
@@ -114,13 +114,12 @@ pub unsafe fn depthwise_row(
     wt: &QDwWeights,
     g: &Geom,
     x: &[i8],
-    zrow: &[i8],
     b: usize,
     oy: usize,
     orow: &mut [i8],
 ) {
     // Safety: the caller's contract.
-    unsafe { row::<false>(wt, g, x, zrow, b, oy, orow) }
+    unsafe { row::<false>(wt, g, x, b, oy, orow) }
 }
 
 /// [`depthwise_row`] with the paired taps of [`has_vbmi_vnni`].
@@ -132,13 +131,12 @@ pub unsafe fn depthwise_row_vnni(
     wt: &QDwWeights,
     g: &Geom,
     x: &[i8],
-    zrow: &[i8],
     b: usize,
     oy: usize,
     orow: &mut [i8],
 ) {
     // Safety: the caller's contract.
-    unsafe { row::<true>(wt, g, x, zrow, b, oy, orow) }
+    unsafe { row::<true>(wt, g, x, b, oy, orow) }
 }
 
 /// The 16 channels at `a` and at `b` (the first of `m` when not `full`), interleaved as
@@ -170,17 +168,11 @@ unsafe fn row<const V: bool>(
     wt: &QDwWeights,
     g: &Geom,
     x: &[i8],
-    zrow: &[i8],
     b: usize,
     oy: usize,
     orow: &mut [i8],
 ) {
     let (c, win) = (g.c, &wt.win);
-    if win.kh == 3 && win.kw == 3 && win.dh == 1 && win.dw == 1 && zrow.len() >= c {
-        // Safety: the caller's contract; `zrow` holds c bytes.
-        unsafe { row3x3::<V>(wt, g, x, zrow, b, oy, orow) };
-        return;
-    }
     let (ky0, ky1) = taps(oy, win.sh, win.dh, win.pad_top, win.kh, g.ih);
     let zp = _mm512_set1_epi32(wt.qi.zp);
     let zo = _mm512_set1_epi32(wt.qo.zp);
@@ -296,35 +288,57 @@ unsafe fn row<const V: bool>(
     }
 }
 
-/// Output columns per table of tap pointers in [`row3x3`].
-const COLS: usize = 64;
-
-/// One output row of a 3×3 depthwise convolution (any stride and padding): every output,
-/// border ones included, takes nine taps, those outside the image reading `zrow` (the input
-/// zero point, whose product with any weight the folded bias cancels), so that borders run
-/// the interior's code. On small maps (7×7: half of the outputs touch a border) the
-/// per-tap border path was most of the time.
+/// Output pixels `p0 .. p0 + out.len() / c` (flat over images and rows) of a 3×3 depthwise
+/// convolution with dilation 1 (any stride and padding), 16 channels at a time: every
+/// output, border ones included, takes nine taps, those outside the image reading `zrow`
+/// (the input zero point, whose product with any weight the folded bias cancels), so that
+/// borders run the interior's code (on a 7×7 map half of the outputs touch a border; their
+/// per-tap path was most of the time). Pixels, not rows, are the unit so that the block's
+/// filter setup is shared by up to 64 outputs also on small maps.
 ///
 /// # Safety
-/// As [`depthwise_row`] (and VBMI + VNNI when `V`); `zrow.len() >= g.c`.
-#[inline(always)]
-unsafe fn row3x3<const V: bool>(
+/// The CPU must have AVX-512 F/BW/VL; `x` and `wt` hold the sizes `g` and `wt.win` imply
+/// (checked by `depthwise`); `zrow.len() >= g.c`; the pixels lie inside the output.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub unsafe fn depthwise_px3x3(
     wt: &QDwWeights,
     g: &Geom,
     x: &[i8],
     zrow: &[i8],
-    b: usize,
-    oy: usize,
-    orow: &mut [i8],
+    p0: usize,
+    out: &mut [i8],
 ) {
-    let (c, win) = (g.c, &wt.win);
-    // Input rows of the three filter rows (None: above or below the image).
-    let rows: [Option<usize>; 3] = core::array::from_fn(|ky| {
-        (oy * win.sh + ky)
-            .checked_sub(win.pad_top)
-            .filter(|&y| y < g.ih)
-            .map(|y| (b * g.ih + y) * g.iw * c)
-    });
+    // Safety: the caller's contract.
+    unsafe { px3x3::<false>(wt, g, x, zrow, p0, out) }
+}
+
+/// [`depthwise_px3x3`] with taps in pairs ([`has_vbmi_vnni`]).
+///
+/// # Safety
+/// As [`depthwise_px3x3`], and the CPU must have AVX-512 VBMI and VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
+pub unsafe fn depthwise_px3x3_vnni(
+    wt: &QDwWeights,
+    g: &Geom,
+    x: &[i8],
+    zrow: &[i8],
+    p0: usize,
+    out: &mut [i8],
+) {
+    // Safety: the caller's contract.
+    unsafe { px3x3::<true>(wt, g, x, zrow, p0, out) }
+}
+
+#[inline(always)]
+unsafe fn px3x3<const V: bool>(
+    wt: &QDwWeights,
+    g: &Geom,
+    x: &[i8],
+    zrow: &[i8],
+    p0: usize,
+    out: &mut [i8],
+) {
+    let c = g.c;
     let zo = _mm512_set1_epi32(wt.qo.zp);
     let zp = _mm512_set1_epi32(wt.qi.zp);
     let lo = _mm512_set1_ps((wt.lo - wt.qo.zp) as f32);
@@ -334,30 +348,21 @@ unsafe fn row3x3<const V: bool>(
         31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
         19, 3, 18, 2, 17, 1, 16, 0,
     );
-    let mut table = [[core::ptr::null::<i8>(); 9]; COLS];
-    let mut ox0 = 0;
-    while ox0 < g.ow {
-        let ox1 = (ox0 + COLS).min(g.ow);
-        for (ox, taps) in (ox0..ox1).zip(table.iter_mut()) {
-            for (t, p) in taps.iter_mut().enumerate() {
-                let xx = (ox * win.sw + t % 3)
-                    .checked_sub(win.pad_left)
-                    .filter(|&xx| xx < g.iw);
-                *p = match (rows[t / 3], xx) {
-                    // Safety: row y < ih and column xx < iw of image b lie inside x.
-                    (Some(r), Some(xx)) => unsafe { x.as_ptr().add(r + xx * c) },
-                    _ => zrow.as_ptr(),
-                };
-            }
-        }
-        let table = &table[..ox1 - ox0];
+    let npx = out.len() / c.max(1);
+    let mut table = [[core::ptr::null::<i8>(); 9]; PIXELS];
+    let mut q0 = 0;
+    while q0 < npx {
+        let q1 = (q0 + PIXELS).min(npx);
+        let table = &mut table[..q1 - q0];
+        // Safety: pixels p0 + q0 .. p0 + q1 lie inside the output (the caller's contract).
+        unsafe { taps3x3(g, &wt.win, x, zrow, p0 + q0, table) };
         let mut c0 = 0;
         while c0 < c {
             let n = (c - c0).min(16);
             let full = n == 16;
             let m: __mmask16 = if full { 0xFFFF } else { (1u16 << n) - 1 };
             // Safety (this block): channels c0..c0 + n < c of the filter (9·c values), bias,
-            // scale, the tap pointers (pixels of x, or zrow's c bytes) and orow; full vectors
+            // scale, the tap pointers (pixels of x, or zrow's c bytes) and out; full vectors
             // only when 16 channels remain, masked otherwise.
             unsafe {
                 let w = |t: usize| _mm512_maskz_loadu_epi32(m, wt.w32.as_ptr().add(t * c + c0));
@@ -369,6 +374,8 @@ unsafe fn row3x3<const V: bool>(
                 }
                 // Σ (x − zp)·w = Σ x·w − zp·Σ w.
                 let folded = _mm512_sub_epi32(bias, _mm512_mullo_epi32(zp, wsum));
+                let base = out.as_mut_ptr();
+                let dst = |i: usize| base.add((q0 + i) * c + c0);
                 if V {
                     // Taps in pairs (2q, 2q + 1) as 16-bit pairs per lane; the ninth with a
                     // zero partner.
@@ -387,15 +394,7 @@ unsafe fn row3x3<const V: bool>(
                             let v = pair(full, m, idx, taps[t0].add(c0), taps[t1].add(c0));
                             acc = _mm512_dpwssd_epi32(acc, v, wq);
                         }
-                        store(
-                            acc,
-                            sc,
-                            lo,
-                            hi,
-                            zo,
-                            m,
-                            orow.as_mut_ptr().add((ox0 + i) * c + c0),
-                        );
+                        store(acc, sc, lo, hi, zo, m, dst(i));
                     }
                 } else {
                     let ws: [__m512i; 9] = core::array::from_fn(w);
@@ -410,21 +409,13 @@ unsafe fn row3x3<const V: bool>(
                             };
                             acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(xv, ws[t]));
                         }
-                        store(
-                            acc,
-                            sc,
-                            lo,
-                            hi,
-                            zo,
-                            m,
-                            orow.as_mut_ptr().add((ox0 + i) * c + c0),
-                        );
+                        store(acc, sc, lo, hi, zo, m, dst(i));
                     }
                 }
             }
             c0 += n;
         }
-        ox0 = ox1;
+        q0 = q1;
     }
 }
 

@@ -47,6 +47,65 @@ fn valid_outputs(
     (lo.min(out_len), hi.min(out_len).max(lo.min(out_len)))
 }
 
+/// Output pixels per table of tap pointers of the 3×3 kernels.
+pub(super) const PIXELS: usize = 64;
+
+/// The nine tap pointers of each output pixel `p0 ..` (flat over images, rows and columns)
+/// of a 3×3 depthwise convolution with dilation 1: a pixel of x, or `zrow` for a tap outside
+/// the image.
+///
+/// # Safety
+/// `x` holds the `g.n` images of `g`; `p0 + table.len() <= n·oh·ow`.
+#[inline(always)]
+pub(super) unsafe fn taps3x3(
+    g: &Geom,
+    win: &crate::graph::Window,
+    x: &[i8],
+    zrow: &[i8],
+    p0: usize,
+    table: &mut [[*const i8; 9]],
+) {
+    let c = g.c;
+    if g.oh == 0 || g.ow == 0 {
+        return;
+    }
+    // Walk the pixels in order: one division for the first, then column by column.
+    let (mut img, rem) = (p0 / (g.oh * g.ow), p0 % (g.oh * g.ow));
+    let (mut oy, mut ox) = (rem / g.ow, rem % g.ow);
+    // Offsets of the filter's three input rows in x (None: outside the image).
+    let rows_at = |img: usize, oy: usize| -> [Option<usize>; 3] {
+        core::array::from_fn(|ky| {
+            (oy * win.sh + ky)
+                .checked_sub(win.pad_top)
+                .filter(|&y| y < g.ih)
+                .map(|y| (img * g.ih + y) * g.iw * c)
+        })
+    };
+    let mut rows = rows_at(img, oy);
+    for taps in table.iter_mut() {
+        for (t, tp) in taps.iter_mut().enumerate() {
+            let xx = (ox * win.sw + t % 3)
+                .checked_sub(win.pad_left)
+                .filter(|&xx| xx < g.iw);
+            *tp = match (rows[t / 3], xx) {
+                // Safety: pixel xx < iw of an input row inside x.
+                (Some(r), Some(xx)) => unsafe { x.as_ptr().add(r + xx * c) },
+                _ => zrow.as_ptr(),
+            };
+        }
+        ox += 1;
+        if ox == g.ow {
+            ox = 0;
+            oy += 1;
+            if oy == g.oh {
+                oy = 0;
+                img += 1;
+            }
+            rows = rows_at(img, oy);
+        }
+    }
+}
+
 /// Sums held on the stack by the portable row kernel (channels × output columns per block).
 const ROW_ACC: usize = 1024;
 
@@ -133,43 +192,54 @@ pub fn depthwise(
     let per = (8192 / row_len).max(1);
     let out = &mut out[..rows * row_len];
     #[cfg(target_arch = "x86_64")]
-    // (The AVX-512 row kernel keeps up to 16 filter rows.)
-    if pteron_kernels_cpu::simd::level() == pteron_kernels_cpu::simd::Level::Avx512
-        && wt.win.kh <= 16
     {
-        // What a tap outside the image reads in the 3×3 kernel: the input zero point.
-        let zrow = vec![wt.qi.zp as i8; c];
-        for_chunks_mut(par, out, per * row_len, 1, &|k, o| {
-            for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
-                let row = k * per + r;
-                let (b, oy) = (row / g.oh, row % g.oh);
-                // Safety: the CPU has AVX-512 (checked above; VBMI and VNNI too for the
-                // second); operand lengths were checked at the top of `depthwise`.
+        use pteron_kernels_cpu::simd::{level, Level};
+        let l = level();
+        let three = (wt.win.kh, wt.win.kw, wt.win.dh, wt.win.dw) == (3, 3, 1, 1);
+        if three && matches!(l, Level::Avx512 | Level::Avx2) {
+            // What a tap outside the image reads: the input zero point.
+            let zrow = vec![wt.qi.zp as i8; c];
+            // Chunks of pixels (any boundary): about 32 KiB of output each, at least one per
+            // thread.
+            let pixels = rows * g.ow;
+            let threads = par.num_threads().max(1);
+            let chunk = (32768 / c).max(1).min(pixels.div_ceil(threads)).max(1);
+            for_chunks_mut(par, out, chunk * c, 1, &|k, o| {
+                let p0 = k * chunk;
+                // Safety: the level's CPU features (AVX-512 F/BW/VL, with VBMI and VNNI for
+                // the paired taps; AVX2 and FMA); a 3×3 window with dilation 1; operand
+                // lengths checked at the top; zrow holds c bytes; `o` is pixels p0.. of out.
                 unsafe {
-                    if avx512::has_vbmi_vnni() {
-                        avx512::depthwise_row_vnni(wt, &g, x, &zrow, b, oy, orow)
-                    } else {
-                        avx512::depthwise_row(wt, &g, x, &zrow, b, oy, orow)
+                    match l {
+                        Level::Avx512 if avx512::has_vbmi_vnni() => {
+                            avx512::depthwise_px3x3_vnni(wt, &g, x, &zrow, p0, o)
+                        }
+                        Level::Avx512 => avx512::depthwise_px3x3(wt, &g, x, &zrow, p0, o),
+                        _ => avx2::depthwise_px3x3(wt, &g, x, &zrow, p0, o),
                     }
-                };
-            }
-        });
-        return Ok(());
-    }
-    #[cfg(target_arch = "x86_64")]
-    if pteron_kernels_cpu::simd::level() == pteron_kernels_cpu::simd::Level::Avx2
-        && (wt.win.kh, wt.win.kw, wt.win.dh, wt.win.dw) == (3, 3, 1, 1)
-    {
-        let zrow = vec![wt.qi.zp as i8; c];
-        for_chunks_mut(par, out, per * row_len, 1, &|k, o| {
-            for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
-                let row = k * per + r;
-                // Safety: the level is AVX2 (with FMA); the window is 3×3 with dilation 1;
-                // operand lengths were checked at the top of `depthwise`; zrow holds c bytes.
-                unsafe { avx2::depthwise_row3x3(wt, &g, x, &zrow, row / g.oh, row % g.oh, orow) };
-            }
-        });
-        return Ok(());
+                }
+            });
+            return Ok(());
+        }
+        // (The AVX-512 row kernel keeps up to 16 filter rows.)
+        if l == Level::Avx512 && wt.win.kh <= 16 {
+            for_chunks_mut(par, out, per * row_len, 1, &|k, o| {
+                for (r, orow) in o.chunks_exact_mut(row_len).enumerate() {
+                    let row = k * per + r;
+                    let (b, oy) = (row / g.oh, row % g.oh);
+                    // Safety: the CPU has AVX-512 (checked above; VBMI and VNNI too for the
+                    // second); operand lengths were checked at the top of `depthwise`.
+                    unsafe {
+                        if avx512::has_vbmi_vnni() {
+                            avx512::depthwise_row_vnni(wt, &g, x, b, oy, orow)
+                        } else {
+                            avx512::depthwise_row(wt, &g, x, b, oy, orow)
+                        }
+                    };
+                }
+            });
+            return Ok(());
+        }
     }
     for_chunks_mut(par, out, per * row_len, 1, &|k, o| {
         multiversion(

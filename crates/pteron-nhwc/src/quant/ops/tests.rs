@@ -219,8 +219,8 @@ fn depthwise_matches_naive() {
                 "case c{c} {ih}x{iw} k{k} s{s} d{d} {p:?} {level:?}"
             );
         }
-        // The AVX-512 row kernel without VBMI + VNNI (what `depthwise` picks on CPUs that
-        // lack them), called directly.
+        // The AVX-512 kernels without VBMI + VNNI (what `depthwise` picks on CPUs that lack
+        // them), called directly; the 3×3 one on pixel ranges that split rows.
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
@@ -228,13 +228,23 @@ fn depthwise_matches_naive() {
         {
             let zrow = vec![wt.qi.zp as i8; c];
             let mut out = vec![0i8; 2 * oh * ow * c];
-            for (row, orow) in out.chunks_exact_mut(ow * c).enumerate() {
+            if k == 3 && d == 1 {
+                let split = (2 * oh * ow / 3).max(1);
+                let (a, b) = out.split_at_mut(split * c);
                 // Safety: the CPU has AVX-512 F/BW/VL; sizes as `depthwise` checks them.
-                unsafe { avx512::depthwise_row(&wt, &g, &x, &zrow, row / oh, row % oh, orow) };
+                unsafe {
+                    avx512::depthwise_px3x3(&wt, &g, &x, &zrow, 0, a);
+                    avx512::depthwise_px3x3(&wt, &g, &x, &zrow, split, b);
+                }
+            } else {
+                for (row, orow) in out.chunks_exact_mut(ow * c).enumerate() {
+                    // Safety: the CPU has AVX-512 F/BW/VL; sizes as `depthwise` checks them.
+                    unsafe { avx512::depthwise_row(&wt, &g, &x, row / oh, row % oh, orow) };
+                }
             }
             assert_eq!(
                 out, want,
-                "case c{c} {ih}x{iw} k{k} s{s} d{d} {p:?} avx512 rows"
+                "case c{c} {ih}x{iw} k{k} s{s} d{d} {p:?} avx512 kernels"
             );
         }
     }
