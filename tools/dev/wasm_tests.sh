@@ -36,6 +36,6 @@ echo "wasm: kernels, engine, op conformance and fixtures under node (wasm32-wasi
 "${test[@]}" -p pteron --test ops_cpu --test golden --test xnnpack
 echo "wasm: speech and LLM fixtures"
 "${test[@]}" -p pteron-audio
-"${test[@]}" -p pteron-llm --lib --test tiny --test tiny_xnnpack --test no_alloc \
+"${test[@]}" -p pteron-llm --lib --test tiny --test tiny_xnnpack --test no_alloc --test speculative \
   --test tokenizer_formats
 echo "wasm tests: ok"
