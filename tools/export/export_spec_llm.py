@@ -29,7 +29,13 @@ Writes testdata/llm/spec/:
 The checkpoint is rebuilt with export_llm.py's functions (seeded; same torch version) from the
 committed tokenizer: testdata/llm/tiny is not touched.
 
+`--stories 15m|42m|110m` (not committed, for speed measurements): the random "stories" Llama
+of `export_llm.py stories --size ...` (run that first; its checkpoint is reused) exported the
+same way to tools/export/out/spec_stories<size>/: `fp32.pte` (portable), `xnnpack_fp32.pte`,
+and `draft.pte`, its first `--draft-layers` layers (default 2).
+
     /opt/etvenv/bin/python tools/export/export_spec_llm.py
+    /opt/etvenv/bin/python tools/export/export_spec_llm.py --stories 42m [--draft-layers 2]
 """
 
 import json
@@ -116,8 +122,48 @@ def et_lookup_greedy(pte: Path, prompt_ids, new_tokens, k):
         row = rows[i]
 
 
+def export_stories(size: str, draft_layers: int) -> int:
+    src = L.OUT_DIR / f"stories{size}"
+    if not (src / "checkpoint.pth").exists():
+        print(f"run tools/export/export_llm.py stories --size {size} first", file=sys.stderr)
+        return 2
+    out = L.OUT_DIR / f"spec_stories{size}"
+    out.mkdir(parents=True, exist_ok=True)
+    params = json.loads((src / "params.json").read_text())
+    sd = torch.load(src / "checkpoint.pth")
+    keep = [f"layers.{i}." for i in range(draft_layers)]
+    draft_sd = {k: v for k, v in sd.items() if not k.startswith("layers.") or k.startswith(tuple(keep))}
+    torch.save(draft_sd, out / "draft.pth")
+    (out / "draft_params.json").write_text(json.dumps(dict(params, n_layers=draft_layers)))
+    (out / "tokenizer.json").write_bytes((src / "tokenizer.json").read_bytes())
+    max_ctx = L.STORIES[size][1]
+    from tokenizers import Tokenizer
+
+    eos = Tokenizer.from_file(str(src / "tokenizer.json")).token_to_id("<|endoftext|>")
+    metadata = {"get_bos_id": eos, "get_eos_ids": [eos]}
+    for name, ckpt, par, xnnpack in [
+        ("fp32", src / "checkpoint.pth", src / "params.json", False),
+        ("xnnpack_fp32", src / "checkpoint.pth", src / "params.json", True),
+        ("draft", out / "draft.pth", out / "draft_params.json", False),
+    ]:
+        cfg = L.llm_config(ckpt, par, out, name, 256, max_ctx, metadata)
+        cfg.debug.generate_full_logits = True
+        cfg.backend.xnnpack.enabled = xnnpack
+        L.export(cfg)
+    print(f"wrote {out}")
+    return 0
+
+
 def main() -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--stories", choices=list(L.STORIES), help="a random stories model instead")
+    ap.add_argument("--draft-layers", type=int, default=2, help="--stories: the draft's layers")
+    args = ap.parse_args()
     L.load_custom_ops()
+    if args.stories:
+        return export_stories(args.stories, args.draft_layers)
     from tokenizers import Tokenizer
 
     tok_path = L.TINY_DIR / "tokenizer.json"
