@@ -3,7 +3,7 @@
 
 use core::arch::x86_64::*;
 
-use super::depthwise::{taps3x3, PIXELS};
+use super::taps::{taps3x3, PIXELS};
 use super::QDwWeights;
 use crate::kernels::spatial::Geom;
 

@@ -24,6 +24,8 @@ mod avx512;
 mod binary;
 mod depthwise;
 mod pool;
+#[cfg(target_arch = "x86_64")]
+mod taps;
 #[cfg(test)]
 mod tests;
 

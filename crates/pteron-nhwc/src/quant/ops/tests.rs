@@ -222,10 +222,8 @@ fn depthwise_matches_naive() {
         // The AVX-512 kernels without VBMI + VNNI (what `depthwise` picks on CPUs that lack
         // them), called directly; the 3×3 one on pixel ranges that split rows.
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-        {
+        // (AVX-512 VNNI implies the F, BW and VL the kernels need.)
+        if pteron_kernels_cpu::cpu::features().avx512_vnni {
             let zrow = vec![wt.qi.zp as i8; c];
             let mut out = vec![0i8; 2 * oh * ow * c];
             if k == 3 && d == 1 {
