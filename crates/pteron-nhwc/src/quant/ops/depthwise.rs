@@ -47,6 +47,10 @@ fn valid_outputs(
     (lo.min(out_len), hi.min(out_len).max(lo.min(out_len)))
 }
 
+/// Channels up to which the 3×3 kernels run (their zero-point row lives on the stack); wider
+/// layers take the row kernels.
+const ZROW: usize = 4096;
+
 /// Sums held on the stack by the portable row kernel (channels × output columns per block).
 const ROW_ACC: usize = 1024;
 
@@ -137,9 +141,11 @@ pub fn depthwise(
         use pteron_kernels_cpu::simd::{level, Level};
         let l = level();
         let three = (wt.win.kh, wt.win.kw, wt.win.dh, wt.win.dw) == (3, 3, 1, 1);
-        if three && matches!(l, Level::Avx512 | Level::Avx2) {
-            // What a tap outside the image reads: the input zero point.
-            let zrow = vec![wt.qi.zp as i8; c];
+        if three && matches!(l, Level::Avx512 | Level::Avx2) && c <= ZROW {
+            // What a tap outside the image reads: the input zero point (on the stack: no
+            // allocation while executing).
+            let zbuf = [wt.qi.zp as i8; ZROW];
+            let zrow = &zbuf[..c];
             // Chunks of pixels (any boundary): about 32 KiB of output each, at least one per
             // thread.
             let pixels = rows * g.ow;
@@ -153,10 +159,10 @@ pub fn depthwise(
                 unsafe {
                     match l {
                         Level::Avx512 if avx512::has_vbmi_vnni() => {
-                            avx512::depthwise_px3x3_vnni(wt, &g, x, &zrow, p0, o)
+                            avx512::depthwise_px3x3_vnni(wt, &g, x, zrow, p0, o)
                         }
-                        Level::Avx512 => avx512::depthwise_px3x3(wt, &g, x, &zrow, p0, o),
-                        _ => avx2::depthwise_px3x3(wt, &g, x, &zrow, p0, o),
+                        Level::Avx512 => avx512::depthwise_px3x3(wt, &g, x, zrow, p0, o),
+                        _ => avx2::depthwise_px3x3(wt, &g, x, zrow, p0, o),
                     }
                 }
             });

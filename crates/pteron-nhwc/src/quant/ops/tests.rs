@@ -234,16 +234,32 @@ fn depthwise_matches_naive() {
                     avx512::depthwise_px3x3(&wt, &g, &x, &zrow, 0, a);
                     avx512::depthwise_px3x3(&wt, &g, &x, &zrow, split, b);
                 }
-            } else {
-                for (row, orow) in out.chunks_exact_mut(ow * c).enumerate() {
-                    // Safety: the CPU has AVX-512 F/BW/VL; sizes as `depthwise` checks them.
-                    unsafe { avx512::depthwise_row(&wt, &g, &x, row / oh, row % oh, orow) };
-                }
+                assert_eq!(
+                    out, want,
+                    "case c{c} {ih}x{iw} k{k} s{s} d{d} {p:?} avx512 pixels"
+                );
+            }
+            // The row kernels (every window; 3×3 ones too, for layers wider than the 3×3
+            // kernels take).
+            for (row, orow) in out.chunks_exact_mut(ow * c).enumerate() {
+                // Safety: the CPU has AVX-512 F/BW/VL; sizes as `depthwise` checks them.
+                unsafe { avx512::depthwise_row(&wt, &g, &x, row / oh, row % oh, orow) };
             }
             assert_eq!(
                 out, want,
-                "case c{c} {ih}x{iw} k{k} s{s} d{d} {p:?} avx512 kernels"
+                "case c{c} {ih}x{iw} k{k} s{s} d{d} {p:?} avx512 rows"
             );
+            if avx512::has_vbmi_vnni() {
+                out.fill(0);
+                for (row, orow) in out.chunks_exact_mut(ow * c).enumerate() {
+                    // Safety: as above, and the CPU has VBMI and VNNI.
+                    unsafe { avx512::depthwise_row_vnni(&wt, &g, &x, row / oh, row % oh, orow) };
+                }
+                assert_eq!(
+                    out, want,
+                    "case c{c} {ih}x{iw} k{k} s{s} d{d} {p:?} vnni rows"
+                );
+            }
         }
     }
 }
