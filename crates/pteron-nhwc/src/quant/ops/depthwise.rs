@@ -49,6 +49,7 @@ fn valid_outputs(
 
 /// Channels up to which the 3×3 kernels run (their zero-point row lives on the stack); wider
 /// layers take the row kernels.
+#[cfg(target_arch = "x86_64")]
 const ZROW: usize = 4096;
 
 /// Sums held on the stack by the portable row kernel (channels × output columns per block).
