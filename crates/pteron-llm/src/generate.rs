@@ -369,17 +369,25 @@ impl<'a, 't> Generator<'a, 't> {
                 .min(self.model.chunk_len() - 1)
                 .min(max_context - self.context.len() - 1);
             self.context.push(tok);
-            match spec {
-                Speculation::PromptLookup {
-                    min_ngram,
-                    max_ngram,
-                    ..
-                } => lookup_draft(&self.context, min_ngram, max_ngram, room, &mut self.drafts),
-                Speculation::DraftModel { .. } => {
-                    let draft = self.draft.as_mut().expect("checked by check_speculation");
+            match (spec, self.draft.as_mut()) {
+                (
+                    Speculation::PromptLookup {
+                        min_ngram,
+                        max_ngram,
+                        ..
+                    },
+                    _,
+                ) => lookup_draft(&self.context, min_ngram, max_ngram, room, &mut self.drafts),
+                (Speculation::DraftModel { .. }, Some(draft)) => {
                     stats.draft_calls += draft.propose(&self.context, room, &mut self.drafts)?;
                 }
-                Speculation::Off => unreachable!(),
+                // `check_speculation` refuses a draft-model speculation without a draft (and
+                // `Off` continued above).
+                _ => {
+                    return Err(Error::Model(
+                        "speculation with a draft model, but no draft model is attached".into(),
+                    ))
+                }
             }
             self.feed.clear();
             self.feed.push(tok);

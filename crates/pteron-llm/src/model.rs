@@ -328,7 +328,12 @@ impl<'a> Model<'a> {
         let rows = n / vocab;
         let dtype = t.info.dtype();
         let es = dtype.elem_size();
-        let bytes = t.bytes;
+        let bytes = n
+            .checked_mul(es)
+            .and_then(|len| t.bytes.get(..len))
+            .ok_or_else(|| {
+                Error::Model(format!("logits of {n} values in {} bytes", t.bytes.len()))
+            })?;
         self.vocab = vocab;
         if fed > 1 {
             self.full_logits = Some(rows == fed);
@@ -339,11 +344,11 @@ impl<'a> Model<'a> {
                     reason: "returns the last position's logits only",
                 });
             }
-            convert(dtype, &bytes[..n * es], &mut self.rows)?;
+            convert(dtype, bytes, &mut self.rows)?;
         }
         // The last row (a program exported with full logits returns every position's).
         self.logits.clear();
-        convert(dtype, &bytes[(n - vocab) * es..n * es], &mut self.logits)
+        convert(dtype, &bytes[(n - vocab) * es..], &mut self.logits)
     }
 
     /// The logits of the last `forward`.
