@@ -380,9 +380,23 @@ impl<'p> Method<'p> {
     /// ([`Method::state`], [`Method::state_mut`]) to run several sequences through one method
     /// (beam search).
     pub fn cache_tensors(&self) -> Vec<usize> {
+        self.planned_args(|k| k.caches)
+    }
+
+    /// Every planned tensor some kernel of this method writes in place ([`crate::Kernel::writes`]:
+    /// the caches of [`Method::cache_tensors`], and the mutable buffers that `aten::copy_`
+    /// writes back, such as a recurrent layer's state), as value indices, each once, in call
+    /// order: what a method keeps from run to run. Zeroing them returns a method whose program
+    /// gives its buffers no initial values to the state a fresh load has.
+    pub fn persistent_tensors(&self) -> Vec<usize> {
+        self.planned_args(|k| k.writes)
+    }
+
+    /// The planned tensors passed as the arguments `which` selects of each kernel call.
+    fn planned_args(&self, which: impl Fn(&crate::Kernel) -> crate::registry::ArgSet) -> Vec<usize> {
         let mut out: Vec<usize> = Vec::new();
         for (kernel, args) in self.kernel_calls() {
-            for v in kernel.caches.iter().filter_map(|p| args.get(p)) {
+            for v in which(kernel).iter().filter_map(|p| args.get(p)) {
                 let v = *v as usize;
                 let planned = matches!(
                     self.values.get(v),

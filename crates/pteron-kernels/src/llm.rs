@@ -15,6 +15,8 @@
 //!   `1/sqrt(head_dim)`.
 //! - `sdpa_with_kv_cache.out(q, k, v, k_cache!, v_cache!, start_pos, seq_len, attn_mask?,
 //!   dropout_p, is_causal, scale?, *, out)`: both cache updates, then `custom_sdpa` over them.
+//! - `gated_delta_rule.out(q, k, v, decay, beta, initial_state, *, out, final_state_out)`: the
+//!   recurrence of a gated DeltaNet layer (Qwen 3.5), in `llm/gated_delta.rs`.
 //!
 //! The softmax is ExecuTorch's (`op_sdpa_impl.h`, `cpu_flash_attention`): online over blocks of
 //! 512 keys, scores and sums in f32, the running output rescaled per block, output multiplied by
@@ -29,6 +31,8 @@ use pteron_core::{
 };
 
 use crate::util::require_contiguous;
+
+mod gated_delta;
 
 /// Keys per online-softmax block (ExecuTorch's `kv_split_size`).
 const KV_BLOCK: usize = 512;
@@ -56,6 +60,11 @@ pub fn register(r: &mut KernelRegistry) {
         Kernel::with_check(sdpa_with_kv_cache_out, check_sdpa_with_kv_cache)
             .dtypes(SDPA_DTYPES)
             .caches(&[3, 4]),
+    );
+    r.register(
+        "llama::gated_delta_rule.out",
+        Kernel::with_check(gated_delta::gated_delta_rule_out, gated_delta::check)
+            .dtypes(DtypeSet::of(&[ScalarType::Float])),
     );
 }
 

@@ -241,7 +241,8 @@ pub fn generate_messages(
             context,
         });
     }
-    generator.rewind(common);
+    // A recurrent model keeps nothing of a shorter prefix: it starts again from 0.
+    let common = generator.rewind(common);
     let mut opts = opts.clone();
     if opts.eos_ids.is_none() {
         opts.eos_ids = Some(chat_eos_ids(generator));

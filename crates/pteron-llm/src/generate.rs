@@ -204,10 +204,12 @@ impl<'a, 't> Generator<'a, 't> {
         &self.context
     }
 
-    /// Forgets the context after `pos` tokens (0: everything).
-    pub fn rewind(&mut self, pos: usize) {
-        self.model.rewind(pos);
-        self.context.truncate(self.model.pos());
+    /// Forgets the context after `pos` tokens (0: everything) and returns the tokens kept:
+    /// `pos`, or 0 for a recurrent model (see [`Model::rewind`]).
+    pub fn rewind(&mut self, pos: usize) -> usize {
+        let kept = self.model.rewind(pos);
+        self.context.truncate(kept);
+        kept
     }
 
     /// EOS ids: the program's, else the tokenizer's EOS token.

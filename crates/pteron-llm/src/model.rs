@@ -97,6 +97,11 @@ pub struct Model<'a> {
     /// Rows of the last `forward_all` (`rows × vocab`).
     rows: Vec<f32>,
     vocab: usize,
+    /// For a program with recurrent state (a hybrid model's convolution or linear-attention
+    /// layers write their state back with `copy_`), every tensor it keeps across calls: the
+    /// state cannot be rewound to an earlier position, only cleared. Empty for attention-only
+    /// programs, whose KV cache a rewind simply stops reading past the position.
+    state: Vec<usize>,
 }
 
 /// The logits of every token of a [`Model::forward_all`] call, one row per token.
@@ -179,7 +184,15 @@ impl<'a> Model<'a> {
             },
             _ => None,
         };
+        // ExecuTorch's LLM exports carry no initial values for their buffers (zeros at load):
+        // clearing the state returns it to what a fresh load holds.
+        let state = if method.operator_names().any(|n| n == "aten::copy_") {
+            method.persistent_tensors()
+        } else {
+            Vec::new()
+        };
         Ok(Model {
+            state,
             method,
             chunk,
             pos: 0,
@@ -203,6 +216,12 @@ impl<'a> Model<'a> {
     /// says which export settings are missing. A program whose logits are not known yet
     /// ([`Model::full_logits`] is `None`) passes; its first [`Model::forward_all`] tells.
     pub fn check_verify(&self) -> Result<()> {
+        if self.is_recurrent() {
+            return Err(Error::CannotVerify {
+                reason: "keeps a recurrent state (convolution or linear-attention layers) that \
+                         a rejected draft cannot be taken back from",
+            });
+        }
         if self.chunk < 2 {
             return Err(Error::CannotVerify {
                 reason: "takes one token per call (a static-shape tokens input)",
@@ -231,11 +250,33 @@ impl<'a> Model<'a> {
         self.meta.max_context_len - self.pos
     }
 
-    /// Moves the cache position back to `pos` (≤ the current one): later tokens overwrite the
-    /// cache rows from there; attention never reads rows past the position, so this forgets
-    /// everything after `pos` (used to reset, and by chat when a turn re-tokenizes history).
-    pub fn rewind(&mut self, pos: usize) {
-        self.pos = self.pos.min(pos);
+    /// Whether the program keeps a recurrent state (a hybrid model: LFM2's convolutions, Qwen
+    /// 3.5's gated DeltaNet) besides its KV cache; such a model rewinds only to the start.
+    pub fn is_recurrent(&self) -> bool {
+        !self.state.is_empty()
+    }
+
+    /// Moves the cache position back to `pos` (≤ the current one) and returns the position
+    /// kept. With a KV cache only, later tokens overwrite the cache rows from there; attention
+    /// never reads rows past the position, so this forgets everything after `pos` (used to
+    /// reset, and by chat when a turn re-tokenizes history). A recurrent state has no earlier
+    /// positions to return to: rewinding a recurrent model anywhere before its position clears
+    /// the state and returns 0, and the caller feeds the context again from the start.
+    pub fn rewind(&mut self, pos: usize) -> usize {
+        if pos >= self.pos {
+            return self.pos;
+        }
+        if self.is_recurrent() {
+            for &v in &self.state {
+                if let Ok(bytes) = self.method.state_mut(v) {
+                    bytes.fill(0);
+                }
+            }
+            self.pos = 0;
+        } else {
+            self.pos = pos;
+        }
+        self.pos
     }
 
     /// Appends `tokens` to the context (in chunks) and returns the logits after the last one.

@@ -165,7 +165,8 @@ impl<'a> Draft<'a> {
             .take_while(|(a, b)| a == b)
             .count()
             .min(seq.len() - 1);
-        self.model.rewind(common);
+        // A recurrent draft keeps nothing of a shorter prefix: it runs `seq` again from 0.
+        let common = self.model.rewind(common);
         self.cached.truncate(common);
         let rest = &seq[common..];
         let r = self.model.forward(rest);

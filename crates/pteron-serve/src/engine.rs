@@ -597,7 +597,8 @@ impl Worker<'_, '_, '_> {
             .take_while(|(a, b)| a == b)
             .count()
             .min(n - 1);
-        self.generator.rewind(common);
+        // A recurrent model keeps nothing of a shorter prefix: it starts again from 0.
+        let common = self.generator.rewind(common);
         let opts = GenerateOptions {
             max_new_tokens,
             sampler: req.sampler.clone(),

@@ -329,3 +329,130 @@ fn half_types_round_probabilities() {
     let got: Vec<f32> = t.output::<bf16>(o).iter().map(|x| x.to_f32()).collect();
     assert_close(&got, &want, 3e-2);
 }
+
+/// The gated delta rule written as matrices in f64: per head, `S ← diag(decay) S`,
+/// `S ← S + β k (v − Sᵀk)ᵀ`, `o = Sᵀ q` for every query head of the group.
+#[allow(clippy::type_complexity)]
+fn delta_reference(
+    (q, k, v, decay, beta, s0): (&[f32], &[f32], &[f32], &[f32], &[f32], &[f32]),
+    (b, h, r, t, kd, vd): (usize, usize, usize, usize, usize, usize),
+    channelwise: bool,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut out = vec![0f32; b * h * r * t * vd];
+    let mut fin = vec![0f32; b * h * kd * vd];
+    for bi in 0..b {
+        for hi in 0..h {
+            let bh = bi * h + hi;
+            let mut s: Vec<Vec<f64>> = (0..kd)
+                .map(|i| (0..vd).map(|j| s0[(bh * kd + i) * vd + j] as f64).collect())
+                .collect();
+            for ti in 0..t {
+                let kt: Vec<f64> = (0..kd).map(|i| k[(bh * t + ti) * kd + i] as f64).collect();
+                for (i, row) in s.iter_mut().enumerate() {
+                    let f = if channelwise {
+                        decay[(bh * t + ti) * kd + i]
+                    } else {
+                        decay[bh * t + ti]
+                    } as f64;
+                    row.iter_mut().for_each(|x| *x *= f);
+                }
+                let bt = beta[bh * t + ti] as f64;
+                let delta: Vec<f64> = (0..vd)
+                    .map(|j| {
+                        let m: f64 = (0..kd).map(|i| s[i][j] * kt[i]).sum();
+                        (v[(bh * t + ti) * vd + j] as f64 - m) * bt
+                    })
+                    .collect();
+                for i in 0..kd {
+                    for j in 0..vd {
+                        s[i][j] += kt[i] * delta[j];
+                    }
+                }
+                for ri in 0..r {
+                    let qh = bh * r + ri;
+                    for j in 0..vd {
+                        let o: f64 =
+                            (0..kd).map(|i| s[i][j] * q[(qh * t + ti) * kd + i] as f64).sum();
+                        out[(qh * t + ti) * vd + j] = o as f32;
+                    }
+                }
+            }
+            for i in 0..kd {
+                for j in 0..vd {
+                    fin[(bh * kd + i) * vd + j] = s[i][j] as f32;
+                }
+            }
+        }
+    }
+    (out, fin)
+}
+
+#[test]
+fn gated_delta_rule_matches_matrix_form() {
+    let mut reg = KernelRegistry::new();
+    register(&mut reg);
+    let kernel = *reg.get("llama::gated_delta_rule.out").unwrap();
+    // (b, h, r, t, k, v, channelwise): decode, prefill, grouped queries, batch 2, K != V.
+    for &(b, h, r, t, kd, vd, cw) in &[
+        (1, 2, 1, 1, 8, 8, false),
+        (1, 4, 1, 7, 16, 16, false),
+        (1, 2, 2, 5, 8, 4, false),
+        (2, 3, 1, 3, 4, 6, true),
+        (1, 1, 3, 9, 5, 7, true),
+    ] {
+        let q = vals(b * h * r * t * kd, 1);
+        let k: Vec<f32> = vals(b * h * t * kd, 2).iter().map(|x| x * 0.5).collect();
+        let v = vals(b * h * t * vd, 3);
+        let nd = if cw { b * h * t * kd } else { b * h * t };
+        let decay: Vec<f32> = vals(nd, 4).iter().map(|x| 0.6 + 0.35 * x).collect();
+        let beta: Vec<f32> = vals(b * h * t, 5).iter().map(|x| 0.5 + 0.4 * x).collect();
+        let s0 = vals(b * h * kd * vd, 6);
+        let mut c = TestCall::new();
+        c.tensor(&[b, h * r, t, kd], &q);
+        c.tensor(&[b, h, t, kd], &k);
+        c.tensor(&[b, h, t, vd], &v);
+        if cw {
+            c.tensor(&[b, h, t, kd], &decay);
+        } else {
+            c.tensor(&[b, h, t], &decay);
+        }
+        c.tensor(&[b, h, t], &beta);
+        c.tensor(&[b, h, kd, vd], &s0);
+        let o = c.out(St::Float, &[b, h * r, t, vd]);
+        let s = c.out(St::Float, &[b, h, kd, vd]);
+        c.ret(o);
+        c.ret(s);
+        c.run_kernel("llama::gated_delta_rule.out", &kernel, &pteron_core::INLINE)
+            .unwrap();
+        let (want_o, want_s) = delta_reference(
+            (&q, &k, &v, &decay, &beta, &s0),
+            (b, h, r, t, kd, vd),
+            cw,
+        );
+        assert_close(&c.output::<f32>(o), &want_o, 1e-5);
+        assert_close(&c.output::<f32>(s), &want_s, 1e-5);
+    }
+}
+
+#[test]
+fn gated_delta_rule_refuses_mismatched_shapes() {
+    let mut reg = KernelRegistry::new();
+    register(&mut reg);
+    let kernel = *reg.get("llama::gated_delta_rule.out").unwrap();
+    let (b, h, t, kd, vd) = (1, 2, 3, 4, 4);
+    let mut c = TestCall::new();
+    c.tensor(&[b, 3, t, kd], &vals(3 * t * kd, 1)); // 3 query heads over 2 state heads
+    c.tensor(&[b, h, t, kd], &vals(h * t * kd, 2));
+    c.tensor(&[b, h, t, vd], &vals(h * t * vd, 3));
+    c.tensor(&[b, h, t], &vals(h * t, 4));
+    c.tensor(&[b, h, t], &vals(h * t, 5));
+    c.tensor(&[b, h, kd, vd], &vals(h * kd * vd, 6));
+    let o = c.out(St::Float, &[b, 3, t, vd]);
+    let s = c.out(St::Float, &[b, h, kd, vd]);
+    c.ret(o);
+    c.ret(s);
+    let err = c
+        .run_kernel("llama::gated_delta_rule.out", &kernel, &pteron_core::INLINE)
+        .unwrap_err();
+    assert!(err.to_string().contains("query"), "{err}");
+}
