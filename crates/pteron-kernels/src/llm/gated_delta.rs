@@ -135,43 +135,54 @@ pub(super) fn gated_delta_rule_out(ctx: &mut KernelContext) -> Result<(), Kernel
             let kt = &keys[t * d.k..(t + 1) * d.k];
             let vt = &vals[t * d.v..(t + 1) * d.v];
             let dt = &dec[t * decay_stride..(t + 1) * decay_stride];
-            step(s, kt, vt, dt, bet[t], d.v);
-            for r in 0..d.r {
+            let mut delta = [0f32; MAX_V];
+            let delta = &mut delta[..d.v];
+            decay_and_project(s, kt, dt, delta);
+            for (dj, &vj) in delta.iter_mut().zip(vt) {
+                *dj = (vj - *dj) * bet[t];
+            }
+            // The first query head reads the state in the same pass that writes it.
+            let q0 = &qs[t * d.k..(t + 1) * d.k];
+            let (o0, rest) = os.split_at_mut(d.t * d.v);
+            write_and_read(s, kt, delta, q0, &mut o0[t * d.v..(t + 1) * d.v]);
+            for r in 1..d.r {
                 let qt = &qs[(r * d.t + t) * d.k..(r * d.t + t + 1) * d.k];
-                let ot = &mut os[(r * d.t + t) * d.v..(r * d.t + t + 1) * d.v];
-                read(s, qt, ot, d.v);
+                let at = ((r - 1) * d.t + t) * d.v;
+                read(s, qt, &mut rest[at..at + d.v]);
             }
         }
     }
     Ok(())
 }
 
-/// One step of the recurrence on the state `s [K, V]`: decay, delta-rule write of `(k, v)`.
-fn step(s: &mut [f32], k: &[f32], v: &[f32], decay: &[f32], beta: f32, vd: usize) {
-    for (i, row) in s.chunks_exact_mut(vd).enumerate() {
+/// Scales each state row by its decay and accumulates `m = Sᵀ k` from the scaled rows (one
+/// pass over the state).
+fn decay_and_project(s: &mut [f32], k: &[f32], decay: &[f32], m: &mut [f32]) {
+    let vd = m.len();
+    for (i, (row, &ki)) in s.chunks_exact_mut(vd).zip(k).enumerate() {
         let f = if decay.len() == 1 { decay[0] } else { decay[i] };
-        row.iter_mut().for_each(|x| *x *= f);
-    }
-    // m = Sᵀ k, accumulated row by row (k-major, as the state is stored).
-    let mut delta = [0f32; MAX_V];
-    let m = &mut delta[..vd];
-    for (row, &ki) in s.chunks_exact(vd).zip(k) {
-        for (mj, &x) in m.iter_mut().zip(row) {
-            *mj += x * ki;
+        for (x, mj) in row.iter_mut().zip(m.iter_mut()) {
+            *x *= f;
+            *mj += *x * ki;
         }
     }
-    for (mj, &vj) in m.iter_mut().zip(v) {
-        *mj = (vj - *mj) * beta;
-    }
-    for (row, &ki) in s.chunks_exact_mut(vd).zip(k) {
-        for (x, &dj) in row.iter_mut().zip(m.iter()) {
+}
+
+/// Adds `k ⊗ delta` to the state and accumulates `out = Sᵀ q` from the updated rows (one pass).
+fn write_and_read(s: &mut [f32], k: &[f32], delta: &[f32], q: &[f32], out: &mut [f32]) {
+    let vd = delta.len();
+    out.fill(0.0);
+    for ((row, &ki), &qi) in s.chunks_exact_mut(vd).zip(k).zip(q) {
+        for ((x, &dj), o) in row.iter_mut().zip(delta).zip(out.iter_mut()) {
             *x += ki * dj;
+            *o += *x * qi;
         }
     }
 }
 
 /// `out = Sᵀ q`.
-fn read(s: &[f32], q: &[f32], out: &mut [f32], vd: usize) {
+fn read(s: &[f32], q: &[f32], out: &mut [f32]) {
+    let vd = out.len();
     out.fill(0.0);
     for (row, &qi) in s.chunks_exact(vd).zip(q) {
         for (o, &x) in out.iter_mut().zip(row) {
