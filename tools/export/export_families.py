@@ -20,11 +20,12 @@ Writes testdata/llm/families/<family>/:
   export_llm.greedy_with_et_runtime) with every step's top-1 minus top-2 logit margin; for the
   8da4w programs also whether ExecuTorch gives the same ids with 1 and 2 threads.
 
-`--full FAMILY` (not committed): the family's full-size config with random weights, to
-tools/export/out/families/<family>_full/ — for the speed comparison and the memory check.
+`--full FAMILY [--layers N]` (not committed): the family's full-size layers with random weights
+(vocab 32000, the "stories" tokenizer), to tools/export/out/families/<family>_<N>l/ — for the
+speed comparison (bench/llm.py) and the memory check.
 
     /opt/etvenv/bin/python tools/export/export_families.py [--only qwen3_5 lfm2] [--goldens-only]
-    /opt/etvenv/bin/python tools/export/export_families.py --full qwen3_5
+    /opt/etvenv/bin/python tools/export/export_families.py --full qwen3_5 --layers 8
 """
 
 import argparse
@@ -198,10 +199,20 @@ def export_family(family, tok, seed, goldens_only=False):
     print(f"wrote {out / 'goldens.json'}")
 
 
-def export_full(family, tok, variants):
-    params = FULL[family]
-    work = L.OUT_DIR / "families" / f"{family}_full"
+def export_full(family, variants, layers):
+    """The family's full-size layers with random weights, for speed and memory measurements:
+    the first `layers` layers of its config, vocab 32000 with the random "stories" tokenizer
+    of export_llm.py (`stories --size 42m` first: its tokenizer.json is copied)."""
+    import shutil
+
+    params = dict(FULL[family], vocab_size=L.STORIES_VOCAB)
+    if layers:
+        params["n_layers"] = layers
+        if "layer_types" in params:
+            params["layer_types"] = params["layer_types"][:layers]
+    work = L.OUT_DIR / "families" / f"{family}_{params['n_layers']}l"
     work.mkdir(parents=True, exist_ok=True)
+    shutil.copy(L.OUT_DIR / "stories42m" / "tokenizer.json", work / "tokenizer.json")
     ckpt = work / "checkpoint.pth"
     if not ckpt.exists():
         torch.save(checkpoint(params, 1), ckpt)
@@ -213,14 +224,14 @@ def export_full(family, tok, variants):
         cfg = config(family, ckpt, work / "params.json", work, name, metadata, xnnpack, qmode)
         cfg.export.max_seq_length = 128
         cfg.export.max_context_length = 2304
-        path = Path(L.export(cfg))
-        print(f"  {path}")
+        print(f"  {L.export(cfg)}")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*", choices=list(FAMILIES))
     ap.add_argument("--full", choices=list(FULL))
+    ap.add_argument("--layers", type=int, help="--full: only the first N layers")
     ap.add_argument("--variants", nargs="*", default=["xnnpack_fp32", "xnnpack_8da4w"])
     ap.add_argument("--goldens-only", action="store_true",
                     help="recompute goldens.json from the committed programs")
@@ -230,7 +241,7 @@ def main():
 
     tok = Tokenizer.from_file(str(L.TINY_DIR / "tokenizer.json"))
     if args.full:
-        export_full(args.full, tok, args.variants)
+        export_full(args.full, args.variants, args.layers)
         return
     for family in args.only or FAMILIES:
         export_family(family, tok, 100 + list(FAMILIES).index(family), args.goldens_only)
