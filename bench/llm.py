@@ -173,11 +173,24 @@ def memory_bandwidth() -> float:
 
 
 def linear_weights(params: dict) -> int:
-    """Weights of every linear layer of a Llama (the output layer included)."""
+    """Weights of every linear layer of a Llama (the output layer included); for Qwen 3.5's
+    hybrid layers, the gated-DeltaNet projections and the gated query."""
     d, h, layers = params["dim"], params["hidden_dim"], params["n_layers"]
-    kv = d // params["n_heads"] * params["n_kv_heads"]
-    per_layer = 2 * d * d + 2 * d * kv + 3 * d * h
-    return layers * per_layer + d * params["vocab_size"]
+    hd = params.get("head_dim") or d // params["n_heads"]
+    q, kv = hd * params["n_heads"], hd * params["n_kv_heads"]
+    mlp = 3 * d * h
+    types = params.get("layer_types") or ["full_attention"] * layers
+    total = 0
+    for t in types[:layers]:
+        if t == "linear_attention":
+            k = params["linear_key_head_dim"] * params["linear_num_key_heads"]
+            v = params["linear_value_head_dim"] * params["linear_num_value_heads"]
+            nv = params["linear_num_value_heads"]
+            total += d * (2 * k + v) + d * v + 2 * d * nv + v * d + mlp
+        else:
+            gate = 2 if params.get("use_q_gate") else 1
+            total += d * q * gate + 2 * d * kv + q * d + mlp
+    return total + d * params["vocab_size"]
 
 
 def gguf_bytes_per_token(path: str) -> int:
@@ -250,6 +263,10 @@ CONFIGS = {
     # --xnnpack): the per-token fixed cost matters at this size. No GGUF: ExecuTorch only.
     "stories42m-xnnpack": ("stories42m_xnnpack_fp32.pte", "", 4.0, "stories42m"),
     "stories42m-8da4w": ("stories42m_xnnpack_8da4w.pte", "", 0.5 + 2 / 32, "stories42m"),
+    # Qwen 3.5 0.8B's layers (the first 8 of 24: 6 gated-DeltaNet, 2 full attention), vocab
+    # 32000, random weights (export_families.py --full qwen3_5 --layers 8). ExecuTorch only.
+    "qwen3_5-8l-xnnpack": ("xnnpack_fp32.pte", "", 4.0, "families/qwen3_5_8l"),
+    "qwen3_5-8l-8da4w": ("xnnpack_8da4w.pte", "", 0.5 + 2 / 32, "families/qwen3_5_8l"),
 }
 DEFAULT_CONFIGS = ["8da4w", "fp32"]
 

@@ -63,13 +63,18 @@ impl Metadata {
                 .ok_or_else(|| Error::Model(format!("get_max_context_len is {v}")))?,
             None => max_seq_len,
         };
-        let id = |v: i64| u32::try_from(v).ok();
-        Ok(Metadata {
-            bos_id: one("get_bos_id").and_then(id),
-            eos_ids: all
-                .get("get_eos_ids")
-                .map(|v| v.iter().filter_map(|&x| id(x)).collect())
-                .unwrap_or_default(),
+        let id = |what: &str, v: i64| {
+            u32::try_from(v).map_err(|_| Error::Model(format!("{what} is {v}, not a token id")))
+        };
+        let bos_id = one("get_bos_id").map(|v| id("get_bos_id", v)).transpose()?;
+        let eos_ids = all
+            .get("get_eos_ids")
+            .map(|v| v.iter().map(|&x| id("get_eos_ids", x)).collect::<Result<Vec<_>>>())
+            .transpose()?
+            .unwrap_or_default();
+        let meta = Metadata {
+            bos_id,
+            eos_ids,
             max_seq_len,
             max_context_len,
             vocab_size: one("get_vocab_size").and_then(|v| usize::try_from(v).ok()),
@@ -77,7 +82,35 @@ impl Metadata {
             enable_dynamic_shape: one("enable_dynamic_shape").is_some_and(|v| v != 0),
             n_layers: one("get_n_layers").and_then(|v| usize::try_from(v).ok()),
             all,
-        })
+        };
+        meta.check()?;
+        Ok(meta)
+    }
+
+    /// Refuses metadata that contradicts itself: a call that may take more tokens than the
+    /// cache holds, BOS or EOS ids outside the vocabulary, a negative vocabulary size.
+    pub fn check(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Model(format!("inconsistent metadata: {m}")));
+        if self.max_seq_len > self.max_context_len {
+            return bad(format!(
+                "get_max_seq_len {} exceeds get_max_context_len {}",
+                self.max_seq_len, self.max_context_len
+            ));
+        }
+        if let Some(v) = self.all.get("get_vocab_size").and_then(|v| v.first()) {
+            if *v <= 0 {
+                return bad(format!("get_vocab_size is {v}"));
+            }
+        }
+        if let Some(vocab) = self.vocab_size {
+            let ids = self.bos_id.iter().chain(&self.eos_ids);
+            if let Some(id) = ids.copied().find(|&id| id as usize >= vocab) {
+                return bad(format!(
+                    "token id {id} (get_bos_id / get_eos_ids) outside the {vocab}-token vocabulary"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -173,6 +206,15 @@ impl<'a> Model<'a> {
         }
         .max(1);
         let vocab = meta.vocab_size.unwrap_or(0);
+        if let (Ok(Output::Tensor(t)), Some(v)) = (method.output(0), meta.vocab_size) {
+            let width = t.info.sizes().last().copied();
+            if width.is_some_and(|w| w != v) {
+                return Err(Error::Model(format!(
+                    "inconsistent metadata: get_vocab_size is {v}, forward's logits {:?}",
+                    t.info.sizes()
+                )));
+            }
+        }
         // The declared logits: `[1, n, vocab]` (n bounded like the tokens input) when every
         // position's come back, `[1, vocab]` for the last one's. Where the planned output
         // cannot be read before a call, the first call's output tells.
@@ -366,6 +408,13 @@ impl<'a> Model<'a> {
                 t.info.sizes()
             )));
         }
+        if self.meta.vocab_size.is_some_and(|v| v != vocab) {
+            return Err(Error::Model(format!(
+                "inconsistent metadata: get_vocab_size is {:?}, the logits {:?}",
+                self.meta.vocab_size,
+                t.info.sizes()
+            )));
+        }
         let rows = n / vocab;
         let dtype = t.info.dtype();
         let es = dtype.elem_size();
@@ -424,4 +473,75 @@ fn convert(dtype: ScalarType, bytes: &[u8], out: &mut Vec<f32>) -> Result<()> {
         dt => return Err(Error::Model(format!("logits of dtype {dt}"))),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> Metadata {
+        Metadata {
+            bos_id: Some(1),
+            eos_ids: vec![2, 7],
+            max_seq_len: 32,
+            max_context_len: 128,
+            vocab_size: Some(512),
+            use_kv_cache: true,
+            enable_dynamic_shape: true,
+            n_layers: Some(2),
+            all: BTreeMap::from([("get_vocab_size".to_string(), vec![512])]),
+        }
+    }
+
+    #[test]
+    fn consistent_metadata_passes() {
+        meta().check().unwrap();
+        // Without a vocabulary size the ids cannot be checked.
+        let m = Metadata {
+            vocab_size: None,
+            all: BTreeMap::new(),
+            eos_ids: vec![100_000],
+            ..meta()
+        };
+        m.check().unwrap();
+    }
+
+    #[test]
+    fn contradictions_are_refused() {
+        let cases = [
+            (
+                Metadata {
+                    max_seq_len: 256,
+                    ..meta()
+                },
+                "exceeds get_max_context_len",
+            ),
+            (
+                Metadata {
+                    eos_ids: vec![2, 512],
+                    ..meta()
+                },
+                "token id 512",
+            ),
+            (
+                Metadata {
+                    bos_id: Some(9999),
+                    ..meta()
+                },
+                "token id 9999",
+            ),
+            (
+                Metadata {
+                    vocab_size: None,
+                    all: BTreeMap::from([("get_vocab_size".to_string(), vec![-3])]),
+                    ..meta()
+                },
+                "get_vocab_size is -3",
+            ),
+        ];
+        for (m, want) in cases {
+            let err = m.check().unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+    }
 }
