@@ -89,10 +89,19 @@ def et_worker(pte: str, tok: str, threads: int, new_tokens: int) -> dict:
         )
 
     pieces = []
+    # The runner's bindings hand each piece to Python as a str: a random model's byte pieces
+    # that are not UTF-8 on their own fail there, so such a model runs without the text.
+    callback = {"token_callback": pieces.append}
     for _ in range(2):  # warm-up, then the measured run
         pieces.clear()
         cfg = GenerationConfig(echo=False, max_new_tokens=new_tokens, temperature=0.0)
-        runner.generate(PROMPT, cfg, token_callback=pieces.append, stats_callback=on_stats)
+        try:
+            runner.generate(PROMPT, cfg, stats_callback=on_stats, **callback)
+        except UnicodeDecodeError:
+            callback = {}
+            runner.reset()
+            pieces.clear()
+            runner.generate(PROMPT, cfg, stats_callback=on_stats)
         runner.reset()
     prefill_s = max(got["prompt_end"] - got["start"], 1) / 1e3
     decode_s = max(got["end"] - got["prompt_end"], 1) / 1e3

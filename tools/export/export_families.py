@@ -13,8 +13,10 @@ sdpa_with_kv_cache, dynamic shape (1..max_seq_len-1 tokens a call).
 
 Writes testdata/llm/families/<family>/:
 
-* `xnnpack_fp32.pte` for every family; `fp32.pte` (portable) and `xnnpack_8da4w.pte` (dynamic
-  int8 activations, 4-bit weights in groups of 32) for the families in PORTABLE / Q8DA4W;
+* `xnnpack_fp32.pte` for every family; `fp32.pte` (portable), `xnnpack_8da4w.pte` (dynamic
+  int8 activations, 4-bit weights in groups of 32), `xnnpack_8da8w.pte` (int8 weights per
+  channel) and `xnnpack_kv8.pte` (fp32 weights, int8 KV cache: `quantize_kv_cache=True`) for
+  the families in PORTABLE / Q8DA4W / Q8DA8W / KV8;
 * goldens.json: params, operators, metadata methods' values, and per program and prompt the
   greedy ids of ExecuTorch's runtime (prefill in chunks, then one token a call:
   export_llm.greedy_with_et_runtime) with every step's top-1 minus top-2 logit margin; for the
@@ -78,6 +80,10 @@ FAMILIES = {
 }
 PORTABLE = {"lfm2"}
 Q8DA4W = {"qwen3_5", "llama3_2", "qwen2_5"}
+# int8 weights per channel with dynamic int8 activations; the int8 KV cache
+# (`quantize_kv_cache=True`: llama::custom_quantized_sdpa over int8 caches).
+Q8DA8W = {"qwen3"}
+KV8 = {"qwen3"}
 
 # Full-size configs (ExecuTorch's config/*.json; Llama 3.2 1B from Meta's params.json).
 FULL = {
@@ -126,7 +132,7 @@ def checkpoint(params, seed):
     return sd
 
 
-def config(family, ckpt, params_path, out_dir, name, metadata, xnnpack, qmode):
+def config(family, ckpt, params_path, out_dir, name, metadata, xnnpack, qmode, kv8=False):
     from executorch.extension.llm.export.config.llm_config import ModelType
 
     cfg = L.llm_config(ckpt, params_path, out_dir, name, MAX_SEQ, MAX_CTX, metadata)
@@ -135,11 +141,14 @@ def config(family, ckpt, params_path, out_dir, name, metadata, xnnpack, qmode):
         cfg.backend.xnnpack.enabled = True
     if qmode:
         cfg.quantization.qmode = qmode
-        cfg.quantization.group_size = 32
+        # 8da8w: per output channel (the recipe's XNNPACK path groups 4-bit weights only).
+        cfg.quantization.group_size = None if qmode == "8da8w" else 32
+    if kv8:
+        cfg.model.quantize_kv_cache = True
     return cfg
 
 
-def goldens(pte, tok, xnnpack, qmode):
+def goldens(pte, tok, xnnpack, qmode, kv8=False):
     """Greedy ids of ExecuTorch's runtime per prompt, with every step's top-1 minus top-2
     margin; for a quantized program also whether 1 and 2 threads give the same ids."""
     import executorch.extension.pybindings.portable_lib as portable
@@ -148,7 +157,7 @@ def goldens(pte, tok, xnnpack, qmode):
     print(f"  ops: {ops}")
     entry = {"pte": pte.name, "pte_bytes": pte.stat().st_size, "operators": ops,
              "methods": methods, "tokens_input_bound": bound, "xnnpack": xnnpack,
-             "qmode": qmode, "prompts": {}}
+             "qmode": qmode, "kv8": kv8, "prompts": {}}
     for pname, prompt in L.TINY_PROMPTS.items():
         prompt_ids = tok.encode(prompt).ids
         portable._unsafe_reset_threadpool(1)
@@ -156,7 +165,7 @@ def goldens(pte, tok, xnnpack, qmode):
         entry["metadata"] = meta
         rec = {"prompt_ids": prompt_ids, "generated_ids": gen,
                "min_top2_margin": min(margins), "top2_margins": margins}
-        if qmode:
+        if qmode or kv8:
             portable._unsafe_reset_threadpool(2)
             gen2, _, _ = L.greedy_with_et_runtime(pte, prompt_ids, NEW_TOKENS)
             portable._unsafe_reset_threadpool(1)
@@ -178,28 +187,34 @@ def export_family(family, tok, seed, goldens_only=False):
     metadata = {"get_bos_id": tok.token_to_id("<|im_start|>"), "get_eos_ids": [eos]}
     out = OUT / family
     out.mkdir(parents=True, exist_ok=True)
-    variants = {"xnnpack_fp32": (True, None)}
+    # name: (XNNPACK, qmode, int8 KV cache)
+    variants = {"xnnpack_fp32": (True, None, False)}
     if family in PORTABLE:
-        variants["fp32"] = (False, None)
+        variants["fp32"] = (False, None, False)
     if family in Q8DA4W:
-        variants["xnnpack_8da4w"] = (True, "8da4w")
+        variants["xnnpack_8da4w"] = (True, "8da4w", False)
+    if family in Q8DA8W:
+        variants["xnnpack_8da8w"] = (True, "8da8w", False)
+    if family in KV8:
+        variants["xnnpack_kv8"] = (True, None, True)
     golden = {"family": family, "model_class": FAMILIES[family][0], "params": params,
               "max_seq_len": MAX_SEQ, "max_context_len": MAX_CTX, "new_tokens": NEW_TOKENS,
               "seed": seed, "variants": {}}
-    for name, (xnnpack, qmode) in variants.items():
+    for name, (xnnpack, qmode, kv8) in variants.items():
         print(f"{family}/{name}")
         dst = out / f"{name}.pte"
         if not goldens_only:
-            cfg = config(family, ckpt, work / "params.json", work, name, metadata, xnnpack, qmode)
+            cfg = config(family, ckpt, work / "params.json", work, name, metadata, xnnpack,
+                         qmode, kv8)
             path = Path(L.export(cfg))
             dst.write_bytes(path.read_bytes())
-        golden["variants"][name] = goldens(dst, tok, xnnpack, qmode)
+        golden["variants"][name] = goldens(dst, tok, xnnpack, qmode, kv8)
     golden["versions"] = L.versions()
     (out / "goldens.json").write_text(json.dumps(golden, indent=1) + "\n")
     print(f"wrote {out / 'goldens.json'}")
 
 
-def export_full(family, variants, layers):
+def export_full(family, variants, layers, goldens_only=False):
     """The family's full-size layers with random weights, for speed and memory measurements:
     the first `layers` layers of its config, vocab 32000 with the random "stories" tokenizer
     of export_llm.py (`stories --size 42m` first: its tokenizer.json is copied)."""
@@ -218,15 +233,27 @@ def export_full(family, variants, layers):
         torch.save(checkpoint(params, 1), ckpt)
     (work / "params.json").write_text(json.dumps(params))
     metadata = {"get_bos_id": 1, "get_eos_ids": [2]}
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(work / "tokenizer.json"))
+    golden = {"family": family, "model_class": FAMILIES[family][0], "params": params,
+              "new_tokens": NEW_TOKENS, "variants": {}}
     for name in variants:
         xnnpack = name.startswith("xnnpack")
         qmode = "8da4w" if name.endswith("8da4w") else None
+        if goldens_only:
+            golden["variants"][name] = goldens(work / f"{name}.pte", tok, xnnpack, qmode)
+            continue
         cfg = config(family, ckpt, work / "params.json", work, name, metadata, xnnpack, qmode)
         # ExecuTorch's runner prefills in chunks of get_max_seq_len, one more than the tokens
         # input takes: bench/llm.py's 147-token prompt must fit in one call.
         cfg.export.max_seq_length = 256
         cfg.export.max_context_length = 2304
         print(f"  {L.export(cfg)}")
+        golden["variants"][name] = goldens(work / f"{name}.pte", tok, xnnpack, qmode)
+    golden["versions"] = L.versions()
+    (work / "goldens.json").write_text(json.dumps(golden, indent=1) + "\n")
+    print(f"wrote {work / 'goldens.json'} (crates/pteron-llm/tests/families.rs, ignored test)")
 
 
 def main():
@@ -243,7 +270,7 @@ def main():
 
     tok = Tokenizer.from_file(str(L.TINY_DIR / "tokenizer.json"))
     if args.full:
-        export_full(args.full, args.variants, args.layers)
+        export_full(args.full, args.variants, args.layers, args.goldens_only)
         return
     for family in args.only or FAMILIES:
         export_family(family, tok, 100 + list(FAMILIES).index(family), args.goldens_only)

@@ -393,7 +393,10 @@ impl<'p> Method<'p> {
     }
 
     /// The planned tensors passed as the arguments `which` selects of each kernel call.
-    fn planned_args(&self, which: impl Fn(&crate::Kernel) -> crate::registry::ArgSet) -> Vec<usize> {
+    fn planned_args(
+        &self,
+        which: impl Fn(&crate::Kernel) -> crate::registry::ArgSet,
+    ) -> Vec<usize> {
         let mut out: Vec<usize> = Vec::new();
         for (kernel, args) in self.kernel_calls() {
             for v in which(kernel).iter().filter_map(|p| args.get(p)) {

@@ -15,6 +15,8 @@
 //!   `1/sqrt(head_dim)`.
 //! - `sdpa_with_kv_cache.out(q, k, v, k_cache!, v_cache!, start_pos, seq_len, attn_mask?,
 //!   dropout_p, is_causal, scale?, *, out)`: both cache updates, then `custom_sdpa` over them.
+//! - `custom_quantized_sdpa.out(...)`: attention over int8 caches (`quantize_kv_cache=True`),
+//!   in `llm/quantized_sdpa.rs`.
 //! - `gated_delta_rule.out(q, k, v, decay, beta, initial_state, *, out, final_state_out)`: the
 //!   recurrence of a gated DeltaNet layer (Qwen 3.5), in `llm/gated_delta.rs`.
 //!
@@ -33,6 +35,7 @@ use pteron_core::{
 use crate::util::require_contiguous;
 
 mod gated_delta;
+mod quantized_sdpa;
 
 /// Keys per online-softmax block (ExecuTorch's `kv_split_size`).
 const KV_BLOCK: usize = 512;
@@ -60,6 +63,19 @@ pub fn register(r: &mut KernelRegistry) {
         Kernel::with_check(sdpa_with_kv_cache_out, check_sdpa_with_kv_cache)
             .dtypes(SDPA_DTYPES)
             .caches(&[3, 4]),
+    );
+    r.register(
+        "llama::custom_quantized_sdpa.out",
+        Kernel::with_check(
+            quantized_sdpa::custom_quantized_sdpa_out,
+            quantized_sdpa::check,
+        )
+        .dtypes(DtypeSet::of(&[
+            ScalarType::Char,
+            ScalarType::Float,
+            ScalarType::Half,
+            ScalarType::BFloat16,
+        ])),
     );
     r.register(
         "llama::gated_delta_rule.out",
@@ -224,6 +240,9 @@ impl Real for bf16 {
 
 /// Argument positions of one SDPA call.
 struct SdpaArgs {
+    /// int8 query, keys and values with per-token quantization parameters, float32 out
+    /// (`custom_quantized_sdpa`).
+    quantized: bool,
     q: usize,
     k: usize,
     v: usize,
@@ -235,6 +254,7 @@ struct SdpaArgs {
 }
 
 const CUSTOM_SDPA: SdpaArgs = SdpaArgs {
+    quantized: false,
     q: 0,
     k: 1,
     v: 2,
@@ -247,6 +267,7 @@ const CUSTOM_SDPA: SdpaArgs = SdpaArgs {
 
 /// For `sdpa_with_kv_cache`, `k`/`v` are the caches (read after the update).
 const SDPA_WITH_KV_CACHE: SdpaArgs = SdpaArgs {
+    quantized: false,
     q: 0,
     k: 3,
     v: 4,
@@ -273,12 +294,19 @@ fn check_sdpa_common<'p>(
     require_rank4(op, "value", v)?;
     require_rank4(op, "out", o)?;
     let dt = q.dtype();
-    if !SDPA_DTYPES.contains(dt) {
+    if p.quantized {
+        if dt != ScalarType::Char || o.dtype() != ScalarType::Float {
+            return Err(KernelError::invalid(format!(
+                "{op}: expected an int8 query and a float32 out, got {dt} and {}",
+                o.dtype()
+            )));
+        }
+    } else if !SDPA_DTYPES.contains(dt) {
         // int8 q/k/v belong to custom_quantized_sdpa.
         return Err(KernelError::dtype(dt, "sdpa query"));
     }
     for (what, t) in [("key", k), ("value", v), ("out", o)] {
-        if t.dtype() != dt {
+        if t.dtype() != dt && !(p.quantized && what == "out") {
             return Err(KernelError::invalid(format!(
                 "{op}: {what} is {}, query is {dt}",
                 t.dtype()
@@ -486,6 +514,57 @@ fn plan_attention<'p>(
 
 /// Attention for every (batch, query row, head). `k`/`v`: `[batch, kv_rows, kv_heads, dim]`;
 /// `mask`: `[q_len, kv_rows]` (additive); `q`/`out`: `[batch, q_len, heads, dim]`.
+/// One query row's attention over keys `0..limit`, ExecuTorch's online softmax: blocks of
+/// [`KV_BLOCK`] scores (`score(n)`: scaled, masked), the running maximum and sum in f32, the
+/// output `acc` rescaled per block and `add_value(n, p, acc)` adding `p · v_n`. Returns the sum
+/// of the exponentials (the caller multiplies `acc` by its reciprocal).
+fn online_softmax_row(
+    limit: usize,
+    scores: &mut [f32; KV_BLOCK],
+    acc: &mut [f32],
+    mut score: impl FnMut(usize) -> f32,
+    mut add_value: impl FnMut(usize, f32, &mut [f32]),
+) -> f32 {
+    let mut run_max = f32::NEG_INFINITY;
+    let mut sum = 0f32;
+    acc.fill(0.0);
+    let mut blk = 0;
+    while blk < limit {
+        let end = (blk + KV_BLOCK).min(limit);
+        let s = &mut scores[..end - blk];
+        for (t, sc) in s.iter_mut().enumerate() {
+            *sc = score(blk + t);
+        }
+        let bmax = s
+            .iter()
+            .fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a });
+        let new_max = if run_max > bmax { run_max } else { bmax };
+        if new_max == f32::NEG_INFINITY {
+            // Every key so far masked out: nothing to add (ExecuTorch zero-fills).
+            blk = end;
+            continue;
+        }
+        let mut bsum = 0f32;
+        for sc in s.iter_mut() {
+            *sc = (*sc - new_max).exp();
+            bsum += *sc;
+        }
+        let corr = (run_max - new_max).exp();
+        sum = bsum + corr * sum;
+        if blk > 0 {
+            for a in acc.iter_mut() {
+                *a *= corr;
+            }
+        }
+        run_max = new_max;
+        for (t, &p) in s.iter().enumerate() {
+            add_value(blk + t, p, acc);
+        }
+        blk = end;
+    }
+    sum
+}
+
 fn attend<T: Real>(
     at: &Attn,
     q: &[T],
@@ -510,56 +589,27 @@ fn attend<T: Real>(
                 let q_row = &q[qo..qo + d];
                 let kv_base = b * at.kv_rows * at.kv_heads * d + hk * d;
                 let kv_stride = at.kv_heads * d;
-                let mut run_max = f32::NEG_INFINITY;
-                let mut sum = 0f32;
-                acc.fill(0.0);
-                let mut blk = 0;
-                while blk < limit {
-                    let end = (blk + KV_BLOCK).min(limit);
-                    let s = &mut scores[..end - blk];
-                    for (t, sc) in s.iter_mut().enumerate() {
-                        let ko = kv_base + (blk + t) * kv_stride;
-                        let k_row = &k[ko..ko + d];
+                let sum = online_softmax_row(
+                    limit,
+                    &mut scores,
+                    acc,
+                    |n| {
+                        let ko = kv_base + n * kv_stride;
                         let mut dot = 0f32;
-                        for (x, y) in q_row.iter().zip(k_row) {
+                        for (x, y) in q_row.iter().zip(&k[ko..ko + d]) {
                             dot += x.f() * y.f();
                         }
-                        *sc = dot * at.scale;
-                        if let Some(mr) = mask_row {
-                            *sc += mr[blk + t];
-                        }
-                    }
-                    let bmax = s
-                        .iter()
-                        .fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a });
-                    let new_max = if run_max > bmax { run_max } else { bmax };
-                    if new_max == f32::NEG_INFINITY {
-                        // Every key so far masked out: nothing to add (ExecuTorch zero-fills).
-                        blk = end;
-                        continue;
-                    }
-                    let mut bsum = 0f32;
-                    for sc in s.iter_mut() {
-                        *sc = (*sc - new_max).exp();
-                        bsum += *sc;
-                    }
-                    let corr = (run_max - new_max).exp();
-                    sum = bsum + corr * sum;
-                    if blk > 0 {
-                        for a in acc.iter_mut() {
-                            *a *= corr;
-                        }
-                    }
-                    run_max = new_max;
-                    for (t, &p) in s.iter().enumerate() {
+                        let sc = dot * at.scale;
+                        mask_row.map_or(sc, |mr| sc + mr[n])
+                    },
+                    |n, p, acc| {
                         let p = T::round(p);
-                        let vo = kv_base + (blk + t) * kv_stride;
+                        let vo = kv_base + n * kv_stride;
                         for (a, x) in acc.iter_mut().zip(&v[vo..vo + d]) {
                             *a += p * x.f();
                         }
-                    }
-                    blk = end;
-                }
+                    },
+                );
                 // ExecuTorch multiplies by the reciprocal (0 keys: 0 · inf = NaN, as there).
                 let r = 1.0 / sum;
                 for (o, a) in out[qo..qo + d].iter_mut().zip(acc.iter()) {

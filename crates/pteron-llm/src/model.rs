@@ -69,7 +69,11 @@ impl Metadata {
         let bos_id = one("get_bos_id").map(|v| id("get_bos_id", v)).transpose()?;
         let eos_ids = all
             .get("get_eos_ids")
-            .map(|v| v.iter().map(|&x| id("get_eos_ids", x)).collect::<Result<Vec<_>>>())
+            .map(|v| {
+                v.iter()
+                    .map(|&x| id("get_eos_ids", x))
+                    .collect::<Result<Vec<_>>>()
+            })
             .transpose()?
             .unwrap_or_default();
         let meta = Metadata {

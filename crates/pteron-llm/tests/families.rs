@@ -2,9 +2,10 @@
 //! shapes with each family's features, random weights: tools/export/export_families.py): greedy
 //! token ids equal those of ExecuTorch's runtime on the same `.pte`, at 1 and 2 threads.
 //!
-//! Families: Qwen 2.5 (QKV biases), Qwen 3 (QK-norm, explicit head_dim), Phi-4-mini (partial
-//! rotary), Llama 3.2 (scaled RoPE), LFM2 (short-convolution layers), Qwen 3.5 (gated-DeltaNet
-//! layers with `llama::gated_delta_rule`, gated query, (1 + w) RMSNorm).
+//! Families: Qwen 2.5 (QKV biases), Qwen 3 (QK-norm, explicit head_dim; also 8da8w and the
+//! int8 KV cache of `quantize_kv_cache=True`), Phi-4-mini (partial rotary), Llama 3.2 (scaled
+//! RoPE), LFM2 (short-convolution layers), Qwen 3.5 (gated-DeltaNet layers with
+//! `llama::gated_delta_rule`, gated query, (1 + w) RMSNorm).
 
 use std::path::PathBuf;
 
@@ -53,7 +54,11 @@ fn greedy(model: &mut Model, prompt: &[u32], n: usize) -> Vec<u32> {
 const QUANT_TIE: f64 = 0.01;
 
 fn check_family(family: &str) {
-    let d = dir().join(family);
+    check_dir(&dir().join(family), family);
+}
+
+/// Checks every program of `d/goldens.json` against its goldens.
+fn check_dir(d: &std::path::Path, family: &str) {
     let g: Value =
         serde_json::from_str(&std::fs::read_to_string(d.join("goldens.json")).unwrap()).unwrap();
     let n = g["new_tokens"].as_u64().unwrap() as usize;
@@ -68,8 +73,8 @@ fn check_family(family: &str) {
                 .unwrap();
             let program = runtime.load_program(&file).unwrap();
             let options = pteron::MethodOptions::new().threads(threads);
-            let mut model = Model::load(&program, options)
-                .unwrap_or_else(|e| panic!("{family}/{name}: {e}"));
+            let mut model =
+                Model::load(&program, options).unwrap_or_else(|e| panic!("{family}/{name}: {e}"));
             let meta = &v["metadata"];
             assert_eq!(
                 model.meta.max_context_len as u64,
@@ -82,8 +87,9 @@ fn check_family(family: &str) {
             for (pname, p) in v["prompts"].as_object().unwrap() {
                 let mut got = greedy(&mut model, &ids(&p["prompt_ids"]), n);
                 let mut want = ids(&p["generated_ids"]);
-                if v["qmode"].is_string() {
-                    // Dynamically quantized: checked up to ExecuTorch's first near-tie (1 and 2
+                if v["qmode"].is_string() || v["kv8"] == true {
+                    // Dynamically quantized (weights' activations, or the query and the
+                    // int8 KV cache): checked up to ExecuTorch's first near-tie (1 and 2
                     // threads agree in ExecuTorch, but pteron's int8 products are not
                     // bit-identical with XNNPACK's, and a tie flips on the last bits).
                     assert_eq!(p["et_2_threads_same_ids"], true, "{family}/{name}/{pname}");
@@ -186,4 +192,23 @@ fn recurrent_state_is_cleared_on_rewind() {
     assert!(!model.is_recurrent());
     model.forward(&[5, 6, 7, 8]).unwrap();
     assert_eq!(model.rewind(2), 2);
+}
+
+/// The full-width exports of `tools/export/export_families.py --full FAMILY [--layers N]`
+/// (tools/export/out/families/<family>_<N>l/, not committed; ExecuTorch's ids in their
+/// goldens.json): the same check on realistic layer sizes.
+#[test]
+#[ignore = "needs tools/export/export_families.py --full exports"]
+fn full_width_exports_match_executorch() {
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/export/out/families");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&out).expect("no tools/export/out/families") {
+        let d = entry.unwrap().path();
+        if d.join("goldens.json").exists() {
+            let label = d.file_name().unwrap().to_string_lossy().into_owned();
+            check_dir(&d, &label);
+            seen += 1;
+        }
+    }
+    assert!(seen > 0, "no goldens.json under {}", out.display());
 }

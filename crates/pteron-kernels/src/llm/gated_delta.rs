@@ -32,7 +32,10 @@ pub(super) fn check(a: &ArgView) -> Result<(), KernelError> {
             )));
         }
         if t.dtype() != ScalarType::Float {
-            return Err(KernelError::dtype(t.dtype(), "gated_delta_rule (float32 only)"));
+            return Err(KernelError::dtype(
+                t.dtype(),
+                "gated_delta_rule (float32 only)",
+            ));
         }
         all[i] = t;
     }
@@ -74,7 +77,9 @@ fn dims(ctx: &KernelContext) -> Result<Dims, KernelError> {
         ))
     };
     if h == 0 || q.size(0) != b || q.size(1) % h != 0 || q.size(2) != t || q.size(3) != kd {
-        return Err(mismatch("query must be [B, H·R, T, K] over key [B, H, T, K]"));
+        return Err(mismatch(
+            "query must be [B, H·R, T, K] over key [B, H, T, K]",
+        ));
     }
     if v.size(0) != b || v.size(1) != h || v.size(2) != t {
         return Err(mismatch("value must be [B, H, T, V]"));
@@ -115,7 +120,11 @@ pub(super) fn gated_delta_rule_out(ctx: &mut KernelContext) -> Result<(), Kernel
     ctx.resize(6, &[d.b, d.h * d.r, d.t, d.v])?;
     ctx.resize(7, &[d.b, d.h, d.k, d.v])?;
     let ([q, k, v, decay, beta, s0], [mut out, mut state]) = ctx.io([0, 1, 2, 3, 4, 5], [6, 7])?;
-    let (q, k, v) = (q.as_slice::<f32>()?, k.as_slice::<f32>()?, v.as_slice::<f32>()?);
+    let (q, k, v) = (
+        q.as_slice::<f32>()?,
+        k.as_slice::<f32>()?,
+        v.as_slice::<f32>()?,
+    );
     let (decay, beta) = (decay.as_slice::<f32>()?, beta.as_slice::<f32>()?);
     let s0 = s0.as_slice::<f32>()?;
     let (out, state) = (out.as_mut_slice::<f32>()?, state.as_mut_slice::<f32>()?);

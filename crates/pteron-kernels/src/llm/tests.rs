@@ -371,8 +371,9 @@ fn delta_reference(
                 for ri in 0..r {
                     let qh = bh * r + ri;
                     for j in 0..vd {
-                        let o: f64 =
-                            (0..kd).map(|i| s[i][j] * q[(qh * t + ti) * kd + i] as f64).sum();
+                        let o: f64 = (0..kd)
+                            .map(|i| s[i][j] * q[(qh * t + ti) * kd + i] as f64)
+                            .sum();
                         out[(qh * t + ti) * vd + j] = o as f32;
                     }
                 }
@@ -424,11 +425,8 @@ fn gated_delta_rule_matches_matrix_form() {
         c.ret(s);
         c.run_kernel("llama::gated_delta_rule.out", &kernel, &pteron_core::INLINE)
             .unwrap();
-        let (want_o, want_s) = delta_reference(
-            (&q, &k, &v, &decay, &beta, &s0),
-            (b, h, r, t, kd, vd),
-            cw,
-        );
+        let (want_o, want_s) =
+            delta_reference((&q, &k, &v, &decay, &beta, &s0), (b, h, r, t, kd, vd), cw);
         assert_close(&c.output::<f32>(o), &want_o, 1e-5);
         assert_close(&c.output::<f32>(s), &want_s, 1e-5);
     }
@@ -455,4 +453,156 @@ fn gated_delta_rule_refuses_mismatched_shapes() {
         .run_kernel("llama::gated_delta_rule.out", &kernel, &pteron_core::INLINE)
         .unwrap_err();
     assert!(err.to_string().contains("query"), "{err}");
+}
+
+/// int8 values with a per-row (token, head) scale and zero point, and their dequantized
+/// floats: rows of `d` elements.
+fn quantized_rows(rows: usize, d: usize, seed: u64) -> (Vec<i8>, Vec<i8>, Vec<f32>, Vec<f32>) {
+    let raw = vals(rows * d, seed);
+    let (mut q, mut zp, mut sc, mut deq) = (vec![], vec![], vec![], vec![]);
+    for r in 0..rows {
+        let z = ((r * 37 + seed as usize) % 41) as i32 - 20;
+        let s = 0.01 + 0.002 * (r % 7) as f32;
+        zp.push(z as i8);
+        sc.push(s);
+        for i in 0..d {
+            let x = (raw[r * d + i] * 100.0).round() as i32 + z;
+            let x = x.clamp(-128, 127);
+            q.push(x as i8);
+            deq.push((x - z) as f32 * s);
+        }
+    }
+    (q, zp, sc, deq)
+}
+
+#[test]
+fn custom_quantized_sdpa_matches_dequantized_attention() {
+    let mut reg = KernelRegistry::new();
+    register(&mut reg);
+    let kernel = *reg.get("llama::custom_quantized_sdpa.out").unwrap();
+    let cases = [
+        Case {
+            b: 1,
+            s: 1,
+            h: 4,
+            hk: 2,
+            d: 16,
+            rows: 24,
+            start: 9,
+        },
+        Case {
+            b: 1,
+            s: 5,
+            h: 2,
+            hk: 2,
+            d: 8,
+            rows: 16,
+            start: 0,
+        },
+        Case {
+            b: 2,
+            s: 3,
+            h: 6,
+            hk: 3,
+            d: 12,
+            rows: 700,
+            start: 600,
+        },
+    ];
+    for c in &cases {
+        for with_mask in [false, true] {
+            let (q, qz, qs, qd) = quantized_rows(c.b * c.s * c.h, c.d, 1);
+            let (k, kz, ks, kd) = quantized_rows(c.b * c.rows * c.hk, c.d, 2);
+            let (v, vz, vs, vd) = quantized_rows(c.b * c.rows * c.hk, c.d, 3);
+            let mask: Vec<f32> = vals(c.s * c.rows, 4)
+                .iter()
+                .map(|x| if *x > 0.6 { f32::NEG_INFINITY } else { *x })
+                .collect();
+            let mut t = TestCall::new();
+            t.tensor(&[c.b, c.s, c.h, c.d], &q);
+            t.tensor(&[c.b, c.rows, c.hk, c.d], &k);
+            t.tensor(&[c.b, c.rows, c.hk, c.d], &v);
+            t.int(c.start as i64);
+            if with_mask {
+                t.tensor(&[c.s, c.rows], &mask);
+            } else {
+                t.none();
+            }
+            t.double(0.0);
+            t.bool(!with_mask);
+            t.none();
+            t.tensor(&[c.b, c.s, c.h, 1], &qz);
+            t.tensor(&[c.b, c.s, c.h, 1], &qs);
+            t.tensor(&[c.b, c.rows, c.hk, 1], &kz);
+            t.tensor(&[c.b, c.rows, c.hk, 1], &ks);
+            t.tensor(&[c.b, c.rows, c.hk, 1], &vz);
+            t.tensor(&[c.b, c.rows, c.hk, 1], &vs);
+            t.bool(false);
+            let o = t.out(St::Float, &[c.b, c.s, c.h, c.d]);
+            t.ret(o);
+            t.run_kernel(
+                "llama::custom_quantized_sdpa.out",
+                &kernel,
+                &pteron_core::INLINE,
+            )
+            .unwrap();
+            let want = reference(
+                &qd,
+                &kd,
+                &vd,
+                with_mask.then_some(&mask[..]),
+                (c.b, c.s, c.h, c.d),
+                (c.rows, c.hk),
+                c.start,
+                !with_mask,
+                1.0 / (c.d as f64).sqrt(),
+            );
+            assert_close(&t.output::<f32>(o), &want, 2e-5);
+        }
+    }
+}
+
+#[test]
+fn custom_quantized_sdpa_refuses_what_it_cannot_do() {
+    let mut reg = KernelRegistry::new();
+    register(&mut reg);
+    let kernel = *reg.get("llama::custom_quantized_sdpa.out").unwrap();
+    let (b, s, h, d, rows) = (1, 1, 2, 4, 8);
+    let (q, qz, qs, _) = quantized_rows(b * s * h, d, 1);
+    let (k, kz, ks, _) = quantized_rows(b * rows * h, d, 2);
+    for (seq_at_dim_2, drop_scale, want) in [
+        (true, false, "is_seq_at_dim_2"),
+        (false, true, "zero point and scale"),
+    ] {
+        let mut t = TestCall::new();
+        t.tensor(&[b, s, h, d], &q);
+        t.tensor(&[b, rows, h, d], &k);
+        t.tensor(&[b, rows, h, d], &k);
+        t.int(0);
+        t.none();
+        t.double(0.0);
+        t.bool(true);
+        t.none();
+        t.tensor(&[b, s, h, 1], &qz);
+        t.tensor(&[b, s, h, 1], &qs);
+        t.tensor(&[b, rows, h, 1], &kz);
+        if drop_scale {
+            t.none();
+        } else {
+            t.tensor(&[b, rows, h, 1], &ks);
+        }
+        t.tensor(&[b, rows, h, 1], &kz);
+        t.tensor(&[b, rows, h, 1], &ks);
+        t.bool(seq_at_dim_2);
+        let o = t.out(St::Float, &[b, s, h, d]);
+        t.ret(o);
+        let err = t
+            .run_kernel(
+                "llama::custom_quantized_sdpa.out",
+                &kernel,
+                &pteron_core::INLINE,
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains(want), "{err}");
+    }
 }
