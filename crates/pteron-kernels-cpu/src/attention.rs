@@ -2,36 +2,38 @@
 //! attention: the scores of a block of query rows never leave the cache.
 //!
 //! A task takes up to [`Q_BLOCK`] query rows that read the same kv head (the rows of one head,
-//! or for grouped-query attention the heads sharing a kv head), copied into a packed block.
-//! Keys go in blocks of [`KV_BLOCK`] (ExecuTorch's `kv_split_size`): scores `S = Q·Kᵀ` by the
-//! GEMM micro-kernels, reading the cache in place; scale, mask and causal limit, then the
-//! online softmax with SIMD `exp` (running max and sum per row, the running output rescaled
-//! when the max grows); `O += P·V` by the GEMM. The output is `O` times the reciprocal of the
-//! sum, as ExecuTorch computes it. Tasks split over the method's threads; the buffers of a
-//! task live on its stack (nothing is allocated). Head dims over [`MAX_DIM`] and the other
-//! dtypes run the portable kernel.
+//! or for grouped-query attention the heads sharing a kv head). Keys go in blocks of
+//! [`KV_BLOCK`] (ExecuTorch's `kv_split_size`): the block's scores by dot products that read
+//! each key row of the cache once for all the task's rows; scale, mask and causal limit, then
+//! the online softmax with SIMD `exp` (running max and sum per row, the running output
+//! rescaled when the max grows); `O += P·V` reading each value row once. The output is `O`
+//! times the reciprocal of the sum, as ExecuTorch computes it. Tasks split over the method's
+//! threads; the buffers of a task live on its stack (nothing is allocated). Head dims over
+//! [`MAX_DIM`] and the other dtypes run the portable kernel.
+//!
+//! Every row gets the same arithmetic whatever the number of rows in the call, so a prompt
+//! prefilled in one call gives the bits of one token per call, as ExecuTorch's attention
+//! does. A GEMM over blocks of 64 rows was faster on long prompts (up to ~15% of prefill),
+//! but its sums were ordered differently: last-bit differences that a dynamically quantized
+//! program (8da4w) amplifies at its next int8 rounding into other greedy tokens than
+//! ExecuTorch's.
 
 use core::ops::Range;
-use core::sync::atomic::{AtomicBool, Ordering};
 
-use pteron_core::{Kernel, KernelContext, KernelError, KernelRegistry, Parallel, INLINE};
+use pteron_core::{Kernel, KernelContext, KernelError, KernelRegistry, Parallel};
 use pteron_kernels::llm::{attend_f32, custom_sdpa_with, sdpa_with_kv_cache_with, Attn};
 
-use crate::gemm::{gemm, Epilogue, GemmError, Init, MatA, MatB};
 use crate::math;
 use crate::par::SharedMut;
 use crate::register_over;
 use crate::simd::{level, run_op_at, Level, Simd, SimdOp};
 
-/// Query rows per task block.
-pub const Q_BLOCK: usize = 64;
+/// Query rows per task block (the keys and values read once serve this many rows).
+pub const Q_BLOCK: usize = 4;
 /// Keys per online-softmax block.
 pub const KV_BLOCK: usize = 512;
 /// The largest head dimension of the blocked path.
 pub const MAX_DIM: usize = 256;
-/// Row blocks up to this many rows (decode) use dot products over the keys in place of the
-/// GEMM: each key and value row is read once, nothing is packed.
-const FEW_ROWS: usize = 4;
 
 pub fn register(r: &mut KernelRegistry) {
     register_over(r, "llama::custom_sdpa.out", Kernel::new(custom_sdpa_out));
@@ -88,26 +90,12 @@ pub fn attend_blocked(
         blocks,
     };
     let work = items as u64 * at.num_keys as u64 * Q_BLOCK.min(rows) as u64 * at.dim as u64;
-    let failed = AtomicBool::new(false);
-    let items_with = |r: Range<usize>, buf: &mut Buffers<'_>| {
-        for item in r {
-            if job.item(item, buf).is_err() {
-                failed.store(true, Ordering::Relaxed);
-            }
-        }
-    };
     let run = |r: Range<usize>| {
-        if rows <= FEW_ROWS {
-            // Decode: every item has at most FEW_ROWS rows (16 KB of buffers, where the full
-            // set would be 200 KB to clear for every item).
-            with_buffers::<FEW_ROWS, { FEW_ROWS * MAX_DIM }, { FEW_ROWS * KV_BLOCK }>(|b| {
-                items_with(r, b)
-            });
-        } else {
-            with_buffers::<Q_BLOCK, { Q_BLOCK * MAX_DIM }, { Q_BLOCK * KV_BLOCK }>(|b| {
-                items_with(r, b)
-            });
-        }
+        with_buffers::<Q_BLOCK, { Q_BLOCK * MAX_DIM }, { Q_BLOCK * KV_BLOCK }>(|b| {
+            for item in r {
+                job.item(item, b);
+            }
+        });
     };
     // Small calls are not worth waking the other threads. Decode is memory-bound (keys and
     // values come from memory after the weights have streamed through the caches), so it is
@@ -117,16 +105,11 @@ pub fn attend_blocked(
     } else {
         par.parallel_for(items, &run);
     }
-    if failed.load(Ordering::Relaxed) {
-        return Err(KernelError::invalid(
-            "sdpa: a GEMM operand did not match its shape",
-        ));
-    }
     Ok(())
 }
 
 /// Runs `f` with a working set on this thread's stack (nothing is allocated while executing)
-/// for blocks of up to `R` rows: `QD = R · MAX_DIM`, `SK = R · KV_BLOCK` floats (~200 KB
+/// for blocks of up to `R` rows: `QD = R · MAX_DIM`, `SK = R · KV_BLOCK` floats (~16 KB
 /// for `Q_BLOCK` rows).
 fn with_buffers<const R: usize, const QD: usize, const SK: usize>(
     f: impl FnOnce(&mut Buffers<'_>),
@@ -142,8 +125,7 @@ fn with_buffers<const R: usize, const QD: usize, const SK: usize>(
     });
 }
 
-/// One task's working set, for up to `max.len()` rows (`Q_BLOCK`, or `FEW_ROWS` when every
-/// block is a decode block).
+/// One task's working set, for up to [`Q_BLOCK`] rows.
 struct Buffers<'a> {
     /// Packed query rows, `[rows, dim]`.
     q: &'a mut [f32],
@@ -181,7 +163,7 @@ impl Job<'_> {
     }
 
     /// Attention of one block of rows.
-    fn item(&self, item: usize, buf: &mut Buffers<'_>) -> Result<(), GemmError> {
+    fn item(&self, item: usize, buf: &mut Buffers<'_>) {
         let at = self.at;
         let d = at.dim;
         let (bh, blk) = (item / self.blocks, item % self.blocks);
@@ -199,46 +181,22 @@ impl Job<'_> {
         let keys = at.limit((r0 + nr - 1) / self.reps);
         let kv_stride = at.kv_heads * d;
         let kv_base = b * at.kv_rows * kv_stride + hk * d;
-        let keys_major = nr > FEW_ROWS && self.mask.is_none();
-        if keys_major {
-            self.keys_major(buf, r0, nr, keys, kv_base, kv_stride)?;
-        }
-        let mut j0 = if keys_major { keys } else { 0 };
+        let mut j0 = 0;
         while j0 < keys {
             let n = (keys - j0).min(KV_BLOCK);
             let kv = kv_base + j0 * kv_stride;
-            if nr <= FEW_ROWS {
-                // Decode: read each key once, no packing.
-                run_op_at(
-                    self.l,
-                    Scores {
-                        q: &buf.q[..nr * d],
-                        d,
-                        k: &self.k[kv..],
-                        stride: kv_stride,
-                        n,
-                        s: buf.s,
-                    },
-                );
-            } else {
-                gemm(
-                    &INLINE,
-                    nr,
-                    n,
+            // Each key row read once for the block's rows, nothing packed.
+            run_op_at(
+                self.l,
+                Scores {
+                    q: &buf.q[..nr * d],
                     d,
-                    MatA::Rows {
-                        data: &buf.q[..nr * d],
-                        lda: d,
-                    },
-                    MatB::Cols {
-                        data: &self.k[kv..],
-                        ldb: kv_stride,
-                    },
-                    buf.s,
-                    KV_BLOCK,
-                    &Epilogue::default(),
-                )?;
-            }
+                    k: &self.k[kv..],
+                    stride: kv_stride,
+                    n,
+                    s: buf.s,
+                },
+            );
             for i in 0..nr {
                 let m = (r0 + i) / self.reps;
                 let valid = at.limit(m).saturating_sub(j0).min(n);
@@ -269,42 +227,17 @@ impl Job<'_> {
                     }
                 }
             }
-            if nr <= FEW_ROWS {
-                run_op_at(
-                    self.l,
-                    WeightedValues {
-                        p: buf.s,
-                        d,
-                        v: &self.v[kv..],
-                        stride: kv_stride,
-                        n,
-                        acc: &mut buf.acc[..nr * d],
-                    },
-                );
-            } else {
-                gemm(
-                    &INLINE,
-                    nr,
+            run_op_at(
+                self.l,
+                WeightedValues {
+                    p: buf.s,
                     d,
+                    v: &self.v[kv..],
+                    stride: kv_stride,
                     n,
-                    MatA::Rows {
-                        data: buf.s,
-                        lda: KV_BLOCK,
-                    },
-                    MatB::Rows {
-                        data: &self.v[kv..],
-                        ldb: kv_stride,
-                    },
-                    &mut buf.acc[..nr * d],
-                    d,
-                    &Epilogue {
-                        init: Init::Accumulate,
-                        affine: None,
-                        residual: None,
-                        clamp: None,
-                    },
-                )?;
-            }
+                    acc: &mut buf.acc[..nr * d],
+                },
+            );
             j0 += n;
         }
         for i in 0..nr {
@@ -317,154 +250,6 @@ impl Job<'_> {
             for (x, a) in o.iter_mut().zip(&buf.acc[i * d..(i + 1) * d]) {
                 *x = a * r;
             }
-        }
-        Ok(())
-    }
-
-    /// The rows of a block without a mask, scores kept key-major (`sᵀ`, `[keys, Q_BLOCK]`):
-    /// `Sᵀ = K·Qᵀ` reads the keys in place as the GEMM's A operand (only the small query block
-    /// is packed, instead of every key block for every query block), the softmax runs down
-    /// the columns with a lane per query row, and `O += P·V` reads `Sᵀ` as a column-major A.
-    fn keys_major(
-        &self,
-        buf: &mut Buffers<'_>,
-        r0: usize,
-        nr: usize,
-        keys: usize,
-        kv_base: usize,
-        kv_stride: usize,
-    ) -> Result<(), GemmError> {
-        let at = self.at;
-        let d = at.dim;
-        // Keys each row sees, as floats for the lane compare (exact below 2^24).
-        let mut limit = [0f32; Q_BLOCK];
-        for (i, l) in limit.iter_mut().enumerate().take(nr) {
-            *l = at.limit((r0 + i) / self.reps) as f32;
-        }
-        let mut j0 = 0;
-        while j0 < keys {
-            let n = (keys - j0).min(KV_BLOCK);
-            let kv = kv_base + j0 * kv_stride;
-            gemm(
-                &INLINE,
-                n,
-                nr,
-                d,
-                MatA::Rows {
-                    data: &self.k[kv..],
-                    lda: kv_stride,
-                },
-                MatB::Cols {
-                    data: &buf.q[..nr * d],
-                    ldb: d,
-                },
-                buf.s,
-                Q_BLOCK,
-                &Epilogue::default(),
-            )?;
-            let mut corr = [1f32; Q_BLOCK];
-            run_op_at(
-                self.l,
-                ColumnSoftmax {
-                    s: buf.s,
-                    n,
-                    nr,
-                    j0: j0 as f32,
-                    scale: at.scale,
-                    limit: &limit,
-                    max: buf.max,
-                    sum: buf.sum,
-                    corr: &mut corr,
-                },
-            );
-            for (i, &c) in corr.iter().enumerate().take(nr) {
-                if c != 1.0 {
-                    for a in &mut buf.acc[i * d..(i + 1) * d] {
-                        *a *= c;
-                    }
-                }
-            }
-            gemm(
-                &INLINE,
-                nr,
-                d,
-                n,
-                MatA::Cols {
-                    data: buf.s,
-                    lda: Q_BLOCK,
-                },
-                MatB::Rows {
-                    data: &self.v[kv..],
-                    ldb: kv_stride,
-                },
-                &mut buf.acc[..nr * d],
-                d,
-                &Epilogue {
-                    init: Init::Accumulate,
-                    affine: None,
-                    residual: None,
-                    clamp: None,
-                },
-            )?;
-            j0 += n;
-        }
-        Ok(())
-    }
-}
-
-/// The online softmax of one key block held key-major (`s[j * Q_BLOCK + i]`: key `j`, row
-/// `i`), a lane per row: scale the scores, mask keys at or past each row's `limit` (key
-/// index `j0 + j`), update the running max, replace the scores by `exp(score - max)`, add
-/// their sum to the running sum rescaled by `corr = exp(old max - new max)`, returned per row
-/// for the running output. A row whose keys are all masked so far stays all zero.
-struct ColumnSoftmax<'a> {
-    s: &'a mut [f32],
-    n: usize,
-    nr: usize,
-    j0: f32,
-    scale: f32,
-    limit: &'a [f32; Q_BLOCK],
-    max: &'a mut [f32],
-    sum: &'a mut [f32],
-    corr: &'a mut [f32; Q_BLOCK],
-}
-
-impl SimdOp for ColumnSoftmax<'_> {
-    type Output = ();
-    #[inline(always)]
-    fn run<S: Simd>(self, s: S) {
-        let l = S::LANES;
-        let ninf = s.splat(f32::NEG_INFINITY);
-        let sc = s.splat(self.scale);
-        for i0 in (0..self.nr).step_by(l) {
-            let w = (self.nr - i0).min(l);
-            let ld = |x: &[f32]| s.ld_tail(&x[..w]);
-            let lim = ld(&self.limit[i0..]);
-            let mut mx = ninf;
-            for j in 0..self.n {
-                let o = j * Q_BLOCK + i0;
-                let v = s.mul(ld(&self.s[o..]), sc);
-                // Key index below the row's limit, else -inf.
-                let v = s.select_lt(s.splat(self.j0 + j as f32), lim, v, ninf);
-                s.st_tail(&mut self.s[o..o + w], v);
-                mx = s.max(mx, v);
-            }
-            let old = ld(&self.max[i0..]);
-            let new = s.max(old, mx);
-            // All masked so far: exponents against 0 give zeros, the correction is 0 · 0.
-            let safe = s.select_lt(new, s.splat(f32::MIN), s.zero(), new);
-            let mut bsum = s.zero();
-            for j in 0..self.n {
-                let o = j * Q_BLOCK + i0;
-                let e = math::exp(s, s.sub(ld(&self.s[o..]), safe));
-                s.st_tail(&mut self.s[o..o + w], e);
-                bsum = s.add(bsum, e);
-            }
-            let corr = math::exp(s, s.sub(old, safe));
-            let sum = s.fma(corr, ld(&self.sum[i0..]), bsum);
-            s.st_tail(&mut self.sum[i0..i0 + w], sum);
-            s.st_tail(&mut self.max[i0..i0 + w], new);
-            s.st_tail(&mut self.corr[i0..i0 + w], corr);
         }
     }
 }

@@ -108,3 +108,37 @@ fn short_data_is_an_error() {
     let mut out = vec![0.0; 32];
     assert!(attend_blocked(&at, &INLINE, &q, &k, &k, None, &mut out).is_err());
 }
+
+/// A prompt attended in one call gives, row for row, the bits of one token per call (what a
+/// dynamically quantized program needs to keep ExecuTorch's greedy tokens): at every SIMD
+/// level, one and two threads, grouped heads, past several row blocks.
+#[test]
+fn one_call_equals_one_row_per_call() {
+    let (heads, kv_heads, dim, kv_rows, start, n) = (6, 2, 40, 64, 3, 19);
+    let q = rand_vec(n * heads * dim, 7);
+    let k: Vec<f32> = rand_vec(kv_rows * kv_heads * dim, 8)
+        .iter()
+        .map(|x| x * 3.0)
+        .collect();
+    let v = rand_vec(k.len(), 9);
+    for l in levels() {
+        for par in [&INLINE as &dyn Parallel, &Scoped(2)] {
+            let at = attn(1, n, heads, kv_heads, dim, kv_rows, start, true, false);
+            let mut all = vec![0.0; q.len()];
+            with_level(l, || attend_blocked(&at, par, &q, &k, &v, None, &mut all)).unwrap();
+            for m in 0..n {
+                let one = attn(1, 1, heads, kv_heads, dim, kv_rows, start + m, true, false);
+                let row = &q[m * heads * dim..(m + 1) * heads * dim];
+                let mut out = vec![0.0; heads * dim];
+                with_level(l, || attend_blocked(&one, par, row, &k, &v, None, &mut out))
+                    .unwrap();
+                assert_eq!(
+                    &all[m * heads * dim..(m + 1) * heads * dim],
+                    &out[..],
+                    "row {m} {l:?} threads {}",
+                    par.num_threads()
+                );
+            }
+        }
+    }
+}
