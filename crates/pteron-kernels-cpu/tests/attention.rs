@@ -130,8 +130,7 @@ fn one_call_equals_one_row_per_call() {
                 let one = attn(1, 1, heads, kv_heads, dim, kv_rows, start + m, true, false);
                 let row = &q[m * heads * dim..(m + 1) * heads * dim];
                 let mut out = vec![0.0; heads * dim];
-                with_level(l, || attend_blocked(&one, par, row, &k, &v, None, &mut out))
-                    .unwrap();
+                with_level(l, || attend_blocked(&one, par, row, &k, &v, None, &mut out)).unwrap();
                 assert_eq!(
                     &all[m * heads * dim..(m + 1) * heads * dim],
                     &out[..],
