@@ -43,12 +43,223 @@ fn raise_exception(msg: String) -> std::result::Result<String, JinjaError> {
     Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
 }
 
+/// Python's `json.dumps` as Hugging Face's `tojson` calls it (`ensure_ascii=False`, `", "` and
+/// `": "` between items, keys in their order, `indent=N` for a pretty form): minijinja's own
+/// `tojson` is compact and escapes `<`, `>` and `&`, which changes what a tool list renders to.
+fn tojson(
+    value: minijinja::Value,
+    kwargs: minijinja::value::Kwargs,
+) -> std::result::Result<minijinja::Value, JinjaError> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    let sort: Option<bool> = kwargs.get("sort_keys")?;
+    let _: Option<bool> = kwargs.get("ensure_ascii")?;
+    kwargs.assert_all_used()?;
+    let mut out = Vec::new();
+    let indent_bytes = indent.map(|n| vec![b' '; n]);
+    let mut ser = serde_json::Serializer::with_formatter(
+        &mut out,
+        PyFormatter {
+            indent: indent_bytes.as_deref(),
+            depth: 0,
+            filled: Vec::new(),
+        },
+    );
+    // The value itself keeps its keys in order; sorted keys go through a sorted copy.
+    let written = if sort == Some(true) {
+        serde_json::to_value(&value)
+            .and_then(|json| serde::Serialize::serialize(&sorted(json), &mut ser))
+    } else {
+        serde::Serialize::serialize(&value, &mut ser)
+    };
+    written.map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    let text = String::from_utf8(out)
+        .map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    Ok(minijinja::Value::from_safe_string(text))
+}
+
+/// `v` with every object's keys in sorted order (`json.dumps(..., sort_keys=True)`).
+fn sorted(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut items: Vec<_> = m.into_iter().collect();
+            items.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(items.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        serde_json::Value::Array(a) => {
+            serde_json::Value::Array(a.into_iter().map(sorted).collect())
+        }
+        other => other,
+    }
+}
+
+/// `json.dumps` spacing: `", "` and `": "` on one line, or Python's indented form.
+struct PyFormatter<'a> {
+    indent: Option<&'a [u8]>,
+    depth: usize,
+    /// Per open array or object: whether it has an item yet (`[]` and `{}` stay empty).
+    filled: Vec<bool>,
+}
+
+impl PyFormatter<'_> {
+    fn newline<W: ?Sized + std::io::Write>(&self, w: &mut W) -> std::io::Result<()> {
+        if let Some(ind) = self.indent {
+            w.write_all(b"\n")?;
+            for _ in 0..self.depth {
+                w.write_all(ind)?;
+            }
+        }
+        Ok(())
+    }
+    fn open<W: ?Sized + std::io::Write>(&mut self, w: &mut W, c: &[u8]) -> std::io::Result<()> {
+        self.depth += 1;
+        self.filled.push(false);
+        w.write_all(c)
+    }
+    fn close<W: ?Sized + std::io::Write>(&mut self, w: &mut W, c: &[u8]) -> std::io::Result<()> {
+        self.depth = self.depth.saturating_sub(1);
+        if self.filled.pop() == Some(true) {
+            self.newline(w)?;
+        }
+        w.write_all(c)
+    }
+    fn item<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if let Some(f) = self.filled.last_mut() {
+            *f = true;
+        }
+        if !first {
+            w.write_all(if self.indent.is_some() { b"," } else { b", " })?;
+        }
+        self.newline(w)
+    }
+}
+
+impl serde_json::ser::Formatter for PyFormatter<'_> {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"[")
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"]")
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.item(w, first)
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"{")
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"}")
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.item(w, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+}
+
+/// `strftime_now(format)`: the current UTC time, formatted with the strftime directives chat
+/// templates use (`%d %m %Y %y %b %B %a %A %H %M %S %j %%`; Llama 3's template dates its
+/// system prompt with `strftime_now("%d %b %Y")`, as transformers renders it).
+fn strftime_now(format: String) -> std::result::Result<String, JinjaError> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    strftime(&format, secs)
+}
+
+/// `format` at `secs` seconds after 1970-01-01 00:00 UTC.
+pub fn strftime(format: &str, secs: u64) -> std::result::Result<String, JinjaError> {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAYS: [&str; 7] = [
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ];
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // The civil date of a day count (Howard Hinnant's days_from_civil, inverted).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let before: [i64; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let yday = before[(month - 1) as usize] + day + i64::from(leap && month > 2);
+    let weekday = ((days as i64 + 3) % 7) as usize; // 1970-01-01 was a Thursday
+    let (m, d) = ((month - 1) as usize, day);
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('d') => out.push_str(&format!("{d:02}")),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", year % 100)),
+            Some('b') => out.push_str(&MONTHS[m][..3]),
+            Some('B') => out.push_str(MONTHS[m]),
+            Some('a') => out.push_str(&DAYS[weekday][..3]),
+            Some('A') => out.push_str(DAYS[weekday]),
+            Some('H') => out.push_str(&format!("{:02}", rem / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", rem % 3600 / 60)),
+            Some('S') => out.push_str(&format!("{:02}", rem % 60)),
+            Some('j') => out.push_str(&format!("{yday:03}")),
+            Some('%') => out.push('%'),
+            other => {
+                return Err(JinjaError::new(
+                    ErrorKind::InvalidOperation,
+                    format!(
+                        "strftime_now: unsupported directive %{}",
+                        other.unwrap_or(' ')
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl ChatTemplate {
     pub fn new(source: &str) -> Result<Self> {
         let mut env = Environment::new();
         // Hugging Face templates call Python string methods (.strip(), .startswith()...).
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
         env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
@@ -65,18 +276,40 @@ impl ChatTemplate {
         bos_token: Option<&str>,
         eos_token: Option<&str>,
     ) -> Result<String> {
+        self.render_with_vars(
+            messages,
+            add_generation_prompt,
+            bos_token,
+            eos_token,
+            &serde_json::Map::new(),
+        )
+    }
+
+    /// [`ChatTemplate::render`] with more template variables, as transformers'
+    /// `apply_chat_template(..., **kwargs)` passes them: `tools` (a list of JSON schemas),
+    /// `enable_thinking`, `date_string`, ... Messages may be any JSON objects (`role`,
+    /// `content`, `tool_calls`, `reasoning_content`, ...).
+    pub fn render_with_vars<M: serde::Serialize>(
+        &self,
+        messages: &[M],
+        add_generation_prompt: bool,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+        vars: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String> {
         let t = self
             .env
             .get_template("chat")
             .map_err(|e| Error::Template(e.to_string()))?;
         let mut out = Capped(Vec::new(), false);
+        let base = context! {
+            messages => minijinja::Value::from_serialize(messages),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => bos_token.unwrap_or(""),
+            eos_token => eos_token.unwrap_or(""),
+        };
         t.render_captured_to(
-            context! {
-                messages => messages,
-                add_generation_prompt => add_generation_prompt,
-                bos_token => bos_token.unwrap_or(""),
-                eos_token => eos_token.unwrap_or(""),
-            },
+            context! { ..base, ..minijinja::Value::from_serialize(vars) },
             &mut out,
         )
         .map_err(|e| {
