@@ -20,6 +20,10 @@ pub struct SampleArgs {
     /// Most tokens to generate (per answer in chat).
     #[arg(long, default_value_t = 256)]
     pub max_new_tokens: usize,
+    /// A chat-template variable, KEY=VALUE (VALUE as JSON, else a string; repeatable), as
+    /// transformers' apply_chat_template(..., KEY=VALUE): e.g. enable_thinking=false.
+    #[arg(long = "template-var", value_name = "KEY=VALUE")]
+    pub template_vars: Vec<String>,
     /// 0 = greedy.
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
@@ -155,6 +159,20 @@ pub struct ChatArgs {
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// Applies `--template-var KEY=VALUE` options to the chat's template.
+fn set_template_vars(chat: &mut Chat<'_, '_, '_>, vars: &[String]) -> Res<()> {
+    for kv in vars {
+        let (key, value) = kv
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| format!("--template-var {kv:?}: expected KEY=VALUE"))?;
+        let value = serde_json::from_str(value)
+            .unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+        chat.template_mut().set_var(key, value);
+    }
+    Ok(())
+}
+
 fn load<'a>(
     program: &pteron::Program<'a>,
     threads: usize,
@@ -247,7 +265,8 @@ fn generate_inner(args: &GenerateArgs) -> Res<()> {
         &opts.speculation,
     )?;
     let prompt_ids = if args.chat_template {
-        let chat = Chat::new(&mut gen, None, None)?;
+        let mut chat = Chat::new(&mut gen, None, None)?;
+        set_template_vars(&mut chat, &args.sample.template_vars)?;
         let text = chat.render_with(&args.prompt)?;
         tokenizer.encode(&text, false)?
     } else {
@@ -340,6 +359,7 @@ fn chat_inner(args: &ChatArgs) -> Res<()> {
         &opts.speculation,
     )?;
     let mut chat = Chat::new(&mut gen, None, args.system.clone())?;
+    set_template_vars(&mut chat, &args.sample.template_vars)?;
     eprintln!(
         "pteron chat: {} ({context}-token context, loaded in {:.0} ms). /reset clears the \
          conversation, /quit or Ctrl-D exits.",

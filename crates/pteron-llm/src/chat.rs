@@ -34,9 +34,11 @@ pub const TEMPLATE_FUEL: u64 = 20_000_000;
 /// Longest prompt a template may render.
 pub const MAX_RENDERED_BYTES: usize = 64 << 20;
 
-/// A compiled chat template.
+/// A compiled chat template, with the variables every rendering gets (see
+/// [`ChatTemplate::set_var`]).
 pub struct ChatTemplate {
     env: Environment<'static>,
+    vars: serde_json::Map<String, serde_json::Value>,
 }
 
 fn raise_exception(msg: String) -> std::result::Result<String, JinjaError> {
@@ -265,7 +267,17 @@ impl ChatTemplate {
         env.set_lstrip_blocks(true);
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| Error::Template(e.to_string()))?;
-        Ok(ChatTemplate { env })
+        Ok(ChatTemplate {
+            env,
+            vars: serde_json::Map::new(),
+        })
+    }
+
+    /// A template variable for every rendering, as transformers' `apply_chat_template(...,
+    /// key=value)`: `enable_thinking` (false: Qwen 3's empty thinking block), `date_string`,
+    /// `tools`, ... Variables passed to [`ChatTemplate::render_with_vars`] take precedence.
+    pub fn set_var(&mut self, key: &str, value: serde_json::Value) {
+        self.vars.insert(key.to_string(), value);
     }
 
     /// The prompt text for `messages`.
@@ -281,7 +293,7 @@ impl ChatTemplate {
             add_generation_prompt,
             bos_token,
             eos_token,
-            &serde_json::Map::new(),
+            &self.vars,
         )
     }
 
@@ -309,7 +321,11 @@ impl ChatTemplate {
             eos_token => eos_token.unwrap_or(""),
         };
         t.render_captured_to(
-            context! { ..base, ..minijinja::Value::from_serialize(vars) },
+            context! {
+                ..base,
+                ..minijinja::Value::from_serialize(vars),
+                ..minijinja::Value::from_serialize(&self.vars)
+            },
             &mut out,
         )
         .map_err(|e| {
@@ -388,6 +404,11 @@ impl<'g, 'a, 't> Chat<'g, 'a, 't> {
             self.messages.push(Message::new("system", s));
         }
         self.generator.rewind(0);
+    }
+
+    /// The template, to set variables on ([`ChatTemplate::set_var`]).
+    pub fn template_mut(&mut self) -> &mut ChatTemplate {
+        &mut self.template
     }
 
     /// EOS ids for chat: the program's and the tokenizer's EOS token (the end-of-turn token).

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use pteron_llm::chat::{strftime, ChatTemplate};
+use pteron_llm::chat::{strftime, ChatTemplate, Message};
 use serde_json::Value;
 
 fn dir() -> PathBuf {
@@ -62,4 +62,52 @@ fn strftime_formats_dates() {
     assert_eq!(strftime("%d %b %Y", 0).unwrap(), "01 Jan 1970");
     assert_eq!(strftime("%Y-%m-%d", 951_782_400).unwrap(), "2000-02-29");
     assert!(strftime("%Q", 0).is_err());
+}
+
+/// A variable set on the template applies to every rendering (`pteron chat --template-var
+/// enable_thinking=false`), and a variable passed with the call takes precedence.
+#[test]
+fn template_variables_persist_and_yield_to_call_variables() {
+    let g: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir().join("goldens.json")).unwrap())
+            .unwrap();
+    let case = |thinking: bool| {
+        g["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| {
+                c["template"] == "qwen3"
+                    && c["conversation"] == "system_and_turns"
+                    && c["tools"].is_null()
+                    && c["add_generation_prompt"] == true
+                    && c["variables"].get("enable_thinking").is_some() != thinking
+            })
+            .unwrap()
+            .clone()
+    };
+    let (plain, no_think) = (case(true), case(false));
+    let msgs: Vec<Message> = plain["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    let src = std::fs::read_to_string(dir().join("qwen3.jinja")).unwrap();
+    let mut t = ChatTemplate::new(&src).unwrap();
+    assert_eq!(
+        t.render(&msgs, true, None, None).unwrap(),
+        plain["rendered"]
+    );
+    t.set_var("enable_thinking", Value::Bool(false));
+    assert_eq!(
+        t.render(&msgs, true, None, None).unwrap(),
+        no_think["rendered"]
+    );
+    let mut call = serde_json::Map::new();
+    call.insert("enable_thinking".into(), Value::Bool(true));
+    assert_eq!(
+        t.render_with_vars(&msgs, true, None, None, &call).unwrap(),
+        plain["rendered"]
+    );
 }
