@@ -54,8 +54,14 @@ fn tojson(
 ) -> std::result::Result<minijinja::Value, JinjaError> {
     let indent: Option<usize> = kwargs.get("indent")?;
     let sort: Option<bool> = kwargs.get("sort_keys")?;
-    let _: Option<bool> = kwargs.get("ensure_ascii")?;
+    let ascii: Option<bool> = kwargs.get("ensure_ascii")?;
     kwargs.assert_all_used()?;
+    if ascii == Some(true) {
+        return Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            "tojson: ensure_ascii=true is not supported",
+        ));
+    }
     let mut out = Vec::new();
     let indent_bytes = indent.map(|n| vec![b' '; n]);
     let mut ser = serde_json::Serializer::with_formatter(
@@ -288,12 +294,13 @@ impl ChatTemplate {
         bos_token: Option<&str>,
         eos_token: Option<&str>,
     ) -> Result<String> {
+        // The template's own variables are merged in by render_with_vars.
         self.render_with_vars(
             messages,
             add_generation_prompt,
             bos_token,
             eos_token,
-            &self.vars,
+            &serde_json::Map::new(),
         )
     }
 

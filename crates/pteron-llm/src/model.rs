@@ -135,9 +135,10 @@ pub struct Model<'a> {
     rows: Vec<f32>,
     vocab: usize,
     /// For a program with recurrent state (a hybrid model's convolution or linear-attention
-    /// layers write their state back with `copy_`), every tensor it keeps across calls: the
-    /// state cannot be rewound to an earlier position, only cleared. Empty for attention-only
-    /// programs, whose KV cache a rewind simply stops reading past the position.
+    /// layers write their state back with `copy_`), the tensors it keeps across calls besides
+    /// its KV caches: the state cannot be rewound to an earlier position, only cleared. Empty
+    /// for attention-only programs, whose KV cache a rewind simply stops reading past the
+    /// position.
     state: Vec<usize>,
 }
 
@@ -230,13 +231,16 @@ impl<'a> Model<'a> {
             },
             _ => None,
         };
+        // The recurrent state: what the method keeps from call to call besides its KV caches
+        // (a rewind needs no clearing of those: rows past the position are never read).
         // ExecuTorch's LLM exports carry no initial values for their buffers (zeros at load):
         // clearing the state returns it to what a fresh load holds.
-        let state = if method.operator_names().any(|n| n == "aten::copy_") {
-            method.persistent_tensors()
-        } else {
-            Vec::new()
-        };
+        let caches = method.cache_tensors();
+        let state: Vec<usize> = method
+            .persistent_tensors()
+            .into_iter()
+            .filter(|v| !caches.contains(v))
+            .collect();
         Ok(Model {
             state,
             method,

@@ -129,6 +129,10 @@ pub(super) fn gated_delta_rule_out(ctx: &mut KernelContext) -> Result<(), Kernel
     let s0 = s0.as_slice::<f32>()?;
     let (out, state) = (out.as_mut_slice::<f32>()?, state.as_mut_slice::<f32>()?);
     state.copy_from_slice(s0);
+    if d.v == 0 {
+        // Empty value heads: both outputs are empty (and rows of 0 values cannot be chunked).
+        return Ok(());
+    }
     let (kv, tv, tk) = (d.k * d.v, d.t * d.v, d.t * d.k);
     let decay_stride = if d.channelwise { d.k } else { 1 };
     for bh in 0..d.b * d.h {

@@ -606,3 +606,25 @@ fn custom_quantized_sdpa_refuses_what_it_cannot_do() {
         assert!(err.to_string().contains(want), "{err}");
     }
 }
+
+#[test]
+fn gated_delta_rule_with_empty_value_heads_is_empty() {
+    let mut reg = KernelRegistry::new();
+    register(&mut reg);
+    let kernel = *reg.get("llama::gated_delta_rule.out").unwrap();
+    let (b, h, t, kd) = (1, 2, 3, 4);
+    let mut c = TestCall::new();
+    c.tensor(&[b, h, t, kd], &vals(h * t * kd, 1));
+    c.tensor(&[b, h, t, kd], &vals(h * t * kd, 2));
+    c.tensor::<f32>(&[b, h, t, 0], &[]);
+    c.tensor(&[b, h, t], &vals(h * t, 4));
+    c.tensor(&[b, h, t], &vals(h * t, 5));
+    c.tensor::<f32>(&[b, h, kd, 0], &[]);
+    let o = c.out(St::Float, &[b, h, t, 0]);
+    let s = c.out(St::Float, &[b, h, kd, 0]);
+    c.ret(o);
+    c.ret(s);
+    c.run_kernel("llama::gated_delta_rule.out", &kernel, &pteron_core::INLINE)
+        .unwrap();
+    assert!(c.output::<f32>(o).is_empty());
+}
