@@ -15,6 +15,8 @@
 //! - [`testing`]: single kernel calls built by hand.
 
 #![forbid(unsafe_code)]
+// Without `std`, `core` and `alloc` only (microcontrollers).
+#![cfg_attr(not(feature = "std"), no_std)]
 
 extern crate alloc;
 
@@ -57,6 +59,8 @@ pub use parallel::{Inline, Parallel, INLINE};
 pub use partition::{CallGraph, Partitioner, Region};
 pub use plan::PlanStats;
 pub use prepare::{PrepareContext, PrepareFn, Prepared};
+/// The program a method is loaded from (re-exported so firmware needs only this crate).
+pub use pteron_format::Program;
 pub use registry::{ArgSet, Kernel, KernelRegistry};
 pub use source::{DataSources, PageRelease};
 pub use tensor::{normalize_dim, Dims, TensorInfo, MAX_RANK};

@@ -3,6 +3,7 @@
 
 use crate::dtype::ScalarType;
 use crate::error::KernelError;
+use alloc::format;
 
 /// The largest rank a tensor may have (ExecuTorch's `kTensorDimensionLimit`).
 pub const MAX_RANK: usize = 16;

@@ -1,5 +1,9 @@
 //! `.ptd` external data files (FlatTensor, identifier "FT01", header "FH01").
 
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
 use crate::error::{checked_range, FormatError};
 use crate::ptd_schema as fb;
 

@@ -1,4 +1,4 @@
-use std::string::String;
+use alloc::string::String;
 
 /// Why a file was rejected. Every variant says what was wrong and where.
 #[derive(Debug, thiserror::Error)]
@@ -33,14 +33,21 @@ pub enum FormatError {
         index: u64,
         len: usize,
     },
+    // Not a `#[source]`: flatbuffers' error implements `Error` only with its `std` feature.
     #[error("invalid flatbuffer: {0}")]
-    Flatbuffer(#[from] flatbuffers::InvalidFlatbuffer),
+    Flatbuffer(flatbuffers::InvalidFlatbuffer),
     #[error("required field {0} is missing")]
     Missing(&'static str),
     #[error("named data key {0:?} not found")]
     KeyNotFound(String),
     #[error("{0}")]
     Invalid(String),
+}
+
+impl From<flatbuffers::InvalidFlatbuffer> for FormatError {
+    fn from(e: flatbuffers::InvalidFlatbuffer) -> Self {
+        FormatError::Flatbuffer(e)
+    }
 }
 
 /// `offset + size <= limit`, without overflow; returns the range as `usize`.

@@ -1,5 +1,7 @@
 //! The "eh00" extended header that follows the flatbuffer identifier in a `.pte`.
 
+use alloc::format;
+
 use crate::error::FormatError;
 
 /// Offsets and sizes from the "eh00" header (all little-endian in the file).

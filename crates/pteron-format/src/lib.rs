@@ -8,6 +8,11 @@
 
 // Only the flatc-generated accessors use `unsafe` (unchecked reads of the verified buffer).
 #![deny(unsafe_code)]
+// Without `std`, `core` and `alloc` only: microcontroller firmware reads programs in place
+// from flash. The `std` feature adds nothing to this crate's API.
+#![cfg_attr(not(feature = "std"), no_std)]
+
+extern crate alloc;
 
 pub mod data_file;
 mod error;

@@ -1,5 +1,7 @@
 //! A verified view of a `.pte` program.
 
+use alloc::format;
+use alloc::string::{String, ToString};
 use core::ops::Range;
 
 use crate::error::{checked_range, FormatError};

@@ -1,6 +1,8 @@
 //! Tensor creation: full / zeros / ones / empty / scalar_tensor / arange / fill, the plain copies
 //! (clone, alias_copy, detach_copy, lift_fresh_copy) and tril. Outputs may have any dim order.
 
+#[cfg(not(feature = "std"))]
+use crate::math::Libm as _;
 use pteron_core::{
     ArgAccess, ArgView, Dims, DtypeSet, Element, Kernel, KernelContext, KernelError,
     KernelRegistry, Scalar, ScalarType,

@@ -151,12 +151,12 @@ pub trait Pow {
 }
 impl Pow for f32 {
     fn powf(self, e: f32) -> f32 {
-        f32::powf(self, e)
+        crate::math::Libm::powf(self, e)
     }
 }
 impl Pow for f64 {
     fn powf(self, e: f64) -> f64 {
-        f64::powf(self, e)
+        crate::math::Libm::powf(self, e)
     }
 }
 

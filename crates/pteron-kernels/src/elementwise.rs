@@ -6,6 +6,8 @@
 
 pub mod engine;
 
+#[cfg(not(feature = "std"))]
+use crate::math::Libm as _;
 use core::cell::Cell;
 
 use pteron_core::DtypeSet;

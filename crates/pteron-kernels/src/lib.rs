@@ -19,7 +19,14 @@
 //! ```
 
 #![forbid(unsafe_code)]
+// Without `std`, `core` and `alloc` only (microcontrollers); float functions then come from
+// `libm` (see `math`).
+#![cfg_attr(not(feature = "std"), no_std)]
 
+#[macro_use]
+extern crate alloc;
+
+pub mod math;
 pub mod util;
 
 pub mod copy;

@@ -26,6 +26,8 @@
 //! they weight the values, as ExecuTorch's reduced-precision GEMM does. Nothing is allocated: the
 //! scores of one block and the running output of one row live on the stack (head_dim ≤ 1024).
 
+#[cfg(not(feature = "std"))]
+use crate::math::Libm as _;
 use half::{bf16, f16};
 use pteron_core::{
     ArgAccess, ArgView, DtypeSet, Element, Kernel, KernelContext, KernelError, KernelRegistry,

@@ -1,6 +1,8 @@
 //! Scalar ("prim") ops: symbolic sizes and the `executorch_prim` arithmetic the exporter emits
 //! for dynamic shapes and control flow. They write their result into the return slot.
 
+#[cfg(not(feature = "std"))]
+use crate::math::Libm as _;
 use pteron_core::{
     ArgAccess, DtypeSet, Kernel, KernelContext, KernelError, KernelRegistry, Scalar, Value,
 };

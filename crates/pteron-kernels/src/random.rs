@@ -15,6 +15,8 @@
 //! `p > 0`, `mask = uniform >= p` and `out = mask ? input : 0`, **without** PyTorch's `1 / (1 - p)`
 //! rescaling (ExecuTorch does not rescale); otherwise `out = input` and the mask is all true.
 
+#[cfg(not(feature = "std"))]
+use crate::math::Libm as _;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use pteron_core::{

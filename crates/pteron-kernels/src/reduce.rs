@@ -5,6 +5,8 @@
 //! in float32 in index order as ExecuTorch's portable kernel does; integer sums accumulate in
 //! i64 with wrapping, as C++ does.
 
+#[cfg(not(feature = "std"))]
+use crate::math::Libm as _;
 use pteron_core::DtypeSet;
 use pteron_core::{
     dispatch_dtype, dispatch_float, ArgAccess, ArgView, Element, Kernel, KernelContext,

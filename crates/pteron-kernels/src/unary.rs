@@ -1,6 +1,8 @@
 //! Unary elementwise ops. Float functions of integer or bool inputs compute in float32 (PyTorch's
 //! default dtype); f16/bf16 compute in f32 and round. Any dim order, 0-d and empty tensors.
 
+#[cfg(not(feature = "std"))]
+use crate::math::Libm as _;
 use pteron_core::DtypeSet;
 use pteron_core::{
     ArgAccess, ArgView, Dims, Kernel, KernelContext, KernelError, KernelRegistry, ScalarType,

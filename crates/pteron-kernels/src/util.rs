@@ -336,7 +336,7 @@ macro_rules! acc_float {
             const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
             #[inline(always)]
             fn sqrt(self) -> Self {
-                <$t>::sqrt(self)
+                crate::math::Libm::sqrt(self)
             }
             #[inline(always)]
             fn is_nan(self) -> bool {

@@ -3,6 +3,8 @@
 
 use super::geom::{out_sizes, pair, pool_geom, Nchw, PoolGeom};
 use super::AVG;
+#[cfg(not(feature = "std"))]
+use crate::math::Libm as _;
 use pteron_core::{dispatch_dtype, ArgAccess, Element, KernelContext, KernelError, ScalarType};
 
 /// Addition and division in the element type, as ExecuTorch's portable average pooling does

@@ -2,6 +2,8 @@
 
 use super::geom::{out_sizes, Nchw};
 use crate::linalg::dispatch_acc as dispatch_real;
+#[cfg(not(feature = "std"))]
+use crate::math::Libm as _;
 use pteron_core::{ArgAccess, Element, KernelContext, KernelError, ScalarType, TensorInfo};
 
 /// Output size and scale of the `.vec` upsampling overloads: exactly one of `output_size`

@@ -1,6 +1,8 @@
 //! `choose_qparams_per_token_asymmetric`: per-token scale and zero point from the row's min
 //! and max.
 
+#[cfg(not(feature = "std"))]
+use crate::math::Libm as _;
 use pteron_core::{ArgAccess, ArgView, KernelContext, KernelError, ScalarType};
 
 use super::quantize::tokens_of;

@@ -1,6 +1,8 @@
 //! Affine quantization: `quantize_per_tensor` (scalar and tensor params), `quantize_per_channel`
 //! and `quantize_per_token`.
 
+#[cfg(not(feature = "std"))]
+use crate::math::Libm as _;
 use half::f16;
 use pteron_core::{
     ArgAccess, ArgView, Element, KernelContext, KernelError, ScalarType, TensorInfo,

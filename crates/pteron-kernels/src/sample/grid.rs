@@ -24,11 +24,11 @@ macro_rules! fl {
         impl Fl for $t {
             #[inline]
             fn floor(self) -> Self {
-                <$t>::floor(self)
+                crate::math::Libm::floor(self)
             }
             #[inline]
             fn nearbyint(self) -> Self {
-                <$t>::round_ties_even(self)
+                crate::math::Libm::round_ties_even(self)
             }
             #[inline]
             fn abs(self) -> Self {

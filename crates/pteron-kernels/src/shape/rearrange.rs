@@ -43,7 +43,7 @@ pub(super) fn flip_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let mut seen = [false; MAX_RANK];
     for &d in &dims[..n] {
         let d = normalize_dim(d, x.rank())?;
-        if std::mem::replace(&mut seen[d], true) {
+        if core::mem::replace(&mut seen[d], true) {
             return Err(KernelError::invalid("flip: dim appears multiple times"));
         }
         if x.rank() == 0 || x.size(d) == 0 {

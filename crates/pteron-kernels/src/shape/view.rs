@@ -68,7 +68,7 @@ pub(super) fn permute_copy_out(ctx: &mut KernelContext) -> Result<(), KernelErro
     let mut seen = [false; MAX_RANK];
     for &d in &dims[..n] {
         let d = normalize_dim(d, x.rank())?;
-        if std::mem::replace(&mut seen[d], true) {
+        if core::mem::replace(&mut seen[d], true) {
             return Err(KernelError::invalid("permute: repeated dim"));
         }
         v.push(x.size(d), src.strides[d])?;

@@ -2,6 +2,8 @@
 //! remainder, integer power and `erf`.
 
 use super::num::Num;
+#[cfg(not(feature = "std"))]
+use crate::math::Libm as _;
 
 /// Float helpers that PyTorch defines beyond libm.
 pub trait FMath: Num {

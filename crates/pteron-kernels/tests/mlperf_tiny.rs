@@ -1,0 +1,78 @@
+//! The microcontroller fixtures (`testdata/mcu`: ExecuTorch's MLPerf Tiny models, portable
+//! fp32 and int8 `quantized_decomposed`, goldens from ExecuTorch's runtime) run through the
+//! crates a firmware links — pteron-format, pteron-core and these portable kernels, nothing
+//! else. CI runs it with and without the `std` feature (`--no-default-features`), the latter
+//! being the build the Cortex-M firmware (`examples/cortex-m`) uses.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use pteron_core::{KernelRegistry, Method, MethodConfig, Output, Program, ScalarType};
+
+fn fixtures() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/mcu");
+    let mut dirs: Vec<PathBuf> = fs::read_dir(&root)
+        .expect("testdata/mcu")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.join("model.pte").is_file())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+fn input_shape(meta: &str) -> Vec<usize> {
+    let at = meta.find("\"input_shape\"").expect("input_shape");
+    let rest = &meta[at..];
+    let (a, b) = (rest.find('[').unwrap(), rest.find(']').unwrap());
+    rest[a + 1..b]
+        .split(',')
+        .map(|s| s.trim().parse().unwrap())
+        .collect()
+}
+
+/// Every fixture: fp32 within 1e-5 of the golden's largest magnitude; the int8 programs
+/// bit-exact (their fp32 convolutions between quantize/dequantize pairs round the same way).
+#[test]
+fn mlperf_tiny_programs_match_executorch() {
+    let mut registry = KernelRegistry::new();
+    pteron_kernels::register_all(&mut registry);
+    let dirs = fixtures();
+    assert_eq!(dirs.len(), 8, "four models, two variants each");
+    for d in dirs {
+        let name = d.file_name().unwrap().to_string_lossy().into_owned();
+        let bytes = fs::read(d.join("model.pte")).unwrap();
+        let meta = fs::read_to_string(d.join("meta.json")).unwrap();
+        let input = fs::read(d.join("input0.bin")).unwrap();
+        let want = floats(&fs::read(d.join("expected0.bin")).unwrap());
+        let program = Program::parse(&bytes).unwrap();
+        let mut method =
+            Method::load(&program, "forward", &registry, MethodConfig::default()).unwrap();
+        method
+            .set_input_tensor(0, ScalarType::Float, &input_shape(&meta), &input)
+            .unwrap();
+        method.execute().unwrap();
+        let Output::Tensor(out) = method.output(0).unwrap() else {
+            panic!("{name}: not a tensor")
+        };
+        let got = out.as_slice::<f32>().unwrap();
+        assert_eq!(got.len(), want.len(), "{name}");
+        let scale = want.iter().fold(0f32, |m, w| m.max(w.abs()));
+        let diff = got
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+        let limit = if name.ends_with("_fp32") { 1e-5 } else { 0.0 };
+        println!("{name}: max|diff| {diff:e}, relative {:e}", diff / scale);
+        assert!(
+            diff <= limit * scale,
+            "{name}: max|diff| {diff} > {limit} × {scale}"
+        );
+    }
+}
