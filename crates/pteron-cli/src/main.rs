@@ -67,7 +67,8 @@ enum Command {
     },
     /// Run a method on inputs from .npy files (or deterministic inputs) and save the outputs.
     Run(run::RunArgs),
-    /// List the registered kernels (operator names) and the dtypes each computes in.
+    /// List the registered kernels (operator names) and the dtypes each computes in; with
+    /// `--for`, the operators given programs call (for selective builds).
     Ops {
         /// Print JSON instead of text.
         #[arg(long)]
@@ -75,6 +76,14 @@ enum Command {
         /// Only kernels whose name contains this text.
         #[arg(long)]
         filter: Option<String>,
+        /// The operators these programs call (every method), each with the kernel library
+        /// that has it.
+        #[arg(long = "for", num_args = 1.., value_name = "PTE")]
+        programs: Vec<PathBuf>,
+        /// With `--for`: print Rust source of a `pteron_core::OpSelection` for these operators
+        /// (`pteron_kernels::register_selected::<ProgramOps>` then links only their kernels).
+        #[arg(long, requires = "programs")]
+        emit_rust: bool,
     },
     /// Generate text with an LLM program (ExecuTorch LLM export) from a prompt, streaming it.
     Generate(generate::GenerateArgs),
@@ -113,7 +122,18 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect { model, json } => inspect::inspect(&model, json),
         Command::Run(args) => run::run(&args),
-        Command::Ops { json, filter } => ops::ops(json, filter.as_deref()),
+        Command::Ops {
+            json,
+            filter,
+            programs,
+            emit_rust,
+        } => {
+            if programs.is_empty() {
+                ops::ops(json, filter.as_deref())
+            } else {
+                ops::program_ops(&programs, json, emit_rust)
+            }
+        }
         Command::Generate(args) => generate::generate(&args),
         Command::Chat(args) => generate::chat(&args),
         Command::Serve(args) => serve::serve(&args),

@@ -61,7 +61,7 @@ pub use plan::PlanStats;
 pub use prepare::{PrepareContext, PrepareFn, Prepared};
 /// The program a method is loaded from (re-exported so firmware needs only this crate).
 pub use pteron_format::Program;
-pub use registry::{ArgSet, Kernel, KernelRegistry};
+pub use registry::{AllOps, ArgSet, Kernel, KernelRegistry, OpSelection};
 pub use source::{DataSources, PageRelease};
 pub use tensor::{normalize_dim, Dims, TensorInfo, MAX_RANK};
 pub use value::{Dynamism, ListPool, ListRef, Scalar, Storage, Tensor, Value, NONE_INDEX};

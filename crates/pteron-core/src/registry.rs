@@ -121,6 +121,57 @@ impl Kernel {
     }
 }
 
+/// A compile-time choice of operators for selective builds: a kernel library's
+/// `register::<S>` installs only the operators `S` selects and leaves the others' kernels
+/// unreferenced, so the linker drops their code (a firmware carries only what its programs
+/// call). [`AllOps`] selects everything; `pteron ops --emit-rust a.pte …` writes a selection
+/// for given programs.
+pub trait OpSelection {
+    /// The selected operator names (`aten::add.out`), or `None` for every operator.
+    const OPS: Option<&'static [&'static str]>;
+}
+
+/// Every operator.
+pub struct AllOps;
+
+impl OpSelection for AllOps {
+    const OPS: Option<&'static [&'static str]> = None;
+}
+
+/// Whether `ops` (an [`OpSelection::OPS`]) holds `name`; `const` so that [`register_op!`]
+/// decides at compile time.
+pub const fn selects(ops: Option<&[&str]>, name: &str) -> bool {
+    let Some(ops) = ops else { return true };
+    let mut i = 0;
+    while i < ops.len() {
+        let (a, b) = (ops[i].as_bytes(), name.as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return true;
+            }
+        }
+        i += 1;
+    }
+    false
+}
+
+/// `register_op!(S, registry, "aten::relu.out", kernel)` registers `kernel` when the
+/// [`OpSelection`] `S` selects the name. The name must be a constant (a literal or `concat!`):
+/// the choice is made at compile time, and a kernel left out is never referenced.
+#[macro_export]
+macro_rules! register_op {
+    ($sel:ty, $registry:expr, $name:expr, $kernel:expr $(,)?) => {
+        if const { $crate::registry::selects(<$sel as $crate::registry::OpSelection>::OPS, $name) }
+        {
+            $registry.register($name, $kernel);
+        }
+    };
+}
+
 /// Operator name (`aten::add.out`) → kernel. A plain table: later registrations replace
 /// earlier ones, so a faster library registers over the portable one.
 #[derive(Clone, Default)]
@@ -161,6 +212,38 @@ mod tests {
 
     fn nothing(_: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
         Ok(())
+    }
+
+    struct Two;
+    impl OpSelection for Two {
+        const OPS: Option<&'static [&'static str]> = Some(&["aten::relu.out", "aten::add.out"]);
+    }
+
+    fn install<S: OpSelection>(r: &mut KernelRegistry) {
+        register_op!(S, r, "aten::relu.out", Kernel::new(nothing));
+        register_op!(S, r, "aten::add.out", Kernel::new(nothing));
+        register_op!(S, r, "aten::add.Scalar_out", Kernel::new(nothing));
+        register_op!(
+            S,
+            r,
+            concat!("aten::", "relu", "_.out"),
+            Kernel::new(nothing)
+        );
+    }
+
+    #[test]
+    fn selections() {
+        let (mut all, mut two) = (KernelRegistry::new(), KernelRegistry::new());
+        install::<AllOps>(&mut all);
+        install::<Two>(&mut two);
+        assert_eq!(all.len(), 4);
+        assert_eq!(
+            two.names().collect::<alloc::vec::Vec<_>>(),
+            ["aten::add.out", "aten::relu.out"]
+        );
+        assert!(!selects(Some(&["aten::add"]), "aten::add.out"));
+        assert!(!selects(Some(&[]), "aten::add.out"));
+        assert!(selects(None, ""));
     }
 
     #[test]

@@ -67,6 +67,7 @@ impl ExtendedHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::{vec, vec::Vec};
 
     fn header(len: u32, prog: u64, base: u64, seg: u64) -> Vec<u8> {
         let mut v = vec![0u8; 8];

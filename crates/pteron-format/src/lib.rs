@@ -38,4 +38,4 @@ pub use generated::program::executorch_flatbuffer as schema;
 pub use data_file::{DataFile, TensorLayout};
 pub use error::FormatError;
 pub use header::ExtendedHeader;
-pub use program::{Limits, Program};
+pub use program::{operator_name, Limits, Program};

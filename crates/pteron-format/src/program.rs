@@ -373,3 +373,12 @@ impl<'a> Program<'a> {
         self.segment(entry.segment_index() as usize)
     }
 }
+
+/// The kernel name of an operator as registries key it: `name`, or `name.overload`.
+pub fn operator_name(op: &schema::Operator<'_>) -> String {
+    let name = op.name().unwrap_or("");
+    match op.overload() {
+        Some(o) if !o.is_empty() => format!("{name}.{o}"),
+        _ => name.to_string(),
+    }
+}

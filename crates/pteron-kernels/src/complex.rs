@@ -9,12 +9,16 @@ use pteron_core::{
     ArgAccess, ArgView, DtypeSet, Kernel, KernelContext, KernelError, KernelRegistry, ScalarType,
 };
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::_conj_physical.out",
         Kernel::with_check(conj_physical_out, check_conj_physical).dtypes(DtypeSet::EMPTY),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::view_as_real_copy.out",
         Kernel::with_check(view_as_real_copy_out, check_view_as_real).dtypes(DtypeSet::EMPTY),
     );

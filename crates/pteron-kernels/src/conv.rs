@@ -13,8 +13,10 @@ use pteron_core::{
 
 use crate::util::{Acc, AccNum};
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::convolution.out",
         Kernel::with_check(convolution_out, check_convolution).dtypes(DtypeSet::REAL),
     );

@@ -104,28 +104,40 @@ fn copy_inplace(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     copy_cast(&src, &mut o)
 }
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::_to_copy.out",
         Kernel::with_check(to_copy_out, check_to_copy).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "dim_order_ops::_to_dim_order_copy.out",
         Kernel::with_check(dim_order_copy_out, check_dim_order_copy).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "dim_order_ops::_clone_dim_order.out",
         Kernel::with_check(dim_order_copy_out, check_dim_order_copy).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "dim_order_ops::_empty_dim_order.out",
         Kernel::with_check(empty_dim_order_out, check_empty_dim_order).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::copy.out",
         Kernel::with_check(copy_out, check_copy).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::copy_",
         // Copies `src` into `self` (argument 0) in place.
         Kernel::with_check(copy_inplace, check_copy)

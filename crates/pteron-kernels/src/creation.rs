@@ -291,64 +291,94 @@ fn tril_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     })
 }
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::full.out",
         Kernel::with_check(full_out, check_out_at::<2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::zeros.out",
         Kernel::with_check(zeros_out, check_out_at::<1>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::ones.out",
         Kernel::with_check(ones_out, check_out_at::<1>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::empty.out",
         Kernel::with_check(empty_out, check_out_at::<2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::full_like.out",
         Kernel::with_check(full_like_out, check_out_at::<3>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::scalar_tensor.out",
         Kernel::with_check(scalar_tensor_out, check_out_at::<1>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::fill.Scalar_out",
         Kernel::with_check(fill_scalar_out, check_in_out::<2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::fill.Tensor_out",
         Kernel::with_check(fill_tensor_out, check_fill_tensor).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::arange.out",
         Kernel::with_check(arange_out, check_arange::<1>).dtypes(DtypeSet::REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::arange.start_out",
         Kernel::with_check(arange_start_out, check_arange::<3>).dtypes(DtypeSet::REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::lift_fresh_copy.out",
         Kernel::with_check(copy1_out, check_in_out::<1>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::alias_copy.out",
         Kernel::with_check(copy1_out, check_in_out::<1>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::detach_copy.out",
         Kernel::with_check(copy1_out, check_in_out::<1>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::clone.out",
         Kernel::with_check(clone_out, check_in_out::<2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::tril.out",
         Kernel::with_check(tril_out, check_tril).dtypes(DtypeSet::ALL),
     );

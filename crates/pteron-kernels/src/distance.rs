@@ -18,12 +18,16 @@ use crate::util::{
     FLOATS,
 };
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::_cdist_forward.out",
         Kernel::with_check(cdist_forward_out, check_cdist).dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::_pdist_forward.out",
         Kernel::with_check(pdist_forward_out, check_pdist).dtypes(DtypeSet::FLOAT),
     );

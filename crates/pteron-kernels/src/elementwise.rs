@@ -762,167 +762,216 @@ fn leaky_relu_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     }, _ => Err(KernelError::dtype(common, "leaky_relu")))
 }
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::add.out",
         Kernel::with_check(add_out, check_bin::<0, 1, 3, ARITH>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::add.Scalar_out",
         Kernel::with_check(add_out, check_bin::<0, 1, 3, ARITH>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::sub.out",
         Kernel::with_check(sub_out, check_sub::<0, 1, 3>).dtypes(DtypeSet::REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::sub.Scalar_out",
         Kernel::with_check(sub_out, check_sub::<0, 1, 3>).dtypes(DtypeSet::REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::rsub.Scalar_out",
         Kernel::with_check(rsub_out, check_sub::<0, 1, 3>).dtypes(DtypeSet::REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::rsub.Tensor_out",
         Kernel::with_check(rsub_out, check_sub::<0, 1, 3>).dtypes(DtypeSet::REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::mul.out",
         Kernel::with_check(mul_out, check_bin::<0, 1, 2, ARITH>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::mul.Scalar_out",
         Kernel::with_check(mul_out, check_bin::<0, 1, 2, ARITH>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::div.out",
         Kernel::with_check(div_out, check_bin::<0, 1, 2, TRUEDIV>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::div.Scalar_out",
         Kernel::with_check(div_out, check_bin::<0, 1, 2, TRUEDIV>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::div.out_mode",
         Kernel::with_check(div_mode_out, check_div_mode).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::div.Scalar_mode_out",
         Kernel::with_check(div_mode_out, check_div_mode).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::floor_divide.out",
         Kernel::with_check(floor_divide_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::floor_divide.Scalar_out",
         Kernel::with_check(floor_divide_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::remainder.Tensor_out",
         Kernel::with_check(remainder_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::remainder.Scalar_out",
         Kernel::with_check(remainder_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::fmod.Tensor_out",
         Kernel::with_check(fmod_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::fmod.Scalar_out",
         Kernel::with_check(fmod_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::pow.Tensor_Tensor_out",
         Kernel::with_check(pow_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::pow.Tensor_Scalar_out",
         Kernel::with_check(pow_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::pow.Scalar_out",
         Kernel::with_check(pow_out, check_nobool::<0, 1, 2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::atan2.out",
         Kernel::with_check(atan2_out, check_bin::<0, 1, 2, TRUEDIV>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::maximum.out",
         Kernel::with_check(maximum_out, check_bin::<0, 1, 2, ARITH>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::minimum.out",
         Kernel::with_check(minimum_out, check_bin::<0, 1, 2, ARITH>).dtypes(DtypeSet::ALL),
     );
-    for (name, f) in [
-        ("eq", eq_out as pteron_core::KernelFn),
-        ("ne", ne_out),
-        ("lt", lt_out),
-        ("le", le_out),
-        ("gt", gt_out),
-        ("ge", ge_out),
-    ] {
-        r.register(
-            &format!("aten::{name}.Tensor_out"),
-            Kernel::with_check(f, check_bin::<0, 1, 2, CMP>).dtypes(DtypeSet::ALL),
-        );
-        r.register(
-            &format!("aten::{name}.Scalar_out"),
-            Kernel::with_check(f, check_bin::<0, 1, 2, CMP>).dtypes(DtypeSet::ALL),
-        );
+    // `aten::<name>.Tensor_out` and `.Scalar_out`, one kernel for both.
+    macro_rules! tensor_and_scalar {
+        ($check:expr, $dtypes:expr, $($name:literal => $f:ident),*) => {$(
+            pteron_core::register_op!(S, r, concat!("aten::", $name, ".Tensor_out"),
+                Kernel::with_check($f, $check).dtypes($dtypes));
+            pteron_core::register_op!(S, r, concat!("aten::", $name, ".Scalar_out"),
+                Kernel::with_check($f, $check).dtypes($dtypes));
+        )*};
     }
-    r.register(
+    tensor_and_scalar!(check_bin::<0, 1, 2, CMP>, DtypeSet::ALL,
+        "eq" => eq_out, "ne" => ne_out, "lt" => lt_out, "le" => le_out, "gt" => gt_out, "ge" => ge_out);
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::logical_and.out",
         Kernel::with_check(logical_and_out, check_bin::<0, 1, 2, LOGICAL>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::logical_or.out",
         Kernel::with_check(logical_or_out, check_bin::<0, 1, 2, LOGICAL>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::logical_xor.out",
         Kernel::with_check(logical_xor_out, check_bin::<0, 1, 2, LOGICAL>).dtypes(DtypeSet::ALL),
     );
-    for (name, f) in [
-        ("bitwise_and", bitwise_and_out as pteron_core::KernelFn),
-        ("bitwise_or", bitwise_or_out),
-        ("bitwise_xor", bitwise_xor_out),
-    ] {
-        r.register(
-            &format!("aten::{name}.Tensor_out"),
-            Kernel::with_check(f, check_bin::<0, 1, 2, BITWISE>).dtypes(DtypeSet::INT_AND_BOOL),
-        );
-        r.register(
-            &format!("aten::{name}.Scalar_out"),
-            Kernel::with_check(f, check_bin::<0, 1, 2, BITWISE>).dtypes(DtypeSet::INT_AND_BOOL),
-        );
-    }
-    r.register(
+    tensor_and_scalar!(check_bin::<0, 1, 2, BITWISE>, DtypeSet::INT_AND_BOOL,
+        "bitwise_and" => bitwise_and_out, "bitwise_or" => bitwise_or_out,
+        "bitwise_xor" => bitwise_xor_out);
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::where.self_out",
         Kernel::with_check(where_out, check_where).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::masked_fill.Scalar_out",
         Kernel::with_check(masked_fill_out, check_masked_fill).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::clamp.out",
         Kernel::with_check(clamp_out, check_clamp).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::clamp.Tensor_out",
         Kernel::with_check(clamp_tensor_out, check_clamp_tensor).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::hardtanh.out",
         Kernel::with_check(hardtanh_out, check_same_real::<3>).dtypes(DtypeSet::REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::leaky_relu.out",
         Kernel::with_check(leaky_relu_out, check_float_self::<2>).dtypes(DtypeSet::FLOAT),
     );

@@ -8,8 +8,10 @@ use pteron_core::{
 
 use crate::util::require_contiguous;
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::embedding.out",
         Kernel::with_check(embedding_out, check_embedding).dtypes(DtypeSet::ALL),
     );

@@ -29,44 +29,64 @@ use gather_scatter::{
 use nonzero::nonzero_out;
 use slice_scatter::{select_scatter_out, slice_scatter_out};
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::index_select.out",
         Kernel::with_check(index_select_out, check_index_select).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::gather.out",
         Kernel::with_check(gather_out, check_gather).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::scatter.src_out",
         Kernel::with_check(scatter_src_out, check_scatter_src).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::scatter.value_out",
         Kernel::with_check(scatter_value_out, check_scatter_value).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::scatter_add.out",
         Kernel::with_check(scatter_add_out, check_scatter_add).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::index.Tensor_out",
         Kernel::with_check(index_tensor_out, check_index).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::index_put.out",
         Kernel::with_check(index_put_out, check_index_put).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::select_scatter.out",
         Kernel::with_check(select_scatter_out, check_select_scatter).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::slice_scatter.out",
         Kernel::with_check(slice_scatter_out, check_slice_scatter).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::nonzero.out",
         Kernel::with_check(nonzero_out, check_nonzero).dtypes(DtypeSet::ALL),
     );

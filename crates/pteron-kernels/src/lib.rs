@@ -56,32 +56,38 @@ pub mod random;
 pub mod sample;
 pub mod shift;
 
-use pteron_core::KernelRegistry;
+use pteron_core::{AllOps, KernelRegistry, OpSelection};
 
 /// Registers every portable kernel.
 pub fn register_all(r: &mut KernelRegistry) {
-    copy::register(r);
-    creation::register(r);
-    elementwise::register(r);
-    reduce::register(r);
-    unary::register(r);
-    conv::register(r);
-    embedding::register(r);
-    index::register(r);
-    linalg::register(r);
-    norm::register(r);
-    pool::register(r);
-    shape::register(r);
-    prim::register(r);
-    complex::register(r);
-    distance::register(r);
-    masked::register(r);
-    pad::register(r);
-    random::register(r);
-    sample::register(r);
-    shift::register(r);
-    llm::register(r);
-    quantized::register(r);
+    register_selected::<AllOps>(r);
+}
+
+/// Registers the portable kernels of the operators `S` selects; the others are not linked
+/// (selective build: see [`OpSelection`]).
+pub fn register_selected<S: OpSelection>(r: &mut KernelRegistry) {
+    copy::register::<S>(r);
+    creation::register::<S>(r);
+    elementwise::register::<S>(r);
+    reduce::register::<S>(r);
+    unary::register::<S>(r);
+    conv::register::<S>(r);
+    embedding::register::<S>(r);
+    index::register::<S>(r);
+    linalg::register::<S>(r);
+    norm::register::<S>(r);
+    pool::register::<S>(r);
+    shape::register::<S>(r);
+    prim::register::<S>(r);
+    complex::register::<S>(r);
+    distance::register::<S>(r);
+    masked::register::<S>(r);
+    pad::register::<S>(r);
+    random::register::<S>(r);
+    sample::register::<S>(r);
+    shift::register::<S>(r);
+    llm::register::<S>(r);
+    quantized::register::<S>(r);
 }
 
 /// A registry holding every portable kernel.

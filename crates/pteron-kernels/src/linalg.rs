@@ -60,20 +60,28 @@ macro_rules! dispatch_acc {
 #[allow(unused_imports)]
 pub(crate) use dispatch_acc;
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::mm.out",
         Kernel::with_check(mm_out, check_mm).dtypes(DtypeSet::REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::bmm.out",
         Kernel::with_check(bmm_out, check_bmm).dtypes(DtypeSet::REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::addmm.out",
         Kernel::with_check(addmm_out, check_addmm).dtypes(DtypeSet::REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::linear.out",
         Kernel::with_check(linear_out, check_linear).dtypes(DtypeSet::REAL),
     );

@@ -47,26 +47,34 @@ pub const MAX_HEAD_DIM: usize = 1024;
 const SDPA_DTYPES: DtypeSet =
     DtypeSet::of(&[ScalarType::Float, ScalarType::Half, ScalarType::BFloat16]);
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "llama::update_cache.out",
         // Writes `value` into `cache` (argument 1) in place.
         Kernel::with_check(update_cache_out, check_update_cache)
             .dtypes(DtypeSet::ALL)
             .caches(&[1]),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "llama::custom_sdpa.out",
         Kernel::with_check(custom_sdpa_out, check_custom_sdpa).dtypes(SDPA_DTYPES),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "llama::sdpa_with_kv_cache.out",
         // Updates `k_cache` and `v_cache` (arguments 3 and 4) in place before attending.
         Kernel::with_check(sdpa_with_kv_cache_out, check_sdpa_with_kv_cache)
             .dtypes(SDPA_DTYPES)
             .caches(&[3, 4]),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "llama::custom_quantized_sdpa.out",
         Kernel::with_check(
             quantized_sdpa::custom_quantized_sdpa_out,
@@ -79,7 +87,9 @@ pub fn register(r: &mut KernelRegistry) {
             ScalarType::BFloat16,
         ])),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "llama::gated_delta_rule.out",
         Kernel::with_check(gated_delta::gated_delta_rule_out, gated_delta::check)
             .dtypes(DtypeSet::of(&[ScalarType::Float])),

@@ -14,21 +14,29 @@ use crate::elementwise::engine::{bcast_strides, broadcast_all, walk};
 use crate::embedding::Indices;
 use crate::util::require_contiguous;
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::masked_select.out",
         Kernel::with_check(masked_select_out, check_masked_select).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::masked_scatter.out",
         Kernel::with_check(masked_scatter_out, check_masked_scatter).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::repeat_interleave.Tensor_out",
         Kernel::with_check(repeat_interleave_out, check_repeat_interleave)
             .dtypes(DtypeSet::of(&[ScalarType::Int, ScalarType::Long])),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::index_put_",
         Kernel::with_check(index_put_inplace, check_index_put_inplace).dtypes(DtypeSet::ALL),
     );

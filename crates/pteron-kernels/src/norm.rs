@@ -11,26 +11,36 @@ use pteron_core::{
 
 use crate::util::{require_contiguous, require_dtype, Acc, AccFloat, AccNum, FLOATS};
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::_native_batch_norm_legit_no_training.out",
         Kernel::with_check(batch_norm_no_training_out, check_batch_norm_no_training)
             .dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::_native_batch_norm_legit.out",
         Kernel::with_check(batch_norm_legit_out, check_batch_norm_legit).dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::_native_batch_norm_legit.no_stats_out",
         Kernel::with_check(batch_norm_no_stats_out, check_batch_norm_no_stats)
             .dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::native_layer_norm.out",
         Kernel::with_check(layer_norm_out, check_layer_norm).dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::native_group_norm.out",
         Kernel::with_check(group_norm_out, check_group_norm).dtypes(DtypeSet::FLOAT),
     );

@@ -12,29 +12,41 @@ use pteron_core::{
 
 use crate::util::{read_int_list, require_contiguous};
 
-pub fn register(r: &mut KernelRegistry) {
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
     let all = DtypeSet::ALL;
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::reflection_pad1d.out",
         Kernel::with_check(reflection_pad1d_out, check_pad::<1, true>).dtypes(all),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::reflection_pad2d.out",
         Kernel::with_check(reflection_pad2d_out, check_pad::<2, true>).dtypes(all),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::reflection_pad3d.out",
         Kernel::with_check(reflection_pad3d_out, check_pad::<3, true>).dtypes(all),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::replication_pad1d.out",
         Kernel::with_check(replication_pad1d_out, check_pad::<1, false>).dtypes(all),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::replication_pad2d.out",
         Kernel::with_check(replication_pad2d_out, check_pad::<2, false>).dtypes(all),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::replication_pad3d.out",
         Kernel::with_check(replication_pad3d_out, check_pad::<3, false>).dtypes(all),
     );

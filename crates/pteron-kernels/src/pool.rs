@@ -32,28 +32,40 @@ const REAL: DtypeSet = DtypeSet::REAL;
 /// Dtypes of average pooling (ExecuTorch: FLOATHBF16 and Long).
 const AVG: DtypeSet = DtypeSet::FLOAT.union(DtypeSet::of(&[ScalarType::Long]));
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::max_pool2d_with_indices.out",
         Kernel::with_check(max_pool2d_with_indices_out, check_max_pool).dtypes(REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::avg_pool2d.out",
         Kernel::with_check(avg_pool2d_out, check_avg_pool).dtypes(AVG),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::_adaptive_avg_pool2d.out",
         Kernel::with_check(adaptive_avg_pool2d_out, check_adaptive).dtypes(AVG),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::adaptive_avg_pool2d.out",
         Kernel::with_check(adaptive_avg_pool2d_out, check_adaptive).dtypes(AVG),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::upsample_nearest2d.vec_out",
         Kernel::with_check(upsample_nearest2d_vec_out, check_nearest).dtypes(REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::upsample_bilinear2d.vec_out",
         Kernel::with_check(upsample_bilinear2d_vec_out, check_bilinear).dtypes(REAL),
     );

@@ -7,113 +7,175 @@ use pteron_core::{
     ArgAccess, DtypeSet, Kernel, KernelContext, KernelError, KernelRegistry, Scalar, Value,
 };
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::sym_size.int",
         Kernel::new(sym_size).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::sym_numel",
         Kernel::new(sym_numel).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::sym_stride.int",
         Kernel::new(sym_stride).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::_local_scalar_dense",
         Kernel::new(local_scalar_dense).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::et_view.default",
         Kernel::new(et_view).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::add.Scalar",
         Kernel::new(|c| binary(c, add)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::sub.Scalar",
         Kernel::new(|c| binary(c, sub)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::mul.Scalar",
         Kernel::new(|c| binary(c, mul)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::truediv.Scalar",
         Kernel::new(|c| binary(c, truediv)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::floordiv.Scalar",
         Kernel::new(|c| binary(c, floordiv)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::floordiv.int",
         Kernel::new(|c| binary(c, floordiv)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::mod.Scalar",
         Kernel::new(|c| binary(c, modulo)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::mod.int",
         Kernel::new(|c| binary(c, modulo)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::sym_max.Scalar",
         Kernel::new(|c| binary(c, max)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::sym_min.Scalar",
         Kernel::new(|c| binary(c, min)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::eq.Scalar",
         Kernel::new(|c| compare(c, |o| o == core::cmp::Ordering::Equal)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::gt.Scalar",
         Kernel::new(|c| compare(c, |o| o == core::cmp::Ordering::Greater)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::lt.Scalar",
         Kernel::new(|c| compare(c, |o| o == core::cmp::Ordering::Less)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::ge.Scalar",
         Kernel::new(|c| compare(c, |o| o != core::cmp::Ordering::Less)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::le.Scalar",
         Kernel::new(|c| compare(c, |o| o != core::cmp::Ordering::Greater)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::neg.Scalar",
         Kernel::new(|c| unary(c, neg)),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::ceil.Scalar",
         Kernel::new(|c| unary(c, |s| round_with(s, f64::ceil))),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::round.Scalar",
         Kernel::new(|c| unary(c, |s| round_with(s, round_half_even))),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::trunc.Scalar",
         Kernel::new(|c| unary(c, |s| round_with(s, f64::trunc))),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::sym_float.Scalar",
         Kernel::new(|c| unary(c, |s| Ok(Scalar::Double(s.to_f64())))),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "executorch_prim::sym_int.Scalar",
         Kernel::new(|c| unary(c, |s| Ok(Scalar::Int(s.to_i64())))),
     );
-    r.register("executorch_prim::sym_not.Scalar", Kernel::new(sym_not));
-    r.register("executorch_prim::sym_ite.Scalar", Kernel::new(sym_ite));
+    pteron_core::register_op!(
+        S,
+        r,
+        "executorch_prim::sym_not.Scalar",
+        Kernel::new(sym_not)
+    );
+    pteron_core::register_op!(
+        S,
+        r,
+        "executorch_prim::sym_ite.Scalar",
+        Kernel::new(sym_ite)
+    );
 }
 
 fn to_value(s: Scalar) -> Value<'static> {
@@ -389,7 +451,7 @@ mod tests {
 
     fn kernel(name: &str) -> fn(&mut KernelContext) -> Result<(), KernelError> {
         let mut r = KernelRegistry::new();
-        register(&mut r);
+        register::<pteron_core::AllOps>(&mut r);
         r.get(name).unwrap().run
     }
 

@@ -40,24 +40,21 @@ use quantize::{
     quantize_per_tensor_tensor_out, quantize_per_token_out,
 };
 
-pub fn register(r: &mut KernelRegistry) {
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
     let emb = DtypeSet::of(&[ScalarType::Float, ScalarType::Half, ScalarType::BFloat16]);
-    for (name, run, check) in [
-        (
-            "embedding_byte.out",
-            emb8_out as KernelFnT,
-            check_emb8 as CheckFnT,
-        ),
-        ("embedding_byte.dtype_out", emb8_dtype_out, check_emb8_dtype),
-        ("embedding_4bit.out", emb4_out, check_emb4),
-        ("embedding_4bit.dtype_out", emb4_dtype_out, check_emb4_dtype),
-        ("embedding_2bit.out", emb2_out, check_emb2),
-        ("embedding_2bit.dtype_out", emb2_dtype_out, check_emb2_dtype),
-    ] {
-        r.register(
-            &format!("quantized_decomposed::{name}"),
-            Kernel::with_check(run, check).dtypes(emb),
-        );
+    macro_rules! embeddings {
+        ($($name:literal => $run:ident, $check:ident;)*) => {$(
+            pteron_core::register_op!(S, r, concat!("quantized_decomposed::", $name),
+                Kernel::with_check($run, $check).dtypes(emb));
+        )*};
+    }
+    embeddings! {
+        "embedding_byte.out" => emb8_out, check_emb8;
+        "embedding_byte.dtype_out" => emb8_dtype_out, check_emb8_dtype;
+        "embedding_4bit.out" => emb4_out, check_emb4;
+        "embedding_4bit.dtype_out" => emb4_dtype_out, check_emb4_dtype;
+        "embedding_2bit.out" => emb2_out, check_emb2;
+        "embedding_2bit.dtype_out" => emb2_dtype_out, check_emb2_dtype;
     }
     let qin = DtypeSet::of(&[ScalarType::Float, ScalarType::Double, ScalarType::Half]);
     let qint = DtypeSet::of(&[
@@ -66,27 +63,39 @@ pub fn register(r: &mut KernelRegistry) {
         ScalarType::Short,
         ScalarType::Int,
     ]);
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "quantized_decomposed::quantize_per_tensor.out",
         Kernel::with_check(quantize_per_tensor_out, check_quantize_per_tensor).dtypes(qin),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "quantized_decomposed::quantize_per_tensor.Tensor_out",
         Kernel::with_check(quantize_per_tensor_tensor_out, check_quantize_per_tensor_t).dtypes(qin),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "quantized_decomposed::quantize_per_channel.out",
         Kernel::with_check(quantize_per_channel_out, check_quantize_per_channel).dtypes(qin),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "quantized_decomposed::quantize_per_token.out",
         Kernel::with_check(quantize_per_token_out, check_quantize_per_token).dtypes(qin),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "quantized_decomposed::dequantize_per_tensor.out",
         Kernel::with_check(dequantize_per_tensor_out, check_dequantize_per_tensor).dtypes(qint),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "quantized_decomposed::dequantize_per_tensor.Tensor_out",
         Kernel::with_check(
             dequantize_per_tensor_tensor_out,
@@ -94,23 +103,26 @@ pub fn register(r: &mut KernelRegistry) {
         )
         .dtypes(qint),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "quantized_decomposed::dequantize_per_channel.out",
         Kernel::with_check(dequantize_per_channel_out, check_dequantize_per_channel).dtypes(qint),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "quantized_decomposed::dequantize_per_token.out",
         Kernel::with_check(dequantize_per_token_out, check_dequantize_per_token).dtypes(qint),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "quantized_decomposed::choose_qparams_per_token_asymmetric.out",
         Kernel::with_check(choose_qparams_per_token_out, check_choose_qparams_per_token)
             .dtypes(DtypeSet::of(&[ScalarType::Float])),
     );
 }
-
-type KernelFnT = pteron_core::kernel::KernelFn;
-type CheckFnT = pteron_core::kernel::CheckFn;
 
 #[cfg(test)]
 mod tests;

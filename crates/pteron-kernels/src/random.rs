@@ -17,7 +17,6 @@
 
 #[cfg(not(feature = "std"))]
 use crate::math::Libm as _;
-use core::sync::atomic::{AtomicU64, Ordering};
 
 use pteron_core::{
     dispatch_float, ArgAccess, ArgView, DtypeSet, Element, Kernel, KernelContext, KernelError,
@@ -27,16 +26,22 @@ use pteron_core::{
 use crate::creation::size_arg;
 use crate::util::{require_dtype, FLOATS};
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::rand.out",
         Kernel::with_check(rand_out, check_rand).dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::randn.out",
         Kernel::with_check(randn_out, check_randn).dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::native_dropout.out",
         Kernel::with_check(native_dropout_out, check_dropout).dtypes(DtypeSet::ALL),
     );
@@ -47,12 +52,50 @@ pub fn register(r: &mut KernelRegistry) {
 const DEFAULT_SEED: u64 = 0x5EED_0F9E_7E0A;
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
-static STREAM: AtomicU64 = AtomicU64::new(DEFAULT_SEED);
-
 /// Restarts the process-wide random stream: the random kernels called after this produce the
 /// same values in the same order for the same seed.
 pub fn set_seed(seed: u64) {
-    STREAM.store(seed, Ordering::Relaxed);
+    stream::set(seed);
+}
+
+/// The process-wide stream of per-call seeds: `seed + k × GOLDEN` for the k-th call.
+#[cfg(target_has_atomic = "64")]
+mod stream {
+    use core::sync::atomic::{AtomicU64, Ordering};
+
+    static STREAM: AtomicU64 = AtomicU64::new(super::DEFAULT_SEED);
+
+    pub fn set(seed: u64) {
+        STREAM.store(seed, Ordering::Relaxed);
+    }
+
+    pub fn next() -> u64 {
+        STREAM.fetch_add(super::GOLDEN, Ordering::Relaxed)
+    }
+}
+
+/// Without 64-bit atomics (Cortex-M): the seed in two halves (written only by `set`) and a
+/// 32-bit call counter; the same sequence as above for the first 2³² calls after a seed.
+#[cfg(not(target_has_atomic = "64"))]
+mod stream {
+    use core::sync::atomic::{AtomicU32, Ordering};
+
+    static LO: AtomicU32 = AtomicU32::new(super::DEFAULT_SEED as u32);
+    static HI: AtomicU32 = AtomicU32::new((super::DEFAULT_SEED >> 32) as u32);
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+
+    pub fn set(seed: u64) {
+        LO.store(seed as u32, Ordering::Relaxed);
+        HI.store((seed >> 32) as u32, Ordering::Relaxed);
+        CALLS.store(0, Ordering::Relaxed);
+    }
+
+    pub fn next() -> u64 {
+        let k = CALLS.fetch_add(1, Ordering::Relaxed);
+        let seed =
+            u64::from(LO.load(Ordering::Relaxed)) | (u64::from(HI.load(Ordering::Relaxed)) << 32);
+        seed.wrapping_add(u64::from(k).wrapping_mul(super::GOLDEN))
+    }
 }
 
 /// SplitMix64 (Steele, Lea, Flood): one step.
@@ -84,7 +127,7 @@ impl Rng {
 
     /// The generator for one kernel call: the next seed of the process-wide stream.
     pub fn for_call() -> Rng {
-        Rng::new(STREAM.fetch_add(GOLDEN, Ordering::Relaxed))
+        Rng::new(stream::next())
     }
 
     pub fn next_u64(&mut self) -> u64 {

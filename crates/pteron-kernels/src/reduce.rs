@@ -17,49 +17,71 @@ use crate::util::{for_each_strided, require_dtype, FLOATS, REALS, REALS_AND_BOOL
 
 pub mod more;
 
-pub fn register(r: &mut KernelRegistry) {
-    more::register(r);
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    more::register::<S>(r);
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::sum.IntList_out",
         Kernel::with_check(sum_out, check_sum).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::mean.out",
         Kernel::with_check(mean_out, check_mean).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::mean.dtype_out",
         Kernel::with_check(mean_dtype_out, check_mean_dtype).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::amax.out",
         Kernel::with_check(amax_out, check_minmax).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::amin.out",
         Kernel::with_check(amin_out, check_minmax).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::argmax.out",
         Kernel::with_check(argmax_out, check_arg).dtypes(DtypeSet::REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::argmin.out",
         Kernel::with_check(argmin_out, check_arg).dtypes(DtypeSet::REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::var.correction_out",
         Kernel::with_check(var_correction_out, check_var).dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::var.out",
         Kernel::with_check(var_out, check_var).dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::_softmax.out",
         Kernel::with_check(softmax_out, check_softmax).dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::_log_softmax.out",
         Kernel::with_check(log_softmax_out, check_softmax).dtypes(DtypeSet::FLOAT),
     );

@@ -29,12 +29,16 @@ use grid::{check_grid_sampler, grid_sampler_2d_out};
 pub use upsample::AaElem;
 use upsample::{check_upsample_aa, upsample_bilinear2d_aa_out};
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::grid_sampler_2d.out",
         Kernel::with_check(grid_sampler_2d_out, check_grid_sampler).dtypes(DtypeSet::REAL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::_upsample_bilinear2d_aa.out",
         Kernel::with_check(upsample_bilinear2d_aa_out, check_upsample_aa).dtypes(DtypeSet::REAL),
     );

@@ -32,88 +32,124 @@ use view::{
 };
 pub use view::{infer_view_sizes, slice_bounds};
 
-pub fn register(r: &mut KernelRegistry) {
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
     let v = |f| Kernel::with_check(f, check_unary_copy).dtypes(DtypeSet::ALL);
     let rs = |f| Kernel::with_check(f, check_reshape_copy).dtypes(DtypeSet::ALL);
-    r.register("aten::view_copy.out", rs(view_copy_out));
-    r.register("aten::_unsafe_view.out", rs(view_copy_out));
-    r.register(
+    pteron_core::register_op!(S, r, "aten::view_copy.out", rs(view_copy_out));
+    pteron_core::register_op!(S, r, "aten::_unsafe_view.out", rs(view_copy_out));
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::alias_copy.out",
         Kernel::with_check(alias_copy_out, check_alias).dtypes(DtypeSet::ALL),
     );
-    r.register("aten::permute_copy.out", v(permute_copy_out));
-    r.register(
+    pteron_core::register_op!(S, r, "aten::permute_copy.out", v(permute_copy_out));
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::transpose_copy.int_out",
         Kernel::with_check(transpose_copy_out, check_copy_out3).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::t_copy.out",
         Kernel::with_check(t_copy_out, check_alias).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::slice_copy.Tensor_out",
         Kernel::with_check(slice_copy_out, check_slice).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::select_copy.int_out",
         Kernel::with_check(select_copy_out, check_copy_out3).dtypes(DtypeSet::ALL),
     );
-    r.register("aten::unsqueeze_copy.out", v(unsqueeze_copy_out));
-    r.register("aten::squeeze_copy.dim_out", v(squeeze_dim_out));
-    r.register("aten::squeeze_copy.dims_out", v(squeeze_dims_out));
-    r.register(
+    pteron_core::register_op!(S, r, "aten::unsqueeze_copy.out", v(unsqueeze_copy_out));
+    pteron_core::register_op!(S, r, "aten::squeeze_copy.dim_out", v(squeeze_dim_out));
+    pteron_core::register_op!(S, r, "aten::squeeze_copy.dims_out", v(squeeze_dims_out));
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::squeeze_copy.out",
         Kernel::with_check(squeeze_all_out, check_alias).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::expand_copy.out",
         Kernel::with_check(expand_copy_out, check_expand).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::narrow_copy.out",
         Kernel::with_check(narrow_copy_out, check_narrow).dtypes(DtypeSet::ALL),
     );
-    r.register("aten::repeat.out", rs(repeat_out));
-    r.register("aten::flip.out", v(flip_out));
-    r.register(
+    pteron_core::register_op!(S, r, "aten::repeat.out", rs(repeat_out));
+    pteron_core::register_op!(S, r, "aten::flip.out", v(flip_out));
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::roll.out",
         Kernel::with_check(roll_out, check_roll).dtypes(DtypeSet::ALL),
     );
-    r.register("aten::pixel_shuffle.out", rs(pixel_shuffle_out));
-    r.register("aten::pixel_unshuffle.out", rs(pixel_unshuffle_out));
-    r.register(
+    pteron_core::register_op!(S, r, "aten::pixel_shuffle.out", rs(pixel_shuffle_out));
+    pteron_core::register_op!(S, r, "aten::pixel_unshuffle.out", rs(pixel_unshuffle_out));
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::as_strided_copy.out",
         Kernel::with_check(as_strided_copy_out, check_as_strided).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::diagonal_copy.out",
         Kernel::with_check(diagonal_copy_out, check_diagonal).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::unfold_copy.out",
         Kernel::with_check(unfold_copy_out, check_unfold).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::constant_pad_nd.out",
         Kernel::with_check(constant_pad_nd_out, check_pad).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::cat.out",
         Kernel::with_check(cat_out, check_cat).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::stack.out",
         Kernel::with_check(stack_out, check_cat).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::split_copy.Tensor_out",
         Kernel::with_check(split_copy_out, check_split).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::split_with_sizes_copy.out",
         Kernel::with_check(split_with_sizes_copy_out, check_split).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::unbind_copy.int_out",
         Kernel::with_check(unbind_copy_out, check_unbind).dtypes(DtypeSet::ALL),
     );

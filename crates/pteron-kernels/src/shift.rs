@@ -18,18 +18,17 @@ use pteron_core::{
 use crate::elementwise::engine::{broadcast_opnds, out_dtype, run2, Opnd};
 use crate::elementwise::{binary_common, Mode};
 
-pub fn register(r: &mut KernelRegistry) {
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
     let dts = DtypeSet::INT_AND_BOOL;
-    for name in ["Tensor_out", "Tensor_Scalar_out"] {
-        r.register(
-            &format!("aten::bitwise_left_shift.{name}"),
-            Kernel::with_check(left_shift_out, check_left).dtypes(dts),
-        );
-        r.register(
-            &format!("aten::bitwise_right_shift.{name}"),
-            Kernel::with_check(right_shift_out, check_right).dtypes(dts),
-        );
+    macro_rules! both {
+        ($($overload:literal),*) => {$(
+            pteron_core::register_op!(S, r, concat!("aten::bitwise_left_shift.", $overload),
+                Kernel::with_check(left_shift_out, check_left).dtypes(dts));
+            pteron_core::register_op!(S, r, concat!("aten::bitwise_right_shift.", $overload),
+                Kernel::with_check(right_shift_out, check_right).dtypes(dts));
+        )*};
     }
+    both!("Tensor_out", "Tensor_Scalar_out");
 }
 
 fn common<'p>(

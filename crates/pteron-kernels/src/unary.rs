@@ -304,93 +304,94 @@ fn glu_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     }, _ => unreachable!())
 }
 
-pub fn register(r: &mut KernelRegistry) {
-    let float_ops: [(&str, pteron_core::KernelFn); 24] = [
-        ("exp", exp_out),
-        ("expm1", expm1_out),
-        ("log", log_out),
-        ("log1p", log1p_out),
-        ("log2", log2_out),
-        ("log10", log10_out),
-        ("sqrt", sqrt_out),
-        ("rsqrt", rsqrt_out),
-        ("reciprocal", reciprocal_out),
-        ("sin", sin_out),
-        ("cos", cos_out),
-        ("tan", tan_out),
-        ("asin", asin_out),
-        ("acos", acos_out),
-        ("atan", atan_out),
-        ("sinh", sinh_out),
-        ("cosh", cosh_out),
-        ("tanh", tanh_out),
-        ("asinh", asinh_out),
-        ("acosh", acosh_out),
-        ("atanh", atanh_out),
-        ("erf", erf_out),
-        ("sigmoid", sigmoid_out),
-        ("logit", logit_out),
-    ];
-    for (name, f) in float_ops {
-        r.register(
-            &format!("aten::{name}.out"),
-            Kernel::with_check(f, check_float_unary).dtypes(DtypeSet::ALL),
-        );
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    // `aten::<name>.out` for each (name, kernel), with one check and dtype set.
+    macro_rules! unary {
+        ($check:expr, $dtypes:expr, $($name:literal => $f:ident),* $(,)?) => {$(
+            pteron_core::register_op!(S, r, concat!("aten::", $name, ".out"),
+                Kernel::with_check($f, $check).dtypes($dtypes));
+        )*};
     }
-    r.register(
+    unary!(check_float_unary, DtypeSet::ALL,
+        "exp" => exp_out,
+        "expm1" => expm1_out,
+        "log" => log_out,
+        "log1p" => log1p_out,
+        "log2" => log2_out,
+        "log10" => log10_out,
+        "sqrt" => sqrt_out,
+        "rsqrt" => rsqrt_out,
+        "reciprocal" => reciprocal_out,
+        "sin" => sin_out,
+        "cos" => cos_out,
+        "tan" => tan_out,
+        "asin" => asin_out,
+        "acos" => acos_out,
+        "atan" => atan_out,
+        "sinh" => sinh_out,
+        "cosh" => cosh_out,
+        "tanh" => tanh_out,
+        "asinh" => asinh_out,
+        "acosh" => acosh_out,
+        "atanh" => atanh_out,
+        "erf" => erf_out,
+        "sigmoid" => sigmoid_out,
+        "logit" => logit_out,
+    );
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::silu.out",
         Kernel::with_check(silu_out, check_float_only).dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::gelu.out",
         Kernel::with_check(gelu_out, check_gelu).dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::elu.out",
         Kernel::with_check(elu_out, check_float_only).dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::glu.out",
         Kernel::with_check(glu_out, check_float_only).dtypes(DtypeSet::FLOAT),
     );
-    for (name, f) in [
-        ("abs", abs_out as pteron_core::KernelFn),
-        ("neg", neg_out),
-        ("relu", relu_out),
-    ] {
-        r.register(
-            &format!("aten::{name}.out"),
-            Kernel::with_check(f, check_real).dtypes(DtypeSet::REAL),
-        );
-    }
-    r.register(
+    unary!(check_real, DtypeSet::REAL, "abs" => abs_out, "neg" => neg_out, "relu" => relu_out);
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::sign.out",
         Kernel::with_check(sign_out, check_real_bool).dtypes(DtypeSet::ALL),
     );
-    for (name, f) in [
-        ("ceil", ceil_out as pteron_core::KernelFn),
-        ("floor", floor_out),
-        ("round", round_out),
-        ("trunc", trunc_out),
-    ] {
-        r.register(
-            &format!("aten::{name}.out"),
-            Kernel::with_check(f, check_real).dtypes(DtypeSet::REAL),
-        );
-    }
-    r.register(
+    unary!(check_real, DtypeSet::REAL,
+        "ceil" => ceil_out, "floor" => floor_out, "round" => round_out, "trunc" => trunc_out);
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::isnan.out",
         Kernel::with_check(isnan_out, check_any_in_out).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::isinf.out",
         Kernel::with_check(isinf_out, check_any_in_out).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::logical_not.out",
         Kernel::with_check(logical_not_out, check_any_in_out).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::bitwise_not.out",
         Kernel::with_check(bitwise_not_out, check_bitwise_not).dtypes(DtypeSet::INT_AND_BOOL),
     );

@@ -5,7 +5,7 @@
 //! a DelegateCall's handle checks its argument span.
 
 use alloc::format;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 
 use pteron_format::schema;
@@ -20,14 +20,7 @@ fn invalid(msg: impl Into<String>) -> Error {
     Error::invalid(msg)
 }
 
-/// Full kernel name of an operator: `name` or `name.overload`.
-pub fn operator_name(op: &schema::Operator<'_>) -> String {
-    let name = op.name().unwrap_or("");
-    match op.overload() {
-        Some(o) if !o.is_empty() => format!("{name}.{o}"),
-        _ => name.to_string(),
-    }
-}
+pub use pteron_format::operator_name;
 
 /// The plan's operators with their kernels; every operator without one is named in a single
 /// [`Error::OperatorMissing`].

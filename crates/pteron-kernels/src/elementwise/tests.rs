@@ -512,7 +512,7 @@ fn bool_arith() {
 #[test]
 fn registered() {
     let mut r = KernelRegistry::new();
-    register(&mut r);
+    register::<pteron_core::AllOps>(&mut r);
     for n in [
         "aten::add.out",
         "aten::eq.Scalar_out",

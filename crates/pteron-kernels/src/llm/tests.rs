@@ -391,7 +391,7 @@ fn delta_reference(
 #[test]
 fn gated_delta_rule_matches_matrix_form() {
     let mut reg = KernelRegistry::new();
-    register(&mut reg);
+    register::<pteron_core::AllOps>(&mut reg);
     let kernel = *reg.get("llama::gated_delta_rule.out").unwrap();
     // (b, h, r, t, k, v, channelwise): decode, prefill, grouped queries, batch 2, K != V.
     for &(b, h, r, t, kd, vd, cw) in &[
@@ -435,7 +435,7 @@ fn gated_delta_rule_matches_matrix_form() {
 #[test]
 fn gated_delta_rule_refuses_mismatched_shapes() {
     let mut reg = KernelRegistry::new();
-    register(&mut reg);
+    register::<pteron_core::AllOps>(&mut reg);
     let kernel = *reg.get("llama::gated_delta_rule.out").unwrap();
     let (b, h, t, kd, vd) = (1, 2, 3, 4, 4);
     let mut c = TestCall::new();
@@ -478,7 +478,7 @@ fn quantized_rows(rows: usize, d: usize, seed: u64) -> (Vec<i8>, Vec<i8>, Vec<f3
 #[test]
 fn custom_quantized_sdpa_matches_dequantized_attention() {
     let mut reg = KernelRegistry::new();
-    register(&mut reg);
+    register::<pteron_core::AllOps>(&mut reg);
     let kernel = *reg.get("llama::custom_quantized_sdpa.out").unwrap();
     let cases = [
         Case {
@@ -565,7 +565,7 @@ fn custom_quantized_sdpa_matches_dequantized_attention() {
 #[test]
 fn custom_quantized_sdpa_refuses_what_it_cannot_do() {
     let mut reg = KernelRegistry::new();
-    register(&mut reg);
+    register::<pteron_core::AllOps>(&mut reg);
     let kernel = *reg.get("llama::custom_quantized_sdpa.out").unwrap();
     let (b, s, h, d, rows) = (1, 1, 2, 4, 8);
     let (q, qz, qs, _) = quantized_rows(b * s * h, d, 1);
@@ -610,7 +610,7 @@ fn custom_quantized_sdpa_refuses_what_it_cannot_do() {
 #[test]
 fn gated_delta_rule_with_empty_value_heads_is_empty() {
     let mut reg = KernelRegistry::new();
-    register(&mut reg);
+    register::<pteron_core::AllOps>(&mut reg);
     let kernel = *reg.get("llama::gated_delta_rule.out").unwrap();
     let (b, h, t, kd) = (1, 2, 3, 4);
     let mut c = TestCall::new();

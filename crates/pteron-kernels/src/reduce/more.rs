@@ -583,52 +583,76 @@ fn topk_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     Ok(())
 }
 
-pub fn register(r: &mut KernelRegistry) {
-    r.register(
+pub fn register<S: pteron_core::OpSelection>(r: &mut KernelRegistry) {
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::max.dim_max",
         Kernel::with_check(max_dim_out, check_dim_max).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::min.dim_min",
         Kernel::with_check(min_dim_out, check_dim_max).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::max.unary_out",
         Kernel::with_check(max_unary_out, check_same::<1>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::min.unary_out",
         Kernel::with_check(min_unary_out, check_same::<1>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::prod.out",
         Kernel::with_check(prod_out, check_prod::<1, 2>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::prod.int_out",
         Kernel::with_check(prod_int_out, check_prod::<3, 4>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::var_mean.correction_out",
         Kernel::with_check(var_mean_out, check_var_mean).dtypes(DtypeSet::FLOAT),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::any.all_out",
         Kernel::with_check(any_all_out, check_any::<1>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::any.out",
         Kernel::with_check(any_dim_out, check_any::<3>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::any.dims_out",
         Kernel::with_check(any_dims_out, check_any::<3>).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::cumsum.out",
         Kernel::with_check(cumsum_out, check_cumsum).dtypes(DtypeSet::ALL),
     );
-    r.register(
+    pteron_core::register_op!(
+        S,
+        r,
         "aten::topk.values",
         Kernel::with_check(topk_out, check_topk).dtypes(DtypeSet::REAL),
     );
