@@ -1,7 +1,7 @@
 //! Writes the board's `memory.x` (from the target: thumbv7em → mps2-an386, thumbv8m.main →
 //! mps3-an547) and `cases.rs`, the table of embedded programs: every fixture directory under
-//! `PTERON_MCU_FIXTURES` (default `../../testdata/mcu`) whose name matches `PTERON_MCU_ONLY`
-//! (a comma-separated list of substrings; all when unset), and `ops.rs`, the `OpSelection` of
+//! `PTERON_MCU_FIXTURES` (default `../../testdata/mcu`) named in `PTERON_MCU_ONLY` (a
+//! comma-separated list of directory names; all when unset), and `ops.rs`, the `OpSelection` of
 //! the operators those programs call (selective build: only their kernels are linked).
 
 use std::collections::BTreeSet;
@@ -65,7 +65,7 @@ fn main() {
     let mut table = String::from("static CASES: &[Case] = &[\n");
     for (i, d) in dirs.iter().enumerate() {
         let name = d.file_name().unwrap().to_string_lossy().into_owned();
-        if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
+        if !only.is_empty() && !only.iter().any(|o| *o == name) {
             continue;
         }
         let meta = fs::read_to_string(d.join("meta.json")).unwrap();

@@ -2,8 +2,9 @@
 # Microcontrollers (facts: ../shared/docs/targets.md): pteron's no_std crates on bare-metal
 # Cortex-M under QEMU, and on the host without `std`.
 #
-# 1. Host: pteron-format, pteron-core and pteron-kernels build with `--no-default-features`
-#    (core + alloc), and the MLPerf Tiny fixtures (testdata/mcu) run through them.
+# 1. Host: pteron-format, pteron-core, pteron-kernels and pteron-kernels-mcu build with
+#    `--no-default-features` (core + alloc), and the MLPerf Tiny fixtures (testdata/mcu) run
+#    through them.
 # 2. The firmware of examples/cortex-m (every fixture embedded, only their kernels linked)
 #    built with Debian's rustc-web + build-std, run on Cortex-M4F (QEMU mps2-an386) and
 #    Cortex-M55 (mps3-an547): it compares each output with ExecuTorch's golden and exits
@@ -15,8 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 echo "no_std on the host: build and the MLPerf Tiny fixtures"
-cargo build --locked -p pteron-format -p pteron-core -p pteron-kernels --no-default-features
-cargo test --locked -p pteron-kernels --no-default-features --test mlperf_tiny
+cargo build --locked -p pteron-format -p pteron-core -p pteron-kernels -p pteron-kernels-mcu --no-default-features
+cargo test --locked -p pteron-kernels-mcu --no-default-features --test mlperf_tiny
 
 source tools/dev/apt_install.sh
 apt_install rustc-web cargo-web rust-web-src lld-19 gcc-arm-none-eabi binutils-arm-none-eabi
@@ -57,8 +58,8 @@ for board in "thumbv7em-none-eabihf mps2-an386 cortex-m4" "thumbv8m.main-none-ea
   echo "Cortex-M: $cpu: the runtime alone (size_test: load + execute, no kernels)"
   qemu "$machine" "$cpu" "$out/size_test"
   arm-none-eabi-size -A "$out/size_test" | grep -E '^\.(vector_table|text|rodata|data|bss|heap) '
-  echo "Cortex-M: $cpu: keyword-spotting firmware (DS-CNN int8 and its kernels only)"
-  PTERON_MCU_ONLY=ds_cnn_q8 build "$target" --bin pteron-cortex-m
+  echo "Cortex-M: $cpu: keyword-spotting firmware (DS-CNN int8 by the Cortex-M backend, its kernels only)"
+  PTERON_MCU_ONLY=ds_cnn_cm build "$target" --bin pteron-cortex-m
   qemu "$machine" "$cpu" "$out/pteron-cortex-m"
   arm-none-eabi-size -A "$out/pteron-cortex-m" | grep -E '^\.(vector_table|text|rodata|data|bss|heap|models) '
 done

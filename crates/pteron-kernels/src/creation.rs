@@ -2,6 +2,7 @@
 //! (clone, alias_copy, detach_copy, lift_fresh_copy) and tril. Outputs may have any dim order.
 
 #[cfg(not(feature = "std"))]
+#[allow(unused_imports)] // std's own methods win when another crate of the build links std
 use crate::math::Libm as _;
 use pteron_core::{
     ArgAccess, ArgView, Dims, DtypeSet, Element, Kernel, KernelContext, KernelError,

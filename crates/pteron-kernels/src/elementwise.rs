@@ -7,6 +7,7 @@
 pub mod engine;
 
 #[cfg(not(feature = "std"))]
+#[allow(unused_imports)] // std's own methods win when another crate of the build links std
 use crate::math::Libm as _;
 use core::cell::Cell;
 

@@ -27,6 +27,7 @@
 //! scores of one block and the running output of one row live on the stack (head_dim ≤ 1024).
 
 #[cfg(not(feature = "std"))]
+#[allow(unused_imports)] // std's own methods win when another crate of the build links std
 use crate::math::Libm as _;
 use half::{bf16, f16};
 use pteron_core::{

@@ -11,7 +11,9 @@
 //! use crate::math::Libm as _;
 //! ```
 //!
-//! (with `std` the inherent methods win and the import would be unused). An impl of another
+//! (with `std` the inherent methods win and the import would be unused; the import also
+//! carries `#[allow(unused_imports)]`, because std's methods are visible, and win, whenever
+//! any crate of the build links std). An impl of another
 //! trait that forwards to a float method of the same name calls `Libm::name(x)` explicitly.
 
 /// The float methods kernels use that `core` lacks, named as in `std`.

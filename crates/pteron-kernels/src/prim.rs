@@ -2,6 +2,7 @@
 //! for dynamic shapes and control flow. They write their result into the return slot.
 
 #[cfg(not(feature = "std"))]
+#[allow(unused_imports)] // std's own methods win when another crate of the build links std
 use crate::math::Libm as _;
 use pteron_core::{
     ArgAccess, DtypeSet, Kernel, KernelContext, KernelError, KernelRegistry, Scalar, Value,

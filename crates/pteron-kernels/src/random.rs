@@ -16,6 +16,7 @@
 //! rescaling (ExecuTorch does not rescale); otherwise `out = input` and the mask is all true.
 
 #[cfg(not(feature = "std"))]
+#[allow(unused_imports)] // std's own methods win when another crate of the build links std
 use crate::math::Libm as _;
 
 use pteron_core::{

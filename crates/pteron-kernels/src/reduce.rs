@@ -6,6 +6,7 @@
 //! i64 with wrapping, as C++ does.
 
 #[cfg(not(feature = "std"))]
+#[allow(unused_imports)] // std's own methods win when another crate of the build links std
 use crate::math::Libm as _;
 use pteron_core::DtypeSet;
 use pteron_core::{

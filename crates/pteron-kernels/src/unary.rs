@@ -2,6 +2,7 @@
 //! default dtype); f16/bf16 compute in f32 and round. Any dim order, 0-d and empty tensors.
 
 #[cfg(not(feature = "std"))]
+#[allow(unused_imports)] // std's own methods win when another crate of the build links std
 use crate::math::Libm as _;
 use pteron_core::DtypeSet;
 use pteron_core::{

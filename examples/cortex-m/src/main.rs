@@ -66,8 +66,10 @@ fn main() -> ! {
     let mut registry = KernelRegistry::new();
     if cfg!(feature = "all-kernels") {
         pteron_kernels::register_all(&mut registry);
+        pteron_kernels_mcu::register_all(&mut registry);
     } else {
         pteron_kernels::register_selected::<ProgramOps>(&mut registry);
+        pteron_kernels_mcu::register::<ProgramOps>(&mut registry);
     }
 
     let mut failed = 0u32;

@@ -4,6 +4,7 @@
 use super::geom::{out_sizes, pair, pool_geom, Nchw, PoolGeom};
 use super::AVG;
 #[cfg(not(feature = "std"))]
+#[allow(unused_imports)] // std's own methods win when another crate of the build links std
 use crate::math::Libm as _;
 use pteron_core::{dispatch_dtype, ArgAccess, Element, KernelContext, KernelError, ScalarType};
 

@@ -3,6 +3,7 @@
 use super::geom::{out_sizes, Nchw};
 use crate::linalg::dispatch_acc as dispatch_real;
 #[cfg(not(feature = "std"))]
+#[allow(unused_imports)] // std's own methods win when another crate of the build links std
 use crate::math::Libm as _;
 use pteron_core::{ArgAccess, Element, KernelContext, KernelError, ScalarType, TensorInfo};
 

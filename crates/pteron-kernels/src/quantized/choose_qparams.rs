@@ -2,6 +2,7 @@
 //! and max.
 
 #[cfg(not(feature = "std"))]
+#[allow(unused_imports)] // std's own methods win when another crate of the build links std
 use crate::math::Libm as _;
 use pteron_core::{ArgAccess, ArgView, KernelContext, KernelError, ScalarType};
 

@@ -2,6 +2,7 @@
 //! and `quantize_per_token`.
 
 #[cfg(not(feature = "std"))]
+#[allow(unused_imports)] // std's own methods win when another crate of the build links std
 use crate::math::Libm as _;
 use half::f16;
 use pteron_core::{

@@ -3,6 +3,7 @@
 
 use super::num::Num;
 #[cfg(not(feature = "std"))]
+#[allow(unused_imports)] // std's own methods win when another crate of the build links std
 use crate::math::Libm as _;
 
 /// Float helpers that PyTorch defines beyond libm.

@@ -1,8 +1,10 @@
 //! The microcontroller fixtures (`testdata/mcu`: ExecuTorch's MLPerf Tiny models, portable
-//! fp32 and int8 `quantized_decomposed`, goldens from ExecuTorch's runtime) run through the
-//! crates a firmware links — pteron-format, pteron-core and these portable kernels, nothing
-//! else. CI runs it with and without the `std` feature (`--no-default-features`), the latter
-//! being the build the Cortex-M firmware (`examples/cortex-m`) uses.
+//! fp32, int8 `quantized_decomposed`, and int8 by the Cortex-M backend) run through the crates
+//! a firmware links — pteron-format, pteron-core, the portable kernels and these Cortex-M
+//! kernels, nothing else. CI runs it with and without the `std` feature
+//! (`--no-default-features`), the latter being the build the Cortex-M firmware
+//! (`examples/cortex-m`) uses. Goldens: ExecuTorch's runtime, and for the Cortex-M programs
+//! (which that runtime cannot run) the backend's reference operators.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -38,13 +40,19 @@ fn input_shape(meta: &str) -> Vec<usize> {
 }
 
 /// Every fixture: fp32 within 1e-5 of the golden's largest magnitude; the int8 programs
-/// bit-exact (their fp32 convolutions between quantize/dequantize pairs round the same way).
+/// bit-exact (the `quantized_decomposed` ones' fp32 convolutions between quantize/dequantize
+/// pairs round the same way; the Cortex-M ones are integer arithmetic end to end).
 #[test]
 fn mlperf_tiny_programs_match_executorch() {
     let mut registry = KernelRegistry::new();
     pteron_kernels::register_all(&mut registry);
+    pteron_kernels_mcu::register_all(&mut registry);
     let dirs = fixtures();
-    assert_eq!(dirs.len(), 8, "four models, two variants each");
+    assert_eq!(
+        dirs.len(),
+        14,
+        "four models in three variants, two in a fourth"
+    );
     for d in dirs {
         let name = d.file_name().unwrap().to_string_lossy().into_owned();
         let bytes = fs::read(d.join("model.pte")).unwrap();

@@ -1,0 +1,43 @@
+//! int8 kernels for microcontrollers: the operators of ExecuTorch's Cortex-M backend
+//! (`executorch.backends.cortex_m`, modelled on Arm's CMSIS-NN), computed as the backend's
+//! reference implementations compute them (its Python operators), bit for bit.
+//!
+//! Modules: [`requant`] (the fixed-point requantization every operator ends with), then one
+//! module per operator family: [`quant`] (quantize / dequantize), [`conv`] (convolution and
+//! depthwise convolution), [`linear`], [`pool`] (average pooling), [`add`], [`pad`].
+//!
+//! Tensors may be in any dim order (the backend hands channels-last 4-d tensors); kernels
+//! address them through their strides. Accumulation is in `i32`, as CMSIS-NN accumulates;
+//! nothing allocates. `register::<S>` installs the operators an
+//! [`OpSelection`](pteron_core::OpSelection) selects, on top of the portable kernels the
+//! programs also call (`aten::view_copy`, …).
+
+#![forbid(unsafe_code)]
+#![cfg_attr(not(feature = "std"), no_std)]
+
+extern crate alloc;
+
+pub mod add;
+pub mod conv;
+pub mod linear;
+pub mod pad;
+pub mod pool;
+pub mod quant;
+pub mod requant;
+
+use pteron_core::{AllOps, KernelRegistry, OpSelection};
+
+/// Registers the Cortex-M operators `S` selects.
+pub fn register<S: OpSelection>(r: &mut KernelRegistry) {
+    quant::register::<S>(r);
+    conv::register::<S>(r);
+    linear::register::<S>(r);
+    pool::register::<S>(r);
+    add::register::<S>(r);
+    pad::register::<S>(r);
+}
+
+/// Registers every Cortex-M operator.
+pub fn register_all(r: &mut KernelRegistry) {
+    register::<AllOps>(r);
+}

@@ -1,0 +1,196 @@
+//! `cortex_m::quantized_avg_pool2d.out`: int8 average pooling as the backend's reference
+//! computes it, in float32: each input dequantized with the scale `multiplier · 2^shift / 2^31`
+//! (formed in double, used as float32), the window's valid elements summed in row order and
+//! divided by their count (padding not counted), then quantized back with the same scale and
+//! zero point (`round_half_even(avg / scale) + zp`, clamped to int8).
+
+use pteron_core::{
+    register_op, ArgAccess, ArgView, DtypeSet, Kernel, KernelContext, KernelError, KernelRegistry,
+    OpSelection, ScalarType,
+};
+
+use crate::quant::round_half_even;
+
+const INPUT: usize = 0;
+const KERNEL: usize = 1;
+const STRIDE: usize = 2;
+const PADDING: usize = 3;
+const CEIL: usize = 4;
+const ZERO_POINT: usize = 5;
+const MULTIPLIER: usize = 6;
+const SHIFT: usize = 7;
+const OUT: usize = 9;
+
+pub fn register<S: OpSelection>(r: &mut KernelRegistry) {
+    register_op!(
+        S,
+        r,
+        "cortex_m::quantized_avg_pool2d.out",
+        Kernel::with_check(avg_pool2d_out, check_avg_pool)
+            .dtypes(DtypeSet::of(&[ScalarType::Char]))
+    );
+}
+
+/// Pooling geometry over `[N, C, H, W]` tensors with their element strides.
+#[derive(Clone, Copy, Debug)]
+pub struct Pool {
+    pub n: usize,
+    pub c: usize,
+    pub input: [usize; 2],
+    pub output: [usize; 2],
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub x_strides: [usize; 4],
+    pub out_strides: [usize; 4],
+    pub zero_point: i32,
+    /// The float32 scale of input and output.
+    pub scale: f32,
+}
+
+const MAX: i64 = 1 << 20;
+
+fn pair<'p>(a: &impl ArgAccess<'p>, i: usize, min: i64) -> Result<[usize; 2], KernelError> {
+    let l = a.int_list(i)?;
+    if l.len() != 1 && l.len() != 2 {
+        return Err(KernelError::invalid(
+            "cortex_m avg_pool2d: kernel, stride and padding take 1 or 2 entries",
+        ));
+    }
+    let mut out = [0usize; 2];
+    for k in 0..2 {
+        let v = l.get(if l.len() == 1 { 0 } else { k })?;
+        if !(min..=MAX).contains(&v) {
+            return Err(KernelError::invalid(
+                "cortex_m avg_pool2d: kernel, stride or padding out of range",
+            ));
+        }
+        out[k] = v as usize;
+    }
+    Ok(out)
+}
+
+/// PyTorch's pooling output size (`pooling_output_shape`, dilation 1).
+fn out_size(input: usize, k: usize, pad: usize, stride: usize, ceil: bool) -> Option<usize> {
+    let span = (input + 2 * pad).checked_sub(k)?;
+    let mut o = (span + if ceil { stride - 1 } else { 0 }) / stride + 1;
+    // The last window must start inside the input or its left padding.
+    if ceil && (o - 1) * stride >= input + pad {
+        o -= 1;
+    }
+    Some(o)
+}
+
+fn geometry<'p>(a: &impl ArgAccess<'p>) -> Result<Pool, KernelError> {
+    let (x, o) = (a.tensor(INPUT)?, a.tensor(OUT)?);
+    for t in [x, o] {
+        if t.dtype() != ScalarType::Char || t.rank() != 4 {
+            return Err(KernelError::unsupported(
+                "cortex_m avg_pool2d: 4-d int8 tensors only",
+            ));
+        }
+    }
+    let kernel = pair(a, KERNEL, 1)?;
+    let stride = pair(a, STRIDE, 1)?;
+    let padding = pair(a, PADDING, 0)?;
+    let ceil = a.bool(CEIL)?;
+    let input = [x.size(2), x.size(3)];
+    let mut output = [0usize; 2];
+    for k in 0..2 {
+        if input[k] as i64 > MAX || 2 * padding[k] > kernel[k] {
+            return Err(KernelError::invalid(
+                "cortex_m avg_pool2d: padding above half the kernel",
+            ));
+        }
+        output[k] =
+            out_size(input[k], kernel[k], padding[k], stride[k], ceil).ok_or_else(|| {
+                KernelError::shape("cortex_m avg_pool2d: kernel larger than the padded input")
+            })?;
+    }
+    let (n, c) = (x.size(0), x.size(1));
+    if o.sizes() != [n, c, output[0], output[1]] {
+        return Err(KernelError::shape("cortex_m avg_pool2d: output shape"));
+    }
+    let zero_point = i32::try_from(a.int(ZERO_POINT)?)
+        .map_err(|_| KernelError::invalid("cortex_m avg_pool2d: zero point"))?;
+    let (m, shift) = (a.int(MULTIPLIER)?, a.int(SHIFT)?);
+    if !(1..=i64::from(i32::MAX)).contains(&m) || !(-31..=31).contains(&shift) {
+        return Err(KernelError::invalid(
+            "cortex_m avg_pool2d: multiplier or shift out of range",
+        ));
+    }
+    // As the reference forms it: multiplier · 2^shift / 2^31 in double.
+    let scale = (m as f64 * pow2(shift) / 2_147_483_648.0) as f32;
+    let s4 = |s: &[usize]| [s[0], s[1], s[2], s[3]];
+    Ok(Pool {
+        n,
+        c,
+        input,
+        output,
+        kernel,
+        stride,
+        padding,
+        x_strides: s4(x.strides()),
+        out_strides: s4(o.strides()),
+        zero_point,
+        scale,
+    })
+}
+
+/// 2^e for |e| ≤ 31, exactly.
+fn pow2(e: i64) -> f64 {
+    if e >= 0 {
+        (1u64 << e) as f64
+    } else {
+        1.0 / (1u64 << -e) as f64
+    }
+}
+
+fn check_avg_pool(a: &ArgView) -> Result<(), KernelError> {
+    geometry(a).map(|_| ())
+}
+
+fn avg_pool2d_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let p = geometry(ctx)?;
+    let ([x], [mut o]) = ctx.io([INPUT], [OUT])?;
+    avg_pool2d(&p, x.as_slice()?, o.as_mut_slice()?);
+    Ok(())
+}
+
+pub fn avg_pool2d(p: &Pool, x: &[i8], out: &mut [i8]) {
+    let [xs_n, xs_c, xs_h, xs_w] = p.x_strides;
+    let [os_n, os_c, os_h, os_w] = p.out_strides;
+    let zp = p.zero_point as f32;
+    let window = |o: usize, k: usize| -> (usize, usize) {
+        let start = (o * p.stride[k]) as i64 - p.padding[k] as i64;
+        let end = (start + p.kernel[k] as i64).min(p.input[k] as i64);
+        (start.max(0) as usize, end.max(0) as usize)
+    };
+    for n in 0..p.n {
+        for c in 0..p.c {
+            for oy in 0..p.output[0] {
+                let (y0, y1) = window(oy, 0);
+                for ox in 0..p.output[1] {
+                    let (x0, x1) = window(ox, 1);
+                    let mut sum = 0f32;
+                    for iy in y0..y1 {
+                        for ix in x0..x1 {
+                            let q = x[n * xs_n + c * xs_c + iy * xs_h + ix * xs_w];
+                            sum += (f32::from(q) - zp) * p.scale;
+                        }
+                    }
+                    let count = (y1.saturating_sub(y0) * x1.saturating_sub(x0)) as f32;
+                    let avg = sum / count;
+                    let q = round_half_even(avg / p.scale) + zp;
+                    // Empty windows (all padding) give NaN; it becomes the lowest value.
+                    let q = if q.is_nan() {
+                        -128.0
+                    } else {
+                        q.clamp(-128.0, 127.0)
+                    };
+                    out[n * os_n + c * os_c + oy * os_h + ox * os_w] = q as i8;
+                }
+            }
+        }
+    }
+}
