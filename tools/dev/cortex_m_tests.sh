@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../.."
 
 echo "no_std on the host: build and the MLPerf Tiny fixtures"
 cargo build --locked -p pteron-format -p pteron-core -p pteron-kernels -p pteron-kernels-mcu --no-default-features
-cargo test --locked -p pteron-kernels-mcu --no-default-features --test mlperf_tiny
+cargo test --locked -p pteron-kernels-mcu --no-default-features --test fixtures
 
 source tools/dev/apt_install.sh
 apt_install rustc-web cargo-web rust-web-src lld-19 gcc-arm-none-eabi binutils-arm-none-eabi

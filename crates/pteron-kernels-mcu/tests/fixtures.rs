@@ -1,4 +1,4 @@
-//! The microcontroller fixtures (`testdata/mcu`: ExecuTorch's MLPerf Tiny models, portable
+//! The microcontroller fixtures (`testdata/mcu`, `testdata/mcu_ops`: ExecuTorch's MLPerf Tiny models, portable
 //! fp32, int8 `quantized_decomposed`, and int8 by the Cortex-M backend) run through the crates
 //! a firmware links — pteron-format, pteron-core, the portable kernels and these Cortex-M
 //! kernels, nothing else. CI runs it with and without the `std` feature
@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 
 use pteron_core::{KernelRegistry, Method, MethodConfig, Output, Program, ScalarType};
 
-fn fixtures() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/mcu");
+fn fixtures(dir: &str) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata")
+        .join(dir);
     let mut dirs: Vec<PathBuf> = fs::read_dir(&root)
         .expect("testdata/mcu")
         .map(|e| e.expect("entry").path())
@@ -39,33 +41,26 @@ fn input_shape(meta: &str) -> Vec<usize> {
         .collect()
 }
 
-/// Every fixture: fp32 within 1e-5 of the golden's largest magnitude; the int8 programs
-/// bit-exact (the `quantized_decomposed` ones' fp32 convolutions between quantize/dequantize
-/// pairs round the same way; the Cortex-M ones are integer arithmetic end to end).
-#[test]
-fn mlperf_tiny_programs_match_executorch() {
+/// Runs every fixture of `testdata/<dir>`: fp32 within 1e-5 of the golden's largest
+/// magnitude, int8 programs bit-exact. Returns how many ran.
+fn run_all(dir: &str) -> usize {
     let mut registry = KernelRegistry::new();
     pteron_kernels::register_all(&mut registry);
     pteron_kernels_mcu::register_all(&mut registry);
-    let dirs = fixtures();
-    assert_eq!(
-        dirs.len(),
-        14,
-        "four models in three variants, two in a fourth"
-    );
-    for d in dirs {
+    let dirs = fixtures(dir);
+    for d in &dirs {
         let name = d.file_name().unwrap().to_string_lossy().into_owned();
         let bytes = fs::read(d.join("model.pte")).unwrap();
         let meta = fs::read_to_string(d.join("meta.json")).unwrap();
         let input = fs::read(d.join("input0.bin")).unwrap();
         let want = floats(&fs::read(d.join("expected0.bin")).unwrap());
         let program = Program::parse(&bytes).unwrap();
-        let mut method =
-            Method::load(&program, "forward", &registry, MethodConfig::default()).unwrap();
+        let mut method = Method::load(&program, "forward", &registry, MethodConfig::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         method
             .set_input_tensor(0, ScalarType::Float, &input_shape(&meta), &input)
             .unwrap();
-        method.execute().unwrap();
+        method.execute().unwrap_or_else(|e| panic!("{name}: {e}"));
         let Output::Tensor(out) = method.output(0).unwrap() else {
             panic!("{name}: not a tensor")
         };
@@ -83,4 +78,24 @@ fn mlperf_tiny_programs_match_executorch() {
             "{name}: max|diff| {diff} > {limit} × {scale}"
         );
     }
+    dirs.len()
+}
+
+/// The MLPerf Tiny models: fp32, int8 `quantized_decomposed` (whose fp32 convolutions between
+/// quantize/dequantize pairs round as ExecuTorch's do), and int8 by the Cortex-M backend
+/// (integer arithmetic end to end).
+#[test]
+fn mlperf_tiny_programs_match_executorch() {
+    assert_eq!(
+        run_all("mcu"),
+        14,
+        "four models in three variants, two in a fourth"
+    );
+}
+
+/// Single-operator programs lowered by the Cortex-M backend (strides, depth multipliers,
+/// asymmetric padding, ceil-mode pooling, batched linear rows, residual adds, both targets).
+#[test]
+fn cortex_m_operator_cases_match_the_reference() {
+    assert_eq!(run_all("mcu_ops"), 11);
 }
