@@ -63,4 +63,12 @@ for board in "thumbv7em-none-eabihf mps2-an386 cortex-m4" "thumbv8m.main-none-ea
   qemu "$machine" "$cpu" "$out/pteron-cortex-m"
   arm-none-eabi-size -A "$out/pteron-cortex-m" | grep -E '^\.(vector_table|text|rodata|data|bss|heap|models) '
 done
+echo "Cortex-M: cortex-m4: the runtime alone with the size flags of nightly Rust (immediate-abort"
+echo "panics, no Debug formatting or panic locations, core built with optimize_for_size)"
+(cd examples/cortex-m && CARGO_TARGET_THUMBV7EM_NONE_EABIHF_RUSTFLAGS="-Zunstable-options -Cpanic=immediate-abort -Zlocation-detail=none -Zfmt-debug=none" \
+  /usr/bin/cargo build --release --target thumbv7em-none-eabihf --locked --bin size_test \
+  -Zbuild-std=core,alloc,compiler_builtins -Zbuild-std-features=compiler-builtins-mem,optimize_for_size \
+  --target-dir ../../target/cortex-m-size)
+qemu mps2-an386 cortex-m4 target/cortex-m-size/thumbv7em-none-eabihf/release/size_test
+arm-none-eabi-size -A target/cortex-m-size/thumbv7em-none-eabihf/release/size_test | grep -E '^\.(vector_table|text|rodata|data|bss) '
 echo "Cortex-M tests: ok"

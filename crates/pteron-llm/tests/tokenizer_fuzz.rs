@@ -163,7 +163,9 @@ fn templates_are_bounded() {
             e.to_string().to_lowercase().contains(needle),
             "{what}: {e}"
         );
-        assert!(start.elapsed() < Duration::from_secs(10), "{what}: {:?}", start.elapsed());
+        // A bound on the work, not a speed check: unbounded, these templates run for hours
+        // (10^10 loop turns, 10^10 bytes). Generous, since CI runs it under QEMU on busy cores.
+        assert!(start.elapsed() < Duration::from_secs(120), "{what}: {:?}", start.elapsed());
     }
 }
 
