@@ -9,6 +9,7 @@ use pteron_core::{
     OpSelection, ScalarType,
 };
 
+use crate::args::int32;
 use crate::requant::{requantize, to_i8};
 
 /// `quantized_add`'s left shift of both operands (the backend's `SHIFT_INT8`).
@@ -54,16 +55,11 @@ pub struct Params {
     pub b_reads: Reads,
 }
 
-fn i32_at<'p>(a: &impl ArgAccess<'p>, i: usize) -> Result<i32, KernelError> {
-    i32::try_from(a.int(i)?)
-        .map_err(|_| KernelError::invalid("cortex_m add: a parameter exceeds i32"))
-}
-
 fn rescale<'p>(a: &impl ArgAccess<'p>, i: usize) -> Result<Rescale, KernelError> {
     Ok(Rescale {
-        zero_point: i32_at(a, i)?,
-        multiplier: i32_at(a, i + 1)?,
-        shift: i32_at(a, i + 2)?,
+        zero_point: int32(a, i, "cortex_m add")?,
+        multiplier: int32(a, i + 1, "cortex_m add")?,
+        shift: int32(a, i + 2, "cortex_m add")?,
     })
 }
 
@@ -97,12 +93,12 @@ fn params<'p>(a: &impl ArgAccess<'p>) -> Result<Params, KernelError> {
         a: rescale(a, 1)?,
         b: rescale(a, 5)?,
         out: Rescale {
-            zero_point: i32_at(a, 8)?,
-            multiplier: i32_at(a, 9)?,
-            shift: i32_at(a, 10)?,
+            zero_point: int32(a, 8, "cortex_m add")?,
+            multiplier: int32(a, 9, "cortex_m add")?,
+            shift: int32(a, 10, "cortex_m add")?,
         },
-        act_min: i32_at(a, 11)?,
-        act_max: i32_at(a, 12)?,
+        act_min: int32(a, 11, "cortex_m add")?,
+        act_max: int32(a, 12, "cortex_m add")?,
         a_reads: reads(x)?,
         b_reads: reads(y)?,
     })
@@ -122,7 +118,9 @@ fn add_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
 #[inline]
 fn operand(q: i8, r: &Rescale) -> i32 {
     requantize(
-        (i32::from(q) - r.zero_point).wrapping_shl(LEFT_SHIFT),
+        i32::from(q)
+            .wrapping_sub(r.zero_point)
+            .wrapping_shl(LEFT_SHIFT),
         r.multiplier,
         r.shift,
     )

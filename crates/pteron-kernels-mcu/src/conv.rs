@@ -11,6 +11,8 @@ use pteron_core::{
     OpSelection, ScalarType, TensorInfo,
 };
 
+use crate::args::{int32, pair, MAX_GEOMETRY};
+use crate::dot;
 use crate::requant::{requantize, to_i8};
 
 pub fn register<S: OpSelection>(r: &mut KernelRegistry) {
@@ -59,6 +61,8 @@ impl Kind {
     }
 }
 
+/// The name in errors.
+const OP: &str = "cortex_m conv";
 const INPUT: usize = 0;
 const WEIGHT: usize = 1;
 const BIAS: usize = 2;
@@ -93,39 +97,6 @@ pub struct Requant<'a> {
     pub shifts: &'a [i32],
     pub act_min: i32,
     pub act_max: i32,
-}
-
-/// Largest stride, padding, dilation or spatial size accepted (keeps the geometry's
-/// arithmetic far from overflow).
-const MAX: i64 = 1 << 20;
-
-fn pair<'p>(
-    a: &impl ArgAccess<'p>,
-    i: usize,
-    what: &str,
-    min: i64,
-) -> Result<[usize; 2], KernelError> {
-    let l = a.int_list(i)?;
-    let get = |k: usize| -> Result<usize, KernelError> {
-        let v = l.get(if l.len() == 1 { 0 } else { k })?;
-        if !(min..=MAX).contains(&v) {
-            return Err(KernelError::invalid(alloc::format!(
-                "cortex_m conv: {what} {v} out of range"
-            )));
-        }
-        Ok(v as usize)
-    };
-    if l.len() != 1 && l.len() != 2 {
-        return Err(KernelError::invalid(alloc::format!(
-            "cortex_m conv: {what} needs 1 or 2 entries"
-        )));
-    }
-    Ok([get(0)?, get(1)?])
-}
-
-fn i32_arg<'p>(a: &impl ArgAccess<'p>, i: usize) -> Result<i32, KernelError> {
-    i32::try_from(a.int(i)?)
-        .map_err(|_| KernelError::invalid("cortex_m conv: an offset or bound exceeds i32"))
 }
 
 fn check<'p>(a: &impl ArgAccess<'p>, kind: Kind) -> Result<Geometry, KernelError> {
@@ -194,24 +165,27 @@ fn check<'p>(a: &impl ArgAccess<'p>, kind: Kind) -> Result<Geometry, KernelError
             "cortex_m conv: output channels do not divide into groups",
         ));
     }
-    let stride = pair(a, 3, "stride", 1)?;
-    let padding = pair(a, 4, "padding", 0)?;
-    let dilation = pair(a, 5, "dilation", 1)?;
+    let stride = pair(a, 3, OP, "stride", 1)?;
+    let padding = pair(a, 4, OP, "padding", 0)?;
+    let dilation = pair(a, 5, OP, "dilation", 1)?;
     let input = [h, wd];
     let mut output = [0usize; 2];
     for k in 0..2 {
-        if input[k] as i64 > MAX || kernel[k] == 0 || kernel[k] as i64 > MAX {
+        if input[k] as i64 > MAX_GEOMETRY || kernel[k] == 0 || kernel[k] as i64 > MAX_GEOMETRY {
             return Err(KernelError::unsupported(
                 "cortex_m conv: spatial size out of range",
             ));
         }
-        let span = dilation[k] * (kernel[k] - 1) + 1;
+        // Checked: each factor is at most 2^20, and `usize` has 32 bits on Cortex-M.
+        let span = dilation[k]
+            .checked_mul(kernel[k] - 1)
+            .and_then(|s| s.checked_add(1));
         let padded = input[k] + 2 * padding[k];
-        if padded < span {
+        let Some(span) = span.filter(|&s| s <= padded) else {
             return Err(KernelError::shape(
                 "cortex_m conv: kernel larger than the padded input",
             ));
-        }
+        };
         output[k] = (padded - span) / stride[k] + 1;
     }
     if o.sizes() != [n, c_out, output[0], output[1]] {
@@ -239,7 +213,7 @@ fn check<'p>(a: &impl ArgAccess<'p>, kind: Kind) -> Result<Geometry, KernelError
         args.act_min,
         args.act_min + 1,
     ] {
-        i32_arg(a, i)?;
+        int32(a, i, OP)?;
     }
     let strides4 = |t: &TensorInfo| {
         let s = t.strides();
@@ -274,10 +248,13 @@ fn run(ctx: &mut KernelContext, kind: Kind) -> Result<(), KernelError> {
     let g = check(ctx, kind)?;
     let args = kind.args();
     let (input_offset, output_offset) = (
-        i32_arg(ctx, args.input_offset)?,
-        i32_arg(ctx, args.output_offset)?,
+        int32(ctx, args.input_offset, OP)?,
+        int32(ctx, args.output_offset, OP)?,
     );
-    let (act_min, act_max) = (i32_arg(ctx, args.act_min)?, i32_arg(ctx, args.act_min + 1)?);
+    let (act_min, act_max) = (
+        int32(ctx, args.act_min, OP)?,
+        int32(ctx, args.act_min + 1, OP)?,
+    );
     let has_bias = ctx.opt_tensor(BIAS)?.is_some();
     let rq = |multipliers, shifts| Requant {
         input_offset,
@@ -352,10 +329,12 @@ pub fn conv(g: &Geometry, x: &[i8], w: &[i8], bias: Option<&[i32]>, rq: &Requant
                                     &w[wb..wb + cg_in],
                                     acc,
                                     rq.input_offset,
+                                    0,
                                 );
                             } else {
                                 for ic in 0..cg_in {
-                                    let xv = i32::from(x[xb + ic * xs_c]) + rq.input_offset;
+                                    let xv =
+                                        i32::from(x[xb + ic * xs_c]).wrapping_add(rq.input_offset);
                                     let wv = i32::from(w[wb + ic * ws_i]);
                                     acc = acc.wrapping_add(xv.wrapping_mul(wv));
                                 }
@@ -372,14 +351,6 @@ pub fn conv(g: &Geometry, x: &[i8], w: &[i8], bias: Option<&[i32]>, rq: &Requant
             }
         }
     }
-}
-
-/// `acc + Σ (x + offset) · w` over two equal-length runs, in `i32` (wrapping).
-#[inline]
-fn dot(x: &[i8], w: &[i8], acc: i32, offset: i32) -> i32 {
-    x.iter().zip(w).fold(acc, |a, (&xv, &wv)| {
-        a.wrapping_add((i32::from(xv) + offset).wrapping_mul(i32::from(wv)))
-    })
 }
 
 /// Input index `o · s + k · dil − pad` if it lies in `0..n`.

@@ -18,6 +18,7 @@
 extern crate alloc;
 
 pub mod add;
+mod args;
 pub mod conv;
 pub mod linear;
 pub mod pad;
@@ -26,6 +27,19 @@ pub mod quant;
 pub mod requant;
 
 use pteron_core::{AllOps, KernelRegistry, OpSelection};
+
+/// `acc + Σ (x + x_offset) · (w + w_offset)` over two runs of equal length, in `i32`, wrapping
+/// (offsets come from the program: hostile ones must not overflow-panic).
+#[inline]
+pub(crate) fn dot(x: &[i8], w: &[i8], acc: i32, x_offset: i32, w_offset: i32) -> i32 {
+    x.iter().zip(w).fold(acc, |a, (&xv, &wv)| {
+        let (xv, wv) = (
+            i32::from(xv).wrapping_add(x_offset),
+            i32::from(wv).wrapping_add(w_offset),
+        );
+        a.wrapping_add(xv.wrapping_mul(wv))
+    })
+}
 
 /// Registers the Cortex-M operators `S` selects.
 pub fn register<S: OpSelection>(r: &mut KernelRegistry) {

@@ -13,6 +13,8 @@ use pteron_core::{
     OpSelection, ScalarType,
 };
 
+use crate::args::int32;
+use crate::dot;
 use crate::requant::{requantize, to_i8};
 
 const INPUT: usize = 0;
@@ -57,11 +59,6 @@ pub struct Params {
 pub enum Addend<'a> {
     Bias(Option<&'a [i32]>),
     KernelSum(&'a [i32]),
-}
-
-fn i32_arg<'p>(a: &impl ArgAccess<'p>, i: usize) -> Result<i32, KernelError> {
-    i32::try_from(a.int(i)?)
-        .map_err(|_| KernelError::invalid("cortex_m linear: a parameter exceeds i32"))
 }
 
 fn params<'p>(a: &impl ArgAccess<'p>) -> Result<Params, KernelError> {
@@ -118,13 +115,13 @@ fn params<'p>(a: &impl ArgAccess<'p>) -> Result<Params, KernelError> {
         rows,
         k,
         n,
-        input_offset: i32_arg(a, INPUT_OFFSET)?,
-        filter_offset: i32_arg(a, FILTER_OFFSET)?,
-        output_offset: i32_arg(a, OUTPUT_OFFSET)?,
+        input_offset: int32(a, INPUT_OFFSET, "cortex_m linear")?,
+        filter_offset: int32(a, FILTER_OFFSET, "cortex_m linear")?,
+        output_offset: int32(a, OUTPUT_OFFSET, "cortex_m linear")?,
         multiplier: to_i32(m.get(0)?)?,
         shift: to_i32(s.get(0)?)?,
-        act_min: i32_arg(a, ACT_MIN)?,
-        act_max: i32_arg(a, ACT_MAX)?,
+        act_min: int32(a, ACT_MIN, "cortex_m linear")?,
+        act_max: int32(a, ACT_MAX, "cortex_m linear")?,
     })
 }
 
@@ -168,26 +165,25 @@ fn linear_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
 pub fn linear(p: &Params, x: &[i8], w: &[i8], add: Addend, out: &mut [i8]) {
     for r in 0..p.rows {
         let xr = &x[r * p.k..(r + 1) * p.k];
-        let x_sum = xr.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)));
+        // The kernel-sum form adds `filter_offset · Σ x` once per row.
+        let row_term = match add {
+            Addend::KernelSum(_) => xr
+                .iter()
+                .fold(0i32, |s, &v| s.wrapping_add(i32::from(v)))
+                .wrapping_mul(p.filter_offset),
+            Addend::Bias(_) => 0,
+        };
         for j in 0..p.n {
             let wr = &w[j * p.k..(j + 1) * p.k];
             let acc = match add {
-                Addend::KernelSum(ks) => {
-                    let dot = xr.iter().zip(wr).fold(0i32, |s, (&a, &b)| {
-                        s.wrapping_add(i32::from(a) * i32::from(b))
-                    });
-                    dot.wrapping_add(x_sum.wrapping_mul(p.filter_offset))
-                        .wrapping_add(ks[j])
-                }
-                Addend::Bias(bias) => {
-                    let dot = xr.iter().zip(wr).fold(0i32, |s, (&a, &b)| {
-                        s.wrapping_add(
-                            (i32::from(a) + p.input_offset)
-                                .wrapping_mul(i32::from(b) + p.filter_offset),
-                        )
-                    });
-                    dot.wrapping_add(bias.map_or(0, |b| b[j]))
-                }
+                Addend::KernelSum(ks) => dot(xr, wr, row_term, 0, 0).wrapping_add(ks[j]),
+                Addend::Bias(bias) => dot(
+                    xr,
+                    wr,
+                    bias.map_or(0, |b| b[j]),
+                    p.input_offset,
+                    p.filter_offset,
+                ),
             };
             out[r * p.n + j] = to_i8(
                 requantize(acc, p.multiplier, p.shift),

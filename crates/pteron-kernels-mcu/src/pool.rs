@@ -9,7 +9,10 @@ use pteron_core::{
     OpSelection, ScalarType,
 };
 
+use crate::args::{pair, MAX_GEOMETRY};
 use crate::quant::round_half_even;
+
+const OP: &str = "cortex_m avg_pool2d";
 
 const INPUT: usize = 0;
 const KERNEL: usize = 1;
@@ -48,28 +51,6 @@ pub struct Pool {
     pub scale: f32,
 }
 
-const MAX: i64 = 1 << 20;
-
-fn pair<'p>(a: &impl ArgAccess<'p>, i: usize, min: i64) -> Result<[usize; 2], KernelError> {
-    let l = a.int_list(i)?;
-    if l.len() != 1 && l.len() != 2 {
-        return Err(KernelError::invalid(
-            "cortex_m avg_pool2d: kernel, stride and padding take 1 or 2 entries",
-        ));
-    }
-    let mut out = [0usize; 2];
-    for k in 0..2 {
-        let v = l.get(if l.len() == 1 { 0 } else { k })?;
-        if !(min..=MAX).contains(&v) {
-            return Err(KernelError::invalid(
-                "cortex_m avg_pool2d: kernel, stride or padding out of range",
-            ));
-        }
-        out[k] = v as usize;
-    }
-    Ok(out)
-}
-
 /// PyTorch's pooling output size (`pooling_output_shape`, dilation 1).
 fn out_size(input: usize, k: usize, pad: usize, stride: usize, ceil: bool) -> Option<usize> {
     let span = (input + 2 * pad).checked_sub(k)?;
@@ -90,14 +71,14 @@ fn geometry<'p>(a: &impl ArgAccess<'p>) -> Result<Pool, KernelError> {
             ));
         }
     }
-    let kernel = pair(a, KERNEL, 1)?;
-    let stride = pair(a, STRIDE, 1)?;
-    let padding = pair(a, PADDING, 0)?;
+    let kernel = pair(a, KERNEL, OP, "kernel", 1)?;
+    let stride = pair(a, STRIDE, OP, "stride", 1)?;
+    let padding = pair(a, PADDING, OP, "padding", 0)?;
     let ceil = a.bool(CEIL)?;
     let input = [x.size(2), x.size(3)];
     let mut output = [0usize; 2];
     for k in 0..2 {
-        if input[k] as i64 > MAX || 2 * padding[k] > kernel[k] {
+        if input[k] as i64 > MAX_GEOMETRY || 2 * padding[k] > kernel[k] {
             return Err(KernelError::invalid(
                 "cortex_m avg_pool2d: padding above half the kernel",
             ));

@@ -114,21 +114,9 @@ pub fn dequantize(q: &[i8], out: &mut [f32], scale: f64, zp: i64) {
     }
 }
 
-/// Round to nearest, ties to even, without `std` (exact for every f32).
+/// Round to nearest, ties to even (`libm`'s, so the same with and without `std`).
 pub fn round_half_even(x: f32) -> f32 {
-    // Beyond 2^23 every f32 is an integer; adding and subtracting 1.5·2^23 rounds the rest in
-    // the current (nearest-even) mode.
-    if x.is_nan() || x.abs() >= 8_388_608.0 {
-        return x;
-    }
-    let magic = 12_582_912.0f32;
-    let r = (x + magic) - magic;
-    // Keep the sign of zero (-0.4 rounds to -0.0).
-    if r == 0.0 {
-        0.0f32.copysign(x)
-    } else {
-        r
-    }
+    libm::roundevenf(x)
 }
 
 #[cfg(test)]
