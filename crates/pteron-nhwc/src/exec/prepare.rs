@@ -169,7 +169,7 @@ pub(super) fn prepare_steps(g: &Graph<'_>) -> Result<(Vec<Step>, usize), KernelE
                     bias,
                     transpose_w,
                     ..
-                } => prepare_fc(g, node, w, bias, transpose_w).map_err(ctx)?,
+                } => prepare_fc(g, w, bias, transpose_w).map_err(ctx)?,
                 Node::Conv {
                     conv,
                     w,
@@ -199,7 +199,6 @@ pub(super) fn prepare_steps(g: &Graph<'_>) -> Result<(Vec<Step>, usize), KernelE
 /// A fully connected node's filter (packed when constant) and constant bias.
 fn prepare_fc(
     g: &Graph<'_>,
-    node: &Node,
     w: usize,
     bias: Option<usize>,
     transpose_w: bool,
@@ -218,15 +217,7 @@ fn prepare_fc(
     };
     let filter = match g.values[w].kind {
         Kind::Constant(_) | Kind::Computed(_) => {
-            // Rows of the input at its declared shape.
-            let xs = &g.values[node.inputs().0[0]].shape;
-            let rows = match xs.rank() {
-                0 => 1,
-                r => xs
-                    .count()
-                    .map_or(usize::MAX, |n| n / xs.dims()[r - 1].max(1)),
-            };
-            FcFilter::pack(&const_f32(g, w)?, ic, oc, transpose_w, rows)?
+            FcFilter::pack(&const_f32(g, w)?, ic, oc, transpose_w)?
         }
         _ => FcFilter::Dynamic {
             transpose: transpose_w,
