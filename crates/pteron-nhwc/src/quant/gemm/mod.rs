@@ -123,6 +123,10 @@ fn scalar_sums(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
     }
 }
 
+/// Most quads a sum over nibble weights takes (a product of 16·w with an unsigned byte is
+/// at most 4·255·128 per quad in magnitude: 2^14 quads stay within i32).
+const NIB_MAX_QUADS: usize = 1 << 14;
+
 /// Packed int8 weights of `n` outputs over `k` inputs.
 pub struct QWeights {
     pub n: usize,
@@ -151,10 +155,11 @@ pub struct QWeights {
     /// (multi-row tiles) or a second `vpdpbusd` per quad that summed the weights (one row).
     pbsum: Vec<i16>,
     /// 4-bit weights (`new_int4`), two quads per 64 bytes: quads `2t`, `2t + 1` of panel `p`
-    /// at `(p·pairs + t)·64`, byte `i` holding `w + 8` of byte `i` of quad `2t` (low nibble)
-    /// and of quad `2t + 1` (high nibble; 8, a zero weight, past the last quad), where
+    /// at `(p·pairs + t)·64`, byte `i` holding byte `i` of quad `2t` (low nibble) and of quad
+    /// `2t + 1` (high nibble; zero past the last quad) as 4-bit two's complement, where
     /// `pairs = ⌈quads / 2⌉`. The one-row path streams these: half the bytes per token, and
-    /// one 64-byte load, two masks and a shift unpack two quads.
+    /// one 64-byte load, two masks and a shift give both quads as `16·w` in signed bytes (a
+    /// nibble in the high half of a byte), whose sums are 16 times the weights' (exact).
     nib: Vec<u8>,
 }
 
@@ -219,6 +224,10 @@ impl QWeights {
         if w.data.iter().any(|&v| !(-8..=7).contains(&v)) {
             return Err(KernelError::invalid("4-bit weight out of range"));
         }
+        if w.quads > NIB_MAX_QUADS {
+            // Sums of 16·w over this many quads could overflow i32: the int8 copy serves.
+            return Ok(w);
+        }
         let (panels, quads) = (w.n.div_ceil(NR), w.quads);
         let pairs = quads.div_ceil(2);
         let mut nib = vec![0u8; panels * pairs * 64];
@@ -227,13 +236,7 @@ impl QWeights {
                 let src = &w.data[(p * quads + q) * 64..][..64];
                 let dst = &mut nib[(p * pairs + q / 2) * 64..][..64];
                 for (d, &v) in dst.iter_mut().zip(src) {
-                    *d |= ((v + 8) as u8) << (4 * (q % 2));
-                }
-            }
-            if quads % 2 == 1 {
-                let dst = &mut nib[(p * pairs + quads / 2) * 64..][..64];
-                for d in dst.iter_mut() {
-                    *d |= 8 << 4;
+                    *d |= ((v as u8) & 0x0F) << (4 * (q % 2));
                 }
             }
         }

@@ -184,6 +184,31 @@ fn one_row_matches_scalar() {
     }
 }
 
+/// 4-bit weights deeper than a sum of nibble products can hold in i32 keep no nibbles (the
+/// one-row path reads their int8 copy) and still give the plain rows' results.
+#[test]
+fn deep_int4_rows_skip_the_nibbles() {
+    let (n, k) = (3, 4 * (NIB_MAX_QUADS + 1));
+    let w = QWeights::new_int4(n, k, 0, |j, kk| if (j + kk) % 3 == 0 { -8 } else { 7 }).unwrap();
+    assert!(w.nib.is_empty());
+    let short = QWeights::new_int4(n, 4 * NIB_MAX_QUADS, 0, |_, _| -8).unwrap();
+    assert!(!short.nib.is_empty());
+    let a: Vec<u8> = (0..k).map(|i| if i % 2 == 0 { 255 } else { 0 }).collect();
+    let scale = [1e-3f32, 2e-3, 3e-3];
+    let epi = Epilogue::Dequant {
+        rows: &[0.5],
+        zps: &[-128],
+        scale: &scale,
+        bias: None,
+        lo: f32::NEG_INFINITY,
+        hi: f32::INFINITY,
+    };
+    let (mut f1, mut f2) = (vec![0f32; n], vec![0f32; n]);
+    scalar_rows(&a, k, 0, 1, &w, &epi, Out::F32(&mut f1), n);
+    qgemm(&Split, &a, k, 1, &w, &epi, Out::F32(&mut f2), n).unwrap();
+    assert_eq!(f1, f2);
+}
+
 /// Every tile-sum kernel this CPU may run adds the plain loops' sums, for 1–4 rows, every
 /// panel, quad ranges with tails of 1–3 quads, weights and activations at their extremes.
 #[test]

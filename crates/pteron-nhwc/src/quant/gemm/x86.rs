@@ -85,12 +85,13 @@ unsafe fn dot(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m
     } else {
         let pairs = w.quads.div_ceil(2);
         let base = w.nib[p * pairs * 64..].as_ptr();
-        let (m, eight) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(8));
+        // A nibble in a byte's high half is 16·w as a signed byte: the high quad needs a
+        // mask, the low one a shift into place first (bits shifted across bytes are masked).
+        let m = _mm512_set1_epi8(0xF0u8 as i8);
         // Safety (all loads): pair q/2 < pairs of panel p lies inside `nib` (64 bytes).
         let pair = |q: usize| unsafe { _mm512_loadu_si512(base.add(q / 2 * 64) as *const _) };
-        let lo = |v: __m512i| _mm512_sub_epi8(_mm512_and_si512(v, m), eight);
-        let hi =
-            |v: __m512i| _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(v), m), eight);
+        let lo = |v: __m512i| _mm512_and_si512(_mm512_slli_epi16::<4>(v), m);
+        let hi = |v: __m512i| _mm512_and_si512(v, m);
         if q % 2 == 1 && q < q1 {
             step(&mut x, q, hi(pair(q)));
             q += 1;
@@ -105,6 +106,8 @@ unsafe fn dot(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m
         if q < q1 {
             step(&mut x, q, lo(pair(q)));
         }
+        // Sums of 16·w: exact, and a multiple of 16.
+        return _mm512_srai_epi32::<4>(_mm512_add_epi32(x, y));
     }
     _mm512_add_epi32(x, y)
 }
