@@ -13,7 +13,11 @@
 //! slower than one. So the caller watches for that: when it waits for a straggler longer than
 //! it worked itself (and long enough to be the scheduler, not noise), the pool runs jobs on the
 //! calling thread alone for a while ([`Backoff`]), then tries its workers again; each stall in a
-//! row doubles the while, a clean try resets it.
+//! row doubles the while, a clean try resets it. The caller itself can be the one that loses its
+//! core: with a neighbour busy on one of two cores, a spinning worker and the caller may share
+//! the other, and both run at half speed. So the caller also samples its own CPU time over
+//! some jobs (one in [`SAMPLE_EVERY`]): a job in which it ran for less than [`RAN_MIN`] of
+//! the wall time counts as a stall too (inline, the workers go to sleep and stop competing).
 //! One job runs at a time: a `parallel_for` from another thread while the pool is busy, or from
 //! inside a task, runs inline on its caller. Nothing is allocated per job.
 
@@ -37,6 +41,12 @@ const SPIN: Duration = Duration::from_micros(2000);
 /// A wait for stragglers shorter than this is noise (an interrupt, a cache miss storm), not a
 /// worker the scheduler took off its core.
 const STALL_MIN: Duration = Duration::from_micros(200);
+/// One job in this many has the caller's CPU time read around it (two clock reads, a system
+/// call each: about a microsecond, too much for every job of a few tens of microseconds).
+const SAMPLE_EVERY: u32 = 8;
+/// A sampled job longer than [`STALL_MIN`] in which the caller ran for less than this share of
+/// the wall time (another thread had its core) is a stall.
+const RAN_MIN: f64 = 0.7;
 /// How long jobs run on the calling thread alone after a first stall, and the cap the doubling
 /// reaches when stalls go on.
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
@@ -200,6 +210,8 @@ struct Backoff {
     inline_until: Option<Instant>,
     /// The next back-off's length.
     next: Duration,
+    /// Parallel jobs since the caller's CPU time was last sampled.
+    jobs: u32,
 }
 
 impl Backoff {
@@ -215,16 +227,44 @@ impl Backoff {
         }
     }
 
+    /// Whether the caller's CPU time is read around the next parallel job.
+    fn sample_now(&mut self) -> bool {
+        self.jobs = self.jobs.wrapping_add(1);
+        self.jobs.is_multiple_of(SAMPLE_EVERY)
+    }
+
     /// Records a parallel job: the caller worked `work`, then waited `wait` for workers still
-    /// inside a task.
-    fn record(&mut self, now: Instant, work: Duration, wait: Duration) {
-        if wait > STALL_MIN && wait > work {
+    /// inside a task; `ran`, when sampled, is the caller's CPU time over the job.
+    fn record(&mut self, now: Instant, work: Duration, wait: Duration, ran: Option<Duration>) {
+        let wall = work + wait;
+        let lost_core =
+            ran.is_some_and(|r| wall > STALL_MIN && r.as_secs_f64() < RAN_MIN * wall.as_secs_f64());
+        if (wait > STALL_MIN && wait > work) || lost_core {
             self.inline_until = Some(now + self.next);
             self.next = (self.next * 2).min(BACKOFF_MAX);
         } else {
             self.next = BACKOFF_FIRST;
         }
     }
+}
+
+/// CPU time the calling thread has run.
+#[cfg(unix)]
+fn thread_cpu_time() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // Safety: FFI; `ts` is a valid, writable timespec, and the call only writes it.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let nanos = u32::try_from(ts.tv_nsec).ok()?;
+    (r == 0).then(|| Duration::new(secs, nanos))
+}
+
+#[cfg(not(unix))]
+fn thread_cpu_time() -> Option<Duration> {
+    None
 }
 
 /// A pool of threads for kernels (see the module documentation).
@@ -263,6 +303,7 @@ impl ThreadPool {
             busy: Mutex::new(Backoff {
                 inline_until: None,
                 next: BACKOFF_FIRST,
+                jobs: 0,
             }),
         };
         for i in 1..threads {
@@ -314,6 +355,11 @@ impl Parallel for ThreadPool {
             f(0..n);
             return;
         }
+        let cpu0 = if busy.sample_now() {
+            thread_cpu_time()
+        } else {
+            None
+        };
         let threads = self.threads();
         let chunk = (n / (threads * 8)).max(1);
         let sh = &*self.shared;
@@ -341,7 +387,8 @@ impl Parallel for ThreadPool {
         let worked = Instant::now();
         drop(close);
         let done = Instant::now();
-        busy.record(done, worked - start, done - worked);
+        let ran = cpu0.and_then(|c0| Some(thread_cpu_time()?.saturating_sub(c0)));
+        busy.record(done, worked - start, done - worked, ran);
         if sh.panicked.swap(false, Ordering::Relaxed) {
             panic!("a pteron worker thread panicked in a kernel");
         }
@@ -534,21 +581,64 @@ mod tests {
         let mut b = Backoff {
             inline_until: None,
             next: BACKOFF_FIRST,
+            jobs: 0,
         };
         let ms = Duration::from_millis;
         let us = Duration::from_micros;
-        b.record(t0, us(50), us(100)); // short wait: noise
+        b.record(t0, us(50), us(100), None); // short wait: noise
         assert!(!b.inline_now(t0));
-        b.record(t0, us(50), ms(3)); // a stall
+        b.record(t0, us(50), ms(3), None); // a stall
         assert!(b.inline_now(t0 + ms(49)));
         assert!(!b.inline_now(t0 + ms(51)));
         assert_eq!(b.next, BACKOFF_FIRST * 2);
-        b.record(t0, ms(5), ms(3)); // waited less than it worked: no stall
+        b.record(t0, ms(5), ms(3), Some(ms(8))); // waited less than it worked: no stall
         assert_eq!(b.next, BACKOFF_FIRST);
         for _ in 0..20 {
-            b.record(t0, us(10), ms(3));
+            b.record(t0, us(10), ms(3), None);
         }
         assert_eq!(b.next, BACKOFF_MAX);
+    }
+
+    #[test]
+    fn a_caller_that_lost_its_core_backs_off() {
+        let t0 = Instant::now();
+        let mut b = Backoff {
+            inline_until: None,
+            next: BACKOFF_FIRST,
+            jobs: 0,
+        };
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        // Worked 2 ms of wall time but ran only half of it: a stall.
+        b.record(t0, ms(2), us(10), Some(ms(1)));
+        assert!(b.inline_now(t0 + ms(10)));
+        // Ran nearly all of it: clean (the back-off resets).
+        b.record(t0, ms(2), us(10), Some(us(1900)));
+        assert_eq!(b.next, BACKOFF_FIRST);
+        // Too short to tell a lost core from noise.
+        let mut c = Backoff {
+            inline_until: None,
+            next: BACKOFF_FIRST,
+            jobs: 0,
+        };
+        c.record(t0, us(100), us(10), Some(us(10)));
+        assert!(!c.inline_now(t0));
+        // One job in SAMPLE_EVERY is sampled.
+        let sampled = (0..4 * SAMPLE_EVERY).filter(|_| c.sample_now()).count();
+        assert_eq!(sampled, 4);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn thread_cpu_time_advances_with_work() {
+        let c0 = thread_cpu_time().unwrap();
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(20) {
+            x = core::hint::black_box(x.wrapping_add(1));
+        }
+        let c1 = thread_cpu_time().unwrap();
+        assert!(c1 > c0 && c1 - c0 <= t.elapsed() + Duration::from_millis(5));
     }
 
     #[test]
