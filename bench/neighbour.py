@@ -23,7 +23,7 @@ from python_api import cpu_model, pct  # bench/ is on sys.path when run as a scr
 ROOT = Path(__file__).resolve().parents[1]
 FILES = {
     "mobilenet_v2 fp32 xnnpack": ROOT / "tools/export/out/mobilenet_v2/model_xnnpack.pte",
-    "mobilenet_v2 int8 xnnpack": ROOT / "tools/export/out/int8_static/mobilenet_v2_u/model.pte",
+    "mobilenet_v2 int8 xnnpack": ROOT / "tools/export/out/int8_static/mobilenet_v2/model.pte",
 }
 
 

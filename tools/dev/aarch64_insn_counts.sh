@@ -66,7 +66,7 @@ models=(
   "MobileNetV2 small, XNNPACK int8:testdata/xnnpack/mobilenet_v2_small_int8/model.pte"
 )
 for extra in "MobileNetV2, XNNPACK fp32:tools/export/out/mobilenet_v2/model_xnnpack.pte" \
-  "MobileNetV2, XNNPACK int8 (static):tools/export/out/int8_static/mobilenet_v2_u/model.pte"; do
+  "MobileNetV2, XNNPACK int8 (static):tools/export/out/int8_static/mobilenet_v2/model.pte"; do
   [ -f "${extra#*:}" ] && models+=("$extra")
 done
 for m in "${models[@]}"; do
