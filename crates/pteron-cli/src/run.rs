@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pteron::{npy, RunMethod, ScalarType, Tensor, Value};
+use pteron::{npy, thread_cpu_time, RunMethod, ScalarType, Tensor, Value};
 use pteron::{Method, ValueSpec as CoreValue};
 
 #[derive(clap::Args)]
@@ -355,23 +355,6 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
         println!("peak memory (VmHWM) {:.1} MiB{now}", mib(kib));
     }
     Ok(())
-}
-
-/// CPU time consumed by the calling thread so far.
-#[cfg(unix)]
-fn thread_cpu_time() -> Option<Duration> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // Safety: `ts` is a valid, writable timespec; the call only writes it.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (r == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
-}
-
-#[cfg(not(unix))]
-fn thread_cpu_time() -> Option<Duration> {
-    None
 }
 
 /// The process's resident-set high-water mark, from /proc/self/status (Linux).

@@ -33,7 +33,7 @@ pub use pteron_kernels_cpu::cpu;
 pub use pteron_nhwc::{EngineOptions, FusePolicy, NodeProfile};
 pub use runtime::{default_backends, Runtime, RuntimeBuilder};
 pub use tensor::{RunMethod, Tensor, Value};
-pub use threads::{default_threads, ThreadPool};
+pub use threads::{default_threads, thread_cpu_time, ThreadPool};
 
 // The loaded method and what it reports, from the execution core.
 pub use pteron_core::{

@@ -215,6 +215,14 @@ struct Backoff {
 }
 
 impl Backoff {
+    fn new() -> Self {
+        Backoff {
+            inline_until: None,
+            next: BACKOFF_FIRST,
+            jobs: 0,
+        }
+    }
+
     /// Whether the next job should leave the workers out.
     fn inline_now(&mut self, now: Instant) -> bool {
         match self.inline_until {
@@ -248,9 +256,9 @@ impl Backoff {
     }
 }
 
-/// CPU time the calling thread has run.
+/// CPU time the calling thread has run (`None` where the platform does not say).
 #[cfg(unix)]
-fn thread_cpu_time() -> Option<Duration> {
+pub fn thread_cpu_time() -> Option<Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -262,8 +270,9 @@ fn thread_cpu_time() -> Option<Duration> {
     (r == 0).then(|| Duration::new(secs, nanos))
 }
 
+/// CPU time the calling thread has run (`None` where the platform does not say).
 #[cfg(not(unix))]
-fn thread_cpu_time() -> Option<Duration> {
+pub fn thread_cpu_time() -> Option<Duration> {
     None
 }
 
@@ -300,11 +309,7 @@ impl ThreadPool {
         let mut pool = ThreadPool {
             shared,
             workers: Vec::new(),
-            busy: Mutex::new(Backoff {
-                inline_until: None,
-                next: BACKOFF_FIRST,
-                jobs: 0,
-            }),
+            busy: Mutex::new(Backoff::new()),
         };
         for i in 1..threads {
             let s = Arc::clone(&pool.shared);
@@ -578,11 +583,7 @@ mod tests {
     #[test]
     fn backoff_doubles_on_stalls_in_a_row_and_resets_after_a_clean_job() {
         let t0 = Instant::now();
-        let mut b = Backoff {
-            inline_until: None,
-            next: BACKOFF_FIRST,
-            jobs: 0,
-        };
+        let mut b = Backoff::new();
         let ms = Duration::from_millis;
         let us = Duration::from_micros;
         b.record(t0, us(50), us(100), None); // short wait: noise
@@ -602,11 +603,7 @@ mod tests {
     #[test]
     fn a_caller_that_lost_its_core_backs_off() {
         let t0 = Instant::now();
-        let mut b = Backoff {
-            inline_until: None,
-            next: BACKOFF_FIRST,
-            jobs: 0,
-        };
+        let mut b = Backoff::new();
         let ms = Duration::from_millis;
         let us = Duration::from_micros;
         // Worked 2 ms of wall time but ran only half of it: a stall.
@@ -616,11 +613,7 @@ mod tests {
         b.record(t0, ms(2), us(10), Some(us(1900)));
         assert_eq!(b.next, BACKOFF_FIRST);
         // Too short to tell a lost core from noise.
-        let mut c = Backoff {
-            inline_until: None,
-            next: BACKOFF_FIRST,
-            jobs: 0,
-        };
+        let mut c = Backoff::new();
         c.record(t0, us(100), us(10), Some(us(10)));
         assert!(!c.inline_now(t0));
         // One job in SAMPLE_EVERY is sampled.
