@@ -167,37 +167,36 @@ def run_llamacpp(gguf, threads, new_tokens) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def memory_bandwidth() -> float:
-    """Bytes per second of a one-thread numpy copy of 256 MiB (read + write), best of 5."""
+BANDWIDTH_BYTES = 256 << 20
+
+
+def fastest_of_5(f) -> float:
+    """Seconds of the fastest of five calls of `f`."""
     import time
 
-    import numpy as np
-
-    n = 256 << 20
-    src = np.ones(n // 8, dtype=np.float64)
-    dst = np.empty_like(src)
     best = float("inf")
     for _ in range(5):
         t = time.perf_counter()
-        np.copyto(dst, src)
+        f()
         best = min(best, time.perf_counter() - t)
-    return 2 * n / best
+    return best
+
+
+def memory_bandwidth() -> float:
+    """Bytes per second of a one-thread numpy copy of 256 MiB (read + write), best of 5."""
+    import numpy as np
+
+    src = np.ones(BANDWIDTH_BYTES // 8, dtype=np.float64)
+    dst = np.empty_like(src)
+    return 2 * BANDWIDTH_BYTES / fastest_of_5(lambda: np.copyto(dst, src))
 
 
 def read_bandwidth() -> float:
     """Bytes per second of a one-thread streaming read of 256 MiB (numpy max), best of 5."""
-    import time
-
     import numpy as np
 
-    n = 256 << 20
-    src = np.ones(n // 4, dtype=np.float32)
-    best = float("inf")
-    for _ in range(5):
-        t = time.perf_counter()
-        src.max()
-        best = min(best, time.perf_counter() - t)
-    return n / best
+    src = np.ones(BANDWIDTH_BYTES // 4, dtype=np.float32)
+    return BANDWIDTH_BYTES / fastest_of_5(src.max)
 
 
 def linear_weights(params: dict) -> int:

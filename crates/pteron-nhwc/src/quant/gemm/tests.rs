@@ -101,10 +101,18 @@ fn long_blocks_keep_integer_corrections() {
         lo: f32::NEG_INFINITY,
         hi: f32::INFINITY,
     };
-    let (mut f1, mut f2) = (vec![0f32; n], vec![0f32; n]);
-    scalar_rows(&a, k, 0, 1, &w, &epi, Out::F32(&mut f1), n);
-    qgemm(&Split, &a, k, 1, &w, &epi, Out::F32(&mut f2), n).unwrap();
+    let (f1, f2) = one_row(&a, &w, &epi);
     assert_eq!(f1, f2);
+}
+
+/// One row `a` (of `4·quads` bytes) times `w`: the plain integer rows' results, and
+/// `qgemm`'s (its one-row path where it takes one) over three "threads".
+fn one_row(a: &[u8], w: &QWeights, epi: &Epilogue<'_>) -> (Vec<f32>, Vec<f32>) {
+    let (k, n) = (w.quads * 4, w.n);
+    let (mut f1, mut f2) = (vec![0f32; n], vec![0f32; n]);
+    scalar_rows(a, k, 0, 1, w, epi, Out::F32(&mut f1), n);
+    qgemm(&Split, a, k, 1, w, epi, Out::F32(&mut f2), n).unwrap();
+    (f1, f2)
 }
 
 /// Three "threads" run one after another: exercises the task split.
@@ -175,9 +183,7 @@ fn one_row_matches_scalar() {
                     lo: -50.0,
                     hi: 50.0,
                 };
-                let (mut f1, mut f2) = (vec![0f32; n], vec![0f32; n]);
-                scalar_rows(&a, kp, 0, 1, &w, &epi, Out::F32(&mut f1), n);
-                qgemm(&Split, &a, kp, 1, &w, &epi, Out::F32(&mut f2), n).unwrap();
+                let (f1, f2) = one_row(&a, &w, &epi);
                 assert_eq!(f1, f2, "n {n} k {k} block {block} int4 {int4} bf16 {bf16}");
             }
         }
@@ -203,9 +209,7 @@ fn deep_int4_rows_skip_the_nibbles() {
         lo: f32::NEG_INFINITY,
         hi: f32::INFINITY,
     };
-    let (mut f1, mut f2) = (vec![0f32; n], vec![0f32; n]);
-    scalar_rows(&a, k, 0, 1, &w, &epi, Out::F32(&mut f1), n);
-    qgemm(&Split, &a, k, 1, &w, &epi, Out::F32(&mut f2), n).unwrap();
+    let (f1, f2) = one_row(&a, &w, &epi);
     assert_eq!(f1, f2);
 }
 
