@@ -8,17 +8,18 @@
 //! remaining tasks. Workers spin briefly between jobs
 //! (kernels come back to back while a method runs) and then sleep on a condition variable.
 //!
-//! A worker the OS takes off its core in the middle of a task (another process busy on that
-//! core) holds up the job until it runs again, milliseconds later: two threads then end up
-//! slower than one. So the caller watches for that: when it waits for a straggler longer than
-//! it worked itself (and long enough to be the scheduler, not noise), the pool runs jobs on the
-//! calling thread alone for a while ([`Backoff`]), then tries its workers again; each stall in a
-//! row doubles the while, a clean try resets it. The caller itself can be the one that loses its
-//! core: with a neighbour busy on one of two cores, a spinning worker and the caller may share
-//! the other, and both run at half speed. So the caller also samples its own CPU time over
-//! some jobs (one in [`SAMPLE_EVERY`]): a job in which it ran for less than [`RAN_MIN`] of
-//! the wall time counts as a stall too (inline, the workers go to sleep and stop competing).
-//! One job runs at a time: a `parallel_for` from another thread while the pool is busy, or from
+//! Another process busy on a worker's core (a phone's or laptop's usual state) changes what
+//! pays. A worker that spins there spends its fair share of the core on nothing, and the
+//! scheduler takes it off the core at the end of its slice, often in the middle of a task,
+//! which then holds up the whole job for milliseconds; a spinning worker that shares the
+//! caller's core halves the caller's speed. A thread that slept, on the other hand, is
+//! preferred by the scheduler when it wakes. So a spinning worker reads its own CPU time every
+//! [`SHARE_WINDOW`]: when it ran for less than [`RAN_MIN`] of a window, it shares its core and
+//! goes to sleep at once; the next job wakes it. And the caller keeps an account of whether the
+//! workers pay at all ([`Backoff`]): for each job, the time it would have taken alone (its own
+//! tasks' time, scaled to all tasks) minus the time the job took; when a window of jobs lost
+//! time, jobs run on the calling thread alone for a while, then the workers are tried again.
+//! A loss in the next window doubles the while, a gain resets it. One job runs at a time: a `parallel_for` from another thread while the pool is busy, or from
 //! inside a task, runs inline on its caller. Nothing is allocated per job.
 
 use std::cell::UnsafeCell;
@@ -38,17 +39,20 @@ use pteron_kernels_cpu::par::part;
 /// than on one with 200 µs here (XNNPACK's pthreadpool spins for milliseconds too).
 const SPIN: Duration = Duration::from_micros(2000);
 
-/// A wait for stragglers shorter than this is noise (an interrupt, a cache miss storm), not a
-/// worker the scheduler took off its core.
-const STALL_MIN: Duration = Duration::from_micros(200);
-/// One job in this many has the caller's CPU time read around it (two clock reads, a system
-/// call each: about a microsecond, too much for every job of a few tens of microseconds).
-const SAMPLE_EVERY: u32 = 8;
-/// A sampled job longer than [`STALL_MIN`] in which the caller ran for less than this share of
-/// the wall time (another thread had its core) is a stall.
+/// How often a spinning worker reads its CPU time (a system call) to see whether it still has
+/// its core to itself.
+const SHARE_WINDOW: Duration = Duration::from_micros(200);
+/// A spinning worker that ran for less than this share of a [`SHARE_WINDOW`] shares its core
+/// with another thread, and sleeps instead.
 const RAN_MIN: f64 = 0.7;
-/// How long jobs run on the calling thread alone after a first stall, and the cap the doubling
-/// reaches when stalls go on.
+/// The wall time of jobs over which the caller sums what the workers saved or lost: long
+/// enough to span a scheduler slice (a straggler's delay) and many jobs of a network.
+const ACCOUNT_WINDOW: Duration = Duration::from_millis(5);
+/// A window that lost less than this share of its wall time is noise, such as jobs the caller
+/// ran nearly alone (a sleeping worker woke late) at the cost of the hand-off.
+const LOSS_MIN: f64 = 0.05;
+/// How long jobs run on the calling thread alone after a window in which the workers lost
+/// time, and the cap the doubling reaches when losses go on.
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_millis(1600);
 
@@ -103,12 +107,13 @@ unsafe impl Send for Shared {}
 
 impl Shared {
     /// Runs tasks of `job` as thread `me`: its own share first, then what is left of the
-    /// others' shares.
-    fn run_tasks(&self, job: &Job, me: usize) {
+    /// others' shares. Returns how many indices it ran.
+    fn run_tasks(&self, job: &Job, me: usize) -> usize {
         // Safety: the job is open or this thread is counted as active in it (caller or joined
         // worker), so the closure's owner is still waiting in `parallel_for`.
         let f = unsafe { &*job.f };
         let t = self.cursors.len();
+        let mut ran = 0;
         for k in 0..t {
             let q = (me + k) % t;
             let end = part(job.n, t, q).end;
@@ -117,9 +122,12 @@ impl Shared {
                 if start >= end {
                     break;
                 }
-                f(start..(start + job.chunk).min(end));
+                let r = start..(start + job.chunk).min(end);
+                ran += r.len();
+                f(r);
             }
         }
+        ran
     }
 
     fn worker(&self, me: usize) {
@@ -131,6 +139,7 @@ impl Shared {
             // Wait for a new job.
             let t0 = Instant::now();
             let mut spins = 0u32;
+            let mut share = CoreShare::default();
             loop {
                 if self.shutdown.load(Ordering::Acquire) {
                     return;
@@ -139,7 +148,14 @@ impl Shared {
                     break;
                 }
                 spins = spins.wrapping_add(1);
-                if started && (spins & 63 != 0 || t0.elapsed() < SPIN) {
+                if started && spins & 63 != 0 {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                if started && {
+                    let now = Instant::now();
+                    now.duration_since(t0) < SPIN && share.has_core(now, thread_cpu_time)
+                } {
                     std::hint::spin_loop();
                     continue;
                 }
@@ -202,16 +218,51 @@ impl Drop for Close<'_> {
     }
 }
 
-/// When the workers were last seen to stall a job, and for how long jobs run inline because of
-/// it. Read and written only by the caller holding `ThreadPool::busy`.
+/// A spinning worker's view of whether it has its core to itself: its CPU time against the
+/// wall time, window by window.
+#[derive(Default)]
+struct CoreShare {
+    /// Wall and CPU time at the start of the current window.
+    start: Option<(Instant, Duration)>,
+}
+
+impl CoreShare {
+    /// Whether the thread may keep spinning at the time `now`; `cpu` reads its CPU time
+    /// (`None` where the platform does not say: spin on), once per window.
+    fn has_core(&mut self, now: Instant, cpu: impl FnOnce() -> Option<Duration>) -> bool {
+        if self
+            .start
+            .is_some_and(|(t, _)| now.duration_since(t) < SHARE_WINDOW)
+        {
+            return true;
+        }
+        let Some(cpu) = cpu() else { return true };
+        match self.start {
+            Some((t, c)) => {
+                let wall = now.duration_since(t);
+                self.start = Some((now, cpu));
+                cpu.saturating_sub(c).as_secs_f64() >= RAN_MIN * wall.as_secs_f64()
+            }
+            None => {
+                self.start = Some((now, cpu));
+                true
+            }
+        }
+    }
+}
+
+/// The caller's account of whether the workers pay, and for how long jobs run inline because
+/// they did not. Read and written only by the caller holding `ThreadPool::busy`.
 #[derive(Debug)]
 struct Backoff {
     /// Jobs run on the calling thread alone until then.
     inline_until: Option<Instant>,
     /// The next back-off's length.
     next: Duration,
-    /// Parallel jobs since the caller's CPU time was last sampled.
-    jobs: u32,
+    /// The current window: the wall time of its jobs, and the seconds they saved (negative:
+    /// lost) against the caller alone.
+    wall: Duration,
+    saved: f64,
 }
 
 impl Backoff {
@@ -219,7 +270,8 @@ impl Backoff {
         Backoff {
             inline_until: None,
             next: BACKOFF_FIRST,
-            jobs: 0,
+            wall: Duration::ZERO,
+            saved: 0.0,
         }
     }
 
@@ -235,24 +287,27 @@ impl Backoff {
         }
     }
 
-    /// Whether the caller's CPU time is read around the next parallel job.
-    fn sample_now(&mut self) -> bool {
-        self.jobs = self.jobs.wrapping_add(1);
-        self.jobs.is_multiple_of(SAMPLE_EVERY)
-    }
-
-    /// Records a parallel job: the caller worked `work`, then waited `wait` for workers still
-    /// inside a task; `ran`, when sampled, is the caller's CPU time over the job.
-    fn record(&mut self, now: Instant, work: Duration, wait: Duration, ran: Option<Duration>) {
-        let wall = work + wait;
-        let lost_core =
-            ran.is_some_and(|r| wall > STALL_MIN && r.as_secs_f64() < RAN_MIN * wall.as_secs_f64());
-        if (wait > STALL_MIN && wait > work) || lost_core {
+    /// Records a parallel job of `n` indices that took `wall`, in which the caller ran `mine`
+    /// of them in `work`.
+    fn record(&mut self, now: Instant, wall: Duration, work: Duration, mine: usize, n: usize) {
+        // The caller alone would have run all `n` at its own pace. A caller that ran none (the
+        // workers took everything before it started) says nothing either way.
+        if mine > 0 {
+            let alone = work.as_secs_f64() * n as f64 / mine as f64;
+            self.saved += alone - wall.as_secs_f64();
+        }
+        self.wall += wall;
+        if self.wall < ACCOUNT_WINDOW {
+            return;
+        }
+        if self.saved < -LOSS_MIN * self.wall.as_secs_f64() {
             self.inline_until = Some(now + self.next);
             self.next = (self.next * 2).min(BACKOFF_MAX);
         } else {
             self.next = BACKOFF_FIRST;
         }
+        self.wall = Duration::ZERO;
+        self.saved = 0.0;
     }
 }
 
@@ -360,11 +415,6 @@ impl Parallel for ThreadPool {
             f(0..n);
             return;
         }
-        let cpu0 = if busy.sample_now() {
-            thread_cpu_time()
-        } else {
-            None
-        };
         let threads = self.threads();
         let chunk = (n / (threads * 8)).max(1);
         let sh = &*self.shared;
@@ -388,12 +438,11 @@ impl Parallel for ThreadPool {
             sh.wake.notify_all();
         }
         let close = Close(sh);
-        sh.run_tasks(&job, 0);
+        let mine = sh.run_tasks(&job, 0);
         let worked = Instant::now();
         drop(close);
         let done = Instant::now();
-        let ran = cpu0.and_then(|c0| Some(thread_cpu_time()?.saturating_sub(c0)));
-        busy.record(done, worked - start, done - worked, ran);
+        busy.record(done, done - start, worked - start, mine, n);
         if sh.panicked.swap(false, Ordering::Relaxed) {
             panic!("a pteron worker thread panicked in a kernel");
         }
@@ -581,44 +630,66 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_on_stalls_in_a_row_and_resets_after_a_clean_job() {
+    fn backoff_doubles_on_lost_windows_and_resets_after_a_gain() {
         let t0 = Instant::now();
         let mut b = Backoff::new();
         let ms = Duration::from_millis;
         let us = Duration::from_micros;
-        b.record(t0, us(50), us(100), None); // short wait: noise
+        // Half the tasks in 90 µs, the job in 100 µs: a gain, and the window is still open.
+        b.record(t0, us(100), us(90), 1, 2);
         assert!(!b.inline_now(t0));
-        b.record(t0, us(50), ms(3), None); // a stall
+        // A straggler: half the tasks in 50 µs, the job in 6 ms. The window lost time.
+        b.record(t0, ms(6), us(50), 1, 2);
         assert!(b.inline_now(t0 + ms(49)));
         assert!(!b.inline_now(t0 + ms(51)));
         assert_eq!(b.next, BACKOFF_FIRST * 2);
-        b.record(t0, ms(5), ms(3), Some(ms(8))); // waited less than it worked: no stall
+        // A window that gained resets the back-off.
+        b.record(t0, ms(6), ms(5), 1, 2);
+        assert!(!b.inline_now(t0));
         assert_eq!(b.next, BACKOFF_FIRST);
         for _ in 0..20 {
-            b.record(t0, us(10), ms(3), None);
+            b.record(t0, ms(6), us(10), 1, 2);
         }
         assert_eq!(b.next, BACKOFF_MAX);
     }
 
     #[test]
-    fn a_caller_that_lost_its_core_backs_off() {
+    fn an_occasional_straggler_is_outweighed_by_the_gains() {
         let t0 = Instant::now();
         let mut b = Backoff::new();
         let ms = Duration::from_millis;
         let us = Duration::from_micros;
-        // Worked 2 ms of wall time but ran only half of it: a stall.
-        b.record(t0, ms(2), us(10), Some(ms(1)));
-        assert!(b.inline_now(t0 + ms(10)));
-        // Ran nearly all of it: clean (the back-off resets).
-        b.record(t0, ms(2), us(10), Some(us(1900)));
+        // Four jobs that each saved 0.8 ms, one that lost 1.8 ms: the window gained.
+        for _ in 0..4 {
+            b.record(t0, ms(1), us(900), 1, 2);
+        }
+        b.record(t0, ms(2), us(100), 1, 2);
+        assert!(!b.inline_now(t0));
+        // A job the workers ran alone counts neither way.
+        b.record(t0, ms(6), us(1), 0, 2);
+        assert!(!b.inline_now(t0));
+        // Jobs the caller ran alone (a sleeping worker woke too late) lose only the hand-off.
+        b.record(t0, ms(6), us(5990), 16, 16);
+        assert!(!b.inline_now(t0));
         assert_eq!(b.next, BACKOFF_FIRST);
-        // Too short to tell a lost core from noise.
-        let mut c = Backoff::new();
-        c.record(t0, us(100), us(10), Some(us(10)));
-        assert!(!c.inline_now(t0));
-        // One job in SAMPLE_EVERY is sampled.
-        let sampled = (0..4 * SAMPLE_EVERY).filter(|_| c.sample_now()).count();
-        assert_eq!(sampled, 4);
+    }
+
+    #[test]
+    fn a_worker_that_shares_its_core_stops_spinning() {
+        let t0 = Instant::now();
+        let us = Duration::from_micros;
+        let mut c = CoreShare::default();
+        assert!(c.has_core(t0, || Some(us(1000))));
+        // Within a window the CPU clock is not read.
+        assert!(c.has_core(t0 + us(100), || panic!("read within the window")));
+        // Ran 240 µs of 250: the core is its own.
+        assert!(c.has_core(t0 + us(250), || Some(us(1240))));
+        // Ran 100 µs of the next 250: shared.
+        assert!(!c.has_core(t0 + us(500), || Some(us(1340))));
+        // Where the CPU time is unknown, it spins.
+        let mut d = CoreShare::default();
+        assert!(d.has_core(t0, || None));
+        assert!(d.has_core(t0 + us(500), || None));
     }
 
     #[cfg(unix)]
