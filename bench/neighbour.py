@@ -1,7 +1,8 @@
 """Threads under a busy neighbour: pteron (Python package) and ExecuTorch (executorch.runtime)
 on the same XNNPACK files in one process, interleaved, at 1 and 2 threads, with the machine
-otherwise idle and with a CPU-bound process pinned to one core. Reports per engine the median
-and p90 over rounds of each round's median execute time.
+otherwise idle and with a CPU-bound process pinned to one core. Each round runs both engines at
+both thread counts, in alternating order. Reports per engine the median and p90 over rounds of
+each round's median execute time.
 
     python bench/neighbour.py [--rounds 30] [--iters 20] [--core 1]
 
@@ -51,28 +52,39 @@ def main():
                 hog = subprocess.Popen(["taskset", "-c", str(args.core), "sh", "-c", "while :; do :; done"])
                 time.sleep(0.5)
             try:
-                for threads in (1, 2):
-                    portable_lib._unsafe_reset_threadpool(threads)
-                    pm = pteron.Runtime(threads=threads).load_program(pte).load_method("forward")
-                    data = pte.read_bytes()  # ExecuTorch reads this buffer in place: keep it alive
-                    em = EtRuntime.get().load_program(data).load_method("forward")
-                    engines = {"pteron": (pm, x), "executorch": (em, xt)}
-                    per = {e: [] for e in engines}
-                    for r in range(args.rounds):
-                        order = list(engines) if r % 2 == 0 else list(reversed(engines))
-                        for e in order:
-                            m, inp = engines[e]
-                            for _ in range(3):
-                                m.execute([inp])
-                            ts = []
-                            for _ in range(args.iters):
-                                t0 = time.perf_counter()
-                                m.execute([inp])
-                                ts.append((time.perf_counter() - t0) * 1e3)
-                            per[e].append(statistics.median(ts))
-                            time.sleep(0.01)  # let the other engine's workers go idle
-                    for e, xs in per.items():
-                        res[(neighbour, threads, e)] = (statistics.median(xs), pct(xs, 0.9))
+                # Both thread counts and both engines alternate within each round, so that a
+                # change of the host's speed over the run (a VM's neighbours) hits all four alike.
+                pms = {t: pteron.Runtime(threads=t).load_program(pte).load_method("forward") for t in (1, 2)}
+                data = pte.read_bytes()  # ExecuTorch reads this buffer in place: keep it alive
+                em, et_threads = None, None
+                per = {(t, e): [] for t in (1, 2) for e in ("pteron", "executorch")}
+                for r in range(args.rounds):
+                    runs = [(t, e) for t in (1, 2) for e in ("pteron", "executorch")]
+                    if r % 2:
+                        runs.reverse()
+                    for threads, e in runs:
+                        if e == "pteron":
+                            m, inp = pms[threads], x
+                        else:
+                            if et_threads != threads:
+                                # An XNNPACK runtime keeps the pthreadpool it was created with,
+                                # and a reset destroys that pool: drop the method, reset, reload.
+                                em = None
+                                portable_lib._unsafe_reset_threadpool(threads)
+                                em = EtRuntime.get().load_program(data).load_method("forward")
+                                et_threads = threads
+                            m, inp = em, xt
+                        for _ in range(3):
+                            m.execute([inp])
+                        ts = []
+                        for _ in range(args.iters):
+                            t0 = time.perf_counter()
+                            m.execute([inp])
+                            ts.append((time.perf_counter() - t0) * 1e3)
+                        per[(threads, e)].append(statistics.median(ts))
+                        time.sleep(0.01)  # let the other engine's workers go idle
+                for (threads, e), xs in per.items():
+                    res[(neighbour, threads, e)] = (statistics.median(xs), pct(xs, 0.9))
             finally:
                 if hog:
                     hog.kill()

@@ -13,9 +13,10 @@
 //! scheduler takes it off the core at the end of its slice, often in the middle of a task,
 //! which then holds up the whole job for milliseconds; a spinning worker that shares the
 //! caller's core halves the caller's speed. A thread that slept, on the other hand, is
-//! preferred by the scheduler when it wakes. So a spinning worker reads its own CPU time every
-//! [`SHARE_WINDOW`]: when it ran for less than [`RAN_MIN`] of a window, it shares its core and
-//! goes to sleep at once; the next job wakes it. And the caller keeps an account of whether the
+//! preferred by the scheduler when it wakes. So a worker reads its own CPU time once per
+//! [`SHARE_WINDOW`] of the time it was awake (spinning or in tasks, over as many jobs as that
+//! takes): when it ran for less than [`RAN_MIN`] of a window, it shares its core, and it goes to
+//! sleep instead of spinning; the next job wakes it. And the caller keeps an account of whether the
 //! workers pay at all ([`Backoff`]): for each job, the time it would have taken alone (its own
 //! tasks' time, scaled to all tasks) minus the time the job took; when a window of jobs lost
 //! time, jobs run on the calling thread alone for a while, then the workers are tried again.
@@ -135,11 +136,12 @@ impl Shared {
         // A new worker sleeps until the first job: spinning from the start would compete
         // with the loading of the method the pool was made for.
         let mut started = false;
+        let mut share = CoreShare::default();
         loop {
             // Wait for a new job.
             let t0 = Instant::now();
             let mut spins = 0u32;
-            let mut share = CoreShare::default();
+            let mut spin = started && share.has_core(t0, thread_cpu_time);
             loop {
                 if self.shutdown.load(Ordering::Acquire) {
                     return;
@@ -148,16 +150,17 @@ impl Shared {
                     break;
                 }
                 spins = spins.wrapping_add(1);
-                if started && spins & 63 != 0 {
+                if spin && spins & 63 != 0 {
                     std::hint::spin_loop();
                     continue;
                 }
-                if started && {
+                if spin {
                     let now = Instant::now();
-                    now.duration_since(t0) < SPIN && share.has_core(now, thread_cpu_time)
-                } {
-                    std::hint::spin_loop();
-                    continue;
+                    spin = now.duration_since(t0) < SPIN && share.has_core(now, thread_cpu_time);
+                    if spin {
+                        std::hint::spin_loop();
+                        continue;
+                    }
                 }
                 let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
                 self.sleepers.fetch_add(1, Ordering::SeqCst);
@@ -168,6 +171,7 @@ impl Shared {
                 }
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);
                 drop(g);
+                share.slept();
                 break;
             }
             started = true;
@@ -218,8 +222,10 @@ impl Drop for Close<'_> {
     }
 }
 
-/// A spinning worker's view of whether it has its core to itself: its CPU time against the
-/// wall time, window by window.
+/// A worker's view of whether it has its core to itself: its CPU time against the wall time
+/// it was awake (spinning or in tasks), window by window. Kept from job to job: a worker taken
+/// off its core while spinning usually comes back to a new job, and only the next wait can
+/// tell it what happened.
 #[derive(Default)]
 struct CoreShare {
     /// Wall and CPU time at the start of the current window.
@@ -227,8 +233,13 @@ struct CoreShare {
 }
 
 impl CoreShare {
-    /// Whether the thread may keep spinning at the time `now`; `cpu` reads its CPU time
-    /// (`None` where the platform does not say: spin on), once per window.
+    /// The thread slept: time asleep is not time it lost to another thread.
+    fn slept(&mut self) {
+        self.start = None;
+    }
+
+    /// Whether the thread may spin at the time `now`; `cpu` reads its CPU time (`None` where
+    /// the platform does not say: spin on), once per window.
     fn has_core(&mut self, now: Instant, cpu: impl FnOnce() -> Option<Duration>) -> bool {
         if self
             .start
@@ -686,6 +697,10 @@ mod tests {
         assert!(c.has_core(t0 + us(250), || Some(us(1240))));
         // Ran 100 µs of the next 250: shared.
         assert!(!c.has_core(t0 + us(500), || Some(us(1340))));
+        // Time asleep does not count: the next window starts after the sleep.
+        c.slept();
+        assert!(c.has_core(t0 + us(5000), || Some(us(1400))));
+        assert!(c.has_core(t0 + us(5250), || Some(us(1640))));
         // Where the CPU time is unknown, it spins.
         let mut d = CoreShare::default();
         assert!(d.has_core(t0, || None));
