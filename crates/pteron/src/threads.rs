@@ -20,7 +20,11 @@
 //! workers pay at all ([`Backoff`]): for each job, the time it would have taken alone (its own
 //! tasks' time, scaled to all tasks) minus the time the job took; when a window of jobs lost
 //! time, jobs run on the calling thread alone for a while, then the workers are tried again.
-//! A loss in the next window doubles the while, a gain resets it. One job runs at a time: a `parallel_for` from another thread while the pool is busy, or from
+//! A loss in the next window doubles the while, a gain resets it. Last, the scheduler sometimes
+//! puts a worker on the caller's own CPU (the other core being busy), where the two only take
+//! turns; with three runnable threads on two cores it sees no imbalance to fix, so that can last
+//! for many jobs. A worker that joins a job on the CPU the caller opened it on moves itself off
+//! that CPU ([`move_off_cpu`]). One job runs at a time: a `parallel_for` from another thread while the pool is busy, or from
 //! inside a task, runs inline on its caller. Nothing is allocated per job.
 
 use std::cell::UnsafeCell;
@@ -95,6 +99,8 @@ struct Shared {
     wake: Condvar,
     shutdown: AtomicBool,
     panicked: AtomicBool,
+    /// The CPU the caller ran on when it opened the current job (`usize::MAX`: unknown).
+    caller_cpu: AtomicUsize,
 }
 
 // Safety: `job` is the only non-Sync field. Its protocol (see the field) makes every write
@@ -198,6 +204,11 @@ impl Shared {
                 // Safety: this worker is counted as active in the current job, so the caller
                 // does not write `job` until it leaves (see `Shared::job`).
                 if let Some(job) = unsafe { *self.job.get() } {
+                    if let Some(c) = current_cpu() {
+                        if c == self.caller_cpu.load(Ordering::Relaxed) {
+                            move_off_cpu(c);
+                        }
+                    }
                     if catch_unwind(AssertUnwindSafe(|| self.run_tasks(&job, me))).is_err() {
                         self.panicked.store(true, Ordering::Relaxed);
                     }
@@ -324,6 +335,51 @@ impl Backoff {
     }
 }
 
+/// The CPU the calling thread runs on (`None` where the platform does not say).
+fn current_cpu() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        // Safety: FFI without arguments; it only reads the calling thread's CPU number.
+        let c = unsafe { libc::sched_getcpu() };
+        usize::try_from(c).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+/// Moves the calling thread off `cpu` (a worker that found itself on the caller's CPU), where
+/// the platform allows it: its affinity is set to exclude `cpu`, which makes the kernel migrate
+/// it now, and is then given back, so later placements are the scheduler's again.
+fn move_off_cpu(cpu: usize) {
+    #[cfg(not(target_os = "linux"))]
+    let _ = cpu;
+    #[cfg(target_os = "linux")]
+    {
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if cpu >= 8 * size {
+            return;
+        }
+        // Safety: FFI on this thread's own affinity mask (pid 0 = the calling thread); `set`
+        // is a plain bit set, zeroed and then written by the kernel, and `cpu` is within it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, size, &mut set) != 0 || !libc::CPU_ISSET(cpu, &set) {
+                return;
+            }
+            let all = set;
+            libc::CPU_CLR(cpu, &mut set);
+            if libc::CPU_COUNT(&set) == 0 {
+                return;
+            }
+            if libc::sched_setaffinity(0, size, &set) == 0 {
+                libc::sched_setaffinity(0, size, &all);
+            }
+        }
+    }
+}
+
 /// CPU time the calling thread has run (`None` where the platform does not say).
 #[cfg(unix)]
 pub fn thread_cpu_time() -> Option<Duration> {
@@ -373,6 +429,7 @@ impl ThreadPool {
             wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
             panicked: AtomicBool::new(false),
+            caller_cpu: AtomicUsize::new(usize::MAX),
         });
         let mut pool = ThreadPool {
             shared,
@@ -444,6 +501,8 @@ impl Parallel for ThreadPool {
             c.0.store(part(n, threads, k).start, Ordering::Relaxed);
         }
         sh.panicked.store(false, Ordering::Relaxed);
+        sh.caller_cpu
+            .store(current_cpu().unwrap_or(usize::MAX), Ordering::Relaxed);
         let e = epoch(sh.state.load(Ordering::Relaxed)).wrapping_add(1);
         sh.state.store(((e as u64) << 32) | OPEN, Ordering::SeqCst);
         if sh.sleepers.load(Ordering::SeqCst) > 0 {
@@ -688,6 +747,44 @@ mod tests {
         b.record(t0, w, w * 999 / 1000, 16, 16);
         assert!(!b.inline_now(t0));
         assert_eq!(b.next, BACKOFF_FIRST);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_thread_moves_off_a_cpu_and_keeps_its_affinity() {
+        fn affinity() -> libc::cpu_set_t {
+            // Safety: FFI reading the calling thread's mask into a zeroed, valid cpu_set_t.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                assert_eq!(
+                    libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+                    0
+                );
+                set
+            }
+        }
+        // On a thread of its own: the test harness's threads are not ours to move.
+        std::thread::spawn(|| {
+            let before = affinity();
+            // Safety: CPU_COUNT only reads the set.
+            let cpus = unsafe { libc::CPU_COUNT(&before) };
+            let moved = (0..5).any(|_| {
+                let c = current_cpu().unwrap();
+                move_off_cpu(c);
+                current_cpu() != Some(c)
+            });
+            // Safety: CPU_EQUAL only reads both sets.
+            assert!(unsafe { libc::CPU_EQUAL(&before, &affinity()) });
+            assert!(moved || cpus < 2);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_current_cpu_is_known_on_linux() {
+        assert!(current_cpu().is_some());
     }
 
     #[test]
