@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from python_api import cpu_model, pct  # bench/ is on sys.path when run as a script
+from python_api import cpu_model, median_execute, pct  # bench/ is on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = {
@@ -74,14 +74,7 @@ def main():
                                 em = EtRuntime.get().load_program(data).load_method("forward")
                                 et_threads = threads
                             m, inp = em, xt
-                        for _ in range(3):
-                            m.execute([inp])
-                        ts = []
-                        for _ in range(args.iters):
-                            t0 = time.perf_counter()
-                            m.execute([inp])
-                            ts.append((time.perf_counter() - t0) * 1e3)
-                        per[(threads, e)].append(statistics.median(ts))
+                        per[(threads, e)].append(median_execute(m, inp, args.iters) * 1e3)
                         time.sleep(0.01)  # let the other engine's workers go idle
                 for (threads, e), xs in per.items():
                     res[(neighbour, threads, e)] = (statistics.median(xs), pct(xs, 0.9))

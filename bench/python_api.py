@@ -35,6 +35,18 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
+def median_execute(m, inp, runs, warmup=3):
+    """Median seconds of `runs` calls of `m.execute([inp])`, after `warmup` untimed ones."""
+    for _ in range(warmup):
+        m.execute([inp])
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        m.execute([inp])
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
@@ -73,14 +85,7 @@ def main():
                     out = m.execute([inp])
                     times[e]["load+first"].append(time.perf_counter() - t0)
                     outs[e] = np.asarray(out[0])
-                    for _ in range(3):
-                        m.execute([inp])
-                    ts = []
-                    for _ in range(args.runs):
-                        t0 = time.perf_counter()
-                        m.execute([inp])
-                        ts.append(time.perf_counter() - t0)
-                    times[e]["execute"].append(statistics.median(ts))
+                    times[e]["execute"].append(median_execute(m, inp, args.runs))
                     del m
             diff = float(np.abs(outs["pteron"] - outs["executorch"]).max())
             print(f"\n{name}, {threads} thread(s); max |pteron - executorch| = {diff:.3g}")

@@ -15,17 +15,18 @@
 //! caller's core halves the caller's speed. A thread that slept, on the other hand, is
 //! preferred by the scheduler when it wakes. So a worker reads its own CPU time once per
 //! [`SHARE_WINDOW`] of the time it was awake (spinning or in tasks, over as many jobs as that
-//! takes): when it ran for less than [`RAN_MIN`] of a window, it shares its core, and it goes to
-//! sleep instead of spinning; the next job wakes it. And the caller keeps an account of whether the
-//! workers pay at all ([`Backoff`]): for each job, the time it would have taken alone (its own
-//! tasks' time, scaled to all tasks) minus the time the job took; when a window of jobs lost
-//! time, jobs run on the calling thread alone for a while, then the workers are tried again.
-//! A loss in the next window doubles the while, a gain resets it. Last, the scheduler sometimes
-//! puts a worker on the caller's own CPU (the other core being busy), where the two only take
-//! turns; with three runnable threads on two cores it sees no imbalance to fix, so that can last
-//! for many jobs. A worker that joins a job on the CPU the caller opened it on moves itself off
-//! that CPU ([`move_off_cpu`]). One job runs at a time: a `parallel_for` from another thread while the pool is busy, or from
-//! inside a task, runs inline on its caller. Nothing is allocated per job.
+//! takes): when it ran for less than [`RAN_MIN`] of a window, it shares its core, and it goes
+//! to sleep instead of spinning; the next job wakes it. And the caller keeps an account of
+//! whether the workers pay at all ([`Backoff`]): for each job, the time it would have taken
+//! alone (its own tasks' time, scaled to all tasks) minus the time the job took; when a window
+//! of jobs lost time, jobs run on the calling thread alone for a while, then the workers are
+//! tried again. A loss in the next window doubles the while, a gain resets it. Last, the
+//! scheduler sometimes puts a worker on the caller's own CPU (the other core being busy), where
+//! the two only take turns; with three runnable threads on two cores it sees no imbalance to
+//! fix, so that can last for many jobs. A worker that joins a job on the CPU the caller opened
+//! it on moves itself off that CPU ([`move_off_cpu`]). One job runs at a time: a
+//! `parallel_for` from another thread while the pool is busy, or from inside a task, runs
+//! inline on its caller. Nothing is allocated per job.
 
 use std::cell::UnsafeCell;
 use std::ops::Range;
@@ -44,11 +45,11 @@ use pteron_kernels_cpu::par::part;
 /// than on one with 200 µs here (XNNPACK's pthreadpool spins for milliseconds too).
 const SPIN: Duration = Duration::from_micros(2000);
 
-/// How often a spinning worker reads its CPU time (a system call) to see whether it still has
-/// its core to itself.
+/// How much awake time (spinning or in tasks) passes between a worker's reads of its CPU time
+/// (a system call), to see whether it still has its core to itself.
 const SHARE_WINDOW: Duration = Duration::from_micros(200);
-/// A spinning worker that ran for less than this share of a [`SHARE_WINDOW`] shares its core
-/// with another thread, and sleeps instead.
+/// A worker that ran for less than this share of a [`SHARE_WINDOW`] shares its core with
+/// another thread, and sleeps instead of spinning.
 const RAN_MIN: f64 = 0.7;
 /// The wall time of jobs over which the caller sums what the workers saved or lost. A worker
 /// beside a busy neighbour is still taken off its core mid-task now and then (a few ms lost
@@ -158,13 +159,12 @@ impl Shared {
                     break;
                 }
                 spins = spins.wrapping_add(1);
-                if spin && spins & 63 != 0 {
-                    std::hint::spin_loop();
-                    continue;
-                }
                 if spin {
-                    let now = Instant::now();
-                    spin = now.duration_since(t0) < SPIN && share.has_core(now, thread_cpu_time);
+                    if spins & 63 == 0 {
+                        let now = Instant::now();
+                        spin =
+                            now.duration_since(t0) < SPIN && share.has_core(now, thread_cpu_time);
+                    }
                     if spin {
                         std::hint::spin_loop();
                         continue;
@@ -361,22 +361,36 @@ fn move_off_cpu(cpu: usize) {
         if cpu >= 8 * size {
             return;
         }
-        // Safety: FFI on this thread's own affinity mask (pid 0 = the calling thread); `set`
-        // is a plain bit set, zeroed and then written by the kernel, and `cpu` is within it.
+        let Some(all) = affinity() else { return };
+        let mut set = all;
+        // Safety: `cpu` is within the set (checked above); the macros only read and write the
+        // set's bits.
         unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            if libc::sched_getaffinity(0, size, &mut set) != 0 || !libc::CPU_ISSET(cpu, &set) {
+            if !libc::CPU_ISSET(cpu, &set) {
                 return;
             }
-            let all = set;
             libc::CPU_CLR(cpu, &mut set);
             if libc::CPU_COUNT(&set) == 0 {
                 return;
             }
+        }
+        // Safety: FFI on this thread's own mask (pid 0 = the calling thread), from valid sets.
+        unsafe {
             if libc::sched_setaffinity(0, size, &set) == 0 {
                 libc::sched_setaffinity(0, size, &all);
             }
         }
+    }
+}
+
+/// The calling thread's CPU affinity mask.
+#[cfg(target_os = "linux")]
+fn affinity() -> Option<libc::cpu_set_t> {
+    // Safety: FFI writing the calling thread's mask (pid 0) into a zeroed, valid cpu_set_t.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let r = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        (r == 0).then_some(set)
     }
 }
 
@@ -752,20 +766,9 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_thread_moves_off_a_cpu_and_keeps_its_affinity() {
-        fn affinity() -> libc::cpu_set_t {
-            // Safety: FFI reading the calling thread's mask into a zeroed, valid cpu_set_t.
-            unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                assert_eq!(
-                    libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
-                    0
-                );
-                set
-            }
-        }
         // On a thread of its own: the test harness's threads are not ours to move.
         std::thread::spawn(|| {
-            let before = affinity();
+            let before = affinity().unwrap();
             // Safety: CPU_COUNT only reads the set.
             let cpus = unsafe { libc::CPU_COUNT(&before) };
             let moved = (0..5).any(|_| {
@@ -774,7 +777,7 @@ mod tests {
                 current_cpu() != Some(c)
             });
             // Safety: CPU_EQUAL only reads both sets.
-            assert!(unsafe { libc::CPU_EQUAL(&before, &affinity()) });
+            assert!(unsafe { libc::CPU_EQUAL(&before, &affinity().unwrap()) });
             assert!(moved || cpus < 2);
         })
         .join()
