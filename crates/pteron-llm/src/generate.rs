@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::detok::{StopMatcher, TextStream};
-use crate::model::Model;
+use crate::model::{Model, NOT_A_TOKEN};
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::speculate::{lookup_draft, Draft, Speculation};
 use crate::tokenizer::Tokenizer;
@@ -42,6 +42,15 @@ impl Default for GenerateOptions {
             speculation: Speculation::Off,
         }
     }
+}
+
+/// One piece of a prompt: tokens, or a picture for the program's vision encoder (a
+/// multimodal program: [`Model::forward_image`]). Pieces are prefilled in order, each by its
+/// own calls, as ExecuTorch's `MultimodalRunner` prefills its inputs.
+#[derive(Clone, Copy, Debug)]
+pub enum Part<'x> {
+    Tokens(&'x [u32]),
+    Image(&'x pteron_image::Image),
 }
 
 /// Why generation ended.
@@ -246,27 +255,74 @@ impl<'a, 't> Generator<'a, 't> {
         opts: &GenerateOptions,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation> {
+        self.generate_parts(&[Part::Tokens(prompt)], opts, on_text)
+    }
+
+    /// Appends the pieces of a prompt (tokens and pictures) to the context, then samples up to
+    /// `max_new_tokens`, streaming text. A picture's positions are [`NOT_A_TOKEN`] in
+    /// [`Generator::context`]; speculative decoding is refused once the context holds one.
+    pub fn generate_parts(
+        &mut self,
+        parts: &[Part<'_>],
+        opts: &GenerateOptions,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation> {
         opts.sampler.validate().map_err(Error::Model)?;
         self.check_speculation(&opts.speculation)?;
-        if prompt.is_empty() {
+        let images = parts.iter().any(|p| matches!(p, Part::Image(_)));
+        if !opts.speculation.is_off() && (images || self.context.contains(&NOT_A_TOKEN)) {
+            return Err(Error::Model(
+                "speculative decoding with an image in the context is not supported".into(),
+            ));
+        }
+        let tokens: usize = parts
+            .iter()
+            .map(|p| match p {
+                Part::Tokens(t) => t.len(),
+                Part::Image(_) => 0,
+            })
+            .sum();
+        if parts
+            .iter()
+            .any(|p| matches!(p, Part::Tokens(t) if t.is_empty()))
+            || parts.is_empty()
+        {
             return Err(Error::Model("empty prompt".into()));
         }
-        if prompt.len() > self.model.remaining() {
+        if tokens > self.model.remaining() {
             return Err(Error::ContextOverflow {
-                needed: prompt.len(),
+                needed: tokens,
                 used: self.model.pos(),
                 context: self.model.meta.max_context_len,
             });
         }
-        let r = self.run(prompt, opts, on_text);
+        let r = self.run(parts, opts, on_text);
         // The cache holds the context and nothing after it (drafts checked but not taken).
         self.model.rewind(self.context.len());
         r
     }
 
+    /// Prefills the pieces in order; returns the positions they took.
+    fn prefill(&mut self, parts: &[Part<'_>]) -> Result<usize> {
+        let start = self.context.len();
+        for part in parts {
+            match part {
+                Part::Tokens(ids) => {
+                    self.model.forward(ids)?;
+                    self.context.extend_from_slice(ids);
+                }
+                Part::Image(image) => {
+                    let m = self.model.forward_image(image)?;
+                    self.context.extend(std::iter::repeat_n(NOT_A_TOKEN, m));
+                }
+            }
+        }
+        Ok(self.context.len() - start)
+    }
+
     fn run(
         &mut self,
-        prompt: &[u32],
+        parts: &[Part<'_>],
         opts: &GenerateOptions,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation> {
@@ -278,17 +334,13 @@ impl<'a, 't> Generator<'a, 't> {
         let mut sampler = Sampler::new(opts.sampler.clone());
         let mut stop = StopMatcher::new(opts.stop_strings.clone());
         self.stream = TextStream::new(opts.skip_special);
-        let mut stats = Stats {
-            prompt_tokens: prompt.len(),
-            ..Default::default()
-        };
+        let mut stats = Stats::default();
         let mut text = String::new();
         let mut tokens = Vec::with_capacity(opts.max_new_tokens.min(4096));
         let max_context = self.model.meta.max_context_len;
 
         let t0 = Instant::now();
-        self.model.forward(prompt)?;
-        self.context.extend_from_slice(prompt);
+        stats.prompt_tokens = self.prefill(parts)?;
         if !spec.is_off() {
             // A program whose logits were not known at load has shown them now.
             self.model.check_verify()?;
@@ -425,9 +477,13 @@ impl<'a, 't> Generator<'a, 't> {
 
     /// Greedy token ids without text (the golden tests' path): `n` tokens, never stopping.
     pub fn greedy_ids(&mut self, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
+        self.greedy_ids_parts(&[Part::Tokens(prompt)], n)
+    }
+
+    /// [`Generator::greedy_ids`] for a prompt of pieces (tokens and pictures).
+    pub fn greedy_ids_parts(&mut self, parts: &[Part<'_>], n: usize) -> Result<Vec<u32>> {
         self.rewind(0);
-        self.model.forward(prompt)?;
-        self.context.extend_from_slice(prompt);
+        self.prefill(parts)?;
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
             let tok = crate::sampler::argmax(self.model.logits());

@@ -38,14 +38,17 @@ mod sentencepiece;
 mod speculate;
 pub mod tiktoken;
 mod tokenizer;
+mod vision;
 
 pub use detok::{StopMatcher, TextStream};
-pub use generate::{FinishReason, GenerateOptions, Generation, Generator, Stats};
-pub use model::{LogitRows, Metadata, Model};
+pub use generate::{FinishReason, GenerateOptions, Generation, Generator, Part, Stats};
+pub use model::{LogitRows, Metadata, Model, NOT_A_TOKEN};
+pub use pteron_image::Image;
 pub use sampler::{Rng, Sampler, SamplerConfig};
 pub use speculate::Speculation;
 pub use tiktoken::TiktokenOptions;
 pub use tokenizer::{Tokenizer, TokenizerConfig};
+pub use vision::VisionInput;
 
 /// Errors of text generation.
 #[derive(Debug, thiserror::Error)]

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use pteron::{Dynamism, Method, Output, ScalarType, ValueSpec as Value};
 use pteron::{MethodOptions, Program};
 
+use crate::vision::{Vision, VisionInput};
 use crate::{Error, Result};
 
 /// What the program's metadata methods say (ExecuTorch's `llm_runner_helper` names), with
@@ -30,13 +31,14 @@ impl Metadata {
     pub fn read(program: &Program<'_>) -> Result<Self> {
         let mut all = BTreeMap::new();
         for name in program.method_names() {
-            if name == "forward" {
+            // Only methods without inputs are metadata; the others are not loaded here.
+            if program
+                .method_meta(name)
+                .map_or(true, |m| !m.inputs.is_empty())
+            {
                 continue;
             }
             let mut m = program.load_method_with(name, MethodOptions::new().threads(1))?;
-            if m.num_inputs() != 0 {
-                continue;
-            }
             m.execute()?;
             let mut vals = Vec::new();
             for i in 0..m.num_outputs() {
@@ -118,12 +120,35 @@ impl Metadata {
     }
 }
 
-/// An LLM program's `forward` method with its KV-cache position.
+/// Marks a context position filled by something other than a token (an image's embeddings).
+pub const NOT_A_TOKEN: u32 = u32::MAX;
+
+/// How the program takes its tokens.
+enum Layout<'a> {
+    /// `forward(tokens, input_pos)`: ExecuTorch's text LLM recipe.
+    Tokens,
+    /// `token_embedding(tokens) -> [1, n, dim]`, then `text_decoder(embeddings, input_pos)`:
+    /// ExecuTorch's multimodal recipes (LLaVA), whose `vision_encoder` (when there is one)
+    /// writes embeddings of the same width.
+    Embeddings {
+        embed: Method<'a>,
+        dim: usize,
+        dtype: ScalarType,
+        vision: Option<Vision<'a>>,
+    },
+}
+
+/// An LLM program's decoder method (`forward`, or `text_decoder` with its `token_embedding`
+/// and `vision_encoder` methods) with its KV-cache position.
 pub struct Model<'a> {
+    /// `forward`, or `text_decoder`.
     method: Method<'a>,
+    layout: Layout<'a>,
     pub meta: Metadata,
     /// Tokens one call takes at most (1 for a static-shape program).
     chunk: usize,
+    /// Image embeddings one call of the text decoder takes at most.
+    image_chunk: usize,
     /// Positions filled in the KV cache.
     pos: usize,
     /// Whether `forward` returns every position's logits (`[1, n, vocab]`, exported with
@@ -167,7 +192,9 @@ impl<'m> LogitRows<'m> {
 }
 
 impl<'a> Model<'a> {
-    /// Loads `forward` and reads the metadata.
+    /// Loads the decoder and reads the metadata: `forward(tokens, input_pos)`, or, for a
+    /// multimodal program, `text_decoder(embeddings, input_pos)` with `token_embedding` and
+    /// (when present) `vision_encoder`.
     pub fn load(program: &Program<'a>, options: MethodOptions) -> Result<Self> {
         let meta = Metadata::read(program)?;
         if !meta.use_kv_cache {
@@ -176,32 +203,75 @@ impl<'a> Model<'a> {
                     .into(),
             ));
         }
-        let method = program.load_method_with("forward", options)?;
+        let names = program.method_names();
+        let multimodal = names.contains(&"text_decoder") && names.contains(&"token_embedding");
+        let name = if multimodal {
+            "text_decoder"
+        } else {
+            "forward"
+        };
+        let method = program.load_method_with(name, options.clone())?;
         if method.num_inputs() != 2 {
             return Err(Error::Model(format!(
-                "forward takes {} inputs; expected (tokens, input_pos)",
-                method.num_inputs()
+                "{name} takes {} inputs; expected ({}, input_pos)",
+                method.num_inputs(),
+                if multimodal { "embeddings" } else { "tokens" }
             )));
         }
         let spec = |i: usize| match method.input_spec(i) {
-            Some(Value::Tensor(t)) if t.info.dtype() == ScalarType::Long => Ok(*t),
-            _ => Err(Error::Model(format!(
-                "forward input {i} is not an int64 tensor"
-            ))),
+            Some(Value::Tensor(t)) => Ok(*t),
+            _ => Err(Error::Model(format!("{name} input {i} is not a tensor"))),
         };
         let (tok, pos) = (spec(0)?, spec(1)?);
-        if tok.info.rank() != 2 || tok.info.size(0) != 1 || pos.info.sizes() != [1] {
+        if pos.info.dtype() != ScalarType::Long || pos.info.sizes() != [1] {
             return Err(Error::Model(format!(
-                "forward takes tokens {:?} and input_pos {:?}; expected [1, n] and [1]",
-                tok.info.sizes(),
+                "{name} takes input_pos {} {:?}; expected int64 [1]",
+                pos.info.dtype(),
                 pos.info.sizes()
             )));
         }
+        let layout = if multimodal {
+            let (dtype, sizes) = (tok.info.dtype(), tok.info.sizes());
+            let dim = match sizes {
+                [1, _, d] if *d > 0 && matches!(dtype, ScalarType::Float) => *d,
+                _ => return Err(Error::Model(format!(
+                    "text_decoder takes embeddings {dtype} {sizes:?}; expected float [1, n, dim]"
+                ))),
+            };
+            let embed = program.load_method_with("token_embedding", options.clone())?;
+            let vision = if names.contains(&"vision_encoder") {
+                let m = program.load_method_with("vision_encoder", options)?;
+                Some(Vision::new(m, dim)?)
+            } else {
+                None
+            };
+            Layout::Embeddings {
+                embed,
+                dim,
+                dtype,
+                vision,
+            }
+        } else {
+            if tok.info.dtype() != ScalarType::Long || tok.info.rank() != 2 || tok.info.size(0) != 1
+            {
+                return Err(Error::Model(format!(
+                    "forward takes tokens {} {:?}; expected int64 [1, n]",
+                    tok.info.dtype(),
+                    tok.info.sizes()
+                )));
+            }
+            Layout::Tokens
+        };
         // The exporter bounds the tokens input at max_seq_len - 1 for dynamic shapes
         // (ExecuTorch's runner chunks by max_seq_len and would be refused): take the bound.
+        // ExecuTorch's multimodal runner prefills each input in one call whatever
+        // `enable_dynamic_shape` says (LLaVA's export has no such method): a bounded input
+        // takes up to its bound there.
         let bound = tok.info.size(1);
         let chunk = match tok.dynamism {
-            Dynamism::Bounded if meta.enable_dynamic_shape => bound.min(meta.max_seq_len),
+            Dynamism::Bounded if meta.enable_dynamic_shape || multimodal => {
+                bound.min(meta.max_seq_len)
+            }
             _ if bound == 1 => 1,
             _ => {
                 return Err(Error::Model(format!(
@@ -210,6 +280,24 @@ impl<'a> Model<'a> {
             }
         }
         .max(1);
+        // Text goes through token_embedding, whose tokens input has its own bound (LLaVA's
+        // recipe bounds it at the example prompt's length): text calls take the smaller.
+        let image_chunk = chunk;
+        let chunk = match &layout {
+            Layout::Embeddings { embed, .. } => match embed.input_spec(0) {
+                Some(Value::Tensor(t))
+                    if t.info.dtype() == ScalarType::Long && t.info.rank() == 2 =>
+                {
+                    chunk.min(t.info.size(1)).max(1)
+                }
+                _ => {
+                    return Err(Error::Model(
+                        "token_embedding does not take int64 tokens [1, n]".into(),
+                    ))
+                }
+            },
+            Layout::Tokens => chunk,
+        };
         let vocab = meta.vocab_size.unwrap_or(0);
         if let (Ok(Output::Tensor(t)), Some(v)) = (method.output(0), meta.vocab_size) {
             let width = t.info.sizes().last().copied();
@@ -244,7 +332,9 @@ impl<'a> Model<'a> {
         Ok(Model {
             state,
             method,
+            layout,
             chunk,
+            image_chunk,
             pos: 0,
             full_logits,
             tokens: Vec::with_capacity(chunk),
@@ -377,22 +467,96 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    /// One call of the method: `part` (at most `chunk` tokens) at the current position.
+    /// One call of the decoder: `part` (at most `chunk` tokens) at the current position.
     fn run(&mut self, part: &[u32]) -> Result<()> {
         self.tokens.clear();
         self.tokens.extend(part.iter().map(|&t| t as i64));
-        let pos = [self.pos as i64];
-        self.method.set_input_tensor(
-            0,
-            ScalarType::Long,
-            &[1, part.len()],
-            bytemuck::cast_slice(&self.tokens),
-        )?;
-        self.method
-            .set_input_tensor(1, ScalarType::Long, &[1], bytemuck::cast_slice(&pos))?;
-        self.method.execute()?;
-        self.pos += part.len();
-        Ok(())
+        let n = part.len();
+        let tokens: &[u8] = bytemuck::cast_slice(&self.tokens);
+        match &mut self.layout {
+            Layout::Tokens => {
+                self.method
+                    .set_input_tensor(0, ScalarType::Long, &[1, n], tokens)?;
+            }
+            Layout::Embeddings {
+                embed, dim, dtype, ..
+            } => {
+                embed.set_input_tensor(0, ScalarType::Long, &[1, n], tokens)?;
+                embed.execute()?;
+                let rows = embedding_rows(embed, "token_embedding", 0, n, *dim, *dtype)?;
+                self.method
+                    .set_input_tensor(0, *dtype, &[1, n, *dim], rows)?;
+            }
+        }
+        call(&mut self.method, &mut self.pos, n)
+    }
+
+    /// The image input of the program's vision encoder (`None` without one).
+    pub fn vision_input(&self) -> Option<VisionInput> {
+        match &self.layout {
+            Layout::Embeddings {
+                vision: Some(v), ..
+            } => Some(v.input),
+            _ => None,
+        }
+    }
+
+    /// Encodes `image` with the program's `vision_encoder` (resized as its input asks:
+    /// [`VisionInput::size_for`]) and appends its embeddings to the context, in calls of at
+    /// most the decoder's bound of positions (one call when they fit, as ExecuTorch's
+    /// `MultimodalRunner` does). Returns the number of positions the image takes; the logits
+    /// after it are [`Model::logits`].
+    pub fn forward_image(&mut self, image: &pteron_image::Image) -> Result<usize> {
+        let Layout::Embeddings {
+            vision: Some(vision),
+            dim,
+            dtype,
+            ..
+        } = &mut self.layout
+        else {
+            return Err(Error::Model(
+                "the program has no vision_encoder method: it takes no images".into(),
+            ));
+        };
+        vision.encode(image)?;
+        let rows = match vision.method.output(0)? {
+            Output::Tensor(t) => match t.info.sizes() {
+                [1, m, d] if *d == *dim => *m,
+                s => {
+                    return Err(Error::Model(format!(
+                        "vision_encoder returned {s:?}; expected [1, m, {dim}]"
+                    )))
+                }
+            },
+            _ => {
+                return Err(Error::Model(
+                    "vision_encoder's output is not a tensor".into(),
+                ))
+            }
+        };
+        if rows == 0 {
+            return Err(Error::Model("vision_encoder returned no embeddings".into()));
+        }
+        if rows > self.meta.max_context_len - self.pos {
+            return Err(Error::ContextOverflow {
+                needed: rows,
+                used: self.pos,
+                context: self.meta.max_context_len,
+            });
+        }
+        let mut fed = 0;
+        let mut last = 0;
+        while fed < rows {
+            let n = (rows - fed).min(self.image_chunk);
+            let part = embedding_rows(&vision.method, "vision_encoder", fed, n, *dim, *dtype)?;
+            self.method
+                .set_input_tensor(0, *dtype, &[1, n, *dim], part)?;
+            call(&mut self.method, &mut self.pos, n)?;
+            fed += n;
+            last = n;
+        }
+        self.read_logits(last, false)?;
+        Ok(rows)
     }
 
     /// Reads the output of a call of `fed` tokens: the last row into `logits`, and with
@@ -458,6 +622,47 @@ impl<'a> Model<'a> {
     pub fn method(&self) -> &Method<'a> {
         &self.method
     }
+}
+
+/// Runs the decoder on its input 0 (`n` positions, already set) at position `pos`.
+fn call(method: &mut Method<'_>, pos: &mut usize, n: usize) -> Result<()> {
+    let at = [*pos as i64];
+    method.set_input_tensor(1, ScalarType::Long, &[1], bytemuck::cast_slice(&at))?;
+    method.execute()?;
+    *pos += n;
+    Ok(())
+}
+
+/// Rows `from..from + n` of `method`'s output 0, embeddings `[1, rows, dim]` of `dtype`, as
+/// bytes.
+fn embedding_rows<'m>(
+    method: &'m Method<'_>,
+    what: &str,
+    from: usize,
+    n: usize,
+    dim: usize,
+    dtype: ScalarType,
+) -> Result<&'m [u8]> {
+    let Output::Tensor(t) = method.output(0)? else {
+        return Err(Error::Model(format!("{what}'s output is not a tensor")));
+    };
+    let bad = || {
+        Error::Model(format!(
+            "{what} returned {} {:?}; expected {dtype} [1, {}, {dim}]",
+            t.info.dtype(),
+            t.info.sizes(),
+            from + n
+        ))
+    };
+    match t.info.sizes() {
+        [1, rows, d] if *d == dim && *rows >= from + n && t.info.dtype() == dtype => {}
+        _ => return Err(bad()),
+    }
+    let row = dim.checked_mul(dtype.elem_size()).ok_or_else(bad)?;
+    let (a, b) = (from.checked_mul(row), (from + n).checked_mul(row));
+    a.zip(b)
+        .and_then(|(a, b)| t.bytes.get(a..b))
+        .ok_or_else(bad)
 }
 
 /// Appends logits of `dtype` (little-endian bytes) to `out` as f32.
