@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use pteron_llm::chat::Chat;
 use pteron_llm::{
-    GenerateOptions, Generation, Generator, Model, SamplerConfig, Speculation, Tokenizer,
+    GenerateOptions, Generation, Generator, Model, Part, SamplerConfig, Speculation, Tokenizer,
 };
 
 /// Sampling and runtime options shared by `generate` and `chat`.
@@ -134,6 +134,13 @@ pub struct GenerateArgs {
     pub model: PathBuf,
     #[arg(long)]
     pub prompt: String,
+    /// A picture (PNG or JPEG) for a vision-language program (`vision_encoder`,
+    /// `token_embedding` and `text_decoder` methods, as ExecuTorch's LLaVA recipe exports).
+    /// It goes where the prompt says `<image>` (first when it does not), resized as the
+    /// program's encoder asks; the text around it is encoded without an added BOS, as
+    /// ExecuTorch's MultimodalRunner encodes its text inputs.
+    #[arg(long, value_name = "FILE")]
+    pub image: Option<PathBuf>,
     /// Wrap the prompt in the model's chat template as one user message.
     #[arg(long)]
     pub chat_template: bool,
@@ -158,6 +165,9 @@ pub struct ChatArgs {
 }
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Where `--image`'s picture goes in the prompt.
+const IMAGE_MARK: &str = "<image>";
 
 /// Applies `--template-var KEY=VALUE` options to the chat's template.
 fn set_template_vars(chat: &mut Chat<'_, '_, '_>, vars: &[String]) -> Res<()> {
@@ -264,14 +274,41 @@ fn generate_inner(args: &GenerateArgs) -> Res<()> {
         args.sample.threads,
         &opts.speculation,
     )?;
-    let prompt_ids = if args.chat_template {
+    let prompt_text = if args.chat_template {
         let mut chat = Chat::new(&mut gen, None, None)?;
         set_template_vars(&mut chat, &args.sample.template_vars)?;
-        let text = chat.render_with(&args.prompt)?;
-        tokenizer.encode(&text, false)?
+        Some(chat.render_with(&args.prompt)?)
     } else {
-        tokenizer.encode(&args.prompt, true)?
+        None
     };
+    let image = args
+        .image
+        .as_ref()
+        .map(pteron_image::Image::open)
+        .transpose()?;
+    // Text pieces and where the picture goes between them.
+    let (prompt_ids, after_ids) = match (&image, &prompt_text) {
+        (None, Some(text)) => (tokenizer.encode(text, false)?, Vec::new()),
+        (None, None) => (tokenizer.encode(&args.prompt, true)?, Vec::new()),
+        (Some(_), text) => {
+            let text = text.as_deref().unwrap_or(&args.prompt);
+            let (before, after) = text.split_once(IMAGE_MARK).unwrap_or(("", text));
+            (
+                tokenizer.encode(before, false)?,
+                tokenizer.encode(after, false)?,
+            )
+        }
+    };
+    let mut parts = Vec::with_capacity(3);
+    if !prompt_ids.is_empty() {
+        parts.push(Part::Tokens(&prompt_ids));
+    }
+    if let Some(img) = &image {
+        parts.push(Part::Image(img));
+    }
+    if !after_ids.is_empty() {
+        parts.push(Part::Tokens(&after_ids));
+    }
     let mut opts = opts;
     if args.chat_template && opts.eos_ids.is_none() {
         let mut ids = gen.default_eos_ids();
@@ -292,12 +329,26 @@ fn generate_inner(args: &GenerateArgs) -> Res<()> {
     }
     gen.rewind(0);
     if args.json {
-        let g = gen.generate(&prompt_ids, &opts, &mut |_| {})?;
+        let g = gen.generate_parts(&parts, &opts, &mut |_| {})?;
         let s = &g.stats;
+        let image_doc = image.as_ref().map(|img| {
+            let resized = gen
+                .model
+                .vision_input()
+                .map(|v| v.size_for(img.width(), img.height()));
+            serde_json::json!({
+                "file": args.image.as_ref().map(|p| p.display().to_string()),
+                "width": img.width(),
+                "height": img.height(),
+                "resized_to": resized,
+            })
+        });
         let doc = serde_json::json!({
             "model": args.model.display().to_string(),
             "prompt": args.prompt,
             "prompt_ids": prompt_ids,
+            "image": image_doc,
+            "prompt_ids_after_image": if image.is_some() { Some(&after_ids) } else { None },
             "text": g.text,
             "tokens": g.tokens,
             "finish_reason": g.finish.as_str(),
@@ -325,7 +376,7 @@ fn generate_inner(args: &GenerateArgs) -> Res<()> {
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let g = gen.generate(&prompt_ids, &opts, &mut |s| {
+    let g = gen.generate_parts(&parts, &opts, &mut |s| {
         let _ = out.write_all(s.as_bytes());
         let _ = out.flush();
     })?;

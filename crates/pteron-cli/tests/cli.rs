@@ -433,3 +433,63 @@ fn generate_with_speculation() {
     assert!(!ok);
     assert!(err.contains("K ≥ 1"), "{err}");
 }
+
+/// `pteron generate --image` on the vision-language fixture: the picture goes where the prompt
+/// says `<image>`, is resized as the encoder asks, and the tokens are ExecuTorch's; a text-only
+/// program refuses a picture; a file that is not a picture is a clear error.
+#[test]
+fn generate_with_an_image() {
+    let g = json_file("testdata/llm/vlm/goldens.json");
+    let v = &g["images"]["image_b"];
+    let prompt = format!(
+        "{}<image>{}",
+        v["text_before"].as_str().unwrap(),
+        v["text_after"].as_str().unwrap()
+    );
+    let (ok, out, err) = pteron(&[
+        "generate",
+        "testdata/llm/vlm/llava.pte",
+        "--tokenizer",
+        "testdata/llm/vlm/tokenizer.json",
+        "--image",
+        "testdata/llm/vlm/image_b.png",
+        "--prompt",
+        &prompt,
+        "--max-new-tokens",
+        "40",
+        "--ignore-eos",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(ids(&doc["tokens"]), ids(&v["greedy_ids"]));
+    assert_eq!(doc["image"]["resized_to"], serde_json::json!([66, 112]));
+    assert_eq!(
+        doc["stats"]["prompt_tokens"].as_u64().unwrap() + 40,
+        v["positions"].as_u64().unwrap()
+    );
+    let (ok, _, err) = pteron(&[
+        "generate",
+        "testdata/llm/tiny/fp32.pte",
+        "--tokenizer",
+        "testdata/llm/tiny/tokenizer.json",
+        "--image",
+        "testdata/llm/vlm/image_b.png",
+        "--prompt",
+        "x",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("no vision_encoder"), "{err}");
+    let (ok, _, err) = pteron(&[
+        "generate",
+        "testdata/llm/vlm/llava.pte",
+        "--tokenizer",
+        "testdata/llm/vlm/tokenizer.json",
+        "--image",
+        "testdata/llm/vlm/tokenizer.json",
+        "--prompt",
+        "x",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("cannot decode"), "{err}");
+}
