@@ -106,6 +106,12 @@ FULL = {
     "qwen2_5": dict(dim=896, ffn_dim_multiplier=1, hidden_dim=4864, n_heads=14, n_kv_heads=2,
                     n_layers=24, norm_eps=1e-6, rope_theta=1e6, vocab_size=151936,
                     use_hf_rope=True, attention_qkv_bias=True),
+    "llama3_2": dict(dim=2048, ffn_dim_multiplier=1.5, multiple_of=256, n_heads=32,
+                     n_kv_heads=8, n_layers=16, norm_eps=1e-5, rope_theta=5e5,
+                     use_scaled_rope=True, rope_scale_factor=32, vocab_size=128256),
+    "phi_4_mini": dict(dim=3072, ffn_dim_multiplier=1, hidden_dim=8192, n_heads=24, n_kv_heads=8,
+                       n_layers=32, norm_eps=1e-5, rope_theta=1e4, use_hf_rope=True,
+                       partial_rotary_factor=0.75, vocab_size=200064),
 }
 
 
