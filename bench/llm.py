@@ -202,14 +202,21 @@ def read_bandwidth() -> float:
 def linear_weights(params: dict) -> int:
     """Weights of every linear layer of a Llama (the output layer included); for Qwen 3.5's
     hybrid layers, the gated-DeltaNet projections and the gated query."""
-    d, h, layers = params["dim"], params["hidden_dim"], params["n_layers"]
+    d, layers = params["dim"], params["n_layers"]
+    h = params.get("hidden_dim")
+    if not h:  # ExecuTorch's ModelArgs: 4·dim, ⅔ of it, the multiplier, rounded up
+        h = int(2 * 4 * d / 3 * params.get("ffn_dim_multiplier", 1))
+        m = params.get("multiple_of", 256)
+        h = m * ((h + m - 1) // m)
     hd = params.get("head_dim") or d // params["n_heads"]
     q, kv = hd * params["n_heads"], hd * params["n_kv_heads"]
     mlp = 3 * d * h
     types = params.get("layer_types") or ["full_attention"] * layers
     total = 0
     for t in types[:layers]:
-        if t == "linear_attention":
+        if t == "conv":  # LFM2's short convolution: in_proj (B, C, x) and out_proj
+            total += 3 * d * d + d * d + mlp
+        elif t == "linear_attention":
             k = params["linear_key_head_dim"] * params["linear_num_key_heads"]
             v = params["linear_value_head_dim"] * params["linear_num_value_heads"]
             nv = params["linear_num_value_heads"]
@@ -295,6 +302,14 @@ CONFIGS = {
     "qwen3_5-8l-xnnpack": ("xnnpack_fp32.pte", "", 4.0, "families/qwen3_5_8l"),
     "qwen3_5-8l-8da4w": ("xnnpack_8da4w.pte", "", 0.5 + 2 / 32, "families/qwen3_5_8l"),
 }
+# Every family's full-width layers (export_families.py --full FAMILY --layers N; the first N
+# layers, vocab 32000, random weights), XNNPACK fp32 and 8da4w. ExecuTorch only.
+for _family, _layers in [("qwen3", 4), ("qwen2_5", 4), ("lfm2", 4), ("llama3_2", 2),
+                         ("phi_4_mini", 2), ("qwen3_5", 4)]:
+    CONFIGS[f"{_family}-{_layers}l-xnnpack"] = (
+        "xnnpack_fp32.pte", "", 4.0, f"families/{_family}_{_layers}l")
+    CONFIGS[f"{_family}-{_layers}l-8da4w"] = (
+        "xnnpack_8da4w.pte", "", 0.5 + 2 / 32, f"families/{_family}_{_layers}l")
 DEFAULT_CONFIGS = ["8da4w", "fp32"]
 
 

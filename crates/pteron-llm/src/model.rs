@@ -234,9 +234,12 @@ impl<'a> Model<'a> {
             let (dtype, sizes) = (tok.info.dtype(), tok.info.sizes());
             let dim = match sizes {
                 [1, _, d] if *d > 0 && matches!(dtype, ScalarType::Float) => *d,
-                _ => return Err(Error::Model(format!(
-                    "text_decoder takes embeddings {dtype} {sizes:?}; expected float [1, n, dim]"
-                ))),
+                _ => {
+                    let what = format!("{dtype} {sizes:?}");
+                    return Err(Error::Model(format!(
+                        "text_decoder takes embeddings {what}; expected float [1, n, dim]"
+                    )));
+                }
             };
             let embed = program.load_method_with("token_embedding", options.clone())?;
             let vision = if names.contains(&"vision_encoder") {
