@@ -182,6 +182,43 @@ mod tests {
         assert!(Image::decode(b"not an image").is_err());
     }
 
+    /// A PNG whose header declares a picture larger than [`MAX_SIDE`] is refused before any
+    /// pixel memory is allocated (the header is valid, CRC included).
+    #[cfg(feature = "decode")]
+    #[test]
+    fn oversized_headers_are_refused() {
+        fn crc32(bytes: &[u8]) -> u32 {
+            let mut c = !0u32;
+            for &b in bytes {
+                c ^= b as u32;
+                for _ in 0..8 {
+                    c = if c & 1 != 0 {
+                        0xEDB8_8320 ^ (c >> 1)
+                    } else {
+                        c >> 1
+                    };
+                }
+            }
+            !c
+        }
+        for (w, h) in [(MAX_SIDE + 1, 1), (1, u32::MAX / 2), (60_000, 60_000)] {
+            let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+            let mut ihdr = b"IHDR".to_vec();
+            ihdr.extend_from_slice(&w.to_be_bytes());
+            ihdr.extend_from_slice(&h.to_be_bytes());
+            ihdr.extend_from_slice(&[8, 2, 0, 0, 0]); // 8-bit RGB
+            png.extend_from_slice(&13u32.to_be_bytes());
+            png.extend_from_slice(&ihdr);
+            png.extend_from_slice(&crc32(&ihdr).to_be_bytes());
+            let mut end = b"IEND".to_vec();
+            png.extend_from_slice(&0u32.to_be_bytes());
+            png.append(&mut end);
+            png.extend_from_slice(&crc32(b"IEND").to_be_bytes());
+            let err = Image::decode(&png).unwrap_err().to_string();
+            assert!(err.contains("limit"), "{w}x{h}: {err}");
+        }
+    }
+
     #[cfg(feature = "decode")]
     #[test]
     fn png_round_trip_is_planar() {
