@@ -25,7 +25,9 @@ down to even (see `fit_size`).
 
 Writes testdata/llm/vlm/:
 
-* `llava.pte`, `tokenizer.json` (a copy of testdata/llm/tiny's);
+* `llava.pte`, `tokenizer.json` (a copy of testdata/llm/tiny's); with `--portable` also
+  `llava_portable.pte` (the same model, fp32, no quantization or delegate: `export_portable`)
+  and its `goldens_portable.json`;
 * `image_a.png`, `image_b.png`: two synthetic pictures of different aspect ratios;
 * `image_a.u8`, `image_b.u8`: their resized uint8 [3, H, W] tensors as torchvision makes them
   (raw bytes; the shapes are in goldens.json), so that the model check does not depend on the
@@ -38,7 +40,7 @@ Writes testdata/llm/vlm/:
   do), with each step's top-1 minus top-2 margin, at 1 and 2 threads, and the text that
   ExecuTorch's C++ `MultimodalRunner` streams for the same inputs.
 
-    /opt/etvenv/bin/python tools/export/export_vlm.py [--goldens-only]
+    /opt/etvenv/bin/python tools/export/export_vlm.py [--portable] [--goldens-only]
 
 Note: the recipe exports `token_embedding` with hint-based bounds, so its tokens input is
 bounded by the example prompt's length (49 tokens here): ExecuTorch's runner fails on a longer
@@ -207,6 +209,66 @@ class TinyLlavaModel:
         return ({1: dim}, {0: 1})
 
 
+def export_portable(model):
+    """The same three methods without quantization or delegation (fp32, every op on the
+    portable kernels), `token_embedding` bounded by get_max_seq_len: how a user who skips the
+    recipe's quantizers would export it."""
+    from torch.export import Dim, export
+    from torch.nn.attention import SDPBackend
+
+    from executorch.exir import (
+        EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower,
+    )
+    from executorch.exir.passes import MemoryPlanningPass
+    from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
+
+    llava = model.get_eager_model()
+    before, image, after = model.get_inputs_for_prefill()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.llava = llava
+
+        def forward(self, images):
+            return self.llava.image_embedding(images)
+
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.text_model = llava.text_model
+
+        def forward(self, embeddings, input_pos):
+            return self.text_model(None, {"input_pos": input_pos}, embeddings)
+
+    class Embed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = llava.model_.model.language_model.embed_tokens
+
+        def forward(self, tokens):
+            return self.embed(tokens)
+
+    with torch.nn.attention.sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
+        enc = export(Encoder(), (image,), dynamic_shapes=model._get_image_dynamic_shapes(),
+                     strict=False)
+        embeds = llava.prefill_embedding(before, image, after)
+        dec = export(Decoder(), (embeds, torch.tensor([0], dtype=torch.long)),
+                     dynamic_shapes=({1: Dim("token_dim", min=1, max=MAX_SEQ)}, None),
+                     strict=True)
+        tok = export(Embed(), (before,),
+                     dynamic_shapes=[{1: Dim("token_dim_1", min=1, max=MAX_SEQ)}], strict=True)
+    edge = to_edge_transform_and_lower(
+        {"vision_encoder": enc, "token_embedding": tok, "text_decoder": dec},
+        constant_methods={"get_max_seq_len": MAX_SEQ},
+        compile_config=EdgeCompileConfig(_check_ir_validity=False),
+    )
+    return edge.to_executorch(ExecutorchBackendConfig(
+        memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
+        sym_shape_eval_pass=ConstraintBasedSymShapeEvalPass(),
+    ))
+
+
 def picture(name, w, h):
     """A deterministic picture: gradients, a disc and stripes, with hard edges (what a resize
     with an antialiasing filter handles differently from a plain one)."""
@@ -328,6 +390,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--goldens-only", action="store_true",
                     help="keep llava.pte and the pictures; recompute goldens.json")
+    ap.add_argument("--portable", action="store_true",
+                    help="also llava_portable.pte (fp32, no delegate) and goldens_portable.json")
     args = ap.parse_args()
     from tokenizers import Tokenizer
     from torchvision.transforms.functional import pil_to_tensor
@@ -347,6 +411,9 @@ def main():
             for name, wh in PICTURES.items()
         }
         write_goldens(OUT / "llava.pte", tok, tok_path, resized)
+        if args.portable:
+            write_goldens(OUT / "llava_portable.pte", tok, tok_path, resized,
+                          "goldens_portable.json")
         return
 
     # Pictures, their resized tensors, and resize goldens.
@@ -390,9 +457,24 @@ def main():
         prog.write_to_file(f)
     print(f"wrote {pte} ({pte.stat().st_size} bytes)")
     write_goldens(pte, tok, tok_path, resized)
+    if args.portable:
+        # export_all quantized the eager model in place: a fresh one (same seed, same weights).
+        fresh = TinyLlavaModel(tiny_llava(never), proc, ids_before, example, ids_after)
+        pte = OUT / "llava_portable.pte"
+        with open(pte, "wb") as f:
+            export_portable(fresh).write_to_file(f)
+        print(f"wrote {pte} ({pte.stat().st_size} bytes)")
+        write_goldens(pte, tok, tok_path, resized, "goldens_portable.json")
 
 
-def write_goldens(pte, tok, tok_path, resized):
+def embedding_bound(pte: Path) -> int:
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(str(pte))
+    return program.metadata("token_embedding").input_tensor_meta(0).sizes()[1]
+
+
+def write_goldens(pte, tok, tok_path, resized, out_name="goldens.json"):
     # Eager reference of the image embedding (the runtime's should be close: int8 encoder).
     goldens = {
         "crop": CROP, "max_seq_len": MAX_SEQ, "max_context_len": MAX_CTX,
@@ -408,7 +490,7 @@ def write_goldens(pte, tok, tok_path, resized):
         for threads in (1, 2):
             runs[threads] = step_by_step(pte, pieces, arr, threads)
         gen, margins, pos, head = runs[1]
-        if len(ids_b) <= 49 and len(ids_a) <= 49:
+        if max(len(ids_b), len(ids_a)) <= embedding_bound(pte):
             text, why = et_multimodal_text(pte, tok_path, system + before, arr, after)
         else:
             text, why = None, "a text piece longer than token_embedding's bound"
@@ -433,7 +515,8 @@ def write_goldens(pte, tok, tok_path, resized):
         if text != decoded:
             print("  runner:", repr(text)[:200])
             print("  loop:  ", repr(decoded)[:200])
-    (OUT / "goldens.json").write_text(json.dumps(goldens, indent=1))
+    goldens["pte"] = pte.name
+    (OUT / out_name).write_text(json.dumps(goldens, indent=1))
 
 
 if __name__ == "__main__":
