@@ -288,19 +288,36 @@ fn layer_norm_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 
 // ---- mean over trailing dims ----
 
-struct MeanOp<'a> {
-    x: &'a [f32],
-    out: &'a mut [f32],
-    inner: usize,
-}
-
-impl SimdOp for MeanOp<'_> {
-    type Output = ();
-    #[inline(always)]
-    fn run<S: Simd>(self, s: S) {
-        let n = self.inner as f32;
-        for (x, o) in self.x.chunks(self.inner).zip(self.out.iter_mut()) {
-            *o = sum(s, x) / n;
+/// Means of rows of `inner` floats, summed in float32 element by element in index order and
+/// divided by the count in float32: ExecuTorch's portable `mean.out`, bit for bit. A SIMD sum
+/// orders the additions differently, and an RMSNorm whose output is quantized dynamically next
+/// (8da4w programs) turns those last bits into other int8 values, other logits (~1% of their
+/// spread) and other greedy tokens than ExecuTorch's. Rows go four at a time, each still in
+/// order, so that their additions overlap.
+fn mean_rows(x: &[f32], out: &mut [f32], inner: usize) {
+    let n = inner as f32;
+    let mut rows = x.chunks_exact(inner).zip(out.iter_mut());
+    loop {
+        let batch: [_; 4] = core::array::from_fn(|_| rows.next());
+        let live = batch.iter().filter(|r| r.is_some()).count();
+        if live == 0 {
+            return;
+        }
+        let mut acc = [0f32; 4];
+        for i in 0..inner {
+            for (a, r) in acc.iter_mut().zip(&batch) {
+                if let Some((x, _)) = r {
+                    *a += x[i];
+                }
+            }
+        }
+        for (a, r) in acc.iter().zip(batch) {
+            if let Some((_, o)) = r {
+                *o = a / n;
+            }
+        }
+        if live < 4 {
+            return;
         }
     }
 }
@@ -345,13 +362,38 @@ fn mean_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
     let inner: usize = x.sizes()[rank - k..].iter().product();
     ctx.resize(4, &osz)?;
     let ([xr], [mut or]) = ctx.io([0], [4])?;
-    run_op_at(
-        level(),
-        MeanOp {
-            x: xr.as_slice()?,
-            out: or.as_mut_slice()?,
-            inner,
-        },
-    );
+    mean_rows(xr.as_slice()?, or.as_mut_slice()?, inner);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mean_rows;
+
+    /// Each row's mean is the float32 sum in index order divided by the count in float32
+    /// (ExecuTorch's portable `mean.out`), bit for bit, whatever the number of rows.
+    #[test]
+    fn means_are_sequential_float32_sums() {
+        let mut seed = 7u32;
+        let mut next = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1 << 24) as f32 * 2.0 - 1.0
+        };
+        for (rows, inner) in [(1, 2048), (3, 17), (4, 64), (9, 1000)] {
+            let x: Vec<f32> = (0..rows * inner).map(|_| next() * 10.0).collect();
+            let mut out = vec![0f32; rows];
+            mean_rows(&x, &mut out, inner);
+            for (r, o) in out.iter().enumerate() {
+                let mut acc = 0f32;
+                for v in &x[r * inner..(r + 1) * inner] {
+                    acc += v;
+                }
+                assert_eq!(
+                    o.to_bits(),
+                    (acc / inner as f32).to_bits(),
+                    "{rows}x{inner} row {r}"
+                );
+            }
+        }
+    }
 }
