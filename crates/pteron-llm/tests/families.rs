@@ -54,11 +54,12 @@ fn greedy(model: &mut Model, prompt: &[u32], n: usize) -> Vec<u32> {
 const QUANT_TIE: f64 = 0.01;
 
 fn check_family(family: &str) {
-    check_dir(&dir().join(family), family);
+    let failures = check_dir(&dir().join(family), family);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Checks every program of `d/goldens.json` against its goldens.
-fn check_dir(d: &std::path::Path, family: &str) {
+/// Checks every program of `d/goldens.json` against its goldens; returns the failures.
+fn check_dir(d: &std::path::Path, family: &str) -> Vec<String> {
     let g: Value =
         serde_json::from_str(&std::fs::read_to_string(d.join("goldens.json")).unwrap()).unwrap();
     let n = g["new_tokens"].as_u64().unwrap() as usize;
@@ -112,8 +113,8 @@ fn check_dir(d: &std::path::Path, family: &str) {
             }
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(checked >= 4, "{family}: {checked} generations checked");
+    failures
 }
 
 #[test]
@@ -202,13 +203,15 @@ fn recurrent_state_is_cleared_on_rewind() {
 fn full_width_exports_match_executorch() {
     let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/export/out/families");
     let mut seen = 0;
+    let mut failures = Vec::new();
     for entry in std::fs::read_dir(&out).expect("no tools/export/out/families") {
         let d = entry.unwrap().path();
         if d.join("goldens.json").exists() {
             let label = d.file_name().unwrap().to_string_lossy().into_owned();
-            check_dir(&d, &label);
+            failures.extend(check_dir(&d, &label));
             seen += 1;
         }
     }
     assert!(seen > 0, "no goldens.json under {}", out.display());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
