@@ -14,7 +14,7 @@
 
 mod resize;
 
-pub use resize::resize_planar;
+use resize::resize_planar;
 
 /// Largest side accepted from an encoded file: bigger pictures are refused before their
 /// pixels are allocated.

@@ -95,7 +95,7 @@ impl Taps {
 /// Resizes `channels` planes of `in_h × in_w` bytes to `out_h × out_w` (torchvision's
 /// antialiased bilinear `Resize` of a uint8 tensor). Sizes must be non-zero and
 /// `src.len() == channels · in_h · in_w`.
-pub fn resize_planar(
+pub(crate) fn resize_planar(
     src: &[u8],
     channels: usize,
     in_h: usize,
