@@ -29,13 +29,16 @@ echo "wasm: the demo page in headless Chromium (playwright-core from npm)"
 (cd web && npm ci --no-audit --no-fund >/dev/null)
 node web/test/page.mjs
 
-test=("${wasm_cargo[@]}" test --release --locked --target wasm32-wasip1 --target-dir target/wasm)
-echo "wasm: kernels, engine, op conformance and fixtures under node (wasm32-wasip1, +simd128)"
-"${test[@]}" -p pteron-kernels-cpu -p pteron-kernels
-"${test[@]}" -p pteron-nhwc --lib
-"${test[@]}" -p pteron --test ops_cpu --test golden --test xnnpack
-echo "wasm: speech and LLM fixtures"
-"${test[@]}" -p pteron-audio
-"${test[@]}" -p pteron-llm --lib --test tiny --test tiny_xnnpack --test no_alloc --test speculative \
-  --test tokenizer_formats
+# One package selection and one cargo run for every suite: each other selection would unify
+# other features and compile the workspace again. No debug info: links sooner.
+export CARGO_PROFILE_RELEASE_DEBUG=false
+echo "wasm: kernels, engine, op conformance, fixtures, speech and LLM suites under node"
+echo "(wasm32-wasip1, +simd128)"
+"${wasm_cargo[@]}" test --release --locked --target wasm32-wasip1 --target-dir target/wasm \
+  -p pteron-kernels-cpu -p pteron-kernels -p pteron-nhwc -p pteron -p pteron-audio -p pteron-llm \
+  --lib --test activations --test attention --test conv --test copies --test cpu_cap \
+  --test dwconv --test gemm --test math --test rows --test dtypes \
+  --test ops_cpu --test golden --test xnnpack \
+  --test mel --test transcribe --test vad --test whisper \
+  --test tiny --test tiny_xnnpack --test no_alloc --test speculative --test tokenizer_formats
 echo "wasm tests: ok"

@@ -9,13 +9,34 @@ use pteron_core::{Parallel, INLINE};
 use pteron_kernels_cpu::gemm::{gemm, Epilogue, Init, MatA, MatB, PackedA, PackedB, KC};
 use pteron_kernels_cpu::simd::with_level;
 
+/// The exact product `A·B` in f64, row-major `m × n`: computed once per size, since every
+/// operand layout holds the same logical matrices.
+fn product(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: impl Fn(usize, usize) -> f32,
+    b: impl Fn(usize, usize) -> f32,
+) -> Vec<f64> {
+    let mut p = vec![0.0f64; m * n];
+    for i in 0..m {
+        for kk in 0..k {
+            let aik = a(i, kk) as f64;
+            for j in 0..n {
+                p[i * n + j] += aik * b(kk, j) as f64;
+            }
+        }
+    }
+    p
+}
+
+/// What the GEMM must write: the init, plus the product, then the row affine, the residual and
+/// the clamp, in that order.
 #[allow(clippy::too_many_arguments)]
 fn reference(
     m: usize,
     n: usize,
-    k: usize,
-    a: &dyn Fn(usize, usize) -> f32,
-    b: &dyn Fn(usize, usize) -> f32,
+    prod: &[f64],
     c0: &[f32],
     ldc: usize,
     init: &str,
@@ -33,9 +54,7 @@ fn reference(
                 "row" => bias[i] as f64,
                 _ => bias[j] as f64,
             };
-            for kk in 0..k {
-                acc += a(i, kk) as f64 * b(kk, j) as f64;
-            }
+            acc += prod[i * n + j];
             if let Some((sc, sh)) = affine {
                 acc = acc * sc[i] as f64 + sh[i] as f64;
             }
@@ -59,9 +78,20 @@ fn check(m: usize, n: usize, k: usize, par: &dyn Parallel, seed: u64) {
     let ldb_c = k + 5;
     let ldc = n + 4;
     let a_rows = rand_vec(m * lda_r, seed);
-    let a_cols = rand_vec(k * lda_c, seed + 1);
+    // The column-major copies hold the same matrices as the row-major ones (padding differs).
+    let mut a_cols = rand_vec(k * lda_c, seed + 1);
+    for i in 0..m {
+        for kk in 0..k {
+            a_cols[kk * lda_c + i] = a_rows[i * lda_r + kk];
+        }
+    }
     let b_rows = rand_vec(k * ldb_r, seed + 2);
-    let b_cols = rand_vec(n * ldb_c, seed + 3);
+    let mut b_cols = rand_vec(n * ldb_c, seed + 3);
+    for kk in 0..k {
+        for j in 0..n {
+            b_cols[j * ldb_c + kk] = b_rows[kk * ldb_r + j];
+        }
+    }
     let bias = rand_vec(m.max(n), seed + 4);
     let scale = rand_vec(m, seed + 6);
     let shift = rand_vec(m, seed + 7);
@@ -72,6 +102,7 @@ fn check(m: usize, n: usize, k: usize, par: &dyn Parallel, seed: u64) {
     let fb = |kk: usize, j: usize| b_rows[kk * ldb_r + j];
     let pa = PackedA::new(m, k, fa);
     let pb = PackedB::new(k, n, fb);
+    let prod = product(m, n, k, fa, fb);
     let tol = 1e-5 * (k as f32).sqrt().max(1.0);
     for (ai, a) in [
         MatA::Packed(&pa),
@@ -122,16 +153,8 @@ fn check(m: usize, n: usize, k: usize, par: &dyn Parallel, seed: u64) {
                         Some((&res[..], ldr)),
                     ),
                 ] {
-                    let ga = |i: usize, kk: usize| match ai {
-                        0 | 1 => a_rows[i * lda_r + kk],
-                        _ => a_cols[kk * lda_c + i],
-                    };
-                    let gb = |kk: usize, j: usize| match bi {
-                        0 | 1 => b_rows[kk * ldb_r + j],
-                        _ => b_cols[j * ldb_c + kk],
-                    };
                     let want = reference(
-                        m, n, k, &ga, &gb, &c0, ldc, init_name, &bias, affine, residual, clamp,
+                        m, n, &prod, &c0, ldc, init_name, &bias, affine, residual, clamp,
                     );
                     let mut c = c0.clone();
                     let epi = Epilogue {
