@@ -311,7 +311,7 @@ pub enum Epilogue<'a> {
     },
     /// Dynamic int8 rows: `y = (acc − (zp_row + 128)·colsum[j]) · s_row · scale[j] + bias[j]`
     /// (blockwise: per block, `Σ_b (acc_b − (zp_row + 128)·blocksum[j][b]) · scale[j][b]`,
-    /// then `· s_row + bias[j]`), clamped. `rows[m]`/`zps[m]`: each row's scale and zero
+    /// then `· s_row`, rounded, `+ bias[j]`), clamped. `rows[m]`/`zps[m]`: each row's scale and zero
     /// point.
     Dequant {
         rows: &'a [f32],
@@ -687,7 +687,9 @@ fn tile(
                 let mut y = [0f32; NR];
                 for jj in 0..NR {
                     let v = if blockwise {
-                        fsum[i][jj].mul_add(s_row, bv[jj])
+                        // Scaled, then the bias added: two roundings, as XNNPACK's qb4w
+                        // kernels (not one fused multiply-add).
+                        fsum[i][jj] * s_row + bv[jj]
                     } else {
                         let corr = isum[i][jj] - (zp + 128) * cs[jj];
                         (corr as f32 * s_row).mul_add(sv[jj], bv[jj])

@@ -167,7 +167,8 @@ pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mu
                     facc = _mm512_fmadd_ps(corr, scv, facc);
                 }
             }
-            _mm512_fmadd_ps(facc, s_row, bv)
+            // Two roundings, as XNNPACK's qb4w kernels.
+            _mm512_add_ps(_mm512_mul_ps(facc, s_row), bv)
         };
         let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
         // Safety: `nv` floats of `oc`.
@@ -390,7 +391,7 @@ unsafe fn group<const NP: usize>(
                         let f = _mm512_mul_ps(_mm512_cvtepi32_ps(corr), _mm512_set1_ps(s_row));
                         _mm512_fmadd_ps(f, sv, bv)
                     } else {
-                        _mm512_fmadd_ps(facc[i][j], _mm512_set1_ps(s_row), bv)
+                        _mm512_add_ps(_mm512_mul_ps(facc[i][j], _mm512_set1_ps(s_row)), bv)
                     };
                     let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
                     let dst = o[(t + i) * ldc + c0..].as_mut_ptr();
