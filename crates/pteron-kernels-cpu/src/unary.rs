@@ -138,7 +138,52 @@ macro_rules! simple {
     };
 }
 
-simple!(sigmoid_out, "aten::sigmoid.out", Unary::Sigmoid);
+/// `aten::sigmoid.out` gives ExecuTorch's bits: `1 / (1 + expf(-x))` with the C library's
+/// `expf` ([`math::sigmoid_libc`]), not the vectorized approximation, whose last-bit differences
+/// an 8da4w program turns into other int8 activations (the gate of every SiLU MLP that the
+/// exporter decomposes).
+fn sigmoid_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+    let (x, o) = (*ctx.tensor(0)?, *ctx.tensor(1)?);
+    let f32c = |t: &pteron_core::TensorInfo| t.dtype() == ScalarType::Float && t.is_contiguous();
+    if !f32c(&x) || !f32c(&o) || o.rank() != x.rank() {
+        return fallback("aten::sigmoid.out", ctx);
+    }
+    ctx.resize(1, x.sizes())?;
+    let par = ctx.parallel();
+    let ([xr], [mut or]) = ctx.io([0], [1])?;
+    let (x, out) = (xr.as_slice()?, or.as_mut_slice()?);
+    let n = x.len().min(out.len());
+    let (x, out) = (&x[..n], &mut out[..n]);
+    let l = level();
+    if n < MIN_PARALLEL_ELEMS || par.num_threads() <= 1 {
+        run_op_at(l, LibcSigmoid { x, out });
+        return Ok(());
+    }
+    const CHUNK: usize = 1 << 12;
+    for_chunks_mut(par, out, CHUNK, 2, &|k, o| {
+        let xs = &x[k * CHUNK..k * CHUNK + o.len()];
+        run_op_at(l, LibcSigmoid { x: xs, out: o });
+    });
+    Ok(())
+}
+
+/// [`math::sigmoid_libc`] over a slice, compiled for each SIMD level (its fused multiply-adds
+/// are instructions there, not calls).
+struct LibcSigmoid<'a> {
+    x: &'a [f32],
+    out: &'a mut [f32],
+}
+
+impl SimdOp for LibcSigmoid<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, _: S) {
+        for (o, &x) in self.out.iter_mut().zip(self.x) {
+            *o = math::sigmoid_libc(x);
+        }
+    }
+}
+
 simple!(tanh_out, "aten::tanh.out", Unary::Tanh);
 simple!(silu_out, "aten::silu.out", Unary::Silu);
 simple!(relu_out, "aten::relu.out", Unary::Relu);

@@ -100,3 +100,75 @@ fn accuracy_on_every_level() {
         }
     }
 }
+
+/// Bits of glibc's `expf` where the steps' fused multiply-adds matter (without them, the result
+/// is one ulp lower), and at the edges of its range.
+const EXPF_GOLDENS: [(u32, u32); 8] = [
+    (0x4202_422f, 0x56fc_9f1c),
+    (0xc27c_65d9, 0x11fa_2993),
+    (0x0000_0000, 0x3f80_0000),
+    (0x42b1_7217, 0x7f7f_ff84),
+    (0x42b1_7218, 0x7f80_0000),
+    (0xc2cf_f1b4, 0x0000_0001),
+    (0xc2cf_f1b5, 0x0000_0000),
+    (0xff80_0000, 0x0000_0000),
+];
+
+#[test]
+fn expf_libc_gives_glibcs_bits() {
+    for (x, want) in EXPF_GOLDENS {
+        let got = math::expf_libc(f32::from_bits(x)).to_bits();
+        assert_eq!(
+            got,
+            want,
+            "expf({:e}) = {got:08x}, glibc {want:08x}",
+            f32::from_bits(x)
+        );
+    }
+    assert!(math::expf_libc(f32::NAN).is_nan());
+    assert_eq!(math::expf_libc(f32::INFINITY), f32::INFINITY);
+    assert_eq!(math::sigmoid_libc(0.0), 0.5);
+    assert_eq!(math::sigmoid_libc(-200.0), 0.0);
+    assert_eq!(math::sigmoid_libc(200.0), 1.0);
+}
+
+/// Every 4099th f32 (every sign, exponent and many mantissas) against the C library's `expf`
+/// where that is glibc's or musl's on a machine with fused multiply-add.
+#[test]
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+fn expf_libc_equals_the_c_librarys_expf_sampled() {
+    expf_against_libc(4099);
+}
+
+/// The same over every f32 (a few seconds in release).
+#[test]
+#[ignore = "4.3e9 inputs: cargo test --release -p pteron-kernels-cpu --test math -- --ignored"]
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+fn expf_libc_equals_the_c_librarys_expf_everywhere() {
+    expf_against_libc(1);
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu", target_arch = "x86_64"))]
+fn expf_against_libc(stride: u64) {
+    // glibc's x86-64 expf without FMA (CPUs older than Haswell) rounds 2 inputs differently.
+    if !std::is_x86_feature_detected!("fma") {
+        return;
+    }
+    let mut differ = Vec::new();
+    let mut b = 0u64;
+    while b <= u32::MAX as u64 {
+        let x = f32::from_bits(b as u32);
+        let (got, want) = (math::expf_libc(x), x.exp());
+        if got.to_bits() != want.to_bits() && !(got.is_nan() && want.is_nan()) && differ.len() < 8 {
+            differ.push((b as u32, got.to_bits(), want.to_bits()));
+        }
+        b += stride;
+    }
+    assert!(differ.is_empty(), "(x, pteron, libc) bits: {differ:x?}");
+}
