@@ -13,15 +13,20 @@ only up to some step, and that step is the most any other runtime can be asked t
 
 For each variant of goldens.json this reruns ExecuTorch's greedy loop (export_llm.py's
 `greedy_with_et_runtime`, same .pte and prompt) in subprocesses with MKL told to use other
-code paths (`MKL_ENABLE_INSTRUCTIONS=AVX2`, `MKL_CBWR=COMPATIBLE`: environment variables only
-MKL reads), and records in the variant's entry of goldens.json:
+code paths (`MKL_ENABLE_INSTRUCTIONS=AVX2|AVX|SSE4_2`, `MKL_CBWR=COMPATIBLE`: environment
+variables only MKL reads, when it loads), and records beside the golden's `generated_ids`:
 
     "et_self_agreement": {"runs": {"<env>": {"agree": n, "generated_ids": [...]}, ...},
                           "prefix": min n}
 
-where `agree` is the number of leading ids equal to the golden's `generated_ids`.
+where `agree` is the number of leading ids equal to the golden's `generated_ids`. Two layouts:
+export_llm.py's (one prompt, `variants.<name>.generated_ids`: every variant) and
+export_families.py's (`variants.<name>.prompts.<prompt>.generated_ids`: the dynamically
+quantized variants, since the fp32 ones do not move).
 
-    /opt/etvenv/bin/python tools/export/llm_et_spread.py [tools/export/out/smollm2]
+    /opt/etvenv/bin/python tools/export/llm_et_spread.py [DIR ...]   (default out/smollm2)
+
+families.rs (full-width exports) and tiny.rs (SmolLM2) check pteron's ids up to `prefix`.
 """
 
 import json
@@ -31,7 +36,12 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-RUNS = [{"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, {"MKL_CBWR": "COMPATIBLE"}]
+RUNS = [
+    {"MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    {"MKL_ENABLE_INSTRUCTIONS": "AVX"},
+    {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
+    {"MKL_CBWR": "COMPATIBLE"},
+]
 
 
 def worker(pte: str, prompt_ids: str, n: str):
@@ -43,36 +53,44 @@ def worker(pte: str, prompt_ids: str, n: str):
     print("IDS " + json.dumps(gen))
 
 
+def spread(pte: Path, prompt, want):
+    """The entry `et_self_agreement` for one program, prompt and golden ids."""
+    runs = {}
+    for extra in RUNS:
+        env = dict(os.environ, **extra)
+        label = ",".join(f"{k}={x}" for k, x in extra.items())
+        res = subprocess.run(
+            [sys.executable, __file__, "--worker", str(pte), json.dumps(prompt), str(len(want))],
+            env=env, capture_output=True, text=True, check=True,
+        )
+        line = next(l for l in res.stdout.splitlines() if l.startswith("IDS "))
+        ids = json.loads(line[4:])
+        agree = next((i for i, (a, b) in enumerate(zip(ids, want)) if a != b), len(want))
+        runs[label] = {"agree": agree, "generated_ids": ids}
+        print(f"  [{label}]: agrees with the golden on the first {agree} of {len(want)}")
+    return {"runs": runs, "prefix": min(r["agree"] for r in runs.values())}
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         worker(*sys.argv[2:5])
         return
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "out" / "smollm2"
-    gold_path = out / "goldens.json"
-    golden = json.loads(gold_path.read_text())
-    prompt = golden["prompt_ids"]
-    for name, v in golden["variants"].items():
-        want = v["generated_ids"]
-        runs = {}
-        for extra in RUNS:
-            env = dict(os.environ, **extra)
-            label = ",".join(f"{k}={x}" for k, x in extra.items())
-            res = subprocess.run(
-                [sys.executable, __file__, "--worker", str(out / v["pte"]), json.dumps(prompt),
-                 str(len(want))],
-                env=env, capture_output=True, text=True, check=True,
-            )
-            line = next(l for l in res.stdout.splitlines() if l.startswith("IDS "))
-            ids = json.loads(line[4:])
-            agree = next((i for i, (a, b) in enumerate(zip(ids, want)) if a != b), len(want))
-            runs[label] = {"agree": agree, "generated_ids": ids}
-            print(f"{name} [{label}]: agrees with the golden on the first {agree} of {len(want)}")
-        v["et_self_agreement"] = {
-            "runs": runs,
-            "prefix": min(r["agree"] for r in runs.values()),
-        }
-        gold_path.write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
-    print(f"wrote {gold_path}")
+    outs = [Path(a) for a in sys.argv[1:]] or [HERE / "out" / "smollm2"]
+    for out in outs:
+        gold_path = out / "goldens.json"
+        golden = json.loads(gold_path.read_text())
+        for name, v in golden["variants"].items():
+            if "prompts" not in v:
+                print(f"{out.name}/{name}")
+                v["et_self_agreement"] = spread(out / v["pte"], golden["prompt_ids"],
+                                                v["generated_ids"])
+            elif v.get("qmode") or v.get("kv8"):
+                for pname, p in v["prompts"].items():
+                    print(f"{out.name}/{name}/{pname}")
+                    p["et_self_agreement"] = spread(out / v["pte"], p["prompt_ids"],
+                                                    p["generated_ids"])
+            gold_path.write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote {gold_path}")
 
 
 if __name__ == "__main__":
