@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Builds libpteron_c (static, release), compiles the C examples against crates/pteron-c/include/
+# Builds libpteron_c (static; cargo's profile PROFILE, default release: CI passes `test`, whose
+# compiled dependencies `cargo test --workspace` left behind), compiles the C examples against crates/pteron-c/include/
 # pteron.h with the system C compiler, runs them on committed fixtures and checks their output:
 # MobileNetV2's logits against ExecuTorch's, the tiny LLM's greedy text against ExecuTorch's
 # tokens decoded, and a generation the callback stops.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cargo build --release --locked -p pteron-c
-lib=target/release/libpteron_c.a
+profile="${PROFILE:-release}"
+cargo build --profile "$profile" --locked -p pteron-c
+dir=$profile
+case $profile in dev | test) dir=debug ;; esac
+lib=target/$dir/libpteron_c.a
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for ex in classify generate; do

@@ -2,7 +2,9 @@
 # The Python package's checks: build the abi3 wheel with maturin, install it into a fresh venv
 # (numpy is its only dependency: no torch), run the pytest suite over the committed fixtures,
 # and run an executorch.runtime script with only its import changed.
-# Usage: tools/dev/python_tests.sh [VENV_DIR]   (default: target/py-venv)
+# Usage: [PROFILE=test] tools/dev/python_tests.sh [VENV_DIR]   (default: target/py-venv)
+# PROFILE: cargo's profile for the wheel, default `wheel` (what is published: fat LTO); CI
+# passes `test`, whose compiled dependencies `cargo test --workspace` left behind.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv="${1:-target/py-venv}"
@@ -12,7 +14,7 @@ venv="$(cd "$venv" && pwd)"
 "$venv/bin/pip" install --quiet "maturin>=1.8,<2" "pytest>=7" "numpy>=1.21"
 
 rm -rf target/wheels
-"$venv/bin/maturin" build --profile wheel --quiet -m crates/pteron-py/Cargo.toml -o target/wheels
+"$venv/bin/maturin" build --profile "${PROFILE:-wheel}" --quiet -m crates/pteron-py/Cargo.toml -o target/wheels
 "$venv/bin/pip" install --quiet --force-reinstall target/wheels/pteron-*.whl
 ls -l target/wheels/
 
