@@ -2,9 +2,10 @@
 # The Python package's checks: build the abi3 wheel with maturin, install it into a fresh venv
 # (numpy is its only dependency: no torch), run the pytest suite over the committed fixtures,
 # and run an executorch.runtime script with only its import changed.
-# Usage: [PROFILE=test] tools/dev/python_tests.sh [VENV_DIR]   (default: target/py-venv)
+# Usage: [PROFILE=dev] tools/dev/python_tests.sh [VENV_DIR]   (default: target/py-venv)
 # PROFILE: cargo's profile for the wheel, default `wheel` (what is published: fat LTO); CI
-# passes `test`, whose compiled dependencies `cargo test --workspace` left behind.
+# passes `dev`, whose compiled dependencies `cargo test --workspace` left behind (not `test`:
+# maturin runs `cargo rustc`, which in the test profile builds a test harness, not a library).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv="${1:-target/py-venv}"
