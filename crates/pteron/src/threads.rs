@@ -836,6 +836,8 @@ mod tests {
         assert_eq!(c.load(Ordering::Relaxed), 1000);
     }
 
+    // Needs unwinding (wasm32 aborts on panic).
+    #[cfg(panic = "unwind")]
     #[test]
     fn a_panicking_task_is_reported_and_the_pool_keeps_working() {
         let pool = ThreadPool::new(2).unwrap();
