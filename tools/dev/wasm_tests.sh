@@ -36,9 +36,9 @@ echo "wasm: kernels, engine, op conformance, fixtures, speech and LLM suites und
 echo "(wasm32-wasip1, +simd128)"
 "${wasm_cargo[@]}" test --release --locked --target wasm32-wasip1 --target-dir target/wasm \
   -p pteron-kernels-cpu -p pteron-kernels -p pteron-nhwc -p pteron -p pteron-audio -p pteron-llm \
-  --lib --test activations --test attention --test conv --test copies --test cpu_cap \
+  --test activations --test attention --test conv --test copies --test cpu_cap \
   --test dwconv --test gemm --test math --test rows --test dtypes \
   --test ops_cpu --test golden --test xnnpack \
   --test mel --test transcribe --test vad --test whisper \
-  --test tiny --test tiny_xnnpack --test no_alloc --test speculative --test tokenizer_formats
+  --test tiny --test tiny_xnnpack --test speculative --test tokenizer_formats
 echo "wasm tests: ok"
