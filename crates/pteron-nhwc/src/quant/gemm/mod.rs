@@ -26,11 +26,6 @@ mod x86;
 
 /// Output channels per panel.
 pub const NR: usize = 16;
-/// Longest block whose zero-point correction `acc − zp·blocksum` the vector paths compute in
-/// float (`fnmadd(zp, blocksum, float(acc))`): every term stays below 2^24 in magnitude
-/// (|acc| ≤ 255·128·block), so the float result is the exact integer and the outputs equal
-/// the integer formula's bit for bit, ExecuTorch's among them.
-const EXACT_BLOCK: usize = 512;
 /// Rows per tile.
 const MR: usize = 8;
 /// Rows per tile of the `TileSums` paths (4 rows × 16 channels: 16 of AArch64's 32 vector
@@ -146,14 +141,12 @@ pub struct QWeights {
     /// Blockwise scales panel by panel, `[(p·blocks + b)·16 + jj]`, for the one-row path
     /// (set by `set_block_scales`; empty until): as bf16 bits in `pscale16` when every scale
     /// is a bf16 value (the 8da4w recipe's), else as f32 here. Half the bytes streamed per
-    /// block; the block sums of the weights are computed on the fly, not read.
+    /// block.
     pscale: Vec<f32>,
     pscale16: Vec<u16>,
-    /// Block sums panel by panel like the scales, `[(p·blocks + b)·16 + jj]` (set with them,
-    /// when every sum fits and blocks are short enough for exact float corrections; see
-    /// `exact_blocks`): one 32-byte load per block and panel instead of 16 scattered reads
-    /// (multi-row tiles) or a second `vpdpbusd` per quad that summed the weights (one row).
-    pbsum: Vec<i16>,
+    /// XNNPACK's packed zero-point term per output (`ksum_scaled`), padded to whole panels,
+    /// set with the block scales.
+    pkscaled: Vec<f32>,
     /// 4-bit weights (`new_int4`), two quads per 64 bytes: quads `2t`, `2t + 1` of panel `p`
     /// at `(p·pairs + t)·64`, byte `i` holding byte `i` of quad `2t` (low nibble) and of quad
     /// `2t + 1` (high nibble; zero past the last quad) as 4-bit two's complement, where
@@ -208,7 +201,7 @@ impl QWeights {
             block,
             pscale: Vec::new(),
             pscale16: Vec::new(),
-            pbsum: Vec::new(),
+            pkscaled: Vec::new(),
             nib: Vec::new(),
         })
     }
@@ -245,7 +238,7 @@ impl QWeights {
     }
 
     /// Keeps blockwise scales (`[j·blocks + b]`, as the epilogue takes them) panel by panel
-    /// for the one-row path.
+    /// for the one-row path, and each output's packed zero-point term (`ksum_scaled`).
     pub fn set_block_scales(&mut self, scale: &[f32]) -> Result<(), KernelError> {
         if self.block == 0 {
             return Ok(());
@@ -255,18 +248,20 @@ impl QWeights {
             return Err(KernelError::invalid("block scales too short"));
         }
         let mut ps = vec![0f32; self.n.div_ceil(NR) * blocks * NR];
-        let mut bs = vec![0i16; ps.len()];
-        let mut fits = self.block <= EXACT_BLOCK;
         for j in 0..self.n {
             for b in 0..blocks {
-                let at = ((j / NR) * blocks + b) * NR + j % NR;
-                ps[at] = scale[j * blocks + b];
-                let v = self.blocksum[j * blocks + b];
-                fits &= i16::try_from(v).is_ok();
-                bs[at] = v as i16;
+                ps[((j / NR) * blocks + b) * NR + j % NR] = scale[j * blocks + b];
             }
         }
-        self.pbsum = if fits { bs } else { Vec::new() };
+        self.pkscaled = (0..self.n.div_ceil(NR) * NR)
+            .map(|c| {
+                if c < self.n {
+                    self.ksum_scaled(scale, c)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
         if ps.iter().all(|v| v.to_bits() & 0xFFFF == 0) {
             self.pscale16 = ps.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
             self.pscale = Vec::new();
@@ -277,8 +272,29 @@ impl QWeights {
         Ok(())
     }
 
-    /// Whether the one-row path has what it needs (blockwise weights: their scales and block
-    /// sums panel by panel).
+    /// XNNPACK's packed zero-point term of output `j` for blockwise weights (its qb4w
+    /// packing): `−Σ_b blocksum[j][b] · scale[j][b]` summed in float block by block, each
+    /// product rounded. The kernels start each output at this times the row's zero point
+    /// (+128) and add `float(acc_b) · scale[j][b]` block by block with fused multiply-adds:
+    /// XNNPACK's order, whose roundings differ from correcting each block's integer sum
+    /// once the sums pass 24 bits (long rows).
+    pub fn ksum_scaled(&self, scale: &[f32], j: usize) -> f32 {
+        let blocks = self.k / self.block;
+        let mut t = 0.0f32;
+        for b in 0..blocks {
+            let prod = self.blocksum[j * blocks + b] as f32 * scale[j * blocks + b];
+            t -= prod;
+        }
+        t
+    }
+
+    /// The packed zero-point terms kept by `set_block_scales` (empty until).
+    pub fn pkscaled(&self) -> &[f32] {
+        &self.pkscaled
+    }
+
+    /// Whether the one-row path has what it needs (blockwise weights: their scales panel by
+    /// panel and the packed zero-point terms).
     fn one_row_ready(&self) -> bool {
         if self.block == 0 {
             return true;
@@ -286,14 +302,15 @@ impl QWeights {
         let len = self.n.div_ceil(NR) * (self.k / self.block) * NR;
         len > 0
             && (self.pscale.len() == len || self.pscale16.len() == len)
-            && self.pbsum.len() == len
+            && self.pkscaled.len() == self.n.div_ceil(NR) * NR
     }
 
     pub fn bytes(&self) -> usize {
         self.data.len()
             + self.nib.len()
-            + (self.colsum.len() + self.blocksum.len() + self.pscale.len()) * 4
-            + (self.pscale16.len() + self.pbsum.len()) * 2
+            + (self.colsum.len() + self.blocksum.len() + self.pscale.len() + self.pkscaled.len())
+                * 4
+            + self.pscale16.len() * 2
     }
 }
 
@@ -310,8 +327,9 @@ pub enum Epilogue<'a> {
         qmax: i32,
     },
     /// Dynamic int8 rows: `y = (acc − (zp_row + 128)·colsum[j]) · s_row · scale[j] + bias[j]`
-    /// (blockwise: per block, `Σ_b (acc_b − (zp_row + 128)·blocksum[j][b]) · scale[j][b]`,
-    /// then `· s_row`, rounded, `+ bias[j]`), clamped. `rows[m]`/`zps[m]`: each row's scale and zero
+    /// (blockwise, in XNNPACK's qb4w order: `ksum_scaled[j] · (zp_row + 128)`, then
+    /// `+ float(acc_b) · scale[j][b]` block by block with fused multiply-adds, then `· s_row`,
+    /// rounded, `+ bias[j]`), clamped. `rows[m]`/`zps[m]`: each row's scale and zero
     /// point.
     Dequant {
         rows: &'a [f32],
@@ -608,6 +626,22 @@ fn tile(
     }
     let blockwise = matches!(epi, Epilogue::Dequant { .. }) && w.block != 0;
     let mut fsum = [[0f32; NR]; TR];
+    if let Epilogue::Dequant { zps, scale, .. } = epi {
+        if blockwise {
+            // XNNPACK's start: the packed zero-point term times the row's zero point.
+            let ks = if w.pkscaled().is_empty() {
+                gather(w.n, p, 0.0, |j| w.ksum_scaled(scale, j))
+            } else {
+                gather(w.n, p, 0.0, |j| w.pkscaled()[j])
+            };
+            for i in 0..tr {
+                let zf = (zps[r0 + t + i] + 128) as f32;
+                for jj in 0..NR {
+                    fsum[i][jj] = ks[jj] * zf;
+                }
+            }
+        }
+    }
     let mut isum = [[0i32; NR]; TR];
     for b in 0..blocks {
         let wsum = if w.block == 0 {
@@ -626,14 +660,12 @@ fn tile(
         };
         sums(&input, &mut acc);
         match epi {
-            Epilogue::Dequant { zps, scale, .. } if blockwise => {
-                // Per block: (acc − (zp + 128)·blocksum) · scale[j][b].
+            Epilogue::Dequant { scale, .. } if blockwise => {
+                // Per block: float(acc) · scale[j][b] added (the zero point is in the start).
                 let sc = gather(w.n, p, 0.0, |j| scale[j * blocks + b]);
                 for i in 0..tr {
-                    let zp = zps[r0 + t + i] + 128;
                     for jj in 0..NR {
-                        let corr = acc[i][jj] - zp * wsum[jj];
-                        fsum[i][jj] = (corr as f32).mul_add(sc[jj], fsum[i][jj]);
+                        fsum[i][jj] = (acc[i][jj] as f32).mul_add(sc[jj], fsum[i][jj]);
                     }
                 }
             }

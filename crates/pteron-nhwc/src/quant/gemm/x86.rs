@@ -34,22 +34,20 @@ fn prefetch<T>(p: *const T) {
     unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
 }
 
-/// The 16 panel-major block scales and block sums (as floats) at `at`.
+/// The 16 panel-major block scales at `at`.
 ///
 /// # Safety
-/// AVX-512 F/BW; `at + 16` ≤ the length of the scales and sums kept (`one_row_ready`).
+/// AVX-512 F/BW; `at + 16` ≤ the length of the scales kept (`one_row_ready`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn block_params(w: &QWeights, at: usize) -> (__m512, __m512) {
+unsafe fn block_scales(w: &QWeights, at: usize) -> __m512 {
     // Safety (loads): the caller's.
-    let scale = if w.pscale16.is_empty() {
+    if w.pscale16.is_empty() {
         unsafe { _mm512_loadu_ps(w.pscale.as_ptr().add(at)) }
     } else {
         let h = unsafe { _mm256_loadu_si256(w.pscale16.as_ptr().add(at) as *const _) };
         _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
-    };
-    let bs = unsafe { _mm256_loadu_si256(w.pbsum.as_ptr().add(at) as *const _) };
-    (scale, _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(bs)))
+    }
 }
 
 /// Sum of `a[4q ..]` · panel `p` over quads `q0 .. q1` (two independent chains).
@@ -154,17 +152,19 @@ pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mu
             let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
             _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(corr), s_row), sv, bv)
         } else {
-            let mut facc = _mm512_setzero_ps();
+            // XNNPACK's order: the packed zero-point term times the row's zero point, then
+            // float(acc) · scale block by block (`QWeights::ksum_scaled`).
             let zf = _mm512_set1_ps(zp as f32);
+            // Safety: `one_row_ready`: panels·16 packed terms.
+            let ks = unsafe { _mm512_loadu_ps(w.pkscaled().as_ptr().add(c0)) };
+            let mut facc = _mm512_mul_ps(ks, zf);
             for b in 0..blocks {
                 // Safety: block b's quads lie in panel p; the scales and sums hold
                 // panels·blocks·16 values (`one_row_ready`).
                 unsafe {
                     let acc = dot(ap, w, p, b * bq, (b + 1) * bq);
-                    let (scv, bsv) = block_params(w, (p * blocks + b) * NR);
-                    // acc − zp·blocksum, exact in float (`EXACT_BLOCK`).
-                    let corr = _mm512_fnmadd_ps(zf, bsv, _mm512_cvtepi32_ps(acc));
-                    facc = _mm512_fmadd_ps(corr, scv, facc);
+                    let scv = block_scales(w, (p * blocks + b) * NR);
+                    facc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), scv, facc);
                 }
             }
             // Two roundings, as XNNPACK's qb4w kernels.
@@ -261,16 +261,29 @@ unsafe fn group<const NP: usize>(
     let wp = w.data.as_ptr();
     // Blockwise scales and sums kept panel by panel (`set_block_scales`).
     let panel_major = w.block != 0 && w.one_row_ready();
-    // Each row's zero point + 128 as a float (rows past `mr` repeat the last).
-    let mut zf_rows = [0f32; MR];
-    if let Epilogue::Dequant { zps, .. } = epi {
-        if panel_major {
-            for (i, z) in zf_rows.iter_mut().enumerate() {
-                *z = (zps[r + i.min(mr - 1)] + 128) as f32;
+    let mut facc = [[_mm512_setzero_ps(); NP]; MR];
+    if let Epilogue::Dequant { zps, scale, .. } = epi {
+        if w.block != 0 {
+            // XNNPACK's start: the packed zero-point term times the row's zero point
+            // (`QWeights::ksum_scaled`; NP is 1 here).
+            let mut ks = [0f32; NR];
+            for (jj, k) in ks.iter_mut().enumerate() {
+                let c = p * NR + jj;
+                if c < w.n {
+                    *k = if panel_major {
+                        w.pkscaled()[c]
+                    } else {
+                        w.ksum_scaled(scale, c)
+                    };
+                }
+            }
+            let ksv = _mm512_loadu_ps(ks.as_ptr());
+            for (i, f) in facc.iter_mut().enumerate() {
+                let zf = (zps[r + i.min(mr - 1)] + 128) as f32;
+                f[0] = _mm512_mul_ps(ksv, _mm512_set1_ps(zf));
             }
         }
     }
-    let mut facc = [[_mm512_setzero_ps(); NP]; MR];
     let mut iacc = [[_mm512_setzero_si512(); NP]; MR];
     for b in 0..blocks {
         let mut acc = [[_mm512_setzero_si512(); NP]; MR];
@@ -294,33 +307,24 @@ unsafe fn group<const NP: usize>(
         }
         match epi {
             Epilogue::Dequant { .. } if panel_major => {
-                // Per block: (acc − (zp + 128)·blocksum) · scale[j][b] (NP is 1 here),
-                // scales and sums one vector load each; the correction in float is exact
-                // (`EXACT_BLOCK`).
+                // Per block: float(acc) · scale[j][b] added (NP is 1 here; the zero point is
+                // in the start), the scales one vector load.
                 // Safety: `one_row_ready`: panels·blocks·16 scales and sums.
-                let (scv, bsv) = unsafe { block_params(w, (p * blocks + b) * NR) };
+                let scv = unsafe { block_scales(w, (p * blocks + b) * NR) };
                 for i in 0..MR {
-                    let zf = _mm512_set1_ps(zf_rows[i]);
-                    let corr = _mm512_fnmadd_ps(zf, bsv, _mm512_cvtepi32_ps(acc[i][0]));
-                    facc[i][0] = _mm512_fmadd_ps(corr, scv, facc[i][0]);
+                    facc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][0]), scv, facc[i][0]);
                 }
             }
-            Epilogue::Dequant { zps, scale, .. } if w.block != 0 => {
-                // Per block: (acc − (zp + 128)·blocksum) · scale[j][b] (NP is 1 here).
+            Epilogue::Dequant { scale, .. } if w.block != 0 => {
+                // Per block: float(acc) · scale[j][b] added (NP is 1 here).
                 let nv = NR.min(w.n - p * NR);
-                let mut bs = [0i32; NR];
                 let mut sc = [0f32; NR];
-                for jj in 0..nv {
-                    let c = p * NR + jj;
-                    bs[jj] = w.blocksum[c * blocks + b];
-                    sc[jj] = scale[c * blocks + b];
+                for (jj, s) in sc.iter_mut().enumerate().take(nv) {
+                    *s = scale[(p * NR + jj) * blocks + b];
                 }
-                let bsv = _mm512_loadu_si512(bs.as_ptr() as *const _);
                 let scv = _mm512_loadu_ps(sc.as_ptr());
                 for i in 0..mr {
-                    let zp = _mm512_set1_epi32(zps[r + i] + 128);
-                    let corr = _mm512_sub_epi32(acc[i][0], _mm512_mullo_epi32(zp, bsv));
-                    facc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), scv, facc[i][0]);
+                    facc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][0]), scv, facc[i][0]);
                 }
             }
             _ => {
