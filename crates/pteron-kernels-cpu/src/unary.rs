@@ -102,7 +102,11 @@ impl<F: UnaryFn> SimdOp for MapOp<'_, F> {
 
 /// Runs `f` from argument 0 into argument `out` when both are contiguous float32; `false`
 /// when the call is not one this module handles.
-fn apply(ctx: &mut KernelContext<'_, '_>, out: usize, f: Unary) -> Result<bool, KernelError> {
+fn apply<F: UnaryFn>(
+    ctx: &mut KernelContext<'_, '_>,
+    out: usize,
+    f: F,
+) -> Result<bool, KernelError> {
     let (x, o) = (*ctx.tensor(0)?, *ctx.tensor(out)?);
     let f32c = |t: &pteron_core::TensorInfo| t.dtype() == ScalarType::Float && t.is_contiguous();
     if !f32c(&x) || !f32c(&o) || o.rank() != x.rank() {
@@ -138,49 +142,26 @@ macro_rules! simple {
     };
 }
 
-/// `aten::sigmoid.out` gives ExecuTorch's bits: `1 / (1 + expf(-x))` with the C library's
-/// `expf` ([`math::sigmoid_libc`]), not the vectorized approximation, whose last-bit differences
-/// an 8da4w program turns into other int8 activations (the gate of every SiLU MLP that the
-/// exporter decomposes).
-fn sigmoid_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
-    let (x, o) = (*ctx.tensor(0)?, *ctx.tensor(1)?);
-    let f32c = |t: &pteron_core::TensorInfo| t.dtype() == ScalarType::Float && t.is_contiguous();
-    if !f32c(&x) || !f32c(&o) || o.rank() != x.rank() {
-        return fallback("aten::sigmoid.out", ctx);
-    }
-    ctx.resize(1, x.sizes())?;
-    let par = ctx.parallel();
-    let ([xr], [mut or]) = ctx.io([0], [1])?;
-    let (x, out) = (xr.as_slice()?, or.as_mut_slice()?);
-    let n = x.len().min(out.len());
-    let (x, out) = (&x[..n], &mut out[..n]);
-    let l = level();
-    if n < MIN_PARALLEL_ELEMS || par.num_threads() <= 1 {
-        run_op_at(l, LibcSigmoid { x, out });
-        return Ok(());
-    }
-    const CHUNK: usize = 1 << 12;
-    for_chunks_mut(par, out, CHUNK, 2, &|k, o| {
-        let xs = &x[k * CHUNK..k * CHUNK + o.len()];
-        run_op_at(l, LibcSigmoid { x: xs, out: o });
-    });
-    Ok(())
-}
+// `aten::sigmoid.out` gives ExecuTorch's bits: `1 / (1 + expf(-x))` with the C library's
+// `expf` ([`math::sigmoid_libc`]), not the vectorized approximation, whose last-bit differences
+// an 8da4w program turns into other int8 activations (the gate of every SiLU MLP that the
+// exporter decomposes).
+simple!(sigmoid_out, "aten::sigmoid.out", LibcSigmoid);
 
-/// [`math::sigmoid_libc`] over a slice, compiled for each SIMD level (its fused multiply-adds
-/// are instructions there, not calls).
-struct LibcSigmoid<'a> {
-    x: &'a [f32],
-    out: &'a mut [f32],
-}
+/// [`math::sigmoid_libc`] lane by lane (compiled for each SIMD level, so its fused
+/// multiply-adds are instructions there, not calls).
+#[derive(Clone, Copy)]
+struct LibcSigmoid;
 
-impl SimdOp for LibcSigmoid<'_> {
-    type Output = ();
+impl UnaryFn for LibcSigmoid {
     #[inline(always)]
-    fn run<S: Simd>(self, _: S) {
-        for (o, &x) in self.out.iter_mut().zip(self.x) {
-            *o = math::sigmoid_libc(x);
+    fn apply<S: Simd>(self, s: S, x: S::V) -> S::V {
+        let mut lanes = [0f32; 16];
+        s.st(&mut lanes, x);
+        for v in &mut lanes[..S::LANES] {
+            *v = math::sigmoid_libc(*v);
         }
+        s.ld(&lanes)
     }
 }
 

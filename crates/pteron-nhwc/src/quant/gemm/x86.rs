@@ -159,8 +159,8 @@ pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mu
             let ks = unsafe { _mm512_loadu_ps(w.pkscaled().as_ptr().add(c0)) };
             let mut facc = _mm512_mul_ps(ks, zf);
             for b in 0..blocks {
-                // Safety: block b's quads lie in panel p; the scales and sums hold
-                // panels·blocks·16 values (`one_row_ready`).
+                // Safety: block b's quads lie in panel p; the scales hold panels·blocks·16
+                // values (`one_row_ready`).
                 unsafe {
                     let acc = dot(ap, w, p, b * bq, (b + 1) * bq);
                     let scv = block_scales(w, (p * blocks + b) * NR);
@@ -259,7 +259,7 @@ unsafe fn group<const NP: usize>(
     let blocks = if w.block == 0 { 1 } else { w.k / w.block };
     let bq = if w.block == 0 { w.quads } else { w.block / 4 };
     let wp = w.data.as_ptr();
-    // Blockwise scales and sums kept panel by panel (`set_block_scales`).
+    // Blockwise scales and zero-point terms kept panel by panel (`set_block_scales`).
     let panel_major = w.block != 0 && w.one_row_ready();
     let mut facc = [[_mm512_setzero_ps(); NP]; MR];
     if let Epilogue::Dequant { zps, scale, .. } = epi {
@@ -309,7 +309,7 @@ unsafe fn group<const NP: usize>(
             Epilogue::Dequant { .. } if panel_major => {
                 // Per block: float(acc) · scale[j][b] added (NP is 1 here; the zero point is
                 // in the start), the scales one vector load.
-                // Safety: `one_row_ready`: panels·blocks·16 scales and sums.
+                // Safety: `one_row_ready`: panels·blocks·16 scales.
                 let scv = unsafe { block_scales(w, (p * blocks + b) * NR) };
                 for i in 0..MR {
                     facc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][0]), scv, facc[i][0]);
