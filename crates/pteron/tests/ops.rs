@@ -544,8 +544,10 @@ fn run_case(
     dir: &Path,
     case: &serde_json::Value,
     data: &[u8],
-    runtime: &pteron::Runtime,
+    suite: &Suite,
+    regions: &mut usize,
 ) -> Outcome {
+    let runtime = &suite.runtime;
     let file = match pteron::ProgramFile::open(dir.join(case["pte"].as_str().unwrap())) {
         Ok(f) => f,
         Err(e) => return Outcome::Fail(format!("open: {e}")),
@@ -570,6 +572,7 @@ fn run_case(
             };
         }
     };
+    *regions = method.plan_stats().regions;
     let inputs: Vec<Tensor> = case["inputs"]
         .as_array()
         .unwrap()
@@ -589,7 +592,7 @@ fn run_case(
         return Outcome::Fail(format!("run: {e}"));
     }
     let allocs = ALLOCATIONS.load(Ordering::Relaxed) - before;
-    if allocs != 0 {
+    if allocs != 0 && !suite.allocations_allowed {
         return Outcome::Fail(format!("execute made {allocs} allocations"));
     }
     let want = case["outputs"].as_array().unwrap();
@@ -604,6 +607,10 @@ fn run_case(
     let tol = case
         .get("tolerance")
         .map(|t| (t["atol"].as_f64().unwrap(), t["rtol"].as_f64().unwrap()));
+    let tol = match (tol, suite.tolerance) {
+        (Some((a, r)), Some((fa, fr))) => Some((a.max(fa), r.max(fr))),
+        (t, None) | (None, t) => t,
+    };
     let check = case
         .get("check")
         .and_then(|c| c.as_str())
@@ -647,6 +654,8 @@ fn run_case(
 
 #[derive(Default)]
 struct Counts {
+    /// Passing cases a partitioner's region ran.
+    regions: usize,
     pass: usize,
     fail: usize,
     unsupported: usize,
@@ -655,6 +664,11 @@ struct Counts {
 
 #[test]
 fn op_conformance() {
+    // Other suites include this file as a module (ops_cpu, pteron-gpu's ops_gpu) to run it on
+    // their kernels or engines; the portable run belongs to this binary alone.
+    if module_path!().contains("::") {
+        return;
+    }
     // The portable kernels (this suite's subject); PTERON_OPS_KERNELS=default runs the default
     // registry instead (faster kernel libraries registered over the portable ones).
     let kernels = match std::env::var("PTERON_OPS_KERNELS").as_deref() {
@@ -668,6 +682,43 @@ fn op_conformance() {
 /// Runs every case on `kernels`, with the default options otherwise (preparation,
 /// channels-last regions); panics with the report on any failure.
 pub fn run_conformance(kernels: pteron::KernelRegistry) {
+    let runtime = pteron::Runtime::builder().kernels(kernels).build().unwrap();
+    run_suite(&Suite {
+        runtime,
+        ..Suite::default()
+    });
+}
+
+/// How a run of the suite differs from the portable kernels' (the default).
+pub struct Suite {
+    pub runtime: pteron::Runtime,
+    /// An engine whose runs allocate (a GPU's command buffers) may.
+    pub allocations_allowed: bool,
+    /// A floor under every float tolerance (atol, rtol).
+    pub tolerance: Option<(f64, f64)>,
+    /// Cases allowed not to pass (as [`IGNORE`]).
+    pub ignore: &'static [(&'static str, &'static str)],
+    /// Operators a partitioner claims: each must run in a region in at least one passing case.
+    pub claimed: &'static [&'static str],
+}
+
+impl Default for Suite {
+    fn default() -> Self {
+        Suite {
+            runtime: pteron::Runtime::builder()
+                .kernels(pteron_kernels::registry())
+                .build()
+                .unwrap(),
+            allocations_allowed: false,
+            tolerance: None,
+            ignore: IGNORE,
+            claimed: &[],
+        }
+    }
+}
+
+/// Runs every case under `suite`; panics with the report on any failure.
+pub fn run_suite(suite: &Suite) {
     let root = ops_dir();
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()
@@ -677,7 +728,7 @@ pub fn run_conformance(kernels: pteron::KernelRegistry) {
     dirs.sort();
     assert!(!dirs.is_empty(), "no cases under {}", root.display());
 
-    let runtime = pteron::Runtime::builder().kernels(kernels).build().unwrap();
+    let mut in_regions: BTreeMap<String, usize> = BTreeMap::new();
     let mut table: BTreeMap<(String, String), Counts> = BTreeMap::new();
     let mut problems = Vec::new();
     let mut seen_ignored = Vec::new();
@@ -693,9 +744,18 @@ pub fn run_conformance(kernels: pteron::KernelRegistry) {
             let name = case["name"].as_str().unwrap();
             let dtype = case["dtype"].as_str().unwrap().to_string();
             let counts = table.entry((op.clone(), dtype)).or_default();
-            let outcome = run_case(dir, case, &data, &runtime);
+            let mut regions = 0;
+            let outcome = run_case(dir, case, &data, suite, &mut regions);
             total += 1;
-            let ignored = IGNORE.iter().find(|(n, _)| *n == name);
+            counts.regions += usize::from(regions > 0 && outcome == Outcome::Pass);
+            if regions > 0 && outcome == Outcome::Pass {
+                for o in case["operators"].as_array().unwrap() {
+                    *in_regions
+                        .entry(o.as_str().unwrap().to_string())
+                        .or_default() += 1;
+                }
+            }
+            let ignored = suite.ignore.iter().find(|(n, _)| *n == name);
             if let Some((n, _)) = ignored {
                 seen_ignored.push(*n);
                 if outcome == Outcome::Pass {
@@ -724,21 +784,21 @@ pub fn run_conformance(kernels: pteron::KernelRegistry) {
             }
         }
     }
-    for (n, _) in IGNORE {
+    for (n, _) in suite.ignore {
         if !seen_ignored.contains(n) {
             problems.push(format!("IGNORE entry {n} names no case"));
         }
     }
 
     println!(
-        "{:<22} {:<9} {:>5} {:>5} {:>6} {:>7}",
-        "op", "dtype", "pass", "FAIL", "unsup", "ignored"
+        "{:<22} {:<9} {:>5} {:>5} {:>6} {:>7} {:>7}",
+        "op", "dtype", "pass", "FAIL", "unsup", "ignored", "region"
     );
     let mut sum = Counts::default();
     for ((op, dtype), c) in &table {
         println!(
-            "{op:<22} {dtype:<9} {:>5} {:>5} {:>6} {:>7}",
-            c.pass, c.fail, c.unsupported, c.ignored
+            "{op:<22} {dtype:<9} {:>5} {:>5} {:>6} {:>7} {:>7}",
+            c.pass, c.fail, c.unsupported, c.ignored, c.regions
         );
         sum.pass += c.pass;
         sum.fail += c.fail;
@@ -772,6 +832,13 @@ pub fn run_conformance(kernels: pteron::KernelRegistry) {
         problems.push(format!(
             "only {portable_covered} portable kernels covered (at least {MIN_PORTABLE_COVERED} expected)"
         ));
+    }
+    for op in suite.claimed {
+        if !in_regions.contains_key(*op) {
+            problems.push(format!(
+                "{op} is claimed, but no passing case ran it in a region"
+            ));
+        }
     }
     for p in &problems {
         println!("{p}");
