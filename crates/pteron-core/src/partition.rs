@@ -110,6 +110,13 @@ impl<'g, 'p> CallGraph<'g, 'p> {
     pub fn needed_outputs(&self, range: &Range<usize>) -> Result<Vec<usize>, KernelError> {
         needed_outputs(self.graph, range).map_err(KernelError::unsupported)
     }
+    /// The value that calls `calls` wrote last over value `v`'s planned bytes, when `v` is a
+    /// view that no call writes (the exporter plans some views as aliases of their base, with
+    /// no instruction) and that value covers exactly the same bytes: inside a region, `v` is
+    /// that value. `None` for anything else (a partial overlap included).
+    pub fn alias_base(&self, v: usize, calls: Range<usize>) -> Option<usize> {
+        alias_base(self.graph, v, calls)
+    }
     /// The value call `k` returns: its last argument when that is a tensor, or the first item
     /// of a tuple return.
     pub fn output(&self, k: usize) -> Option<usize> {
@@ -133,6 +140,38 @@ impl<'g, 'p> CallGraph<'g, 'p> {
     pub fn num_threads(&self) -> usize {
         self.graph.num_threads
     }
+}
+
+/// The planned bytes of tensor `v`: (arena, start, end).
+fn tensor_bytes(graph: &Graph<'_, '_>, v: usize) -> Option<(u32, usize, usize)> {
+    let (a, off, _) = graph.planned(v)?;
+    match graph.values.get(v)? {
+        Value::Tensor(t) => Some((a, off, off.checked_add(t.info.nbytes())?)),
+        _ => None,
+    }
+}
+
+fn alias_base(graph: &Graph<'_, '_>, v: usize, calls: Range<usize>) -> Option<usize> {
+    let u = graph.uses.get(v)?;
+    if u.returned_by > 0 || u.written {
+        return None;
+    }
+    let (a, lo, hi) = tensor_bytes(graph, v)?;
+    if lo == hi {
+        return None;
+    }
+    for k in calls.rev() {
+        let Some(x) = graph.primary_output(k) else {
+            continue;
+        };
+        let Some((xa, xlo, xhi)) = tensor_bytes(graph, x) else {
+            continue;
+        };
+        if xa == a && xlo < hi && lo < xhi {
+            return (xlo == lo && xhi == hi).then_some(x);
+        }
+    }
+    None
 }
 
 /// Checks `region` against the method's use analysis; returns what is wrong.
@@ -208,6 +247,9 @@ pub(crate) fn check_region(
                 }
                 Ok(())
             } else if role[v] == 1 {
+                Ok(())
+            } else if alias_base(graph, v, r.start..k).is_some_and(written_here) {
+                // A view of a value the region wrote earlier: the region reads that value.
                 Ok(())
             } else {
                 Err(format!(
@@ -288,13 +330,7 @@ pub(crate) fn needed_outputs(
     }
     let mut needed: Vec<bool> = written.iter().map(|&v| view.used_outside(v, r)).collect();
     // Aliases: tensors read after the range that no call writes.
-    let bytes = |v: usize| -> Option<(u32, usize, usize)> {
-        let (a, off, _) = graph.planned(v)?;
-        match graph.values.get(v)? {
-            Value::Tensor(t) => Some((a, off, off.checked_add(t.info.nbytes())?)),
-            _ => None,
-        }
-    };
+    let bytes = |v: usize| tensor_bytes(graph, v);
     let mut aliases = 0;
     for (w, u) in graph.uses.iter().enumerate() {
         let read_after = u.observed || (u.calls > 0 && u.last as usize >= r.end);

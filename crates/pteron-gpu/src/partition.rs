@@ -85,6 +85,9 @@ pub(crate) struct Slot {
 /// A region being built.
 #[derive(Default)]
 pub(crate) struct Builder<'g> {
+    /// The region's first call, and the call being lowered.
+    start: usize,
+    current: usize,
     words: u64,
     pub(crate) steps: Vec<Step>,
     /// Constants to upload at load: where, what.
@@ -137,8 +140,10 @@ impl<'g> Builder<'g> {
     /// Takes calls from `start` while they lower; returns where the run ends.
     fn scan(&mut self, g: &CallGraph<'g, '_>, start: usize) -> usize {
         let mut k = start;
+        self.start = start;
         while k < g.len() && (k == start || g.follows(k - 1)) {
             let Some(c) = g.call(k) else { break };
+            self.current = k;
             let mark = self.mark();
             if crate::lower::lower(self, g, &c).is_none() {
                 self.rollback(mark);
@@ -222,8 +227,12 @@ impl<'g> Builder<'g> {
             return Some((s, info));
         }
         // A view the exporter planned over a value this region computed (no instruction
-        // writes it) shows bytes that exist only on the device: the call stays on the CPU,
-        // after the region has written that value back.
+        // writes it) is that value when it covers the same bytes (a reshape); a view of part
+        // of it shows bytes that exist only on the device: that call stays on the CPU, after
+        // the region has written the value back.
+        if let Some(x) = g.alias_base(v, self.start..self.current) {
+            return self.produced.get(&x).map(|&s| (s, info));
+        }
         if let Some(range) = planned(g, v) {
             let overlaps = self
                 .produced_order
