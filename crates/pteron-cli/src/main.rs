@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod device;
 mod generate;
 mod inspect;
 mod ops;
@@ -80,10 +81,19 @@ enum Command {
         /// that has it.
         #[arg(long = "for", num_args = 1.., value_name = "PTE")]
         programs: Vec<PathBuf>,
+        /// `gpu`: the operators the GPU engine runs instead of the CPU's kernels.
+        #[arg(long, value_enum, conflicts_with = "programs")]
+        device: Option<device::Device>,
         /// With `--for`: print Rust source of a `pteron_core::OpSelection` for these operators
         /// (`pteron_kernels::register_selected::<ProgramOps>` then links only their kernels).
         #[arg(long, requires = "programs")]
         emit_rust: bool,
+    },
+    /// List the GPU adapters the GPU engine can use (`--device gpu --adapter NAME`).
+    Devices {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Generate text with an LLM program (ExecuTorch LLM export) from a prompt, streaming it.
     Generate(generate::GenerateArgs),
@@ -122,13 +132,17 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect { model, json } => inspect::inspect(&model, json),
         Command::Run(args) => run::run(&args),
+        Command::Devices { json } => device::devices(json),
         Command::Ops {
             json,
             filter,
             programs,
             emit_rust,
+            device,
         } => {
-            if programs.is_empty() {
+            if device == Some(device::Device::Gpu) {
+                device::gpu_ops(json)
+            } else if programs.is_empty() {
                 ops::ops(json, filter.as_deref())
             } else {
                 ops::program_ops(&programs, json, emit_rust)

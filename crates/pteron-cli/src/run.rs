@@ -57,6 +57,8 @@ pub struct RunArgs {
     /// Default: the `PTERON_XNNPACK_FUSE` environment variable (`0` or `all`), else `default`.
     #[arg(long, value_enum)]
     fuse: Option<Fuse>,
+    #[command(flatten)]
+    device: crate::device::DeviceArgs,
 }
 
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
@@ -189,9 +191,9 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
     if args.portable {
         runtime = runtime.portable();
     }
-    let runtime = runtime
-        .channels_last(!args.portable && !args.channels_first)
-        .build()?;
+    let runtime = runtime.channels_last(!args.portable && !args.channels_first);
+    let (runtime, adapter) = crate::device::install(runtime, &args.device)?;
+    let runtime = runtime.build()?;
     let mut program = runtime.load_program(&file)?;
     if let Some(d) = &data_file {
         program = program.with_external_data(d.data_file()?);
@@ -335,12 +337,18 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
         plan.scratch_bytes
     );
     if plan.regions > 0 {
+        let kind = match &adapter {
+            Some(name) => format!("GPU region(s) on {name}"),
+            None => "channels-last region(s)".to_string(),
+        };
         println!(
-            "{} channels-last region(s) of {} calls, holding {} bytes of packed weights and buffers",
+            "{} {kind} of {} calls, holding {} bytes of packed weights and buffers",
             plan.regions,
             plan.partitioned_calls,
             method.delegate_bytes()
         );
+    } else if let Some(name) = &adapter {
+        println!("no call of this method runs on the GPU ({name})");
     }
     if let Some(kib) = status_kib("VmHWM:") {
         let mib = |k: u64| k as f64 / 1024.0;

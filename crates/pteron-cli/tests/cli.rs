@@ -493,3 +493,60 @@ fn generate_with_an_image() {
     assert!(!ok);
     assert!(err.contains("cannot decode"), "{err}");
 }
+
+/// `--device gpu` runs MobileNetV2 as one GPU region with ExecuTorch's outputs; `devices`
+/// and `ops --device gpu` list what the GPU engine has. Needs a GPU adapter (CI: lavapipe),
+/// unless `PTERON_GPU_TESTS=skip` (then only the listing commands run).
+#[cfg(feature = "gpu")]
+#[test]
+fn gpu_device_runs_mobilenet() {
+    let (ok, out, err) = pteron(&["devices", "--json"]);
+    assert!(ok, "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let adapters = doc["adapters"].as_array().unwrap().len();
+    let (ok, out, err) = pteron(&["ops", "--device", "gpu", "--json"]);
+    assert!(ok, "{err}");
+    let ops: Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = ops["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"aten::convolution.out") && names.contains(&"aten::addmm.out"));
+    if adapters == 0 && std::env::var("PTERON_GPU_TESTS").as_deref() == Ok("skip") {
+        return;
+    }
+    assert!(adapters > 0, "no GPU adapter: {out}");
+    let dir = "testdata/models/mobilenet_v2_small";
+    let (ok, out, err) = pteron(&[
+        "run",
+        &format!("{dir}/model.pte"),
+        "-i",
+        &format!("{dir}/input0.npy"),
+        "--expect",
+        &format!("{dir}/expected0.npy"),
+        "--device",
+        "gpu",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("1 GPU region(s) on"), "{out}");
+    let err_line = out
+        .lines()
+        .find(|l| l.contains("max abs error"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let value: f64 = err_line
+        .split("max abs error ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(value < 1e-5, "{err_line}");
+    // An adapter that does not exist is an error, `auto` falls back to the CPU.
+    let model = format!("{dir}/model.pte");
+    let (ok, _, err) = pteron(&["run", &model, "--device", "gpu", "--adapter", "no such GPU"]);
+    assert!(!ok && err.contains("no GPU adapter"), "{err}");
+    let (ok, out, err) = pteron(&["run", &model, "--device", "auto", "--adapter", "no such GPU"]);
+    assert!(ok && !out.contains("GPU region"), "{out}{err}");
+}

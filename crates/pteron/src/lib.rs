@@ -38,7 +38,7 @@ pub use threads::{default_threads, thread_cpu_time, ThreadPool};
 // The loaded method and what it reports, from the execution core.
 pub use pteron_core::{
     BackendRegistry, Dynamism, ExecutionObserver, KernelEvent, KernelRegistry, Method,
-    MethodConfig, Output, PlanStats, ScalarType,
+    MethodConfig, Output, Partitioner, PlanStats, ScalarType,
 };
 pub use pteron_format::{DataFile, Limits};
 
