@@ -5,7 +5,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 libs=(pteron-format pteron-core pteron-kernels pteron-kernels-cpu pteron-nhwc pteron-xnnpack
-      pteron pteron-llm pteron-audio pteron-serve pteron-c)
+      pteron pteron-llm pteron-audio pteron-serve pteron-c pteron-gpu)
 pattern='env::var|eprintln!|println!|eprint!|[^a-z_]print!|dbg!|is_x86_feature_detected|is_aarch64_feature_detected|available_parallelism'
 allowed='^crates/pteron-kernels-cpu/src/cpu\.rs:|^crates/pteron/src/threads\.rs:.*available_parallelism'
 hits=$(for c in "${libs[@]}"; do grep -rnE "$pattern" "crates/$c/src"; done |

@@ -95,7 +95,10 @@ pub fn devices(json: bool) -> Result<()> {
             })
             .collect();
         let doc = serde_json::json!({ "gpu": cfg!(feature = "gpu"), "adapters": rows });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON of strings"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("JSON of strings")
+        );
         return Ok(());
     }
     if !cfg!(feature = "gpu") {
@@ -131,8 +134,12 @@ pub fn gpu_ops(json: bool) -> Result<()> {
     #[cfg(not(feature = "gpu"))]
     let claims: &[&str] = &[];
     if json {
-        let doc = serde_json::json!({ "device": "gpu", "dtypes": ["float32"], "operators": claims });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON of strings"));
+        let doc =
+            serde_json::json!({ "device": "gpu", "dtypes": ["float32"], "operators": claims });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("JSON of strings")
+        );
         return Ok(());
     }
     for op in claims {

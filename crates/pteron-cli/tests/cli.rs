@@ -547,6 +547,13 @@ fn gpu_device_runs_mobilenet() {
     let model = format!("{dir}/model.pte");
     let (ok, _, err) = pteron(&["run", &model, "--device", "gpu", "--adapter", "no such GPU"]);
     assert!(!ok && err.contains("no GPU adapter"), "{err}");
-    let (ok, out, err) = pteron(&["run", &model, "--device", "auto", "--adapter", "no such GPU"]);
+    let (ok, out, err) = pteron(&[
+        "run",
+        &model,
+        "--device",
+        "auto",
+        "--adapter",
+        "no such GPU",
+    ]);
     assert!(ok && !out.contains("GPU region"), "{out}{err}");
 }

@@ -12,6 +12,7 @@
 //! Install it with `pteron::RuntimeBuilder::partitioner` (with `channels_last(false)`, so the
 //! convolutions are not taken by the CPU's channels-last engine first).
 
+mod builder;
 mod device;
 mod error;
 mod kernels;

@@ -1,12 +1,12 @@
 //! Lowering one portable call to GPU steps. Every tensor must be float32, contiguous and of
-//! fixed shape (see [`crate::partition::float_tensor`]); a call whose arguments the kernels
+//! fixed shape (see [`crate::builder::float_tensor`]); a call whose arguments the kernels
 //! cannot take exactly as the portable kernel defines them returns `None` and stays on the
 //! CPU. The ops taken are listed by [`CLAIMS`].
 
 use pteron_core::{normalize_dim, ArgAccess, CallGraph, PrepareContext, ScalarType, TensorInfo};
 
+use crate::builder::{Builder, Slot};
 use crate::kernels::{elementwise_grid, groups_2d, Kernel, MAX_GROUPS};
-use crate::partition::{Builder, Slot};
 
 /// The operators the engine runs (float32 only), as `pteron ops --device gpu` lists them.
 pub const CLAIMS: &[&str] = &[
@@ -249,7 +249,7 @@ fn float_sizes<'g>(
     arg: usize,
 ) -> Option<Vec<usize>> {
     let v = c.value_index(arg).ok()?;
-    crate::partition::float_tensor(g, v).map(|t| t.sizes().to_vec())
+    crate::builder::float_tensor(g, v).map(|t| t.sizes().to_vec())
 }
 
 /// Strides of `t` (sizes `sizes`) read as a tensor broadcast to `out` (right-aligned).

@@ -10,17 +10,13 @@
 //! yet): constants are uploaded once at load, the region's inputs before each run; values the
 //! rest of the program reads are copied back after it.
 
-use std::collections::HashMap;
 use std::ops::Range;
 
-use pteron_core::{
-    ArgAccess, CallGraph, Dynamism, KernelError, Partitioner, PrepareContext, Region, ScalarType,
-    Storage, TensorInfo, Value,
-};
+use pteron_core::{CallGraph, KernelError, Partitioner, Region};
 
+use crate::builder::Builder;
 use crate::device::Gpu;
-use crate::kernels::Kernel;
-use crate::region::GpuRegion;
+use crate::region::{GpuFailure, GpuRegion};
 
 /// Runs the float32 parts of portable programs on a GPU (see the module docs).
 #[derive(Clone, Debug)]
@@ -46,9 +42,9 @@ impl Partitioner for GpuPartitioner {
         let mut k = 0;
         while k < g.len() {
             let mut b = Builder::default();
-            let end = b.scan(g, k);
+            let end = scan(&mut b, g, k);
             if end - k >= self.min_calls.max(1) {
-                match b.finish(g, k..end, &self.gpu) {
+                match finish(b, g, k..end, &self.gpu) {
                     Ok(r) => regions.push(r),
                     // A region the device cannot hold stays on the CPU; a device that fails
                     // is the caller's to know about.
@@ -62,249 +58,51 @@ impl Partitioner for GpuPartitioner {
     }
 }
 
-pub(crate) enum GpuFailure {
-    Refused,
-    Device(String),
+/// Takes calls from `start` while they lower; returns where the run ends.
+/// Takes calls from `start` while they lower; returns where the run ends.
+fn scan<'g>(b: &mut Builder<'g>, g: &CallGraph<'g, '_>, start: usize) -> usize {
+    let mut k = start;
+    b.start = start;
+    while k < g.len() && (k == start || g.follows(k - 1)) {
+        let Some(c) = g.call(k) else { break };
+        b.current = k;
+        let mark = b.mark();
+        if crate::lower::lower(b, g, &c).is_none() {
+            b.rollback(mark);
+            break;
+        }
+        k += 1;
+    }
+    k
 }
 
-/// One dispatch: a kernel, its parameter words, its grid.
-#[derive(Debug)]
-pub(crate) struct Step {
-    pub kernel: Kernel,
-    pub params: Vec<u32>,
-    pub grid: [u32; 3],
-}
-
-/// A home in the region's buffer: word offset and length.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Slot {
-    pub off: u64,
-    pub words: u64,
-}
-
-/// A region being built.
-#[derive(Default)]
-pub(crate) struct Builder<'g> {
-    /// The region's first call, and the call being lowered.
-    start: usize,
-    current: usize,
-    words: u64,
-    pub(crate) steps: Vec<Step>,
-    /// Constants to upload at load: where, what.
-    consts: Vec<(Slot, &'g [u8])>,
-    const_of: HashMap<usize, Slot>,
-    /// Values the region reads from outside, in order.
-    inputs: Vec<(usize, Slot)>,
-    /// Values the region computes.
-    produced: HashMap<usize, Slot>,
-    produced_order: Vec<usize>,
-}
-
-/// What to undo when a call turns out not to lower half-way.
-struct Mark {
-    words: u64,
-    steps: usize,
-    consts: usize,
-    inputs: usize,
-    produced: usize,
-}
-
-/// A float32 tensor of fixed shape in PyTorch's contiguous order.
-pub(crate) fn float_tensor<'g>(g: &CallGraph<'g, '_>, v: usize) -> Option<&'g TensorInfo> {
-    match g.value(v)? {
-        Value::Tensor(t)
-            if t.info.dtype() == ScalarType::Float
-                && t.info.is_contiguous()
-                && t.dynamism == Dynamism::Static =>
-        {
-            Some(&t.info)
-        }
-        _ => None,
+/// The region's handle: the buffer made and constants uploaded.
+fn finish<'g, 'p>(
+    b: Builder<'g>,
+    g: &CallGraph<'g, 'p>,
+    range: Range<usize>,
+    gpu: &Gpu,
+) -> Result<Region<'p>, GpuFailure> {
+    let needed = g.needed_outputs(&range).map_err(|_| GpuFailure::Refused)?;
+    let mut outputs = Vec::with_capacity(needed.len());
+    for &v in &needed {
+        outputs.push((v, *b.produced.get(&v).ok_or(GpuFailure::Refused)?));
     }
-}
-
-/// The planned bytes of value `v`: (arena, start, end).
-fn planned(g: &CallGraph<'_, '_>, v: usize) -> Option<(u32, usize, usize)> {
-    match g.value(v)? {
-        Value::Tensor(t) => match t.storage {
-            Storage::Planned { arena, offset } => {
-                Some((arena, offset, offset.checked_add(t.info.nbytes())?))
-            }
-            _ => None,
-        },
-        _ => None,
+    if outputs.is_empty() {
+        return Err(GpuFailure::Refused);
     }
-}
-
-impl<'g> Builder<'g> {
-    /// Takes calls from `start` while they lower; returns where the run ends.
-    fn scan(&mut self, g: &CallGraph<'g, '_>, start: usize) -> usize {
-        let mut k = start;
-        self.start = start;
-        while k < g.len() && (k == start || g.follows(k - 1)) {
-            let Some(c) = g.call(k) else { break };
-            self.current = k;
-            let mark = self.mark();
-            if crate::lower::lower(self, g, &c).is_none() {
-                self.rollback(mark);
-                break;
-            }
-            k += 1;
-        }
-        k
-    }
-
-    fn mark(&self) -> Mark {
-        Mark {
-            words: self.words,
-            steps: self.steps.len(),
-            consts: self.consts.len(),
-            inputs: self.inputs.len(),
-            produced: self.produced_order.len(),
-        }
-    }
-
-    fn rollback(&mut self, m: Mark) {
-        self.words = m.words;
-        self.steps.truncate(m.steps);
-        for (slot, _) in self.consts.drain(m.consts..) {
-            self.const_of.retain(|_, s| s.off != slot.off);
-        }
-        self.inputs.truncate(m.inputs);
-        for v in self.produced_order.drain(m.produced..) {
-            self.produced.remove(&v);
-        }
-    }
-
-    fn alloc(&mut self, words: u64) -> Option<Slot> {
-        let slot = Slot {
-            off: self.words,
-            words,
-        };
-        self.words = self.words.checked_add(words)?;
-        // Word offsets and indices are u32 in the kernels.
-        (self.words <= u64::from(u32::MAX)).then_some(slot)
-    }
-
-    /// Where call `c`'s tensor argument `arg` lives: computed by the region, a constant
-    /// (uploaded once), or a region input.
-    pub(crate) fn read(
-        &mut self,
-        g: &CallGraph<'g, '_>,
-        c: &PrepareContext<'g, '_>,
-        arg: usize,
-    ) -> Option<(Slot, &'g TensorInfo)> {
-        let v = c.value_index(arg).ok()?;
-        let info = float_tensor(g, v)?;
-        if g.is_constant(v) {
-            if let Some(&s) = self.const_of.get(&v) {
-                return Some((s, info));
-            }
-            let t = c.constant(arg)?;
-            let slot = self.alloc(info.numel() as u64)?;
-            self.consts.push((slot, t.bytes.get(..info.numel() * 4)?));
-            self.const_of.insert(v, slot);
-            return Some((slot, info));
-        }
-        self.read_value(g, v)
-    }
-
-    /// As [`Self::read`] for a value named by index (a tensor list item): computed by the
-    /// region or a region input, not a constant.
-    pub(crate) fn read_value(
-        &mut self,
-        g: &CallGraph<'g, '_>,
-        v: usize,
-    ) -> Option<(Slot, &'g TensorInfo)> {
-        let info = float_tensor(g, v)?;
-        if let Some(&s) = self.produced.get(&v) {
-            return Some((s, info));
-        }
-        if g.is_constant(v) {
-            return None;
-        }
-        if let Some(&(_, s)) = self.inputs.iter().find(|(i, _)| *i == v) {
-            return Some((s, info));
-        }
-        // A view the exporter planned over a value this region computed (no instruction
-        // writes it) is that value when it covers the same bytes (a reshape); a view of part
-        // of it shows bytes that exist only on the device: that call stays on the CPU, after
-        // the region has written the value back.
-        if let Some(x) = g.alias_base(v, self.start..self.current) {
-            return self.produced.get(&x).map(|&s| (s, info));
-        }
-        if let Some(range) = planned(g, v) {
-            let overlaps = self
-                .produced_order
-                .iter()
-                .filter_map(|&p| planned(g, p))
-                .any(|o| o.0 == range.0 && o.1 < range.2 && range.1 < o.2);
-            if overlaps {
-                return None;
-            }
-        }
-        let slot = self.alloc(info.numel() as u64)?;
-        self.inputs.push((v, slot));
-        Some((slot, info))
-    }
-
-    /// A home for the value call `c` writes as argument `arg` (written once per region).
-    pub(crate) fn write(
-        &mut self,
-        g: &CallGraph<'g, '_>,
-        c: &PrepareContext<'g, '_>,
-        arg: usize,
-    ) -> Option<(Slot, &'g TensorInfo)> {
-        let v = c.value_index(arg).ok()?;
-        let info = float_tensor(g, v)?;
-        if g.is_constant(v)
-            || self.produced.contains_key(&v)
-            || self.inputs.iter().any(|(i, _)| *i == v)
-        {
-            return None;
-        }
-        let slot = self.alloc(info.numel() as u64)?;
-        self.produced.insert(v, slot);
-        self.produced_order.push(v);
-        Some((slot, info))
-    }
-
-    pub(crate) fn step(&mut self, kernel: Kernel, params: Vec<u32>, grid: [u32; 3]) {
-        self.steps.push(Step {
-            kernel,
-            params,
-            grid,
-        });
-    }
-
-    /// The region's handle: the buffer made and constants uploaded.
-    fn finish<'p>(
-        self,
-        g: &CallGraph<'g, 'p>,
-        range: Range<usize>,
-        gpu: &Gpu,
-    ) -> Result<Region<'p>, GpuFailure> {
-        let needed = g.needed_outputs(&range).map_err(|_| GpuFailure::Refused)?;
-        let mut outputs = Vec::with_capacity(needed.len());
-        for &v in &needed {
-            outputs.push((v, *self.produced.get(&v).ok_or(GpuFailure::Refused)?));
-        }
-        if outputs.is_empty() {
-            return Err(GpuFailure::Refused);
-        }
-        let handle = GpuRegion::new(
-            gpu,
-            self.words,
-            &self.steps,
-            &self.consts,
-            self.inputs.iter().map(|&(_, s)| s).collect(),
-            outputs.iter().map(|&(_, s)| s).collect(),
-        )?;
-        Ok(Region {
-            calls: range,
-            inputs: self.inputs.iter().map(|&(v, _)| v).collect(),
-            outputs: needed,
-            handle: Box::new(handle),
-        })
-    }
+    let handle = GpuRegion::new(
+        gpu,
+        b.words,
+        &b.steps,
+        &b.consts,
+        b.inputs.iter().map(|&(_, s)| s).collect(),
+        outputs.iter().map(|&(_, s)| s).collect(),
+    )?;
+    Ok(Region {
+        calls: range,
+        inputs: b.inputs.iter().map(|&(v, _)| v).collect(),
+        outputs: needed,
+        handle: Box::new(handle),
+    })
 }

@@ -6,8 +6,15 @@ use std::sync::{mpsc, Arc};
 
 use pteron_core::{ArgAccess, ArgView, DelegateHandle, KernelContext, KernelError, ScalarType};
 
+use crate::builder::{Slot, Step};
 use crate::device::{Gpu, Inner};
-use crate::partition::{GpuFailure, Slot, Step};
+
+/// Why a region was not made: the device cannot hold it (it stays on the CPU), or the device
+/// failed.
+pub(crate) enum GpuFailure {
+    Refused,
+    Device(String),
+}
 
 pub(crate) struct GpuRegion {
     gpu: Arc<Inner>,
