@@ -7,6 +7,7 @@ use pteron_core::{
     ArgAccess, CallGraph, Dynamism, PrepareContext, ScalarType, Storage, TensorInfo, Value,
 };
 
+use crate::emit::Steps;
 use crate::kernels::Kernel;
 
 /// One dispatch: a kernel, its parameter words, its grid.
@@ -193,8 +194,10 @@ impl<'g> Builder<'g> {
         self.produced_order.push(v);
         Some((slot, info))
     }
+}
 
-    pub(crate) fn step(&mut self, kernel: Kernel, params: Vec<u32>, grid: [u32; 3]) {
+impl Steps for Builder<'_> {
+    fn step(&mut self, kernel: Kernel, params: Vec<u32>, grid: [u32; 3]) {
         self.steps.push(Step {
             kernel,
             params,

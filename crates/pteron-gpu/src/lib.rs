@@ -14,6 +14,7 @@
 
 mod builder;
 mod device;
+mod emit;
 mod error;
 mod kernels;
 mod lower;

@@ -5,8 +5,8 @@
 
 use pteron_core::{normalize_dim, ArgAccess, CallGraph, PrepareContext, ScalarType, TensorInfo};
 
-use crate::builder::{Builder, Slot};
-use crate::kernels::{elementwise_grid, groups_2d, Kernel, MAX_GROUPS};
+use crate::builder::Builder;
+use crate::emit::{self, broadcast_strides, copy_step, pool_step, product, strides, Product};
 
 /// The operators the engine runs (float32 only), as `pteron ops --device gpu` lists them.
 pub const CLAIMS: &[&str] = &[
@@ -71,28 +71,6 @@ pub const CLAIMS: &[&str] = &[
     "aten::unsqueeze_copy.out",
     "aten::view_copy.out",
 ];
-
-/// Most dims a strided step walks (the kernels read shape and strides from the parameters).
-const MAX_RANK: usize = 8;
-
-fn u32of(v: u64) -> Option<u32> {
-    u32::try_from(v).ok()
-}
-
-fn f32bits(v: f64) -> u32 {
-    (v as f32).to_bits()
-}
-
-/// Contiguous strides (in elements) of `sizes`.
-fn strides(sizes: &[usize]) -> Vec<u64> {
-    let mut s = vec![0u64; sizes.len()];
-    let mut acc = 1u64;
-    for d in (0..sizes.len()).rev() {
-        s[d] = acc;
-        acc = acc.saturating_mul(sizes[d] as u64);
-    }
-    s
-}
 
 fn dim_of(d: i64, rank: usize) -> Option<usize> {
     normalize_dim(d, rank.max(1)).ok()
@@ -224,22 +202,8 @@ fn unary<'g>(
     } else if float_sizes(g, c, 0)? != oi.sizes() {
         return None;
     }
-    let n = oi.numel() as u64;
     let x_off = x.map_or(o.off, |(s, _)| s.off);
-    b.step(
-        Kernel::Unary,
-        vec![
-            u32of(n)?,
-            code,
-            u32of(x_off)?,
-            u32of(o.off)?,
-            f32bits(f[0]),
-            f32bits(f[1]),
-            f32bits(f[2]),
-        ],
-        elementwise_grid(n)?,
-    );
-    Some(())
+    emit::unary(b, code, f, x_off, o.off, oi.numel() as u64)
 }
 
 /// The sizes of a float32 tensor argument that the op does not read (`fill`'s input).
@@ -250,37 +214,6 @@ fn float_sizes<'g>(
 ) -> Option<Vec<usize>> {
     let v = c.value_index(arg).ok()?;
     crate::builder::float_tensor(g, v).map(|t| t.sizes().to_vec())
-}
-
-/// Strides of `t` (sizes `sizes`) read as a tensor broadcast to `out` (right-aligned).
-fn broadcast_strides(sizes: &[usize], out: &[usize]) -> Option<Vec<u64>> {
-    if sizes.len() > out.len() {
-        return None;
-    }
-    let own = strides(sizes);
-    let lead = out.len() - sizes.len();
-    (0..out.len())
-        .map(|d| {
-            if d < lead {
-                return Some(0);
-            }
-            let s = sizes[d - lead];
-            if s == out[d] {
-                Some(if s == 1 { 0 } else { own[d - lead] })
-            } else if s == 1 {
-                Some(0)
-            } else {
-                None
-            }
-        })
-        .collect()
-}
-
-fn push_all(params: &mut Vec<u32>, words: &[u64]) -> Option<()> {
-    for &w in words {
-        params.push(u32of(w)?);
-    }
-    Some(())
 }
 
 fn binary<'g>(
@@ -301,91 +234,14 @@ fn binary<'g>(
     let (a, ai) = b.read(g, c, 0)?;
     let (bb, bi) = b.read(g, c, 1)?;
     let (o, oi) = b.write(g, c, out_arg)?;
-    let out = oi.sizes();
-    if out.len() > MAX_RANK {
-        return None;
-    }
-    let sa = broadcast_strides(ai.sizes(), out)?;
-    let sb = broadcast_strides(bi.sizes(), out)?;
-    // The output's shape must be the broadcast of the two (no implicit resize).
-    let rank = out.len();
-    for d in 0..rank {
-        let da = d.checked_sub(rank - ai.rank()).map(|j| ai.size(j));
-        let db = d.checked_sub(rank - bi.rank()).map(|j| bi.size(j));
-        let want = match (da, db) {
-            (Some(x), Some(y)) if x == y || y == 1 => x,
-            (Some(1), Some(y)) => y,
-            (Some(x), None) => x,
-            (None, Some(y)) => y,
-            _ => return None,
-        };
-        if want != out[d] {
-            return None;
-        }
-    }
-    let n = oi.numel() as u64;
-    let mut p = vec![
-        u32of(n)?,
+    emit::binary(
+        b,
         code,
-        f32bits(alpha),
-        rank as u32,
-        u32of(a.off)?,
-        u32of(bb.off)?,
-        u32of(o.off)?,
-    ];
-    push_all(&mut p, &out.iter().map(|&s| s as u64).collect::<Vec<_>>())?;
-    push_all(&mut p, &sa)?;
-    push_all(&mut p, &sb)?;
-    b.step(Kernel::Binary, p, elementwise_grid(n)?);
-    Some(())
-}
-
-/// One matmul step: `batch` products of [m, k] by [k, n] with the operands' strides
-/// (batch, row, col), into a contiguous output, plus an optional bias [m, n] by strides.
-struct Product {
-    batch: u64,
-    m: u64,
-    n: u64,
-    k: u64,
-    a: (Slot, [u64; 3]),
-    b: (Slot, [u64; 3]),
-    out: Slot,
-    bias: Option<(Slot, [u64; 2])>,
-    alpha: f64,
-    beta: f64,
-}
-
-fn product(b: &mut Builder<'_>, p: Product) -> Option<()> {
-    let grid = [p.n.div_ceil(16), p.m.div_ceil(16), p.batch];
-    if grid.iter().any(|&g| g > u64::from(MAX_GROUPS)) {
-        return None;
-    }
-    let grid = if p.m * p.n * p.batch == 0 {
-        [0, 0, 0]
-    } else {
-        [grid[0] as u32, grid[1] as u32, grid[2] as u32]
-    };
-    let (bias_off, bias_s, has_bias) = match p.bias {
-        Some((s, st)) => (s.off, st, 1),
-        None => (0, [0, 0], 0),
-    };
-    let mut w = vec![
-        u32of(p.m)?,
-        u32of(p.n)?,
-        u32of(p.k)?,
-        u32of(p.a.0.off)?,
-        u32of(p.b.0.off)?,
-        u32of(p.out.off)?,
-        u32of(bias_off)?,
-        has_bias,
-        f32bits(p.alpha),
-        f32bits(p.beta),
-    ];
-    push_all(&mut w, &p.a.1)?;
-    push_all(&mut w, &p.b.1)?;
-    push_all(&mut w, &bias_s)?;
-    b.step(Kernel::Matmul, w, grid);
-    Some(())
+        alpha,
+        (a, ai.sizes()),
+        (bb, bi.sizes()),
+        (o, oi.sizes()),
+    )
 }
 
 fn matmul<'g>(
@@ -536,18 +392,18 @@ fn conv<'g>(b: &mut Builder<'g>, g: &CallGraph<'g, '_>, c: &PrepareContext<'g, '
     {
         return None;
     }
-    let total = oi.numel() as u64;
-    let (b_off, has_b) = bias.map_or((0, 0), |(s, _)| (s.off, 1));
-    let mut p = Vec::new();
-    push_all(
-        &mut p,
-        &[
-            total, cin, h, wd, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups, x.off, w.off,
-            b_off, has_b, o.off,
-        ],
-    )?;
-    b.step(Kernel::Conv2d, p, elementwise_grid(total)?);
-    Some(())
+    let geometry = [
+        cin, h, wd, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups,
+    ];
+    emit::conv2d(
+        b,
+        geometry,
+        x,
+        w,
+        bias.map(|(s, _)| s),
+        o,
+        oi.numel() as u64,
+    )
 }
 
 fn softmax<'g>(
@@ -576,10 +432,7 @@ fn softmax<'g>(
     };
     let numel = xi.numel() as u64;
     let rows = if dim == 0 { 0 } else { numel / dim };
-    let mut p = Vec::new();
-    push_all(&mut p, &[rows, dim, inner, x.off, o.off, u64::from(log), 0])?;
-    b.step(Kernel::Rows, p, groups_2d(rows)?);
-    Some(())
+    emit::softmax(b, rows, dim, inner, x, o, log)
 }
 
 fn layer_norm<'g>(
@@ -629,29 +482,8 @@ fn layer_norm<'g>(
     {
         return None;
     }
-    let (w_off, has_w) = w.map_or((0, 0), |(s, _)| (s.off, 1));
-    let (b_off, has_b) = bias.map_or((0, 0), |(s, _)| (s.off, 1));
-    let mut p = Vec::new();
-    push_all(
-        &mut p,
-        &[
-            rows,
-            m,
-            0,
-            x.off,
-            o.off,
-            u64::from(f32bits(eps)),
-            1,
-            w_off,
-            has_w,
-            b_off,
-            has_b,
-            mean.off,
-            rstd.off,
-        ],
-    )?;
-    b.step(Kernel::Rows, p, groups_2d(rows)?);
-    Some(())
+    let (w, bias) = (w.map(|(s, _)| s), bias.map(|(s, _)| s));
+    emit::layer_norm(b, rows, m, eps, x, o, w, bias, (mean, rstd))
 }
 
 fn batch_norm<'g>(
@@ -693,29 +525,9 @@ fn batch_norm<'g>(
     if oi.sizes() != xi.sizes() || s1.numel() != 0 || s2.numel() != 0 {
         return None;
     }
-    let (w_off, has_w) = w.map_or((0, 0), |(s, _)| (s.off, 1));
-    let (b_off, has_b) = bias.map_or((0, 0), |(s, _)| (s.off, 1));
+    let (w, bias) = (w.map(|(s, _)| s), bias.map(|(s, _)| s));
     let n = xi.numel() as u64;
-    let mut p = Vec::new();
-    push_all(
-        &mut p,
-        &[
-            n,
-            ch,
-            inner.max(1),
-            x.off,
-            o.off,
-            mean.off,
-            var.off,
-            w_off,
-            has_w,
-            b_off,
-            has_b,
-            u64::from(f32bits(eps)),
-        ],
-    )?;
-    b.step(Kernel::Channel, p, elementwise_grid(n)?);
-    Some(())
+    emit::batch_norm(b, n, ch, inner.max(1), eps, x, o, (mean, var), w, bias)
 }
 
 /// sum / mean (dims optional, an empty list reduces all, an optional dtype that must be
@@ -751,58 +563,7 @@ fn reduce<'g>(
     }
     let keepdim = c.bool(2).ok()?;
     let (o, oi) = b.write(g, c, out_arg)?;
-    let st = strides(xi.sizes());
-    let (mut keep_s, mut keep_st, mut red_s, mut red_st) = (vec![], vec![], vec![], vec![]);
-    let mut want = Vec::new();
-    for d in 0..rank {
-        let s = xi.size(d) as u64;
-        if reduced[d] {
-            red_s.push(s);
-            red_st.push(st[d]);
-            if keepdim {
-                want.push(1);
-            }
-        } else {
-            keep_s.push(s);
-            keep_st.push(st[d]);
-            want.push(s);
-        }
-    }
-    if oi
-        .sizes()
-        .iter()
-        .map(|&v| v as u64)
-        .ne(want.iter().copied())
-        || keep_s.len() > MAX_RANK
-        || red_s.len() > MAX_RANK
-    {
-        return None;
-    }
-    let count: u64 = red_s.iter().product();
-    // amax / amin of nothing is an error in the portable kernel; the mean of nothing is NaN.
-    if count == 0 && code >= 2 {
-        return None;
-    }
-    let n_out = oi.numel() as u64;
-    let mut p = Vec::new();
-    push_all(
-        &mut p,
-        &[
-            n_out,
-            code,
-            x.off,
-            o.off,
-            keep_s.len() as u64,
-            red_s.len() as u64,
-            count,
-        ],
-    )?;
-    push_all(&mut p, &keep_s)?;
-    push_all(&mut p, &keep_st)?;
-    push_all(&mut p, &red_s)?;
-    push_all(&mut p, &red_st)?;
-    b.step(Kernel::Reduce, p, elementwise_grid(n_out)?);
-    Some(())
+    emit::reduce(b, code, x, xi.sizes(), &reduced, keepdim, (o, oi.sizes()))
 }
 
 /// The planes, height and width of an NCHW or CHW tensor.
@@ -815,28 +576,6 @@ fn planes(t: &TensorInfo) -> Option<(u64, u64, u64)> {
     let w = t.size(r - 1) as u64;
     let planes: u64 = t.sizes()[..r - 2].iter().map(|&v| v as u64).product();
     Some((planes, h, w))
-}
-
-fn pool_step(
-    b: &mut Builder<'_>,
-    x: Slot,
-    o: Slot,
-    (h, w, oh, ow): (u64, u64, u64, u64),
-    window: [u64; 6],
-    cip: bool,
-    divisor: u64,
-    adaptive: bool,
-    n_out: u64,
-) -> Option<()> {
-    let mut p = Vec::new();
-    push_all(&mut p, &[n_out, h, w, oh, ow])?;
-    push_all(&mut p, &window)?;
-    push_all(
-        &mut p,
-        &[u64::from(cip), divisor, u64::from(adaptive), x.off, o.off],
-    )?;
-    b.step(Kernel::Pool, p, elementwise_grid(n_out)?);
-    Some(())
 }
 
 fn avg_pool<'g>(
@@ -925,27 +664,6 @@ fn adaptive_pool<'g>(
         true,
         oi.numel() as u64,
     )
-}
-
-/// A copy step walking `shape` with source and destination strides.
-fn copy_step(
-    b: &mut Builder<'_>,
-    shape: &[u64],
-    src: (u64, &[u64]),
-    dst: (u64, &[u64]),
-) -> Option<()> {
-    if shape.len() > MAX_RANK {
-        return None;
-    }
-    let n: u64 = shape.iter().product();
-    let mut p = vec![shape.len() as u32];
-    p.insert(0, u32of(n)?);
-    push_all(&mut p, &[src.0, dst.0])?;
-    push_all(&mut p, shape)?;
-    push_all(&mut p, src.1)?;
-    push_all(&mut p, dst.1)?;
-    b.step(Kernel::Copy, p, elementwise_grid(n)?);
-    Some(())
 }
 
 /// Copies whose bytes are the input's in order (views, clones, same-dtype conversions).

@@ -1,0 +1,401 @@
+//! The steps each kernel takes, with their parameter words: what the portable lowering
+//! (`lower.rs`) and the Vulkan delegate (`vulkan.rs`) both emit.
+
+use crate::builder::Slot;
+use crate::kernels::{elementwise_grid, groups_2d, Kernel, MAX_GROUPS};
+
+/// Where steps go.
+pub(crate) trait Steps {
+    fn step(&mut self, kernel: Kernel, params: Vec<u32>, grid: [u32; 3]);
+}
+
+/// Most dims a strided step walks (the kernels read shape and strides from the parameters).
+pub(crate) const MAX_RANK: usize = 8;
+
+pub(crate) fn u32of(v: u64) -> Option<u32> {
+    u32::try_from(v).ok()
+}
+
+pub(crate) fn f32bits(v: f64) -> u32 {
+    (v as f32).to_bits()
+}
+
+/// Contiguous strides (in elements) of `sizes`.
+pub(crate) fn strides(sizes: &[usize]) -> Vec<u64> {
+    let mut s = vec![0u64; sizes.len()];
+    let mut acc = 1u64;
+    for d in (0..sizes.len()).rev() {
+        s[d] = acc;
+        acc = acc.saturating_mul(sizes[d] as u64);
+    }
+    s
+}
+
+/// Strides of `t` (sizes `sizes`) read as a tensor broadcast to `out` (right-aligned).
+pub(crate) fn broadcast_strides(sizes: &[usize], out: &[usize]) -> Option<Vec<u64>> {
+    if sizes.len() > out.len() {
+        return None;
+    }
+    let own = strides(sizes);
+    let lead = out.len() - sizes.len();
+    (0..out.len())
+        .map(|d| {
+            if d < lead {
+                return Some(0);
+            }
+            let s = sizes[d - lead];
+            if s == out[d] {
+                Some(if s == 1 { 0 } else { own[d - lead] })
+            } else if s == 1 {
+                Some(0)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+pub(crate) fn push_all(params: &mut Vec<u32>, words: &[u64]) -> Option<()> {
+    for &w in words {
+        params.push(u32of(w)?);
+    }
+    Some(())
+}
+
+/// `out = op(a, b)` over the broadcast of `a` and `b`, which must be `out`'s shape.
+pub(crate) fn binary(
+    b: &mut impl Steps,
+    code: u32,
+    alpha: f64,
+    (a, a_sizes): (Slot, &[usize]),
+    (bb, b_sizes): (Slot, &[usize]),
+    (o, out): (Slot, &[usize]),
+) -> Option<()> {
+    if out.len() > MAX_RANK {
+        return None;
+    }
+    let sa = broadcast_strides(a_sizes, out)?;
+    let sb = broadcast_strides(b_sizes, out)?;
+    // The output's shape must be the broadcast of the two (no implicit resize).
+    let rank = out.len();
+    for d in 0..rank {
+        let da = d.checked_sub(rank - a_sizes.len()).map(|j| a_sizes[j]);
+        let db = d.checked_sub(rank - b_sizes.len()).map(|j| b_sizes[j]);
+        let want = match (da, db) {
+            (Some(x), Some(y)) if x == y || y == 1 => x,
+            (Some(1), Some(y)) => y,
+            (Some(x), None) => x,
+            (None, Some(y)) => y,
+            _ => return None,
+        };
+        if want != out[d] {
+            return None;
+        }
+    }
+    let n: u64 = out.iter().map(|&v| v as u64).product();
+    let mut p = vec![
+        u32of(n)?,
+        code,
+        f32bits(alpha),
+        rank as u32,
+        u32of(a.off)?,
+        u32of(bb.off)?,
+        u32of(o.off)?,
+    ];
+    push_all(&mut p, &out.iter().map(|&s| s as u64).collect::<Vec<_>>())?;
+    push_all(&mut p, &sa)?;
+    push_all(&mut p, &sb)?;
+    b.step(Kernel::Binary, p, elementwise_grid(n)?);
+    Some(())
+}
+
+/// One matmul step: `batch` products of [m, k] by [k, n] with the operands' strides
+/// (batch, row, col), into a contiguous output, plus an optional bias [m, n] by strides.
+pub(crate) struct Product {
+    pub batch: u64,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub a: (Slot, [u64; 3]),
+    pub b: (Slot, [u64; 3]),
+    pub out: Slot,
+    pub bias: Option<(Slot, [u64; 2])>,
+    pub alpha: f64,
+    pub beta: f64,
+}
+
+pub(crate) fn product(b: &mut impl Steps, p: Product) -> Option<()> {
+    let grid = [p.n.div_ceil(16), p.m.div_ceil(16), p.batch];
+    if grid.iter().any(|&g| g > u64::from(MAX_GROUPS)) {
+        return None;
+    }
+    let grid = if p.m * p.n * p.batch == 0 {
+        [0, 0, 0]
+    } else {
+        [grid[0] as u32, grid[1] as u32, grid[2] as u32]
+    };
+    let (bias_off, bias_s, has_bias) = match p.bias {
+        Some((s, st)) => (s.off, st, 1),
+        None => (0, [0, 0], 0),
+    };
+    let mut w = vec![
+        u32of(p.m)?,
+        u32of(p.n)?,
+        u32of(p.k)?,
+        u32of(p.a.0.off)?,
+        u32of(p.b.0.off)?,
+        u32of(p.out.off)?,
+        u32of(bias_off)?,
+        has_bias,
+        f32bits(p.alpha),
+        f32bits(p.beta),
+    ];
+    push_all(&mut w, &p.a.1)?;
+    push_all(&mut w, &p.b.1)?;
+    push_all(&mut w, &bias_s)?;
+    b.step(Kernel::Matmul, w, grid);
+    Some(())
+}
+
+/// A 2-d average pooling step (`window`: kh, kw, sh, sw, ph, pw; adaptive ignores it).
+pub(crate) fn pool_step(
+    b: &mut impl Steps,
+    x: Slot,
+    o: Slot,
+    (h, w, oh, ow): (u64, u64, u64, u64),
+    window: [u64; 6],
+    cip: bool,
+    divisor: u64,
+    adaptive: bool,
+    n_out: u64,
+) -> Option<()> {
+    let mut p = Vec::new();
+    push_all(&mut p, &[n_out, h, w, oh, ow])?;
+    push_all(&mut p, &window)?;
+    push_all(
+        &mut p,
+        &[u64::from(cip), divisor, u64::from(adaptive), x.off, o.off],
+    )?;
+    b.step(Kernel::Pool, p, elementwise_grid(n_out)?);
+    Some(())
+}
+
+/// A copy step walking `shape` with source and destination strides.
+pub(crate) fn copy_step(
+    b: &mut impl Steps,
+    shape: &[u64],
+    src: (u64, &[u64]),
+    dst: (u64, &[u64]),
+) -> Option<()> {
+    if shape.len() > MAX_RANK {
+        return None;
+    }
+    let n: u64 = shape.iter().product();
+    let mut p = vec![shape.len() as u32];
+    p.insert(0, u32of(n)?);
+    push_all(&mut p, &[src.0, dst.0])?;
+    push_all(&mut p, shape)?;
+    push_all(&mut p, src.1)?;
+    push_all(&mut p, dst.1)?;
+    b.step(Kernel::Copy, p, elementwise_grid(n)?);
+    Some(())
+}
+
+/// `out[i] = f(x[i])` for `n` elements (`code`: the kernel's op; `f`: its parameters).
+pub(crate) fn unary(
+    b: &mut impl Steps,
+    code: u32,
+    f: [f64; 3],
+    x_off: u64,
+    o_off: u64,
+    n: u64,
+) -> Option<()> {
+    b.step(
+        Kernel::Unary,
+        vec![
+            u32of(n)?,
+            code,
+            u32of(x_off)?,
+            u32of(o_off)?,
+            f32bits(f[0]),
+            f32bits(f[1]),
+            f32bits(f[2]),
+        ],
+        elementwise_grid(n)?,
+    );
+    Some(())
+}
+
+/// A reduction of `x` (`sizes`) over the dims marked in `reduced` (`code`: 0 sum, 1 mean,
+/// 2 amax, 3 amin) into `out`, whose shape must be the kept dims (size 1 for the reduced ones
+/// with `keepdim`).
+pub(crate) fn reduce(
+    b: &mut impl Steps,
+    code: u64,
+    x: Slot,
+    sizes: &[usize],
+    reduced: &[bool],
+    keepdim: bool,
+    (o, out): (Slot, &[usize]),
+) -> Option<()> {
+    let rank = sizes.len();
+    let st = strides(sizes);
+    let (mut keep_s, mut keep_st, mut red_s, mut red_st) = (vec![], vec![], vec![], vec![]);
+    let mut want = Vec::new();
+    for d in 0..rank {
+        let s = sizes[d] as u64;
+        if reduced[d] {
+            red_s.push(s);
+            red_st.push(st[d]);
+            if keepdim {
+                want.push(1);
+            }
+        } else {
+            keep_s.push(s);
+            keep_st.push(st[d]);
+            want.push(s);
+        }
+    }
+    if out.iter().map(|&v| v as u64).ne(want.iter().copied())
+        || keep_s.len() > MAX_RANK
+        || red_s.len() > MAX_RANK
+    {
+        return None;
+    }
+    let count: u64 = red_s.iter().product();
+    // amax / amin of nothing is an error in the portable kernel; the mean of nothing is NaN.
+    if count == 0 && code >= 2 {
+        return None;
+    }
+    let n_out: u64 = out.iter().map(|&v| v as u64).product();
+    let mut p = Vec::new();
+    push_all(
+        &mut p,
+        &[
+            n_out,
+            code,
+            x.off,
+            o.off,
+            keep_s.len() as u64,
+            red_s.len() as u64,
+            count,
+        ],
+    )?;
+    push_all(&mut p, &keep_s)?;
+    push_all(&mut p, &keep_st)?;
+    push_all(&mut p, &red_s)?;
+    push_all(&mut p, &red_st)?;
+    b.step(Kernel::Reduce, p, elementwise_grid(n_out)?);
+    Some(())
+}
+
+/// A direct 2-d convolution of `total` outputs; `geometry`: cin, h, w, cout, oh, ow, kh, kw,
+/// sh, sw, ph, pw, dh, dw, groups (checked by the caller against the tensors).
+pub(crate) fn conv2d(
+    b: &mut impl Steps,
+    geometry: [u64; 15],
+    x: Slot,
+    w: Slot,
+    bias: Option<Slot>,
+    o: Slot,
+    total: u64,
+) -> Option<()> {
+    let (b_off, has_b) = bias.map_or((0, 0), |s| (s.off, 1));
+    let mut p = Vec::new();
+    push_all(&mut p, &[total])?;
+    push_all(&mut p, &geometry)?;
+    push_all(&mut p, &[x.off, w.off, b_off, has_b, o.off])?;
+    b.step(Kernel::Conv2d, p, elementwise_grid(total)?);
+    Some(())
+}
+
+/// Softmax (or log-softmax) along a dim of `dim` elements `inner` apart, `rows` of them.
+pub(crate) fn softmax(
+    b: &mut impl Steps,
+    rows: u64,
+    dim: u64,
+    inner: u64,
+    x: Slot,
+    o: Slot,
+    log: bool,
+) -> Option<()> {
+    let mut p = Vec::new();
+    push_all(&mut p, &[rows, dim, inner, x.off, o.off, u64::from(log), 0])?;
+    b.step(Kernel::Rows, p, groups_2d(rows)?);
+    Some(())
+}
+
+/// Layer normalization of `rows` rows of `m` elements, with optional weight and bias; the
+/// rows' means and reciprocal standard deviations go to `stats`.
+pub(crate) fn layer_norm(
+    b: &mut impl Steps,
+    rows: u64,
+    m: u64,
+    eps: f64,
+    x: Slot,
+    o: Slot,
+    w: Option<Slot>,
+    bias: Option<Slot>,
+    (mean, rstd): (Slot, Slot),
+) -> Option<()> {
+    let (w_off, has_w) = w.map_or((0, 0), |s| (s.off, 1));
+    let (b_off, has_b) = bias.map_or((0, 0), |s| (s.off, 1));
+    let mut p = Vec::new();
+    push_all(
+        &mut p,
+        &[
+            rows,
+            m,
+            0,
+            x.off,
+            o.off,
+            u64::from(f32bits(eps)),
+            1,
+            w_off,
+            has_w,
+            b_off,
+            has_b,
+            mean.off,
+            rstd.off,
+        ],
+    )?;
+    b.step(Kernel::Rows, p, groups_2d(rows)?);
+    Some(())
+}
+
+/// Inference batch norm over `n` elements, `ch` channels `inner` apart.
+pub(crate) fn batch_norm(
+    b: &mut impl Steps,
+    n: u64,
+    ch: u64,
+    inner: u64,
+    eps: f64,
+    x: Slot,
+    o: Slot,
+    (mean, var): (Slot, Slot),
+    w: Option<Slot>,
+    bias: Option<Slot>,
+) -> Option<()> {
+    let (w_off, has_w) = w.map_or((0, 0), |s| (s.off, 1));
+    let (b_off, has_b) = bias.map_or((0, 0), |s| (s.off, 1));
+    let mut p = Vec::new();
+    push_all(
+        &mut p,
+        &[
+            n,
+            ch,
+            inner,
+            x.off,
+            o.off,
+            mean.off,
+            var.off,
+            w_off,
+            has_w,
+            b_off,
+            has_b,
+            u64::from(f32bits(eps)),
+        ],
+    )?;
+    b.step(Kernel::Channel, p, elementwise_grid(n)?);
+    Some(())
+}
