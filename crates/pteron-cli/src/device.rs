@@ -29,12 +29,18 @@ pub struct DeviceArgs {
     pub adapter: Option<String>,
 }
 
-/// The GPU engine to install for `args`, with the adapter's name; `None` on the CPU.
+/// What the GPU engine adds to a runtime: the partitioner for portable calls, the backends
+/// with ExecuTorch's Vulkan delegate, and the adapter's name.
+pub struct GpuParts {
+    partitioner: Arc<dyn pteron::Partitioner>,
+    backends: pteron::BackendRegistry,
+    name: String,
+}
+
+/// The GPU engine to install for `args`; `None` on the CPU.
 #[cfg(feature = "gpu")]
-pub fn gpu_partitioner(
-    args: &DeviceArgs,
-) -> Result<Option<(Arc<dyn pteron::Partitioner>, String)>> {
-    use pteron_gpu::{Gpu, GpuOptions, GpuPartitioner};
+pub fn gpu_partitioner(args: &DeviceArgs) -> Result<Option<GpuParts>> {
+    use pteron_gpu::{Gpu, GpuOptions, GpuPartitioner, VulkanBackend};
     if args.device == Device::Cpu {
         return Ok(None);
     }
@@ -44,7 +50,13 @@ pub fn gpu_partitioner(
     match Gpu::open(&options) {
         Ok(gpu) => {
             let name = format!("{} ({})", gpu.adapter().name, gpu.adapter().backend);
-            Ok(Some((Arc::new(GpuPartitioner::new(gpu)), name)))
+            let mut backends = pteron::default_backends();
+            backends.register(Arc::new(VulkanBackend::new(gpu.clone())));
+            Ok(Some(GpuParts {
+                partitioner: Arc::new(GpuPartitioner::new(gpu)),
+                backends,
+                name,
+            }))
         }
         Err(e) if args.device == Device::Auto => {
             eprintln!("note: running on the CPU: {e}");
@@ -55,9 +67,7 @@ pub fn gpu_partitioner(
 }
 
 #[cfg(not(feature = "gpu"))]
-pub fn gpu_partitioner(
-    args: &DeviceArgs,
-) -> Result<Option<(Arc<dyn pteron::Partitioner>, String)>> {
+pub fn gpu_partitioner(args: &DeviceArgs) -> Result<Option<GpuParts>> {
     match args.device {
         Device::Cpu | Device::Auto => Ok(None),
         Device::Gpu => Err(pteron::Error::Invalid(
@@ -67,13 +77,20 @@ pub fn gpu_partitioner(
 }
 
 /// Adds the GPU engine of `args` to `builder` (the channels-last CPU engine off, so that the
-/// GPU sees the convolutions); returns the adapter's name when there is one.
+/// GPU sees the convolutions; Vulkan delegates run on it); returns the adapter's name when
+/// there is one.
 pub fn install(
     builder: pteron::RuntimeBuilder,
     args: &DeviceArgs,
 ) -> Result<(pteron::RuntimeBuilder, Option<String>)> {
     Ok(match gpu_partitioner(args)? {
-        Some((p, name)) => (builder.channels_last(false).partitioner(p), Some(name)),
+        Some(parts) => (
+            builder
+                .channels_last(false)
+                .partitioner(parts.partitioner)
+                .backends(parts.backends),
+            Some(parts.name),
+        ),
         None => (builder, None),
     })
 }

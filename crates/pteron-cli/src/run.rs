@@ -198,7 +198,14 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
     if let Some(d) = &data_file {
         program = program.with_external_data(d.data_file()?);
     }
-    let mut method = program.load_method(&args.method)?;
+    let mut method = program.load_method(&args.method).map_err(|e| {
+        let text = e.to_string();
+        if text.contains("\"VulkanBackend\"") && adapter.is_none() {
+            pteron::Error::Invalid(format!("{text} (Vulkan delegates run with --device gpu)"))
+        } else {
+            e
+        }
+    })?;
     let load = t0.elapsed();
 
     let inputs = inputs_for(&method, args)?;
@@ -348,7 +355,9 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
             method.delegate_bytes()
         );
     } else if let Some(name) = &adapter {
-        println!("no call of this method runs on the GPU ({name})");
+        println!(
+            "no portable call of this method runs on the GPU engine ({name}); Vulkan delegates do"
+        );
     }
     if let Some(kib) = status_kib("VmHWM:") {
         let mib = |k: u64| k as f64 / 1024.0;

@@ -399,3 +399,68 @@ pub(crate) fn batch_norm(
     b.step(Kernel::Channel, p, elementwise_grid(n)?);
     Some(())
 }
+
+/// The geometry of a 1-d or 2-d convolution of `x` (N, C, [H,] W) by `w` (Cout, C/groups,
+/// [KH,] KW) with PyTorch's stride / padding / dilation lists (one item stands for both
+/// dims), as [`conv2d`] takes it, and the output's dims; `None` for what the kernel cannot
+/// run (a window larger than the padded input, zero strides, inconsistent groups).
+pub(crate) fn conv_geometry(
+    x: &[usize],
+    w: &[usize],
+    (stride, pad, dil): (&[i64], &[i64], &[i64]),
+    groups: i64,
+) -> Option<([u64; 15], Vec<u64>)> {
+    let spatial = x.len().checked_sub(2)?;
+    if !(1..=2).contains(&spatial) || w.len() != x.len() {
+        return None;
+    }
+    let pair = |l: &[i64]| -> Option<(u64, u64)> {
+        let v: Vec<u64> = l
+            .iter()
+            .map(|&x| u64::try_from(x).ok())
+            .collect::<Option<_>>()?;
+        match (spatial, v.as_slice()) {
+            (1, &[a]) => Some((0, a)),
+            (2, &[a]) => Some((a, a)),
+            (2, &[a, b]) => Some((a, b)),
+            _ => None,
+        }
+    };
+    let dims = |t: &[usize]| -> (u64, u64, u64, u64) {
+        let d = |i: usize| t[i] as u64;
+        if spatial == 2 {
+            (d(0), d(1), d(2), d(3))
+        } else {
+            (d(0), d(1), 1, d(2))
+        }
+    };
+    let groups = u64::try_from(groups).ok()?;
+    let (n, cin, h, wd) = dims(x);
+    let (cout, gin, kh, kw) = dims(w);
+    let (sh, sw) = pair(stride)?;
+    let (ph, pw) = pair(pad)?;
+    let (dh, dw) = pair(dil)?;
+    // A 1-d convolution has a height of one: stride and dilation 1 there.
+    let (sh, dh) = if spatial == 1 { (1, 1) } else { (sh, dh) };
+    if groups == 0
+        || gin.checked_mul(groups) != Some(cin)
+        || cout % groups != 0
+        || [sh, sw, dh, dw, kh, kw].contains(&0)
+        || [sh, sw, ph, pw, dh, dw].iter().any(|&v| v > 1 << 20)
+    {
+        return None;
+    }
+    let oh = (h + 2 * ph).checked_sub(dh * (kh - 1) + 1)? / sh + 1;
+    let ow = (wd + 2 * pw).checked_sub(dw * (kw - 1) + 1)? / sw + 1;
+    let out = if spatial == 2 {
+        vec![n, cout, oh, ow]
+    } else {
+        vec![n, cout, ow]
+    };
+    Some((
+        [
+            cin, h, wd, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups,
+        ],
+        out,
+    ))
+}

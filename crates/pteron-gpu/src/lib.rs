@@ -20,8 +20,10 @@ mod kernels;
 mod lower;
 mod partition;
 mod region;
+mod vulkan;
 
 pub use device::{adapters, AdapterSummary, Gpu, GpuOptions};
 pub use error::GpuError;
 pub use lower::CLAIMS;
 pub use partition::GpuPartitioner;
+pub use vulkan::VulkanBackend;

@@ -329,7 +329,7 @@ fn conv<'g>(b: &mut Builder<'g>, g: &CallGraph<'g, '_>, c: &PrepareContext<'g, '
     if c.num_args() <= 10 || c.bool(6).ok()? {
         return None;
     }
-    let groups = u64::try_from(c.int(8).ok()?).ok()?;
+    let groups = c.int(8).ok()?;
     let (x, xi) = b.read(g, c, 0)?;
     let (w, wi) = b.read(g, c, 1)?;
     let bias = if c.is_none(2).ok()? {
@@ -338,63 +338,24 @@ fn conv<'g>(b: &mut Builder<'g>, g: &CallGraph<'g, '_>, c: &PrepareContext<'g, '
         Some(b.read(g, c, 2)?)
     };
     let (o, oi) = b.write(g, c, 9)?;
-    let spatial = xi.rank().checked_sub(2)?;
-    if !(1..=2).contains(&spatial) || wi.rank() != xi.rank() || oi.rank() != xi.rank() {
-        return None;
-    }
-    let s = |t: &TensorInfo, d: usize| t.size(d) as u64;
-    let (n, cin) = (s(xi, 0), s(xi, 1));
-    let (h, wd) = if spatial == 2 {
-        (s(xi, 2), s(xi, 3))
-    } else {
-        (1, s(xi, 2))
+    let list = |i: usize| -> Option<Vec<i64>> {
+        c.int_list(i).ok()?.iter().collect::<Result<_, _>>().ok()
     };
-    let (cout, gin) = (s(wi, 0), s(wi, 1));
-    let (kh, kw) = if spatial == 2 {
-        (s(wi, 2), s(wi, 3))
-    } else {
-        (1, s(wi, 2))
-    };
-    let (sh, sw) = pair_of(c, 3, spatial)?;
-    let (ph, pw) = if spatial == 1 {
-        (0, pair_of(c, 4, 1)?.1)
-    } else {
-        pair_of(c, 4, 2)?
-    };
-    let (dh, dw) = pair_of(c, 5, spatial)?;
-    if groups == 0
-        || gin.checked_mul(groups) != Some(cin)
-        || cout % groups != 0
-        || [sh, sw, dh, dw, kh, kw].contains(&0)
-        || [sh, sw, ph, pw, dh, dw].iter().any(|&v| v > 1 << 20)
+    let (geometry, want) = emit::conv_geometry(
+        xi.sizes(),
+        wi.sizes(),
+        (&list(3)?, &list(4)?, &list(5)?),
+        groups,
+    )?;
+    if bias.is_some_and(|(_, bi)| bi.numel() as u64 != geometry[3])
+        || oi
+            .sizes()
+            .iter()
+            .map(|&v| v as u64)
+            .ne(want.iter().copied())
     {
         return None;
     }
-    if let Some((_, bi)) = bias {
-        if bi.numel() as u64 != cout {
-            return None;
-        }
-    }
-    let span_h = dh * (kh - 1) + 1;
-    let span_w = dw * (kw - 1) + 1;
-    let oh = (h + 2 * ph).checked_sub(span_h)? / sh + 1;
-    let ow = (wd + 2 * pw).checked_sub(span_w)? / sw + 1;
-    let want: Vec<u64> = if spatial == 2 {
-        vec![n, cout, oh, ow]
-    } else {
-        vec![n, cout, ow]
-    };
-    if oi
-        .sizes()
-        .iter()
-        .map(|&v| v as u64)
-        .ne(want.iter().copied())
-    {
-        return None;
-    }
-    let geometry = [
-        cin, h, wd, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups,
-    ];
     emit::conv2d(
         b,
         geometry,

@@ -62,7 +62,13 @@ pub fn run_fixture(name: &str) {
 /// Runs fixture `name` on `runtime` with tolerances at least `floor` (atol, rtol); returns
 /// what the method's load planned (regions taken by partitioners).
 pub fn run_fixture_on(name: &str, runtime: &pteron::Runtime, floor: (f64, f64)) -> PlanStats {
-    let dir = models_dir().join(name);
+    run_fixture_at(&models_dir().join(name), runtime, floor)
+}
+
+/// As [`run_fixture_on`] for a fixture directory anywhere (meta.json, model.pte, inputs and
+/// expected outputs as .npy).
+pub fn run_fixture_at(dir: &Path, runtime: &pteron::Runtime, floor: (f64, f64)) -> PlanStats {
+    let name = &dir.file_name().unwrap().to_string_lossy().into_owned();
     let meta: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
     let atol = meta["tolerance"]["atol"]

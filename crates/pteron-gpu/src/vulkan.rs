@@ -1,0 +1,821 @@
+//! ExecuTorch's Vulkan delegate ("VulkanBackend") on the GPU engine.
+//!
+//! A payload is a "VH00" header (little-endian: magic at bytes 4..8, header length u16 at 8,
+//! flatbuffer offset u32 at 10 and size u32 at 14, constant bytes offset u32 at 18 and size
+//! u64 at 22) followed by a "VK00" flatbuffer (`vkgraph.VkGraph`: values — tensors, scalars,
+//! lists —, a chain of operator calls by name with argument value ids, the graph's input and
+//! output ids, constants as byte ranges of the payload or named data) and the constant bytes.
+//! Every offset and size is checked before use; every tensor is float32 and contiguous in
+//! PyTorch's order here (the payload's storage and layout hints are the C++ runtime's choice of
+//! image or buffer, not a change of values). The chain is lowered onto the engine's steps
+//! (`emit.rs`); an operator without a lowering is a load error naming it.
+
+use pteron_core::{Backend, BackendInit, DelegateHandle, KernelError};
+
+use crate::builder::{Slot, Step};
+use crate::device::Gpu;
+use crate::emit::{self, Steps};
+use crate::kernels::Kernel;
+use crate::region::{GpuFailure, GpuRegion};
+
+#[allow(
+    dead_code,
+    unused_imports,
+    clippy::all,
+    non_camel_case_types,
+    non_snake_case,
+    mismatched_lifetime_syntaxes,
+    unsafe_op_in_unsafe_fn
+)]
+#[rustfmt::skip]
+mod generated {
+    include!("generated/vulkan_generated.rs");
+}
+
+use generated::vkgraph as fb;
+
+const HEADER_LEN: usize = 30;
+
+fn invalid(m: impl Into<String>) -> KernelError {
+    KernelError::invalid(format!("Vulkan payload: {}", m.into()))
+}
+
+/// The payload's parts: the flatbuffer and the constant bytes.
+fn split(payload: &[u8]) -> Result<(&[u8], &[u8]), KernelError> {
+    let head = payload
+        .get(..HEADER_LEN)
+        .ok_or_else(|| invalid("shorter than its header"))?;
+    if &head[4..8] != b"VH00" {
+        return Err(invalid("no VH00 header"));
+    }
+    let u32_at = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+    let len = u16::from_le_bytes([head[8], head[9]]) as usize;
+    if len != HEADER_LEN {
+        return Err(invalid(format!("header length {len}")));
+    }
+    let range = |off: u64, size: u64, what: &str| -> Result<&[u8], KernelError> {
+        let end = off
+            .checked_add(size)
+            .ok_or_else(|| invalid(format!("{what} range overflows")))?;
+        let (off, end) = (usize::try_from(off), usize::try_from(end));
+        match (off, end) {
+            (Ok(o), Ok(e)) => payload
+                .get(o..e)
+                .ok_or_else(|| invalid(format!("{what} outside the payload"))),
+            _ => Err(invalid(format!("{what} outside the payload"))),
+        }
+    };
+    let fb = range(u64::from(u32_at(10)), u64::from(u32_at(14)), "flatbuffer")?;
+    let size = u64::from_le_bytes(head[22..30].try_into().expect("8 bytes"));
+    let bytes = range(u64::from(u32_at(18)), size, "constant bytes")?;
+    Ok((fb, bytes))
+}
+
+/// A value of the graph, decoded.
+#[derive(Clone, Debug)]
+enum Val<'d> {
+    None,
+    Int(i64),
+    Double(f64),
+    Bool(bool),
+    Ints(Vec<i64>),
+    Values(Vec<usize>),
+    Str(&'d str),
+    Tensor {
+        dims: Vec<usize>,
+        /// Its bytes among the constants, if it is one.
+        constant: Option<&'d [u8]>,
+    },
+    /// A tensor of another dtype than float32 (the engine has no kernels for them).
+    OtherTensor(fb::VkDataType),
+    Other(&'static str),
+}
+
+impl Val<'_> {
+    /// What the value is, for messages.
+    fn describe(&self) -> String {
+        match self {
+            Val::Other(kind) => kind.to_string(),
+            Val::OtherTensor(dtype) => format!("a {dtype:?} tensor"),
+            Val::Tensor { dims, .. } => format!("a tensor {dims:?}"),
+            v => format!("{v:?}"),
+        }
+    }
+}
+
+/// Most elements one tensor may declare (its bytes must fit the engine's word offsets).
+const MAX_ELEMENTS: u64 = u32::MAX as u64;
+
+fn decode<'d>(
+    g: &fb::VkGraph<'d>,
+    bytes: &'d [u8],
+    named: &dyn pteron_core::NamedDataMap<'d>,
+) -> Result<Vec<Val<'d>>, KernelError> {
+    let constants = g.constants();
+    let constant = |id: i32| -> Result<Option<&'d [u8]>, KernelError> {
+        if id < 0 {
+            return Ok(None);
+        }
+        let c = match constants {
+            Some(list) if (id as usize) < list.len() => list.get(id as usize),
+            _ => return Err(invalid(format!("constant {id} out of range"))),
+        };
+        if let Some(key) = c.named_key().filter(|k| !k.is_empty()) {
+            return named
+                .get(key)
+                .map_err(|e| invalid(format!("named data {key:?}: {e}")))?
+                .map(Some)
+                .ok_or_else(|| invalid(format!("named data {key:?} missing")));
+        }
+        let end = c
+            .offset()
+            .checked_add(c.length())
+            .ok_or_else(|| invalid("constant range overflows"))?;
+        let (o, e) = (usize::try_from(c.offset()), usize::try_from(end));
+        match (o, e) {
+            (Ok(o), Ok(e)) => bytes
+                .get(o..e)
+                .map(Some)
+                .ok_or_else(|| invalid(format!("constant {id} outside the constant bytes"))),
+            _ => Err(invalid(format!("constant {id} outside the constant bytes"))),
+        }
+    };
+    let mut out = Vec::new();
+    for v in g.values().into_iter().flatten() {
+        use fb::GraphTypes as T;
+        let val = match v.value_type() {
+            T::Null => Val::None,
+            T::Int => Val::Int(v.value_as_int().map_or(0, |i| i.int_val())),
+            T::Double => Val::Double(v.value_as_double().map_or(0.0, |d| d.double_val())),
+            T::Bool => Val::Bool(v.value_as_bool().is_some_and(|b| b.bool_val())),
+            T::IntList => Val::Ints(
+                v.value_as_int_list()
+                    .and_then(|l| l.items())
+                    .map(|l| l.iter().collect())
+                    .unwrap_or_default(),
+            ),
+            T::ValueList => Val::Values(
+                v.value_as_value_list()
+                    .and_then(|l| l.items())
+                    .map(|l| {
+                        l.iter()
+                            .map(|i| usize::try_from(i).unwrap_or(usize::MAX))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            ),
+            T::String => Val::Str(
+                v.value_as_string()
+                    .and_then(|s| s.string_val())
+                    .unwrap_or(""),
+            ),
+            T::VkTensor => {
+                let t = v
+                    .value_as_vk_tensor()
+                    .ok_or_else(|| invalid("tensor value without a tensor"))?;
+                if t.datatype() != fb::VkDataType::FLOAT32 {
+                    out.push(Val::OtherTensor(t.datatype()));
+                    continue;
+                }
+                let dims: Vec<usize> = t
+                    .dims()
+                    .map(|d| d.iter().map(|x| x as usize).collect())
+                    .unwrap_or_default();
+                let n = dims
+                    .iter()
+                    .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+                    .filter(|&n| n <= MAX_ELEMENTS)
+                    .ok_or_else(|| invalid(format!("tensor of dims {dims:?} too large")))?;
+                let constant = constant(t.constant_id())?;
+                if let Some(c) = constant {
+                    if (c.len() as u64) < n * 4 {
+                        return Err(invalid(format!(
+                            "constant of {} bytes for a tensor of {n} floats",
+                            c.len()
+                        )));
+                    }
+                }
+                Val::Tensor {
+                    dims,
+                    constant: constant.map(|c| &c[..(n * 4) as usize]),
+                }
+            }
+            T::DoubleList => Val::Other("double list"),
+            T::BoolList => Val::Other("bool list"),
+            T::SymInt => Val::Other("symbolic int"),
+            _ => Val::Other("unknown value"),
+        };
+        out.push(val);
+    }
+    Ok(out)
+}
+
+/// The graph being lowered: a home for each tensor value as it is first touched.
+struct VkBuild<'d> {
+    vals: Vec<Val<'d>>,
+    slots: Vec<Option<Slot>>,
+    words: u64,
+    steps: Vec<Step>,
+    consts: Vec<(Slot, &'d [u8])>,
+}
+
+impl Steps for VkBuild<'_> {
+    fn step(&mut self, kernel: Kernel, params: Vec<u32>, grid: [u32; 3]) {
+        self.steps.push(Step {
+            kernel,
+            params,
+            grid,
+        });
+    }
+}
+
+/// Why an operator could not be lowered: its name is unsupported, or its arguments are.
+enum Refusal {
+    Op,
+    Args(String),
+}
+
+type Lowered = Result<(), Refusal>;
+
+fn bad(m: impl Into<String>) -> Refusal {
+    Refusal::Args(m.into())
+}
+
+impl<'d> VkBuild<'d> {
+    fn val(&self, id: i32) -> Result<&Val<'d>, Refusal> {
+        usize::try_from(id)
+            .ok()
+            .and_then(|i| self.vals.get(i))
+            .ok_or_else(|| bad(format!("value {id} out of range")))
+    }
+
+    /// Tensor `id`: its home and dims (a constant is uploaded on first use).
+    fn tensor(&mut self, id: i32) -> Result<(Slot, Vec<usize>), Refusal> {
+        let (dims, constant) = match self.val(id)? {
+            Val::Tensor { dims, constant } => (dims.clone(), *constant),
+            v => return Err(bad(format!("value {id} is {}, not a tensor", v.describe()))),
+        };
+        let i = id as usize;
+        if let Some(s) = self.slots[i] {
+            return Ok((s, dims));
+        }
+        let n: u64 = dims.iter().map(|&d| d as u64).product();
+        let slot = Slot {
+            off: self.words,
+            words: n,
+        };
+        self.words = self
+            .words
+            .checked_add(n)
+            .filter(|&w| w <= u64::from(u32::MAX))
+            .ok_or_else(|| bad("the graph's tensors exceed the engine's word offsets"))?;
+        if let Some(bytes) = constant {
+            self.consts.push((slot, bytes));
+        }
+        self.slots[i] = Some(slot);
+        Ok((slot, dims))
+    }
+
+    fn int(&self, id: i32) -> Result<i64, Refusal> {
+        match self.val(id)? {
+            Val::Int(v) => Ok(*v),
+            Val::Bool(b) => Ok(i64::from(*b)),
+            v => Err(bad(format!("value {id} is {}, not an int", v.describe()))),
+        }
+    }
+
+    fn double(&self, id: i32) -> Result<f64, Refusal> {
+        match self.val(id)? {
+            Val::Double(v) => Ok(*v),
+            Val::Int(v) => Ok(*v as f64),
+            v => Err(bad(format!("value {id} is {}, not a number", v.describe()))),
+        }
+    }
+
+    fn opt_double(&self, id: i32) -> Result<Option<f64>, Refusal> {
+        match self.val(id)? {
+            Val::None => Ok(None),
+            _ => self.double(id).map(Some),
+        }
+    }
+
+    fn boolean(&self, id: i32) -> Result<bool, Refusal> {
+        match self.val(id)? {
+            Val::Bool(b) => Ok(*b),
+            v => Err(bad(format!("value {id} is {}, not a bool", v.describe()))),
+        }
+    }
+
+    fn ints(&self, id: i32) -> Result<Vec<i64>, Refusal> {
+        match self.val(id)? {
+            Val::Ints(v) => Ok(v.clone()),
+            Val::Int(v) => Ok(vec![*v]),
+            v => Err(bad(format!(
+                "value {id} is {}, not an int list",
+                v.describe()
+            ))),
+        }
+    }
+
+    fn is_none(&self, id: i32) -> Result<bool, Refusal> {
+        Ok(matches!(self.val(id)?, Val::None))
+    }
+
+    fn string(&self, id: i32) -> Result<&'d str, Refusal> {
+        match self.val(id)? {
+            Val::Str(s) => Ok(s),
+            v => Err(bad(format!("value {id} is {}, not a string", v.describe()))),
+        }
+    }
+
+    /// Whether any argument is (or lists) a tensor of a dtype the engine has no kernels for.
+    fn touches_other_dtypes(&self, a: &[i32]) -> bool {
+        let other = |id: usize| matches!(self.vals.get(id), Some(Val::OtherTensor(_)));
+        a.iter().any(|&id| {
+            let Ok(i) = usize::try_from(id) else {
+                return false;
+            };
+            other(i)
+                || matches!(self.vals.get(i), Some(Val::Values(l)) if l.iter().any(|&j| other(j)))
+        })
+    }
+
+    fn lower(&mut self, name: &str, a: &[i32]) -> Lowered {
+        if self.touches_other_dtypes(a) {
+            return Err(Refusal::Op);
+        }
+        let need = |n: usize| {
+            if a.len() == n {
+                Ok(())
+            } else {
+                Err(bad(format!("{} arguments (expected {n})", a.len())))
+            }
+        };
+        let refused = |what: &str| bad(format!("unsupported {what}"));
+        match name {
+            "aten.relu.default" => self.unary(a, 2, 0, [0.0; 3]),
+            "aten.sigmoid.default" => self.unary(a, 2, 1, [0.0; 3]),
+            "aten.tanh.default" => self.unary(a, 2, 2, [0.0; 3]),
+            "aten.exp.default" => self.unary(a, 2, 3, [0.0; 3]),
+            "aten.neg.default" => self.unary(a, 2, 4, [0.0; 3]),
+            "aten.abs.default" => self.unary(a, 2, 5, [0.0; 3]),
+            "aten.sqrt.default" => self.unary(a, 2, 6, [0.0; 3]),
+            "aten.rsqrt.default" => self.unary(a, 2, 7, [0.0; 3]),
+            "aten.gelu.default" => {
+                need(3)?;
+                let code = match self.string(a[1])? {
+                    "none" => 8,
+                    "tanh" => 9,
+                    other => return Err(refused(&format!("gelu approximation {other:?}"))),
+                };
+                self.unary(a, 3, code, [0.0; 3])
+            }
+            "aten.hardtanh.default" => {
+                need(4)?;
+                let f = [self.double(a[1])?, self.double(a[2])?, 0.0];
+                self.unary(a, 4, 11, f)
+            }
+            "aten.clamp.default" => {
+                need(4)?;
+                let lo = self.opt_double(a[1])?.unwrap_or(f64::NEG_INFINITY);
+                let hi = self.opt_double(a[2])?.unwrap_or(f64::INFINITY);
+                self.unary(a, 4, 11, [lo, hi, 0.0])
+            }
+            "aten.pow.Tensor_Scalar" => {
+                need(3)?;
+                match self.double(a[1])? {
+                    2.0 => self.unary(a, 3, 22, [0.0; 3]),
+                    0.5 => self.unary(a, 3, 6, [0.0; 3]),
+                    e => Err(refused(&format!("exponent {e}"))),
+                }
+            }
+            "aten.add.Tensor" | "aten.sub.Tensor" => {
+                need(4)?;
+                let code = if name == "aten.add.Tensor" { 0 } else { 1 };
+                let alpha = self.double(a[2])?;
+                self.binary(a[0], a[1], a[3], code, alpha)
+            }
+            "aten.mul.Tensor" => {
+                need(3)?;
+                self.binary(a[0], a[1], a[2], 2, 1.0)
+            }
+            "aten.div.Tensor" => {
+                need(3)?;
+                self.binary(a[0], a[1], a[2], 3, 1.0)
+            }
+            "aten.convolution.default" | "et_vk.conv_with_clamp.default" => {
+                let clamp = name.starts_with("et_vk");
+                need(if clamp { 12 } else { 10 })?;
+                self.conv(a, clamp)
+            }
+            "aten.linear.default" => {
+                need(4)?;
+                self.linear(a)
+            }
+            "aten.addmm.default" => {
+                need(6)?;
+                self.matmul(
+                    a[1],
+                    a[2],
+                    Some(a[0]),
+                    (self.double(a[4])?, self.double(a[3])?),
+                    a[5],
+                )
+            }
+            "aten.mm.default" | "aten.bmm.default" => {
+                need(3)?;
+                self.matmul(a[0], a[1], None, (1.0, 0.0), a[2])
+            }
+            "aten.mean.dim" | "aten.sum.dim_IntList" => {
+                need(5)?;
+                if !self.is_none(a[3])? {
+                    return Err(refused("dtype"));
+                }
+                let code = if name == "aten.mean.dim" { 1 } else { 0 };
+                self.reduce(a[0], &self.ints(a[1])?, self.boolean(a[2])?, code, a[4])
+            }
+            "aten._softmax.default" | "aten._log_softmax.default" => {
+                need(4)?;
+                if self.boolean(a[2])? {
+                    return Err(refused("half_to_float"));
+                }
+                let (x, dims) = self.tensor(a[0])?;
+                let (o, od) = self.tensor(a[3])?;
+                if dims != od {
+                    return Err(bad("output shape"));
+                }
+                let (dim, inner) = if dims.is_empty() {
+                    (1, 1)
+                } else {
+                    let d = pteron_core::normalize_dim(self.int(a[1])?, dims.len())
+                        .map_err(|e| bad(e.to_string()))?;
+                    (
+                        dims[d] as u64,
+                        dims[d + 1..].iter().map(|&v| v as u64).product(),
+                    )
+                };
+                let numel: u64 = dims.iter().map(|&v| v as u64).product();
+                let rows = if dim == 0 { 0 } else { numel / dim };
+                emit::softmax(self, rows, dim, inner, x, o, name.contains("log"))
+                    .ok_or_else(|| bad("softmax too large"))
+            }
+            "aten.native_layer_norm.default" => {
+                need(6)?;
+                self.layer_norm(a)
+            }
+            "aten.view_copy.default"
+            | "aten.clone.default"
+            | "aten._unsafe_view.default"
+            | "aten.squeeze_copy.dims"
+            | "aten.unsqueeze_copy.default"
+            | "et_vk.prepack.default" => {
+                let (x, xd) = self.tensor(a[0])?;
+                let out = *a.last().ok_or_else(|| bad("no output"))?;
+                let (o, od) = self.tensor(out)?;
+                let (n, m): (u64, u64) = (
+                    xd.iter().map(|&v| v as u64).product(),
+                    od.iter().map(|&v| v as u64).product(),
+                );
+                if n != m {
+                    return Err(bad(format!("a view of {xd:?} as {od:?}")));
+                }
+                emit::copy_step(self, &[n], (x.off, &[1]), (o.off, &[1]))
+                    .ok_or_else(|| bad("copy too large"))
+            }
+            "aten.permute_copy.default" => {
+                need(3)?;
+                let (x, xd) = self.tensor(a[0])?;
+                let (o, od) = self.tensor(a[2])?;
+                let dims = self.ints(a[1])?;
+                let st = emit::strides(&xd);
+                let rank = xd.len();
+                if dims.len() != rank || od.len() != rank {
+                    return Err(bad("permutation rank"));
+                }
+                let mut src = Vec::with_capacity(rank);
+                let mut seen = vec![false; rank];
+                for (k, &d) in dims.iter().enumerate() {
+                    let d = pteron_core::normalize_dim(d, rank).map_err(|e| bad(e.to_string()))?;
+                    if std::mem::replace(&mut seen[d], true) || od[k] != xd[d] {
+                        return Err(bad("not a permutation of the input"));
+                    }
+                    src.push(st[d]);
+                }
+                let shape: Vec<u64> = od.iter().map(|&v| v as u64).collect();
+                emit::copy_step(self, &shape, (x.off, &src), (o.off, &emit::strides(&od)))
+                    .ok_or_else(|| bad("copy too large"))
+            }
+            "aten.expand_copy.default" => {
+                need(4)?;
+                let (x, xd) = self.tensor(a[0])?;
+                let (o, od) = self.tensor(a[3])?;
+                let src = emit::broadcast_strides(&xd, &od).ok_or_else(|| bad("expand shape"))?;
+                let shape: Vec<u64> = od.iter().map(|&v| v as u64).collect();
+                emit::copy_step(self, &shape, (x.off, &src), (o.off, &emit::strides(&od)))
+                    .ok_or_else(|| bad("copy too large"))
+            }
+            _ => Err(Refusal::Op),
+        }
+    }
+
+    /// `f(x)` for an op of `n` arguments (input first, output last).
+    fn unary(&mut self, a: &[i32], n: usize, code: u32, f: [f64; 3]) -> Lowered {
+        if a.len() != n {
+            return Err(bad(format!("{} arguments (expected {n})", a.len())));
+        }
+        let (x, xd) = self.tensor(a[0])?;
+        let (o, od) = self.tensor(a[n - 1])?;
+        if xd != od {
+            return Err(bad("output shape"));
+        }
+        let count: u64 = od.iter().map(|&v| v as u64).product();
+        emit::unary(self, code, f, x.off, o.off, count).ok_or_else(|| bad("too large"))
+    }
+
+    fn binary(&mut self, x: i32, y: i32, out: i32, code: u32, alpha: f64) -> Lowered {
+        let (xs, xd) = self.tensor(x)?;
+        let (ys, yd) = self.tensor(y)?;
+        let (o, od) = self.tensor(out)?;
+        emit::binary(self, code, alpha, (xs, &xd), (ys, &yd), (o, &od))
+            .ok_or_else(|| bad(format!("{xd:?} and {yd:?} into {od:?}")))
+    }
+
+    fn conv(&mut self, a: &[i32], clamp: bool) -> Lowered {
+        if self.boolean(a[6])? {
+            return Err(bad("transposed convolution"));
+        }
+        let (x, xd) = self.tensor(a[0])?;
+        let (w, wd) = self.tensor(a[1])?;
+        let bias = if self.is_none(a[2])? {
+            None
+        } else {
+            Some(self.tensor(a[2])?)
+        };
+        let out = *a.last().expect("checked length");
+        let (o, od) = self.tensor(out)?;
+        let (stride, pad, dil) = (self.ints(a[3])?, self.ints(a[4])?, self.ints(a[5])?);
+        let (geometry, want) =
+            emit::conv_geometry(&xd, &wd, (&stride, &pad, &dil), self.int(a[8])?)
+                .ok_or_else(|| bad(format!("convolution of {xd:?} by {wd:?}")))?;
+        if od.iter().map(|&v| v as u64).ne(want.iter().copied())
+            || bias
+                .as_ref()
+                .is_some_and(|(_, bd)| bd.iter().product::<usize>() as u64 != geometry[3])
+        {
+            return Err(bad("convolution output or bias shape"));
+        }
+        let total: u64 = want.iter().product();
+        emit::conv2d(self, geometry, x, w, bias.map(|(s, _)| s), o, total)
+            .ok_or_else(|| bad("convolution too large"))?;
+        if clamp {
+            let f = [self.double(a[9])?, self.double(a[10])?, 0.0];
+            emit::unary(self, 11, f, o.off, o.off, total).ok_or_else(|| bad("too large"))?;
+        }
+        Ok(())
+    }
+
+    /// `linear(input [..., k], weight [n, k], bias [n]?)`.
+    fn linear(&mut self, a: &[i32]) -> Lowered {
+        let (x, xd) = self.tensor(a[0])?;
+        let (w, wd) = self.tensor(a[1])?;
+        let bias = if self.is_none(a[2])? {
+            None
+        } else {
+            Some(self.tensor(a[2])?)
+        };
+        let (o, od) = self.tensor(a[3])?;
+        let (&k, lead) = xd.split_last().ok_or_else(|| bad("0-d input"))?;
+        let &[n, k2] = wd.as_slice() else {
+            return Err(bad("weight rank"));
+        };
+        let mut want = lead.to_vec();
+        want.push(n);
+        if k2 != k || od != want {
+            return Err(bad("linear shapes"));
+        }
+        let m: u64 = lead.iter().map(|&v| v as u64).product();
+        let (n, k) = (n as u64, k as u64);
+        let bias = match bias {
+            Some((s, bd)) => {
+                let st = emit::broadcast_strides(&bd, &[m as usize, n as usize])
+                    .ok_or_else(|| bad("bias shape"))?;
+                Some((s, [st[0], st[1]]))
+            }
+            None => None,
+        };
+        emit::product(
+            self,
+            emit::Product {
+                batch: 1,
+                m,
+                n,
+                k,
+                a: (x, [0, k, 1]),
+                b: (w, [0, 1, k]),
+                out: o,
+                bias,
+                alpha: 1.0,
+                beta: 1.0,
+            },
+        )
+        .ok_or_else(|| bad("product too large"))
+    }
+
+    fn matmul(
+        &mut self,
+        x: i32,
+        y: i32,
+        bias: Option<i32>,
+        (alpha, beta): (f64, f64),
+        out: i32,
+    ) -> Lowered {
+        let (xs, xd) = self.tensor(x)?;
+        let (ys, yd) = self.tensor(y)?;
+        let (o, od) = self.tensor(out)?;
+        let (batch, m, k, k2, n) = match (xd.as_slice(), yd.as_slice()) {
+            ([m, k], [k2, n]) => (1, *m, *k, *k2, *n),
+            ([b, m, k], [b2, k2, n]) if b == b2 && bias.is_none() => (*b, *m, *k, *k2, *n),
+            _ => return Err(bad(format!("product of {xd:?} and {yd:?}"))),
+        };
+        let want = if xd.len() == 3 {
+            vec![batch, m, n]
+        } else {
+            vec![m, n]
+        };
+        if k != k2 || od != want {
+            return Err(bad("product shapes"));
+        }
+        let bias = match bias {
+            Some(b) => {
+                let (s, bd) = self.tensor(b)?;
+                let st = emit::broadcast_strides(&bd, &[m, n]).ok_or_else(|| bad("bias shape"))?;
+                Some((s, [st[0], st[1]]))
+            }
+            None => None,
+        };
+        let (m, n, k, batch) = (m as u64, n as u64, k as u64, batch as u64);
+        emit::product(
+            self,
+            emit::Product {
+                batch,
+                m,
+                n,
+                k,
+                a: (xs, [m * k, k, 1]),
+                b: (ys, [k * n, n, 1]),
+                out: o,
+                bias,
+                alpha,
+                beta,
+            },
+        )
+        .ok_or_else(|| bad("product too large"))
+    }
+
+    fn reduce(&mut self, x: i32, dims: &[i64], keepdim: bool, code: u64, out: i32) -> Lowered {
+        let (xs, xd) = self.tensor(x)?;
+        let (o, od) = self.tensor(out)?;
+        let rank = xd.len();
+        let mut reduced = vec![dims.is_empty(); rank];
+        for &d in dims {
+            let d = pteron_core::normalize_dim(d, rank.max(1)).map_err(|e| bad(e.to_string()))?;
+            if rank > 0 {
+                reduced[d] = true;
+            }
+        }
+        emit::reduce(self, code, xs, &xd, &reduced, keepdim, (o, &od))
+            .ok_or_else(|| bad(format!("reduction of {xd:?} into {od:?}")))
+    }
+
+    /// `native_layer_norm(input, normalized_shape, weight?, bias?, eps, [out, mean, rstd])`.
+    fn layer_norm(&mut self, a: &[i32]) -> Lowered {
+        let (x, xd) = self.tensor(a[0])?;
+        let norm = self.ints(a[1])?;
+        let nd = norm.len();
+        if nd == 0
+            || nd > xd.len()
+            || norm
+                .iter()
+                .zip(&xd[xd.len() - nd..])
+                .any(|(&n, &d)| n != d as i64)
+        {
+            return Err(bad("normalized shape"));
+        }
+        let m: u64 = xd[xd.len() - nd..].iter().map(|&v| v as u64).product();
+        let opt = |b: &mut Self, id: i32| -> Result<Option<Slot>, Refusal> {
+            if b.is_none(id)? {
+                return Ok(None);
+            }
+            let (s, d) = b.tensor(id)?;
+            if d.iter().map(|&v| v as u64).product::<u64>() != m {
+                return Err(bad("weight or bias shape"));
+            }
+            Ok(Some(s))
+        };
+        let w = opt(self, a[2])?;
+        let bias = opt(self, a[3])?;
+        let eps = self.double(a[4])?;
+        let outs = match self.val(a[5])? {
+            Val::Values(v) if v.len() == 3 => v.clone(),
+            _ => return Err(bad("outputs are not a list of three")),
+        };
+        let id = |v: usize| i32::try_from(v).map_err(|_| bad("value id"));
+        let (o, od) = self.tensor(id(outs[0])?)?;
+        let (mean, md) = self.tensor(id(outs[1])?)?;
+        let (rstd, rd) = self.tensor(id(outs[2])?)?;
+        let numel: u64 = xd.iter().map(|&v| v as u64).product();
+        let rows = if m == 0 { 0 } else { numel / m };
+        let count = |d: &[usize]| d.iter().map(|&v| v as u64).product::<u64>();
+        if od != xd || count(&md) != rows || count(&rd) != rows || m == 0 {
+            return Err(bad("layer norm shapes"));
+        }
+        emit::layer_norm(self, rows, m, eps, x, o, w, bias, (mean, rstd))
+            .ok_or_else(|| bad("too large"))
+    }
+}
+
+/// Runs ExecuTorch's Vulkan delegates ("VulkanBackend") on a GPU through the GPU engine.
+#[derive(Clone, Debug)]
+pub struct VulkanBackend {
+    gpu: Gpu,
+}
+
+impl VulkanBackend {
+    pub fn new(gpu: Gpu) -> Self {
+        VulkanBackend { gpu }
+    }
+}
+
+impl Backend for VulkanBackend {
+    fn id(&self) -> &str {
+        "VulkanBackend"
+    }
+
+    fn init<'p>(
+        &self,
+        init: &BackendInit<'_, 'p>,
+    ) -> Result<Box<dyn DelegateHandle + 'p>, KernelError> {
+        let (fbytes, bytes) = split(init.processed)?;
+        if !fb::vk_graph_buffer_has_identifier(fbytes) {
+            return Err(invalid("the flatbuffer is not a VK00 graph"));
+        }
+        let g = fb::root_as_vk_graph(fbytes).map_err(|e| invalid(format!("flatbuffer: {e}")))?;
+        let vals = decode(&g, bytes, init.named_data)?;
+        let n = vals.len();
+        let mut b = VkBuild {
+            vals,
+            slots: vec![None; n],
+            words: 0,
+            steps: Vec::new(),
+            consts: Vec::new(),
+        };
+        let ids = |l: Option<flatbuffers::Vector<'_, u32>>| -> Vec<i32> {
+            l.map(|l| l.iter().map(|v| i32::try_from(v).unwrap_or(-1)).collect())
+                .unwrap_or_default()
+        };
+        let (input_ids, output_ids) = (ids(g.input_ids()), ids(g.output_ids()));
+        let mut unsupported: Vec<String> = Vec::new();
+        for call in g.chain().into_iter().flatten() {
+            let name = call.name().unwrap_or("");
+            let args: Vec<i32> = call.args().map(|a| a.iter().collect()).unwrap_or_default();
+            match b.lower(name, &args) {
+                Ok(()) => {}
+                Err(Refusal::Op) => {
+                    if !unsupported.iter().any(|u| u == name) {
+                        unsupported.push(name.to_string());
+                    }
+                }
+                Err(e) => return Err(refusal(name, e)),
+            }
+        }
+        if !unsupported.is_empty() {
+            return Err(KernelError::unsupported(format!(
+                "Vulkan delegate: operators the GPU engine does not run (or not in these dtypes): {}",
+                unsupported.join(", ")
+            )));
+        }
+        let mut inputs = Vec::new();
+        for &id in &input_ids {
+            inputs.push(b.tensor(id).map_err(|e| refusal("graph input", e))?.0);
+        }
+        let mut outputs = Vec::new();
+        for &id in &output_ids {
+            outputs.push(b.tensor(id).map_err(|e| refusal("graph output", e))?.0);
+        }
+        let region = GpuRegion::new(&self.gpu, b.words, &b.steps, &b.consts, inputs, outputs)
+            .map_err(|e| match e {
+                GpuFailure::Refused => KernelError::unsupported(
+                    "Vulkan delegate: the graph does not fit one buffer of this GPU",
+                ),
+                GpuFailure::Device(m) => KernelError::unsupported(format!("GPU: {m}")),
+            })?;
+        Ok(Box::new(region))
+    }
+}
+
+fn refusal(what: &str, e: Refusal) -> KernelError {
+    match e {
+        Refusal::Op => KernelError::unsupported(format!("Vulkan delegate: {what}")),
+        Refusal::Args(m) => KernelError::unsupported(format!("Vulkan delegate: {what}: {m}")),
+    }
+}
