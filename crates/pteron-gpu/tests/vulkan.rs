@@ -69,3 +69,48 @@ fn without_the_backend_a_vulkan_program_is_refused() {
     };
     assert!(err.contains("VulkanBackend"), "{err}");
 }
+
+/// Hostile payloads: seeded byte changes anywhere in a Vulkan program end in a load or run
+/// error or in a run, never in a panic (every offset, size and id is checked).
+#[test]
+fn mutated_vulkan_programs_fail_cleanly() {
+    let Some(rt) = runtime() else { return };
+    let bytes = std::fs::read(vulkan_dir().join("mlp/model.pte")).unwrap();
+    let input = pteron::npy::read(vulkan_dir().join("mlp/input0.npy")).unwrap();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    // The delegate's header and flatbuffer (weights, the rest of the file, take few changes).
+    let vh = bytes.windows(4).position(|w| w == b"VH00").unwrap() - 4;
+    let fb_len = u32::from_le_bytes(bytes[vh + 14..vh + 18].try_into().unwrap()) as usize;
+    let payload = vh..(vh + 32 + fb_len).min(bytes.len());
+    let (mut loaded, mut ran) = (0, 0);
+    for round in 0..600 {
+        let mut m = bytes.clone();
+        for _ in 0..1 + next() % 4 {
+            let at = if round % 4 == 0 {
+                (next() % m.len() as u64) as usize
+            } else {
+                payload.start + (next() % payload.len() as u64) as usize
+            };
+            m[at] = next() as u8;
+        }
+        let file = pteron::ProgramFile::from_bytes(&m);
+        let Ok(program) = rt.load_program(&file) else {
+            continue;
+        };
+        let Ok(mut method) = program.load_method("forward") else {
+            continue;
+        };
+        loaded += 1;
+        use pteron::RunMethod;
+        if method.run(std::slice::from_ref(&input)).is_ok() {
+            ran += 1;
+        }
+    }
+    println!("{loaded} mutated programs loaded, {ran} ran");
+}
