@@ -20,8 +20,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         ia += idx * p[7u + r + d];
         ib += idx * p[7u + 2u * r + d];
     }
-    let a = m[ia];
-    let b = m[ib];
+    let a = ld(ia);
+    let b = ld(ib);
     var y: f32;
     switch op {
         case 0u: { y = a + alpha * b; }
@@ -33,5 +33,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         case 5u: { y = select(min(a, b), nan(), is_nan(a) || is_nan(b)); }
         default: { y = nan(); }
     }
-    m[p[6] + i] = y;
+    st(p[6] + i, y);
 }

@@ -7,13 +7,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         return;
     }
     let c = (i / p[2]) % p[1];
-    let invstd = 1.0 / sqrt(m[p[6] + c] + pf(11u));
-    var y = (m[p[3] + i] - m[p[5] + c]) * invstd;
+    let invstd = 1.0 / sqrt(ld(p[6] + c) + pf(11u));
+    var y = (ld(p[3] + i) - ld(p[5] + c)) * invstd;
     if (p[8] != 0u) {
-        y = y * m[p[7] + c];
+        y = y * ld(p[7] + c);
     }
     if (p[10] != 0u) {
-        y = y + m[p[9] + c];
+        y = y + ld(p[9] + c);
     }
-    m[p[4] + i] = y;
+    st(p[4] + i, y);
 }

@@ -23,7 +23,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let g = oc / (oc_n / p[15]);
     var acc = 0.0;
     if (p[19] != 0u) {
-        acc = m[p[18] + oc];
+        acc = ld(p[18] + oc);
     }
     for (var ic = 0u; ic < gin; ic++) {
         let x_plane = p[16] + ((n * c + g * gin + ic) * h) * w;
@@ -38,9 +38,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                 if (ix < 0 || ix >= i32(w)) {
                     continue;
                 }
-                acc = fma(m[x_plane + u32(iy) * w + u32(ix)], m[w_plane + ky * kw_n + kx], acc);
+                acc = fma(ld(x_plane + u32(iy) * w + u32(ix)), ld(w_plane + ky * kw_n + kx), acc);
             }
         }
     }
-    m[p[20] + i] = acc;
+    st(p[20] + i, acc);
 }

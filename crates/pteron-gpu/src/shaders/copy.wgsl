@@ -19,5 +19,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         src += idx * p[4u + r + d];
         dst += idx * p[4u + 2u * r + d];
     }
-    m[dst] = m[src];
+    m[dst] = m[src]; // raw words: any dtype
 }

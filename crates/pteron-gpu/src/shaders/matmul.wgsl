@@ -19,13 +19,13 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         let ka = t * 16u + lid.x;
         var va = 0.0;
         if (row < mm && ka < kk) {
-            va = m[a_base + row * p[11] + ka * p[12]];
+            va = ld(a_base + row * p[11] + ka * p[12]);
         }
         ta[lid.y * 16u + lid.x] = va;
         let kb = t * 16u + lid.y;
         var vb = 0.0;
         if (kb < kk && col < nn) {
-            vb = m[b_base + kb * p[14] + col * p[15]];
+            vb = ld(b_base + kb * p[14] + col * p[15]);
         }
         tb[lid.y * 16u + lid.x] = vb;
         workgroupBarrier();
@@ -37,8 +37,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     if (row < mm && col < nn) {
         var y = pf(8u) * acc;
         if (p[7] != 0u) {
-            y += pf(9u) * m[p[6] + row * p[16] + col * p[17]];
+            y += pf(9u) * ld(p[6] + row * p[16] + col * p[17]);
         }
-        m[p[5] + (wid.z * mm + row) * nn + col] = y;
+        st(p[5] + (wid.z * mm + row) * nn + col, y);
     }
 }

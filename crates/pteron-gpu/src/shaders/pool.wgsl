@@ -46,8 +46,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let base = p[14] + plane * u32(h * w);
     for (var y = y0; y < y1; y++) {
         for (var x = x0; x < x1; x++) {
-            s += m[base + u32(y * w + x)];
+            s += ld(base + u32(y * w + x));
         }
     }
-    m[p[15] + i] = s / div;
+    st(p[15] + i, s / div);
 }

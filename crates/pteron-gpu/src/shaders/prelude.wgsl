@@ -1,7 +1,21 @@
 // Shared by every kernel: the step's parameters (words at a dynamic offset) and the region's
-// one buffer, which holds constants, inputs, intermediates and outputs at word offsets.
+// one buffer, which holds constants, inputs, intermediates and outputs at word offsets. The
+// buffer is words: float32 values are read and written through their bits (`ld`, `st`), int32
+// and bool values as they are, and copies move words whatever they hold.
 @group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read_write> m: array<f32>;
+@group(0) @binding(1) var<storage, read_write> m: array<u32>;
+
+fn ld(i: u32) -> f32 {
+    return bitcast<f32>(m[i]);
+}
+
+fn st(i: u32, v: f32) {
+    m[i] = bitcast<u32>(v);
+}
+
+fn ldi(i: u32) -> i32 {
+    return bitcast<i32>(m[i]);
+}
 
 fn pf(i: u32) -> f32 {
     return bitcast<f32>(p[i]);

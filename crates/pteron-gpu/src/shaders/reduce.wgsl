@@ -35,7 +35,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             at += (r % s) * p[rs + rr + d];
             r = r / s;
         }
-        let v = m[at];
+        let v = ld(at);
         switch op {
             case 2u: { acc = select(max(acc, v), nan(), is_nan(acc) || is_nan(v)); }
             case 3u: { acc = select(min(acc, v), nan(), is_nan(acc) || is_nan(v)); }
@@ -45,5 +45,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (op == 1u) {
         acc = acc / f32(count);
     }
-    m[p[3] + i] = acc;
+    st(p[3] + i, acc);
 }

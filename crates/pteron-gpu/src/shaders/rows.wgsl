@@ -37,7 +37,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         let o = p[4] + base;
         var mx = -inf();
         for (var j = t; j < dim; j += 64u) {
-            let v = m[x + j * inner];
+            let v = ld(x + j * inner);
             mx = select(max(mx, v), nan(), is_nan(mx) || is_nan(v));
         }
         red[t] = mx;
@@ -47,7 +47,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         workgroupBarrier();
         var s = 0.0;
         for (var j = t; j < dim; j += 64u) {
-            s += exp(m[x + j * inner] - mx);
+            s += exp(ld(x + j * inner) - mx);
         }
         red[t] = s;
         workgroupBarrier();
@@ -55,15 +55,15 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         s = red[0];
         let ls = log(s);
         for (var j = t; j < dim; j += 64u) {
-            let d = m[x + j * inner] - mx;
-            m[o + j * inner] = select(exp(d) / s, d - ls, p[5] != 0u);
+            let d = ld(x + j * inner) - mx;
+            st(o + j * inner, select(exp(d) / s, d - ls, p[5] != 0u));
         }
     } else {
         let x = p[3] + row * dim;
         let o = p[4] + row * dim;
         var s = 0.0;
         for (var j = t; j < dim; j += 64u) {
-            s += m[x + j];
+            s += ld(x + j);
         }
         red[t] = s;
         workgroupBarrier();
@@ -72,7 +72,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         workgroupBarrier();
         var q = 0.0;
         for (var j = t; j < dim; j += 64u) {
-            let d = m[x + j] - mean;
+            let d = ld(x + j) - mean;
             q += d * d;
         }
         red[t] = q;
@@ -80,18 +80,18 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         reduce_sum(t);
         let rstd = 1.0 / sqrt(red[0] / f32(dim) + pf(5u));
         for (var j = t; j < dim; j += 64u) {
-            var y = (m[x + j] - mean) * rstd;
+            var y = (ld(x + j) - mean) * rstd;
             if (p[8] != 0u) {
-                y = y * m[p[7] + j];
+                y = y * ld(p[7] + j);
             }
             if (p[10] != 0u) {
-                y = y + m[p[9] + j];
+                y = y + ld(p[9] + j);
             }
-            m[o + j] = y;
+            st(o + j, y);
         }
         if (t == 0u) {
-            m[p[11] + row] = mean;
-            m[p[12] + row] = rstd;
+            st(p[11] + row, mean);
+            st(p[12] + row, rstd);
         }
     }
 }

@@ -28,7 +28,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (i >= p[0]) {
         return;
     }
-    let x = m[p[2] + i];
+    let x = ld(p[2] + i);
     let f0 = pf(4u);
     let f1 = pf(5u);
     let f2 = pf(6u);
@@ -61,5 +61,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         case 24u: { y = f0 - f1 * x; }
         default: { y = nan(); }
     }
-    m[p[3] + i] = y;
+    st(p[3] + i, y);
 }
