@@ -18,6 +18,20 @@ pub(crate) struct Step {
     pub grid: [u32; 3],
 }
 
+/// Words at the start of every region's buffer that no tensor takes: word 0 is the error word
+/// that index-reading kernels set (see `shaders/gather.wgsl`).
+pub(crate) const RESERVED_WORDS: u64 = 1;
+
+/// What a tensor's words hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dt {
+    F32,
+    /// int32 (the host side may hold int64 or int32).
+    I32,
+    /// 0 or 1 (the host side holds one byte each).
+    Bool,
+}
+
 /// A home in the region's buffer: word offset and length.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Slot {
@@ -193,6 +207,16 @@ impl<'g> Builder<'g> {
         self.produced.insert(v, slot);
         self.produced_order.push(v);
         Some((slot, info))
+    }
+}
+
+impl Builder<'_> {
+    /// An empty region (its buffer starts after the reserved words).
+    pub(crate) fn new() -> Self {
+        Builder {
+            words: RESERVED_WORDS,
+            ..Builder::default()
+        }
     }
 }
 

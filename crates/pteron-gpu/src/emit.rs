@@ -464,3 +464,70 @@ pub(crate) fn conv_geometry(
         out,
     ))
 }
+
+/// An int32 / bool step (`shaders/ints.wgsl`, op `code`, scalars `s0`, `s1`) over `out`'s
+/// index space, reading up to three operands broadcast to it.
+pub(crate) fn ints(
+    b: &mut impl Steps,
+    code: u32,
+    (s0, s1): (i32, i32),
+    operands: &[(Slot, &[usize])],
+    (o, out): (Slot, &[usize]),
+) -> Option<()> {
+    if out.len() > MAX_RANK || operands.len() > 3 {
+        return None;
+    }
+    let mut offs = [o.off; 3];
+    let mut st = vec![vec![0u64; out.len()]; 3];
+    for (k, &(s, sizes)) in operands.iter().enumerate() {
+        offs[k] = s.off;
+        st[k] = broadcast_strides(sizes, out)?;
+    }
+    let n: u64 = out.iter().map(|&v| v as u64).product();
+    let mut p = vec![u32of(n)?, code, s0 as u32, s1 as u32, out.len() as u32];
+    push_all(&mut p, &[offs[0], offs[1], offs[2], o.off])?;
+    push_all(&mut p, &out.iter().map(|&v| v as u64).collect::<Vec<_>>())?;
+    for s in &st {
+        push_all(&mut p, s)?;
+    }
+    b.step(Kernel::Ints, p, elementwise_grid(n)?);
+    Some(())
+}
+
+/// Embedding rows: `out[t, :] = w[idx[t], :]` for `tokens` indices into `rows` rows of `width`.
+pub(crate) fn embedding(
+    b: &mut impl Steps,
+    w: Slot,
+    (rows, width): (u64, u64),
+    idx: Slot,
+    tokens: u64,
+    o: Slot,
+) -> Option<()> {
+    let n = tokens.checked_mul(width)?;
+    let mut p = vec![u32of(n)?, 0];
+    push_all(&mut p, &[w.off, idx.off, o.off, rows, width])?;
+    b.step(Kernel::Gather, p, elementwise_grid(n)?);
+    Some(())
+}
+
+/// `gather(src, dim, index)`: `out` has `index`'s shape (contiguous, as `index` is).
+pub(crate) fn gather(
+    b: &mut impl Steps,
+    (src, src_sizes): (Slot, &[usize]),
+    dim: usize,
+    idx: Slot,
+    (o, out): (Slot, &[usize]),
+) -> Option<()> {
+    let rank = out.len();
+    if rank == 0 || rank > MAX_RANK || src_sizes.len() != rank || dim >= rank {
+        return None;
+    }
+    let n: u64 = out.iter().map(|&v| v as u64).product();
+    let mut p = vec![u32of(n)?, 1];
+    push_all(&mut p, &[src.off, idx.off, o.off, rank as u64, dim as u64])?;
+    push_all(&mut p, &out.iter().map(|&v| v as u64).collect::<Vec<_>>())?;
+    push_all(&mut p, &strides(src_sizes))?;
+    push_all(&mut p, &[src_sizes[dim] as u64])?;
+    b.step(Kernel::Gather, p, elementwise_grid(n)?);
+    Some(())
+}

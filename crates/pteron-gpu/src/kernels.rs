@@ -16,6 +16,8 @@ pub(crate) enum Kernel {
     Reduce,
     Channel,
     Pool,
+    Ints,
+    Gather,
 }
 
 impl Kernel {
@@ -30,6 +32,8 @@ impl Kernel {
             Kernel::Reduce => "reduce",
             Kernel::Channel => "channel",
             Kernel::Pool => "pool",
+            Kernel::Ints => "ints",
+            Kernel::Gather => "gather",
         }
     }
 
@@ -45,6 +49,8 @@ impl Kernel {
             Kernel::Reduce => include_str!("shaders/reduce.wgsl"),
             Kernel::Channel => include_str!("shaders/channel.wgsl"),
             Kernel::Pool => include_str!("shaders/pool.wgsl"),
+            Kernel::Ints => include_str!("shaders/ints.wgsl"),
+            Kernel::Gather => include_str!("shaders/gather.wgsl"),
         };
         format!("{PRELUDE}\n{body}")
     }

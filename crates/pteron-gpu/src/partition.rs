@@ -14,7 +14,7 @@ use std::ops::Range;
 
 use pteron_core::{CallGraph, KernelError, Partitioner, Region};
 
-use crate::builder::Builder;
+use crate::builder::{Builder, Dt};
 use crate::device::Gpu;
 use crate::region::{GpuFailure, GpuRegion};
 
@@ -41,7 +41,7 @@ impl Partitioner for GpuPartitioner {
         let mut regions = Vec::new();
         let mut k = 0;
         while k < g.len() {
-            let mut b = Builder::default();
+            let mut b = Builder::new();
             let end = scan(&mut b, g, k);
             if end - k >= self.min_calls.max(1) {
                 match finish(b, g, k..end, &self.gpu) {
@@ -96,8 +96,8 @@ fn finish<'g, 'p>(
         b.words,
         &b.steps,
         &b.consts,
-        b.inputs.iter().map(|&(_, s)| s).collect(),
-        outputs.iter().map(|&(_, s)| s).collect(),
+        b.inputs.iter().map(|&(_, s)| (s, Dt::F32)).collect(),
+        outputs.iter().map(|&(_, s)| (s, Dt::F32)).collect(),
     )?;
     Ok(Region {
         calls: range,

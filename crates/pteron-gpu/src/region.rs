@@ -6,7 +6,7 @@ use std::sync::{mpsc, Arc};
 
 use pteron_core::{ArgAccess, ArgView, DelegateHandle, KernelContext, KernelError, ScalarType};
 
-use crate::builder::{Slot, Step};
+use crate::builder::{Dt, Slot, Step};
 use crate::device::{Gpu, Inner};
 
 /// Why a region was not made: the device cannot hold it (it stays on the CPU), or the device
@@ -23,9 +23,12 @@ pub(crate) struct GpuRegion {
     _params: wgpu::Buffer,
     bind_group: wgpu::BindGroup,
     steps: Vec<(Arc<wgpu::ComputePipeline>, u32, [u32; 3])>,
-    inputs: Vec<Slot>,
-    outputs: Vec<Slot>,
-    readback: Option<wgpu::Buffer>,
+    inputs: Vec<(Slot, Dt)>,
+    outputs: Vec<(Slot, Dt)>,
+    /// The error word, then every output.
+    readback: wgpu::Buffer,
+    /// Host bytes of an input converted to words (int64 or bool inputs), kept between runs.
+    staging: Vec<u8>,
     bytes: u64,
 }
 
@@ -39,8 +42,8 @@ impl GpuRegion {
         words: u64,
         steps: &[Step],
         consts: &[(Slot, &[u8])],
-        inputs: Vec<Slot>,
-        outputs: Vec<Slot>,
+        inputs: Vec<(Slot, Dt)>,
+        outputs: Vec<(Slot, Dt)>,
     ) -> Result<Self, GpuFailure> {
         let inner = gpu.inner.clone();
         let device = &inner.device;
@@ -116,14 +119,12 @@ impl GpuRegion {
                 },
             ],
         });
-        let out_bytes: u64 = outputs.iter().map(|s| bytes_of(s.words)).sum();
-        let readback = (out_bytes > 0).then(|| {
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("pteron readback"),
-                size: out_bytes,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            })
+        let out_bytes: u64 = 4 + outputs.iter().map(|(s, _)| bytes_of(s.words)).sum::<u64>();
+        let readback = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("pteron readback"),
+            size: out_bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
         });
         if let Some(e) = inner.take_error() {
             return Err(GpuFailure::Device(e));
@@ -143,25 +144,29 @@ impl GpuRegion {
             inputs,
             outputs,
             readback,
+            staging: Vec::new(),
         })
     }
 
     fn run(&mut self, ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
         let gpu = &self.gpu;
-        for (k, slot) in self.inputs.iter().enumerate() {
+        for (k, &(slot, dt)) in self.inputs.iter().enumerate() {
             let ([t], []) = ctx.io::<1, 0>([k], [])?;
-            if t.bytes.len() as u64 != bytes_of(slot.words) {
+            let words = to_words(t.info.dtype(), dt, t.bytes, &mut self.staging)
+                .map_err(|m| KernelError::unsupported(format!("GPU region input {k}: {m}")))?;
+            if words.len() as u64 != bytes_of(slot.words) {
                 return Err(KernelError::shape(format!(
-                    "GPU region input {k} has {} bytes, the region planned {}",
-                    t.bytes.len(),
-                    bytes_of(slot.words)
+                    "GPU region input {k} has {} values, the region planned {}",
+                    words.len() / 4,
+                    slot.words
                 )));
             }
-            if !t.bytes.is_empty() {
+            if !words.is_empty() {
                 gpu.queue
-                    .write_buffer(&self.buffer, bytes_of(slot.off), t.bytes);
+                    .write_buffer(&self.buffer, bytes_of(slot.off), words);
             }
         }
+        gpu.queue.write_buffer(&self.buffer, 0, &[0; 4]);
         let mut enc = gpu
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
@@ -179,24 +184,18 @@ impl GpuRegion {
                 pass.dispatch_workgroups(*x, *y, *z);
             }
         }
-        let mut at = 0;
-        if let Some(rb) = &self.readback {
-            for s in &self.outputs {
-                let n = bytes_of(s.words);
-                if n > 0 {
-                    enc.copy_buffer_to_buffer(&self.buffer, bytes_of(s.off), rb, at, n);
-                }
-                at += n;
+        let rb = &self.readback;
+        enc.copy_buffer_to_buffer(&self.buffer, 0, rb, 0, 4);
+        let mut at = 4;
+        for (s, _) in &self.outputs {
+            let n = bytes_of(s.words);
+            if n > 0 {
+                enc.copy_buffer_to_buffer(&self.buffer, bytes_of(s.off), rb, at, n);
             }
+            at += n;
         }
         gpu.queue.submit([enc.finish()]);
         let device_error = |m: String| KernelError::unsupported(format!("GPU: {m}"));
-        let Some(rb) = &self.readback else {
-            return match gpu.take_error() {
-                Some(e) => Err(device_error(e)),
-                None => Ok(()),
-            };
-        };
         let (tx, rx) = mpsc::channel();
         rb.map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
@@ -217,19 +216,18 @@ impl GpuRegion {
             let view = rb
                 .get_mapped_range(..)
                 .map_err(|e| device_error(e.to_string()))?;
-            let mut at = 0usize;
+            if view[..4] != [0; 4] {
+                return Err(KernelError::invalid(
+                    "an index read on the GPU is outside its dim",
+                ));
+            }
+            let mut at = 4usize;
             let first = self.inputs.len();
-            for (k, s) in self.outputs.iter().enumerate() {
+            for (k, &(s, dt)) in self.outputs.iter().enumerate() {
                 let n = bytes_of(s.words) as usize;
                 let ([], [out]) = ctx.io::<0, 1>([], [first + k])?;
-                let dst = out.bytes;
-                if dst.len() != n {
-                    return Err(KernelError::shape(format!(
-                        "GPU region output {k} has {} bytes, the region computed {n}",
-                        dst.len()
-                    )));
-                }
-                dst.copy_from_slice(&view[at..at + n]);
+                from_words(&view[at..at + n], dt, out.info.dtype(), out.bytes)
+                    .map_err(|m| KernelError::shape(format!("GPU region output {k}: {m}")))?;
                 at += n;
             }
             Ok(())
@@ -242,11 +240,11 @@ impl GpuRegion {
 impl DelegateHandle for GpuRegion {
     fn check(&self, args: &ArgView<'_, '_>) -> Result<(), KernelError> {
         let slots = self.inputs.iter().chain(&self.outputs);
-        for (k, slot) in slots.enumerate() {
+        for (k, &(slot, dt)) in slots.enumerate() {
             let t = args.tensor(k)?;
-            if t.dtype() != ScalarType::Float || t.numel() as u64 != slot.words {
+            if !host_dtype_fits(t.dtype(), dt) || t.numel() as u64 != slot.words {
                 return Err(KernelError::unsupported(format!(
-                    "GPU region argument {k} is {} {:?}; the region planned {} float32 values",
+                    "GPU region argument {k} is {} {:?}; the region planned {} {dt:?} values",
                     t.dtype(),
                     t.sizes(),
                     slot.words
@@ -263,4 +261,74 @@ impl DelegateHandle for GpuRegion {
     fn memory_bytes(&self) -> usize {
         usize::try_from(self.bytes).unwrap_or(usize::MAX)
     }
+}
+
+/// Host tensors of these dtypes map onto words of `dt` (int64 narrowed to int32, checked).
+fn host_dtype_fits(host: ScalarType, dt: Dt) -> bool {
+    matches!(
+        (host, dt),
+        (ScalarType::Float, Dt::F32)
+            | (ScalarType::Int | ScalarType::Long, Dt::I32)
+            | (ScalarType::Bool, Dt::Bool)
+    )
+}
+
+/// The words of a host tensor: float32 and int32 as they are, int64 narrowed (an error if a
+/// value does not fit), bools widened; converted ones go through `staging`.
+fn to_words<'a>(
+    host: ScalarType,
+    dt: Dt,
+    bytes: &'a [u8],
+    staging: &'a mut Vec<u8>,
+) -> Result<&'a [u8], String> {
+    if !host_dtype_fits(host, dt) {
+        return Err(format!("a {host} tensor where {dt:?} values are planned"));
+    }
+    match host {
+        ScalarType::Long => {
+            staging.clear();
+            for v in bytes.chunks_exact(8) {
+                let v = i64::from_le_bytes(v.try_into().expect("8 bytes"));
+                let v = i32::try_from(v).map_err(|_| format!("{v} does not fit int32"))?;
+                staging.extend_from_slice(&v.to_le_bytes());
+            }
+            Ok(staging)
+        }
+        ScalarType::Bool => {
+            staging.clear();
+            for &b in bytes {
+                staging.extend_from_slice(&u32::from(b != 0).to_le_bytes());
+            }
+            Ok(staging)
+        }
+        _ => Ok(bytes),
+    }
+}
+
+/// Writes words back into a host tensor of dtype `host` (int32 widened to int64, words to
+/// bools).
+fn from_words(words: &[u8], dt: Dt, host: ScalarType, out: &mut [u8]) -> Result<(), String> {
+    if !host_dtype_fits(host, dt) {
+        return Err(format!("a {host} tensor where {dt:?} values are computed"));
+    }
+    let n = words.len() / 4;
+    let want = n * host.elem_size();
+    if out.len() != want {
+        return Err(format!("{} bytes where {want} are computed", out.len()));
+    }
+    match host {
+        ScalarType::Long => {
+            for (o, w) in out.chunks_exact_mut(8).zip(words.chunks_exact(4)) {
+                let v = i32::from_le_bytes(w.try_into().expect("4 bytes"));
+                o.copy_from_slice(&i64::from(v).to_le_bytes());
+            }
+        }
+        ScalarType::Bool => {
+            for (o, w) in out.iter_mut().zip(words.chunks_exact(4)) {
+                *o = u8::from(w != [0; 4]);
+            }
+        }
+        _ => out.copy_from_slice(words),
+    }
+    Ok(())
 }

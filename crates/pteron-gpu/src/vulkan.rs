@@ -12,7 +12,7 @@
 
 use pteron_core::{Backend, BackendInit, DelegateHandle, KernelError};
 
-use crate::builder::{Slot, Step};
+use crate::builder::{Dt, Slot, Step, RESERVED_WORDS};
 use crate::device::Gpu;
 use crate::emit::{self, Steps};
 use crate::kernels::Kernel;
@@ -83,6 +83,7 @@ enum Val<'d> {
     Str(&'d str),
     Tensor {
         dims: Vec<usize>,
+        dt: Dt,
         /// Its bytes among the constants, if it is one.
         constant: Option<&'d [u8]>,
     },
@@ -173,10 +174,16 @@ fn decode<'d>(
                 let t = v
                     .value_as_vk_tensor()
                     .ok_or_else(|| invalid("tensor value without a tensor"))?;
-                if t.datatype() != fb::VkDataType::FLOAT32 {
-                    out.push(Val::OtherTensor(t.datatype()));
-                    continue;
-                }
+                let dt = match t.datatype() {
+                    fb::VkDataType::FLOAT32 => Dt::F32,
+                    fb::VkDataType::INT32 => Dt::I32,
+                    // A bool constant would need its bytes widened to words.
+                    fb::VkDataType::BOOL if t.constant_id() < 0 => Dt::Bool,
+                    other => {
+                        out.push(Val::OtherTensor(other));
+                        continue;
+                    }
+                };
                 let dims: Vec<usize> = t
                     .dims()
                     .map(|d| d.iter().map(|x| x as usize).collect())
@@ -197,6 +204,7 @@ fn decode<'d>(
                 }
                 Val::Tensor {
                     dims,
+                    dt,
                     constant: constant.map(|c| &c[..(n * 4) as usize]),
                 }
             }
@@ -249,15 +257,24 @@ impl<'d> VkBuild<'d> {
             .ok_or_else(|| bad(format!("value {id} out of range")))
     }
 
-    /// Tensor `id`: its home and dims (a constant is uploaded on first use).
+    /// Float32 tensor `id`: its home and dims; another dtype refuses the operator.
     fn tensor(&mut self, id: i32) -> Result<(Slot, Vec<usize>), Refusal> {
-        let (dims, constant) = match self.val(id)? {
-            Val::Tensor { dims, constant } => (dims.clone(), *constant),
+        match self.any_tensor(id)? {
+            (s, d, Dt::F32) => Ok((s, d)),
+            _ => Err(Refusal::Op),
+        }
+    }
+
+    /// Tensor `id` of any dtype the engine holds: its home, dims and dtype (a constant is
+    /// uploaded on first use).
+    fn any_tensor(&mut self, id: i32) -> Result<(Slot, Vec<usize>, Dt), Refusal> {
+        let (dims, dt, constant) = match self.val(id)? {
+            Val::Tensor { dims, dt, constant } => (dims.clone(), *dt, *constant),
             v => return Err(bad(format!("value {id} is {}, not a tensor", v.describe()))),
         };
         let i = id as usize;
         if let Some(s) = self.slots[i] {
-            return Ok((s, dims));
+            return Ok((s, dims, dt));
         }
         let n: u64 = dims.iter().map(|&d| d as u64).product();
         let slot = Slot {
@@ -273,7 +290,21 @@ impl<'d> VkBuild<'d> {
             self.consts.push((slot, bytes));
         }
         self.slots[i] = Some(slot);
-        Ok((slot, dims))
+        Ok((slot, dims, dt))
+    }
+
+    /// Tensors `x` and `out` of one dtype (the copies move words of any dtype).
+    fn same_dtype(
+        &mut self,
+        x: i32,
+        out: i32,
+    ) -> Result<((Slot, Vec<usize>), (Slot, Vec<usize>), Dt), Refusal> {
+        let (xs, xd, xt) = self.any_tensor(x)?;
+        let (os, od, ot) = self.any_tensor(out)?;
+        if xt != ot {
+            return Err(Refusal::Op);
+        }
+        Ok(((xs, xd), (os, od), xt))
     }
 
     fn int(&self, id: i32) -> Result<i64, Refusal> {
@@ -389,6 +420,11 @@ impl<'d> VkBuild<'d> {
                     e => Err(refused(&format!("exponent {e}"))),
                 }
             }
+            "aten.add.Tensor" if self.is_int(a[0]) => {
+                need(4)?;
+                let alpha = i32::try_from(self.int(a[2])?).map_err(|_| bad("alpha"))?;
+                self.int_step(0, (alpha, 0), &[a[0], a[1]], a[3], Dt::I32)
+            }
             "aten.add.Tensor" | "aten.sub.Tensor" => {
                 need(4)?;
                 let code = if name == "aten.add.Tensor" { 0 } else { 1 };
@@ -469,9 +505,8 @@ impl<'d> VkBuild<'d> {
             | "aten.squeeze_copy.dims"
             | "aten.unsqueeze_copy.default"
             | "et_vk.prepack.default" => {
-                let (x, xd) = self.tensor(a[0])?;
                 let out = *a.last().ok_or_else(|| bad("no output"))?;
-                let (o, od) = self.tensor(out)?;
+                let ((x, xd), (o, od), _) = self.same_dtype(a[0], out)?;
                 let (n, m): (u64, u64) = (
                     xd.iter().map(|&v| v as u64).product(),
                     od.iter().map(|&v| v as u64).product(),
@@ -484,8 +519,7 @@ impl<'d> VkBuild<'d> {
             }
             "aten.permute_copy.default" => {
                 need(3)?;
-                let (x, xd) = self.tensor(a[0])?;
-                let (o, od) = self.tensor(a[2])?;
+                let ((x, xd), (o, od), _) = self.same_dtype(a[0], a[2])?;
                 let dims = self.ints(a[1])?;
                 let st = emit::strides(&xd);
                 let rank = xd.len();
@@ -507,15 +541,200 @@ impl<'d> VkBuild<'d> {
             }
             "aten.expand_copy.default" => {
                 need(4)?;
-                let (x, xd) = self.tensor(a[0])?;
-                let (o, od) = self.tensor(a[3])?;
+                let ((x, xd), (o, od), _) = self.same_dtype(a[0], a[3])?;
                 let src = emit::broadcast_strides(&xd, &od).ok_or_else(|| bad("expand shape"))?;
                 let shape: Vec<u64> = od.iter().map(|&v| v as u64).collect();
                 emit::copy_step(self, &shape, (x.off, &src), (o.off, &emit::strides(&od)))
                     .ok_or_else(|| bad("copy too large"))
             }
+            "aten.ge.Scalar" => {
+                need(3)?;
+                let s = i32::try_from(self.int(a[1])?).map_err(|_| bad("scalar"))?;
+                self.int_step(1, (s, 0), &[a[0]], a[2], Dt::Bool)
+            }
+            "aten.bitwise_and.Tensor" => {
+                need(3)?;
+                self.int_step(2, (0, 0), &[a[0], a[1]], a[2], Dt::Bool)
+            }
+            "aten.where.self" => {
+                need(4)?;
+                let (_, _, ct) = self.any_tensor(a[0])?;
+                let (_, _, xt) = self.any_tensor(a[1])?;
+                let (_, _, yt) = self.any_tensor(a[2])?;
+                let (_, _, ot) = self.any_tensor(a[3])?;
+                if ct != Dt::Bool || xt != ot || yt != ot {
+                    return Err(Refusal::Op);
+                }
+                self.int_step(5, (0, 0), &[a[0], a[1], a[2]], a[3], ot)
+            }
+            "aten.arange.start_step" => {
+                need(8)?;
+                let (start, end, step) = (self.int(a[0])?, self.int(a[1])?, self.int(a[2])?);
+                let (o, od, ot) = self.any_tensor(a[7])?;
+                let len = if step > 0 && end > start {
+                    (end - start + step - 1) / step
+                } else {
+                    return Err(bad("arange range"));
+                };
+                let fits = |v: i64| i32::try_from(v).map_err(|_| bad("arange bounds"));
+                if ot != Dt::I32 || od.as_slice() != [len as usize] {
+                    return Err(Refusal::Op);
+                }
+                fits(end)?;
+                emit::ints(self, 6, (fits(start)?, fits(step)?), &[], (o, &od))
+                    .ok_or_else(|| bad("too large"))
+            }
+            "aten.full.default" => {
+                need(7)?;
+                let (o, od, ot) = self.any_tensor(a[6])?;
+                let size = self.ints(a[0])?;
+                if size.len() != od.len() || size.iter().zip(&od).any(|(&s, &d)| s != d as i64) {
+                    return Err(bad("full size"));
+                }
+                let word = match (ot, self.val(a[1])?) {
+                    (Dt::F32, _) => (self.double(a[1])? as f32).to_bits(),
+                    (Dt::I32, Val::Int(v)) => i32::try_from(*v).map_err(|_| bad("fill"))? as u32,
+                    (Dt::Bool, Val::Bool(v)) => u32::from(*v),
+                    (Dt::Bool, Val::Int(v)) => u32::from(*v != 0),
+                    _ => return Err(Refusal::Op),
+                };
+                emit::ints(self, 7, (word as i32, 0), &[], (o, &od)).ok_or_else(|| bad("too large"))
+            }
+            "dim_order_ops._to_dim_order_copy.default" => {
+                need(8)?;
+                let (_, xd, xt) = self.any_tensor(a[0])?;
+                let (_, od, ot) = self.any_tensor(a[7])?;
+                let order = self.ints(a[6])?;
+                if xd != od || order.iter().enumerate().any(|(k, &d)| d != k as i64) {
+                    return Err(bad("a dim order change"));
+                }
+                let code = match (xt, ot) {
+                    (x, o) if x == o => {
+                        let ((x, _), (o, _), _) = self.same_dtype(a[0], a[7])?;
+                        let n: u64 = od.iter().map(|&v| v as u64).product();
+                        return emit::copy_step(self, &[n], (x.off, &[1]), (o.off, &[1]))
+                            .ok_or_else(|| bad("too large"));
+                    }
+                    (Dt::I32 | Dt::Bool, Dt::F32) => 3,
+                    (Dt::I32, Dt::Bool) => 4,
+                    _ => return Err(Refusal::Op),
+                };
+                self.int_step(code, (0, 0), &[a[0]], a[7], ot)
+            }
+            "aten.embedding.default" => {
+                need(6)?;
+                let (w, wd) = self.tensor(a[0])?;
+                let (i, id, it) = self.any_tensor(a[1])?;
+                let (o, od) = self.tensor(a[5])?;
+                let &[rows, width] = wd.as_slice() else {
+                    return Err(bad("embedding weight rank"));
+                };
+                let mut want = id.clone();
+                want.push(width);
+                if it != Dt::I32 || od != want {
+                    return Err(bad("embedding shapes"));
+                }
+                let tokens: u64 = id.iter().map(|&v| v as u64).product();
+                emit::embedding(self, w, (rows as u64, width as u64), i, tokens, o)
+                    .ok_or_else(|| bad("too large"))
+            }
+            "aten.gather.default" => {
+                need(5)?;
+                let ((x, xd), (o, od), _) = self.same_dtype(a[0], a[4])?;
+                let (i, id, it) = self.any_tensor(a[2])?;
+                let dim = pteron_core::normalize_dim(self.int(a[1])?, xd.len().max(1))
+                    .map_err(|e| bad(e.to_string()))?;
+                // The index may be smaller than the source on every other dim.
+                if it != Dt::I32
+                    || id != od
+                    || id.len() != xd.len()
+                    || id
+                        .iter()
+                        .zip(&xd)
+                        .enumerate()
+                        .any(|(k, (&i, &x))| k != dim && i > x)
+                {
+                    return Err(bad("gather shapes"));
+                }
+                emit::gather(self, (x, &xd), dim, i, (o, &od)).ok_or_else(|| bad("too large"))
+            }
+            "aten.slice_copy.Tensor" => {
+                need(6)?;
+                let ((x, xd), (o, od), _) = self.same_dtype(a[0], a[5])?;
+                let rank = xd.len();
+                let d = pteron_core::normalize_dim(self.int(a[1])?, rank.max(1))
+                    .map_err(|e| bad(e.to_string()))?;
+                if rank == 0 {
+                    return Err(bad("0-d slice"));
+                }
+                let size = xd[d] as i64;
+                let opt = |b: &Self, id: i32, default: i64| -> Result<i64, Refusal> {
+                    if b.is_none(id)? {
+                        Ok(default)
+                    } else {
+                        b.int(id)
+                    }
+                };
+                let clampi = |v: i64| {
+                    if v < 0 {
+                        (v + size).max(0)
+                    } else {
+                        v.min(size)
+                    }
+                };
+                let start = clampi(opt(self, a[2], 0)?);
+                let end = clampi(opt(self, a[3], size)?).max(start);
+                let step = self.int(a[4])?;
+                if step <= 0 {
+                    return Err(bad("slice step"));
+                }
+                let mut want = xd.clone();
+                want[d] = ((end - start + step - 1) / step) as usize;
+                if want != od {
+                    return Err(bad("slice shape"));
+                }
+                let st = emit::strides(&xd);
+                let mut src = st.clone();
+                src[d] = st[d]
+                    .checked_mul(step as u64)
+                    .ok_or_else(|| bad("slice step"))?;
+                let shape: Vec<u64> = od.iter().map(|&v| v as u64).collect();
+                emit::copy_step(
+                    self,
+                    &shape,
+                    (x.off + start as u64 * st[d], &src),
+                    (o.off, &emit::strides(&od)),
+                )
+                .ok_or_else(|| bad("copy too large"))
+            }
             _ => Err(Refusal::Op),
         }
+    }
+
+    fn is_int(&self, id: i32) -> bool {
+        matches!(self.val(id), Ok(Val::Tensor { dt: Dt::I32, .. }))
+    }
+
+    /// An `ints.wgsl` step over `out` (of dtype `dt`) reading `operands` broadcast to it.
+    fn int_step(
+        &mut self,
+        code: u32,
+        s: (i32, i32),
+        operands: &[i32],
+        out: i32,
+        dt: Dt,
+    ) -> Lowered {
+        let mut ops = Vec::new();
+        for &id in operands {
+            let (slot, dims, _) = self.any_tensor(id)?;
+            ops.push((slot, dims));
+        }
+        let (o, od, ot) = self.any_tensor(out)?;
+        if ot != dt {
+            return Err(Refusal::Op);
+        }
+        let refs: Vec<(Slot, &[usize])> = ops.iter().map(|(s, d)| (*s, d.as_slice())).collect();
+        emit::ints(self, code, s, &refs, (o, &od)).ok_or_else(|| bad("shapes"))
     }
 
     /// `f(x)` for an op of `n` arguments (input first, output last).
@@ -765,7 +984,7 @@ impl Backend for VulkanBackend {
         let mut b = VkBuild {
             vals,
             slots: vec![None; n],
-            words: 0,
+            words: RESERVED_WORDS,
             steps: Vec::new(),
             consts: Vec::new(),
         };
@@ -796,11 +1015,13 @@ impl Backend for VulkanBackend {
         }
         let mut inputs = Vec::new();
         for &id in &input_ids {
-            inputs.push(b.tensor(id).map_err(|e| refusal("graph input", e))?.0);
+            let (slot, _, dt) = b.any_tensor(id).map_err(|e| refusal("graph input", e))?;
+            inputs.push((slot, dt));
         }
         let mut outputs = Vec::new();
         for &id in &output_ids {
-            outputs.push(b.tensor(id).map_err(|e| refusal("graph output", e))?.0);
+            let (slot, _, dt) = b.any_tensor(id).map_err(|e| refusal("graph output", e))?;
+            outputs.push((slot, dt));
         }
         let region = GpuRegion::new(&self.gpu, b.words, &b.steps, &b.consts, inputs, outputs)
             .map_err(|e| match e {
