@@ -1,5 +1,7 @@
-//! A GPU region being built: homes for its tensors in one device buffer (word offsets, no
-//! reuse yet), the constants to upload, the region's inputs, and its steps.
+//! A GPU region being built: homes for its tensors in one device buffer (word offsets), the
+//! constants to upload, the region's inputs, and its steps. A first pass gives every value
+//! words of its own and records when each is used; `plan` then lets values whose lifetimes do
+//! not overlap share words, and a second pass lowers the same calls at those offsets.
 
 use std::collections::HashMap;
 
@@ -54,6 +56,10 @@ pub(crate) struct Builder<'g> {
     pub(crate) inputs: Vec<(usize, Slot)>,
     /// Values the region computes.
     pub(crate) produced: HashMap<usize, Slot>,
+    /// The first and last call that touches each non-constant value (first pass).
+    life: HashMap<usize, (usize, usize)>,
+    /// The offsets of a second pass.
+    plan: Option<Plan>,
     produced_order: Vec<usize>,
 }
 
@@ -116,7 +122,13 @@ impl<'g> Builder<'g> {
         }
     }
 
-    fn alloc(&mut self, words: u64) -> Option<Slot> {
+    /// A home for value `v` (`None`: a constant): the planned one on a second pass, else the
+    /// next free words.
+    fn alloc(&mut self, v: Option<usize>, words: u64) -> Option<Slot> {
+        if let (Some(plan), Some(v)) = (&self.plan, v) {
+            let &off = plan.offsets.get(&v)?;
+            return Some(Slot { off, words });
+        }
         let slot = Slot {
             off: self.words,
             words,
@@ -124,6 +136,50 @@ impl<'g> Builder<'g> {
         self.words = self.words.checked_add(words)?;
         // Word offsets and indices are u32 in the kernels.
         (self.words <= u64::from(u32::MAX)).then_some(slot)
+    }
+
+    /// Records that the call being lowered reads or writes value `v`.
+    fn touch(&mut self, v: usize) {
+        let k = self.current;
+        let e = self.life.entry(v).or_insert((k, k));
+        e.0 = e.0.min(k);
+        e.1 = e.1.max(k);
+    }
+
+    /// Offsets for a second pass over calls `start..end` that reuse the words of values no
+    /// longer needed: constants first (never reused), then every other value at the lowest
+    /// offset whose words no value alive at the same time holds. `outputs` stay alive to the
+    /// end, inputs from the start.
+    pub(crate) fn plan(&self, end: usize, outputs: &[usize]) -> Plan {
+        let mut words = RESERVED_WORDS + self.consts.iter().map(|(s, _)| s.words).sum::<u64>();
+        let consts_end = words;
+        let mut values: Vec<(usize, usize, usize, u64)> = Vec::new();
+        let sizes = self.inputs.iter().map(|&(v, s)| (v, s.words, true)).chain(
+            self.produced_order
+                .iter()
+                .map(|v| (*v, self.produced[v].words, false)),
+        );
+        for (v, n, input) in sizes {
+            let (mut first, mut last) = self.life.get(&v).copied().unwrap_or((self.start, end));
+            if input {
+                first = self.start;
+            }
+            if outputs.contains(&v) {
+                last = end;
+            }
+            values.push((v, first, last, n));
+        }
+        values.sort_by_key(|&(v, first, _, _)| (first, v));
+        let lives: Vec<(usize, usize, u64)> =
+            values.iter().map(|&(_, f, l, n)| (f, l, n)).collect();
+        let (offs, top) = place(&lives, consts_end);
+        let offsets = values
+            .iter()
+            .zip(offs)
+            .map(|(&(v, ..), off)| (v, off))
+            .collect();
+        words = words.max(top);
+        Plan { offsets, words }
     }
 
     /// Where call `c`'s tensor argument `arg` lives: computed by the region, a constant
@@ -141,7 +197,7 @@ impl<'g> Builder<'g> {
                 return Some((s, info));
             }
             let t = c.constant(arg)?;
-            let slot = self.alloc(info.numel() as u64)?;
+            let slot = self.alloc(None, info.numel() as u64)?;
             self.consts.push((slot, t.bytes.get(..info.numel() * 4)?));
             self.const_of.insert(v, slot);
             return Some((slot, info));
@@ -158,12 +214,14 @@ impl<'g> Builder<'g> {
     ) -> Option<(Slot, &'g TensorInfo)> {
         let info = float_tensor(g, v)?;
         if let Some(&s) = self.produced.get(&v) {
+            self.touch(v);
             return Some((s, info));
         }
         if g.is_constant(v) {
             return None;
         }
         if let Some(&(_, s)) = self.inputs.iter().find(|(i, _)| *i == v) {
+            self.touch(v);
             return Some((s, info));
         }
         // A view the exporter planned over a value this region computed (no instruction
@@ -171,7 +229,9 @@ impl<'g> Builder<'g> {
         // of it shows bytes that exist only on the device: that call stays on the CPU, after
         // the region has written the value back.
         if let Some(x) = g.alias_base(v, self.start..self.current) {
-            return self.produced.get(&x).map(|&s| (s, info));
+            let s = *self.produced.get(&x)?;
+            self.touch(x);
+            return Some((s, info));
         }
         if let Some(range) = planned(g, v) {
             let overlaps = self
@@ -183,8 +243,9 @@ impl<'g> Builder<'g> {
                 return None;
             }
         }
-        let slot = self.alloc(info.numel() as u64)?;
+        let slot = self.alloc(Some(v), info.numel() as u64)?;
         self.inputs.push((v, slot));
+        self.touch(v);
         Some((slot, info))
     }
 
@@ -203,11 +264,47 @@ impl<'g> Builder<'g> {
         {
             return None;
         }
-        let slot = self.alloc(info.numel() as u64)?;
+        let slot = self.alloc(Some(v), info.numel() as u64)?;
         self.produced.insert(v, slot);
         self.produced_order.push(v);
+        self.touch(v);
         Some((slot, info))
     }
+}
+
+/// Offsets from `base` for values with lifetimes `(first, last, words)` (sorted by `first`):
+/// each at the lowest offset that no value alive at the same time (overlapping intervals, ends
+/// included: a call reads its inputs while it writes its output) holds. Returns the offsets
+/// and the end of the highest.
+fn place(lives: &[(usize, usize, u64)], base: u64) -> (Vec<u64>, u64) {
+    let mut placed: Vec<(usize, usize, u64, u64)> = Vec::with_capacity(lives.len());
+    let mut end = base;
+    for &(first, last, n) in lives {
+        let mut busy: Vec<(u64, u64)> = placed
+            .iter()
+            .filter(|p| p.0 <= last && first <= p.1)
+            .map(|p| (p.2, p.2 + p.3))
+            .collect();
+        busy.sort_unstable();
+        let mut off = base;
+        for (lo, hi) in busy {
+            if off + n <= lo {
+                break;
+            }
+            off = off.max(hi);
+        }
+        placed.push((first, last, off, n));
+        end = end.max(off + n);
+    }
+    (placed.iter().map(|p| p.2).collect(), end)
+}
+
+/// Where each non-constant value of a region lives, reusing words across lifetimes.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Plan {
+    offsets: HashMap<usize, u64>,
+    /// The buffer's words.
+    pub(crate) words: u64,
 }
 
 impl Builder<'_> {
@@ -215,6 +312,15 @@ impl Builder<'_> {
     pub(crate) fn new() -> Self {
         Builder {
             words: RESERVED_WORDS,
+            ..Builder::default()
+        }
+    }
+
+    /// An empty region for a second pass with the offsets of `plan`.
+    pub(crate) fn with_plan(plan: Plan) -> Self {
+        Builder {
+            words: RESERVED_WORDS,
+            plan: Some(plan),
             ..Builder::default()
         }
     }
@@ -227,5 +333,33 @@ impl Steps for Builder<'_> {
             params,
             grid,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::place;
+
+    #[test]
+    fn values_alive_together_never_share_words() {
+        // a chain x0 -> x1 -> x2 -> x3 (each read by the next call), and x0 kept to the end
+        let lives = [(0, 9, 10), (1, 2, 20), (2, 3, 30), (3, 4, 20), (4, 9, 5)];
+        let (offs, end) = place(&lives, 100);
+        for i in 0..lives.len() {
+            for j in 0..i {
+                let (a, b) = (lives[i], lives[j]);
+                if a.0 <= b.1 && b.0 <= a.1 {
+                    let (ai, bi) = ((offs[i], offs[i] + a.2), (offs[j], offs[j] + b.2));
+                    assert!(
+                        ai.1 <= bi.0 || bi.1 <= ai.0,
+                        "{i} and {j} overlap: {offs:?}"
+                    );
+                }
+            }
+        }
+        // x3 (calls 3..4) reuses x1's words (calls 1..2), not beyond what the peak needs
+        assert_eq!(offs[3], offs[1]);
+        assert!(offs.iter().all(|&o| o >= 100));
+        assert_eq!(end, 100 + 10 + 20 + 30);
     }
 }

@@ -6,9 +6,10 @@
 //! else (another dtype, a channels-last tensor, a dynamic shape, an op without a kernel here)
 //! ends the run and stays on the CPU kernels, so a program is always complete.
 //!
-//! Within a region every tensor has a home in one device buffer (word offsets, no reuse
-//! yet): constants are uploaded once at load, the region's inputs before each run; values the
-//! rest of the program reads are copied back after it.
+//! Within a region every tensor has a home in one device buffer (word offsets; values whose
+//! lifetimes do not overlap share words, see `builder.rs`): constants are uploaded once at
+//! load, the region's inputs before each run; values the rest of the program reads are copied
+//! back after it.
 
 use std::ops::Range;
 
@@ -44,6 +45,7 @@ impl Partitioner for GpuPartitioner {
             let mut b = Builder::new();
             let end = scan(&mut b, g, k);
             if end - k >= self.min_calls.max(1) {
+                let b = replan(b, g, k..end);
                 match finish(b, g, k..end, &self.gpu) {
                     Ok(r) => regions.push(r),
                     // A region the device cannot hold stays on the CPU; a device that fails
@@ -74,6 +76,26 @@ fn scan<'g>(b: &mut Builder<'g>, g: &CallGraph<'g, '_>, start: usize) -> usize {
         k += 1;
     }
     k
+}
+
+/// The region lowered again with values sharing words when their lifetimes do not overlap
+/// (the first pass gave every value words of its own); the first pass when the second does
+/// not lower the same calls.
+fn replan<'g>(first: Builder<'g>, g: &CallGraph<'g, '_>, range: Range<usize>) -> Builder<'g> {
+    let Ok(outputs) = g.needed_outputs(&range) else {
+        return first;
+    };
+    let plan = first.plan(range.end, &outputs);
+    if plan.words >= first.words {
+        return first;
+    }
+    let words = plan.words;
+    let mut second = Builder::with_plan(plan);
+    if scan(&mut second, g, range.start) != range.end {
+        return first;
+    }
+    second.words = words;
+    second
 }
 
 /// The region's handle: the buffer made and constants uploaded.
