@@ -162,3 +162,23 @@ fn mutated_vulkan_programs_fail_cleanly() {
     }
     println!("{loaded} mutated programs loaded, {ran} ran");
 }
+
+/// ExecuTorch's Vulkan LLM export (tools/export/export_vulkan_llm.py: the tiny Llama with the
+/// KV cache inside the delegate and a dynamic sequence length) needs what the engine does not
+/// have yet — symbolic sizes, RMS norm, rotary embedding, attention with a resident cache —
+/// and is refused at load with those operators named, not run wrongly.
+#[test]
+fn vulkan_llm_exports_are_refused_by_name() {
+    let Some(rt) = runtime() else { return };
+    for name in ["llm_tiny", "llm_tiny_8da4w"] {
+        let file = pteron::ProgramFile::open(vulkan_dir().join(name).join("model.pte")).unwrap();
+        let program = rt.load_program(&file).unwrap();
+        let err = match program.load_method("forward") {
+            Ok(_) => panic!("{name}: loaded"),
+            Err(e) => e.to_string(),
+        };
+        for op in ["sdpa_with_kv_cache.default", "et_vk.apply_rotary_emb.default"] {
+            assert!(err.contains(op), "{name}: {err}");
+        }
+    }
+}
