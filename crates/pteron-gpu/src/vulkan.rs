@@ -89,6 +89,8 @@ enum Val<'d> {
     },
     /// A tensor of another dtype than float32 (the engine has no kernels for them).
     OtherTensor(fb::VkDataType),
+    /// A size known only at run time (dynamic shapes: not supported yet).
+    SymInt,
     Other(&'static str),
 }
 
@@ -210,7 +212,7 @@ fn decode<'d>(
             }
             T::DoubleList => Val::Other("double list"),
             T::BoolList => Val::Other("bool list"),
-            T::SymInt => Val::Other("symbolic int"),
+            T::SymInt => Val::SymInt,
             _ => Val::Other("unknown value"),
         };
         out.push(val);
@@ -359,9 +361,11 @@ impl<'d> VkBuild<'d> {
         }
     }
 
-    /// Whether any argument is (or lists) a tensor of a dtype the engine has no kernels for.
+    /// Whether any argument is (or lists) a tensor of a dtype the engine has no kernels for, or
+    /// a symbolic size.
     fn touches_other_dtypes(&self, a: &[i32]) -> bool {
-        let other = |id: usize| matches!(self.vals.get(id), Some(Val::OtherTensor(_)));
+        let other =
+            |id: usize| matches!(self.vals.get(id), Some(Val::OtherTensor(_) | Val::SymInt));
         a.iter().any(|&id| {
             let Ok(i) = usize::try_from(id) else {
                 return false;
