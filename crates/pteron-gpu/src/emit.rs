@@ -1,8 +1,8 @@
 //! The steps each kernel takes, with their parameter words: what the portable lowering
 //! (`lower.rs`) and the Vulkan delegate (`vulkan.rs`) both emit.
 
-use crate::builder::Slot;
 use crate::kernels::{elementwise_grid, groups_2d, Kernel, MAX_GROUPS};
+use crate::words::Slot;
 
 /// Where steps go.
 pub(crate) trait Steps {

@@ -21,6 +21,7 @@ mod lower;
 mod partition;
 mod region;
 mod vulkan;
+mod words;
 
 pub use device::{adapters, AdapterSummary, Gpu, GpuOptions};
 pub use error::GpuError;

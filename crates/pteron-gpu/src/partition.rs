@@ -15,9 +15,10 @@ use std::ops::Range;
 
 use pteron_core::{CallGraph, KernelError, Partitioner, Region};
 
-use crate::builder::{Builder, Dt};
+use crate::builder::Builder;
 use crate::device::Gpu;
 use crate::region::{GpuFailure, GpuRegion};
+use crate::words::Dt;
 
 /// Runs the float32 parts of portable programs on a GPU (see the module docs).
 #[derive(Clone, Debug)]

@@ -6,8 +6,8 @@ use std::sync::{mpsc, Arc};
 
 use pteron_core::{ArgAccess, ArgView, DelegateHandle, KernelContext, KernelError, ScalarType};
 
-use crate::builder::{Dt, Slot, Step};
 use crate::device::{Gpu, Inner};
+use crate::words::{Dt, Slot, Step};
 
 /// Why a region was not made: the device cannot hold it (it stays on the CPU), or the device
 /// failed.

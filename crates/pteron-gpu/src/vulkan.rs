@@ -12,11 +12,11 @@
 
 use pteron_core::{Backend, BackendInit, DelegateHandle, KernelError};
 
-use crate::builder::{Dt, Slot, Step, RESERVED_WORDS};
 use crate::device::Gpu;
 use crate::emit::{self, Steps};
 use crate::kernels::Kernel;
 use crate::region::{GpuFailure, GpuRegion};
+use crate::words::{Dt, Slot, Step, RESERVED_WORDS};
 
 #[allow(
     dead_code,

@@ -177,7 +177,10 @@ fn vulkan_llm_exports_are_refused_by_name() {
             Ok(_) => panic!("{name}: loaded"),
             Err(e) => e.to_string(),
         };
-        for op in ["sdpa_with_kv_cache.default", "et_vk.apply_rotary_emb.default"] {
+        for op in [
+            "sdpa_with_kv_cache.default",
+            "et_vk.apply_rotary_emb.default",
+        ] {
             assert!(err.contains(op), "{name}: {err}");
         }
     }
