@@ -124,6 +124,32 @@ pub(crate) struct Product {
     pub beta: f64,
 }
 
+/// `batch` products of contiguous `[m, k]` and `[k, n]` operands (plus `beta` · a bias with
+/// the given strides) into a contiguous output.
+pub(crate) fn contiguous_product(
+    b: &mut impl Steps,
+    [batch, m, n, k]: [u64; 4],
+    (x, y, out): (Slot, Slot, Slot),
+    bias: Option<(Slot, [u64; 2])>,
+    (alpha, beta): (f64, f64),
+) -> Option<()> {
+    product(
+        b,
+        Product {
+            batch,
+            m,
+            n,
+            k,
+            a: (x, [m * k, k, 1]),
+            b: (y, [k * n, n, 1]),
+            out,
+            bias,
+            alpha,
+            beta,
+        },
+    )
+}
+
 pub(crate) fn product(b: &mut impl Steps, p: Product) -> Option<()> {
     let grid = [p.n.div_ceil(16), p.m.div_ceil(16), p.batch];
     if grid.iter().any(|&g| g > u64::from(MAX_GROUPS)) {

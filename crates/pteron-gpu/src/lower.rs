@@ -6,7 +6,7 @@
 use pteron_core::{normalize_dim, ArgAccess, CallGraph, PrepareContext, ScalarType, TensorInfo};
 
 use crate::builder::Builder;
-use crate::emit::{self, broadcast_strides, copy_step, pool_step, product, strides, Product};
+use crate::emit::{self, broadcast_strides, copy_step, pool_step, strides};
 
 /// The operators the engine runs (float32 only), as `pteron ops --device gpu` lists them.
 pub const CLAIMS: &[&str] = &[
@@ -292,21 +292,7 @@ fn matmul<'g>(
     } else {
         (1.0, 0.0)
     };
-    product(
-        b,
-        Product {
-            batch,
-            m,
-            n,
-            k,
-            a: (x, [m * k, k, 1]),
-            b: (y, [k * n, n, 1]),
-            out: o,
-            bias,
-            alpha,
-            beta,
-        },
-    )
+    emit::contiguous_product(b, [batch, m, n, k], (x, y, o), bias, (alpha, beta))
 }
 
 /// An int list argument of 1 or 2 items as a pair (one item stands for both dims).

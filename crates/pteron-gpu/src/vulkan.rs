@@ -715,6 +715,15 @@ impl<'d> VkBuild<'d> {
         }
     }
 
+    /// An optional float32 tensor argument.
+    fn opt_tensor(&mut self, id: i32) -> Result<Option<(Slot, Vec<usize>)>, Refusal> {
+        if self.is_none(id)? {
+            Ok(None)
+        } else {
+            self.tensor(id).map(Some)
+        }
+    }
+
     fn is_int(&self, id: i32) -> bool {
         matches!(self.val(id), Ok(Val::Tensor { dt: Dt::I32, .. }))
     }
@@ -769,11 +778,7 @@ impl<'d> VkBuild<'d> {
         }
         let (x, xd) = self.tensor(a[0])?;
         let (w, wd) = self.tensor(a[1])?;
-        let bias = if self.is_none(a[2])? {
-            None
-        } else {
-            Some(self.tensor(a[2])?)
-        };
+        let bias = self.opt_tensor(a[2])?;
         let out = *a.last().expect("checked length");
         let (o, od) = self.tensor(out)?;
         let (stride, pad, dil) = (self.ints(a[3])?, self.ints(a[4])?, self.ints(a[5])?);
@@ -801,11 +806,7 @@ impl<'d> VkBuild<'d> {
     fn linear(&mut self, a: &[i32]) -> Lowered {
         let (x, xd) = self.tensor(a[0])?;
         let (w, wd) = self.tensor(a[1])?;
-        let bias = if self.is_none(a[2])? {
-            None
-        } else {
-            Some(self.tensor(a[2])?)
-        };
+        let bias = self.opt_tensor(a[2])?;
         let (o, od) = self.tensor(a[3])?;
         let (&k, lead) = xd.split_last().ok_or_else(|| bad("0-d input"))?;
         let &[n, k2] = wd.as_slice() else {
@@ -877,22 +878,8 @@ impl<'d> VkBuild<'d> {
             None => None,
         };
         let (m, n, k, batch) = (m as u64, n as u64, k as u64, batch as u64);
-        emit::product(
-            self,
-            emit::Product {
-                batch,
-                m,
-                n,
-                k,
-                a: (xs, [m * k, k, 1]),
-                b: (ys, [k * n, n, 1]),
-                out: o,
-                bias,
-                alpha,
-                beta,
-            },
-        )
-        .ok_or_else(|| bad("product too large"))
+        emit::contiguous_product(self, [batch, m, n, k], (xs, ys, o), bias, (alpha, beta))
+            .ok_or_else(|| bad("product too large"))
     }
 
     fn reduce(&mut self, x: i32, dims: &[i64], keepdim: bool, code: u64, out: i32) -> Lowered {

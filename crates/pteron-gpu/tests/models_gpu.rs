@@ -6,20 +6,16 @@
 
 use std::sync::Arc;
 
-use pteron_gpu::{Gpu, GpuOptions, GpuPartitioner};
+use pteron_gpu::GpuPartitioner;
 
 #[path = "../../pteron/tests/support/fixtures.rs"]
 mod fixtures;
+mod support {
+    pub mod gpu;
+}
 
 fn gpu_runtime() -> Option<pteron::Runtime> {
-    let gpu = match Gpu::open(&GpuOptions::default()) {
-        Ok(g) => g,
-        Err(e) if std::env::var("PTERON_GPU_TESTS").as_deref() == Ok("skip") => {
-            eprintln!("skipping: {e}");
-            return None;
-        }
-        Err(e) => panic!("{e} (install a Vulkan driver, or set PTERON_GPU_TESTS=skip)"),
-    };
+    let gpu = support::gpu::gpu_or_skip()?;
     Some(
         pteron::Runtime::builder()
             .channels_last(false)

@@ -9,27 +9,17 @@
 
 use std::sync::Arc;
 
-use pteron_gpu::{Gpu, GpuOptions, GpuPartitioner, CLAIMS};
+use pteron_gpu::{GpuPartitioner, CLAIMS};
 
 #[path = "../../pteron/tests/ops.rs"]
 mod ops;
+mod support {
+    pub mod gpu;
+}
+use support::gpu::gpu_or_skip;
 
 /// Cases allowed to fail on the GPU, with the reason.
 const GPU_IGNORE: &[(&str, &str)] = &[];
-
-/// The open GPU, or `None` where the environment says to skip GPU tests.
-pub fn gpu_or_skip() -> Option<Gpu> {
-    match Gpu::open(&GpuOptions::default()) {
-        Ok(g) => Some(g),
-        Err(e) if std::env::var("PTERON_GPU_TESTS").as_deref() == Ok("skip") => {
-            eprintln!("skipping the GPU suite: {e}");
-            None
-        }
-        Err(e) => panic!(
-            "{e} (install a Vulkan driver, e.g. mesa-vulkan-drivers, or set PTERON_GPU_TESTS=skip)"
-        ),
-    }
-}
 
 #[test]
 fn op_conformance_gpu() {

@@ -7,24 +7,20 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pteron_gpu::{Gpu, GpuOptions, VulkanBackend};
+use pteron_gpu::VulkanBackend;
 
 #[path = "../../pteron/tests/support/fixtures.rs"]
 mod fixtures;
+mod support {
+    pub mod gpu;
+}
 
 fn vulkan_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/vulkan")
 }
 
 fn runtime() -> Option<pteron::Runtime> {
-    let gpu = match Gpu::open(&GpuOptions::default()) {
-        Ok(g) => g,
-        Err(e) if std::env::var("PTERON_GPU_TESTS").as_deref() == Ok("skip") => {
-            eprintln!("skipping: {e}");
-            return None;
-        }
-        Err(e) => panic!("{e} (install a Vulkan driver, or set PTERON_GPU_TESTS=skip)"),
-    };
+    let gpu = support::gpu::gpu_or_skip()?;
     let mut backends = pteron::default_backends();
     backends.register(Arc::new(VulkanBackend::new(gpu)));
     Some(
