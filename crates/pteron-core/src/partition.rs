@@ -258,12 +258,13 @@ pub(crate) fn check_region(
             }
         };
         let args = &graph.args[graph.calls[k].args.range()];
-        for (i, &a) in args.iter().enumerate() {
+        for &a in args.iter() {
             let a = a as usize;
             if let Some(Value::TensorList(l)) = graph.values.get(a) {
                 let u = &graph.uses[a];
-                // Only a tuple return: the last argument, named by this call alone.
-                if i + 1 != args.len() || u.calls != 1 || u.pinned {
+                // A list named by this call alone: a tuple return (the last argument) or a
+                // list of inputs (`cat`'s tensors); its items are checked as any argument.
+                if u.calls != 1 || u.pinned {
                     return Err(format!("call {k} names tensor list {a}"));
                 }
                 for &item in graph.pool.indices.get(l.range()).unwrap_or(&[]) {

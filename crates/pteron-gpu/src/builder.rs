@@ -11,7 +11,7 @@ use pteron_core::{
 
 use crate::emit::Steps;
 use crate::kernels::Kernel;
-use crate::words::{Slot, Step, RESERVED_WORDS};
+use crate::words::{place, Slot, Step, RESERVED_WORDS};
 
 /// A region being built.
 #[derive(Default)]
@@ -244,33 +244,6 @@ impl<'g> Builder<'g> {
     }
 }
 
-/// Offsets from `base` for values with lifetimes `(first, last, words)` (sorted by `first`):
-/// each at the lowest offset that no value alive at the same time (overlapping intervals, ends
-/// included: a call reads its inputs while it writes its output) holds. Returns the offsets
-/// and the end of the highest.
-fn place(lives: &[(usize, usize, u64)], base: u64) -> (Vec<u64>, u64) {
-    let mut placed: Vec<(usize, usize, u64, u64)> = Vec::with_capacity(lives.len());
-    let mut end = base;
-    for &(first, last, n) in lives {
-        let mut busy: Vec<(u64, u64)> = placed
-            .iter()
-            .filter(|p| p.0 <= last && first <= p.1)
-            .map(|p| (p.2, p.2 + p.3))
-            .collect();
-        busy.sort_unstable();
-        let mut off = base;
-        for (lo, hi) in busy {
-            if off + n <= lo {
-                break;
-            }
-            off = off.max(hi);
-        }
-        placed.push((first, last, off, n));
-        end = end.max(off + n);
-    }
-    (placed.iter().map(|p| p.2).collect(), end)
-}
-
 /// Where each non-constant value of a region lives, reusing words across lifetimes.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Plan {
@@ -305,33 +278,5 @@ impl Steps for Builder<'_> {
             params,
             grid,
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::place;
-
-    #[test]
-    fn values_alive_together_never_share_words() {
-        // a chain x0 -> x1 -> x2 -> x3 (each read by the next call), and x0 kept to the end
-        let lives = [(0, 9, 10), (1, 2, 20), (2, 3, 30), (3, 4, 20), (4, 9, 5)];
-        let (offs, end) = place(&lives, 100);
-        for i in 0..lives.len() {
-            for j in 0..i {
-                let (a, b) = (lives[i], lives[j]);
-                if a.0 <= b.1 && b.0 <= a.1 {
-                    let (ai, bi) = ((offs[i], offs[i] + a.2), (offs[j], offs[j] + b.2));
-                    assert!(
-                        ai.1 <= bi.0 || bi.1 <= ai.0,
-                        "{i} and {j} overlap: {offs:?}"
-                    );
-                }
-            }
-        }
-        // x3 (calls 3..4) reuses x1's words (calls 1..2), not beyond what the peak needs
-        assert_eq!(offs[3], offs[1]);
-        assert!(offs.iter().all(|&o| o >= 100));
-        assert_eq!(end, 100 + 10 + 20 + 30);
     }
 }

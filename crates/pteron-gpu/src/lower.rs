@@ -23,6 +23,7 @@ pub const CLAIMS: &[&str] = &[
     "aten::amin.out",
     "aten::avg_pool2d.out",
     "aten::bmm.out",
+    "aten::cat.out",
     "aten::clamp.out",
     "aten::clone.out",
     "aten::detach_copy.out",
@@ -105,6 +106,7 @@ pub(crate) fn lower<'g>(
         "aten::amax.out" => reduce(b, g, c, 2, false),
         "aten::amin.out" => reduce(b, g, c, 3, false),
         "aten::avg_pool2d.out" => avg_pool(b, g, c),
+        "aten::cat.out" => cat(b, g, c),
         "aten::_adaptive_avg_pool2d.out" => adaptive_pool(b, g, c),
         "aten::permute_copy.out"
         | "aten::t_copy.out"
@@ -757,4 +759,41 @@ fn strided_copy<'g>(
     }
     off += x.off;
     copy_step(b, &out, (off, &src), (o.off, &strides(oi.sizes())))
+}
+
+fn cat<'g>(b: &mut Builder<'g>, g: &CallGraph<'g, '_>, c: &PrepareContext<'g, '_>) -> Option<()> {
+    if c.num_args() <= 2 {
+        return None;
+    }
+    let items: Vec<usize> = c.tensor_list(0).ok()?.iter().map(|&v| v as usize).collect();
+    let mut parts = Vec::with_capacity(items.len());
+    for &v in &items {
+        parts.push(b.read_value(g, v)?);
+    }
+    let (o, oi) = b.write(g, c, 2)?;
+    let rank = oi.rank();
+    if rank == 0 {
+        return None;
+    }
+    let d = dim_of(c.int(1).ok()?, rank)?;
+    let ost = strides(oi.sizes());
+    let mut at = 0u64;
+    for (s, t) in parts {
+        // The portable kernel skips legacy empty 1-d tensors.
+        if t.rank() == 1 && t.numel() == 0 {
+            continue;
+        }
+        if t.rank() != rank || (0..rank).any(|k| k != d && t.size(k) != oi.size(k)) {
+            return None;
+        }
+        let shape: Vec<u64> = t.sizes().iter().map(|&v| v as u64).collect();
+        copy_step(
+            b,
+            &shape,
+            (s.off, &strides(t.sizes())),
+            (o.off + at * ost[d], &ost),
+        )?;
+        at += t.size(d) as u64;
+    }
+    (at == oi.size(d) as u64).then_some(())
 }

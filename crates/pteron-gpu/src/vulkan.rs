@@ -10,13 +10,15 @@
 //! image or buffer, not a change of values). The chain is lowered onto the engine's steps
 //! (`emit.rs`); an operator without a lowering is a load error naming it.
 
+use std::collections::HashMap;
+
 use pteron_core::{Backend, BackendInit, DelegateHandle, KernelError};
 
 use crate::device::Gpu;
 use crate::emit::{self, Steps};
 use crate::kernels::Kernel;
 use crate::region::{GpuFailure, GpuRegion};
-use crate::words::{Dt, Slot, Step, RESERVED_WORDS};
+use crate::words::{place, Dt, Slot, Step, RESERVED_WORDS};
 
 #[allow(
     dead_code,
@@ -227,6 +229,12 @@ struct VkBuild<'d> {
     words: u64,
     steps: Vec<Step>,
     consts: Vec<(Slot, &'d [u8])>,
+    /// The operator being lowered, and the first and last operator touching each
+    /// non-constant tensor (first pass).
+    current: usize,
+    life: HashMap<usize, (usize, usize)>,
+    /// Offsets of non-constant tensors (second pass).
+    plan: Option<HashMap<usize, u64>>,
 }
 
 impl Steps for VkBuild<'_> {
@@ -275,19 +283,33 @@ impl<'d> VkBuild<'d> {
             v => return Err(bad(format!("value {id} is {}, not a tensor", v.describe()))),
         };
         let i = id as usize;
+        if constant.is_none() {
+            let k = self.current;
+            let e = self.life.entry(i).or_insert((k, k));
+            e.0 = e.0.min(k);
+            e.1 = e.1.max(k);
+        }
         if let Some(s) = self.slots[i] {
             return Ok((s, dims, dt));
         }
         let n: u64 = dims.iter().map(|&d| d as u64).product();
+        let planned = match (&self.plan, constant) {
+            (Some(plan), None) => {
+                Some(*plan.get(&i).ok_or_else(|| bad("a tensor the plan lacks"))?)
+            }
+            _ => None,
+        };
         let slot = Slot {
-            off: self.words,
+            off: planned.unwrap_or(self.words),
             words: n,
         };
-        self.words = self
-            .words
-            .checked_add(n)
-            .filter(|&w| w <= u64::from(u32::MAX))
-            .ok_or_else(|| bad("the graph's tensors exceed the engine's word offsets"))?;
+        if planned.is_none() {
+            self.words = self
+                .words
+                .checked_add(n)
+                .filter(|&w| w <= u64::from(u32::MAX))
+                .ok_or_else(|| bad("the graph's tensors exceed the engine's word offsets"))?;
+        }
         if let Some(bytes) = constant {
             self.consts.push((slot, bytes));
         }
@@ -971,49 +993,27 @@ impl Backend for VulkanBackend {
         }
         let g = fb::root_as_vk_graph(fbytes).map_err(|e| invalid(format!("flatbuffer: {e}")))?;
         let vals = decode(&g, bytes, init.named_data)?;
-        let n = vals.len();
-        let mut b = VkBuild {
-            vals,
-            slots: vec![None; n],
-            words: RESERVED_WORDS,
-            steps: Vec::new(),
-            consts: Vec::new(),
-        };
+        let chain: Vec<(&str, Vec<i32>)> = g
+            .chain()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c.name().unwrap_or(""),
+                    c.args().map(|a| a.iter().collect()).unwrap_or_default(),
+                )
+            })
+            .collect();
         let ids = |l: Option<flatbuffers::Vector<'_, u32>>| -> Vec<i32> {
             l.map(|l| l.iter().map(|v| i32::try_from(v).unwrap_or(-1)).collect())
                 .unwrap_or_default()
         };
-        let (input_ids, output_ids) = (ids(g.input_ids()), ids(g.output_ids()));
-        let mut unsupported: Vec<String> = Vec::new();
-        for call in g.chain().into_iter().flatten() {
-            let name = call.name().unwrap_or("");
-            let args: Vec<i32> = call.args().map(|a| a.iter().collect()).unwrap_or_default();
-            match b.lower(name, &args) {
-                Ok(()) => {}
-                Err(Refusal::Op) => {
-                    if !unsupported.iter().any(|u| u == name) {
-                        unsupported.push(name.to_string());
-                    }
-                }
-                Err(e) => return Err(refusal(name, e)),
-            }
-        }
-        if !unsupported.is_empty() {
-            return Err(KernelError::unsupported(format!(
-                "Vulkan delegate: operators the GPU engine does not run (or not in these dtypes): {}",
-                unsupported.join(", ")
-            )));
-        }
-        let mut inputs = Vec::new();
-        for &id in &input_ids {
-            let (slot, _, dt) = b.any_tensor(id).map_err(|e| refusal("graph input", e))?;
-            inputs.push((slot, dt));
-        }
-        let mut outputs = Vec::new();
-        for &id in &output_ids {
-            let (slot, _, dt) = b.any_tensor(id).map_err(|e| refusal("graph output", e))?;
-            outputs.push((slot, dt));
-        }
+        let io = (ids(g.input_ids()), ids(g.output_ids()));
+        // First pass: every tensor its own words, and when each is used; second pass: tensors
+        // never alive together share words.
+        let first = lower_graph(vals.clone(), &chain, &io, None)?;
+        let plan = first.plan(chain.len());
+        let (b, inputs, outputs) = lower_graph(vals, &chain, &io, Some(plan))?.finish(&io)?;
         let region = GpuRegion::new(&self.gpu, b.words, &b.steps, &b.consts, inputs, outputs)
             .map_err(|e| match e {
                 GpuFailure::Refused => KernelError::unsupported(
@@ -1022,6 +1022,106 @@ impl Backend for VulkanBackend {
                 GpuFailure::Device(m) => KernelError::unsupported(format!("GPU: {m}")),
             })?;
         Ok(Box::new(region))
+    }
+}
+
+/// One pass over the chain (see [`VulkanBackend::init`]).
+fn lower_graph<'d>(
+    vals: Vec<Val<'d>>,
+    chain: &[(&str, Vec<i32>)],
+    (input_ids, output_ids): &(Vec<i32>, Vec<i32>),
+    plan: Option<HashMap<usize, u64>>,
+) -> Result<VkBuild<'d>, KernelError> {
+    let n = vals.len();
+    let mut b = VkBuild {
+        vals,
+        slots: vec![None; n],
+        words: RESERVED_WORDS,
+        steps: Vec::new(),
+        consts: Vec::new(),
+        current: 0,
+        life: HashMap::new(),
+        plan,
+    };
+    let mut unsupported: Vec<String> = Vec::new();
+    for (k, (name, args)) in chain.iter().enumerate() {
+        b.current = k;
+        match b.lower(name, args) {
+            Ok(()) => {}
+            Err(Refusal::Op) => {
+                if !unsupported.iter().any(|u| u == name) {
+                    unsupported.push(name.to_string());
+                }
+            }
+            Err(e) => return Err(refusal(name, e)),
+        }
+    }
+    if !unsupported.is_empty() {
+        return Err(KernelError::unsupported(format!(
+            "Vulkan delegate: operators the GPU engine does not run (or not in these dtypes): {}",
+            unsupported.join(", ")
+        )));
+    }
+    // The graph's inputs are there from the start, its outputs to the end.
+    b.current = 0;
+    for &id in input_ids {
+        b.any_tensor(id).map_err(|e| refusal("graph input", e))?;
+    }
+    b.current = chain.len();
+    for &id in output_ids {
+        b.any_tensor(id).map_err(|e| refusal("graph output", e))?;
+    }
+    Ok(b)
+}
+
+impl VkBuild<'_> {
+    /// Offsets for the second pass: constants keep theirs (they come first, in the same
+    /// order), the other tensors share words when their lifetimes do not overlap.
+    fn plan(&self, ops: usize) -> HashMap<usize, u64> {
+        let consts_end = RESERVED_WORDS + self.consts.iter().map(|(s, _)| s.words).sum::<u64>();
+        let mut values: Vec<(usize, usize, usize, u64)> = self
+            .life
+            .iter()
+            .filter_map(|(&v, &(f, l))| self.slots[v].map(|s| (v, f, l.min(ops), s.words)))
+            .collect();
+        values.sort_by_key(|&(v, f, _, _)| (f, v));
+        let lives: Vec<(usize, usize, u64)> =
+            values.iter().map(|&(_, f, l, n)| (f, l, n)).collect();
+        let (offs, _) = place(&lives, consts_end);
+        values
+            .iter()
+            .zip(offs)
+            .map(|(&(v, ..), o)| (v, o))
+            .collect()
+    }
+
+    /// The graph's input and output homes and dtypes.
+    fn finish(
+        mut self,
+        (input_ids, output_ids): &(Vec<i32>, Vec<i32>),
+    ) -> Result<(Self, Vec<(Slot, Dt)>, Vec<(Slot, Dt)>), KernelError> {
+        let home = |b: &mut Self, id: i32, what: &str| -> Result<(Slot, Dt), KernelError> {
+            let (slot, _, dt) = b.any_tensor(id).map_err(|e| refusal(what, e))?;
+            Ok((slot, dt))
+        };
+        let inputs = input_ids
+            .iter()
+            .map(|&id| home(&mut self, id, "graph input"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let outputs = output_ids
+            .iter()
+            .map(|&id| home(&mut self, id, "graph output"))
+            .collect::<Result<Vec<_>, _>>()?;
+        // The buffer ends after the highest planned tensor.
+        let top = self
+            .slots
+            .iter()
+            .flatten()
+            .map(|s| s.off + s.words)
+            .max()
+            .unwrap_or(0);
+        self.words = self.words.max(top);
+        Ok((self, inputs, outputs))
     }
 }
 
