@@ -54,9 +54,16 @@ fn correct(g: &CallGraph<'_, '_>, r: &Range<usize>) -> (Vec<usize>, Vec<usize>) 
 }
 
 fn load(p: Fixed) -> Result<usize, String> {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models/mobilenet_v2_small");
-    let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
+    load_from("models/mobilenet_v2_small/model.pte", p)
+}
+
+fn load_from(path: &str, p: Fixed) -> Result<usize, String> {
+    let file = pteron::ProgramFile::open(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata")
+            .join(path),
+    )
+    .unwrap();
     let program = pteron_format::Program::parse(file.bytes()).unwrap();
     let options = LoadOptions {
         partitioners: vec![Arc::new(p) as Arc<dyn Partitioner>],
@@ -130,4 +137,45 @@ fn bad_regions_are_refused() {
             Ok(n) => panic!("region ({why}) was taken: {n} calls"),
         }
     }
+}
+
+/// `cat`'s inputs come as a tensor list: a region reads its items like any argument, so it
+/// must name every item as an input, and is refused when it leaves one out.
+#[test]
+fn a_region_reads_the_items_of_an_input_list() {
+    fn items(g: &CallGraph<'_, '_>, r: &Range<usize>) -> (Vec<usize>, Vec<usize>) {
+        let c = g.call(r.start).unwrap();
+        let list: Vec<usize> = c
+            .tensor_list(0)
+            .unwrap()
+            .iter()
+            .map(|&v| v as usize)
+            .collect();
+        (list, g.needed_outputs(r).unwrap())
+    }
+    fn first_item_only(g: &CallGraph<'_, '_>, r: &Range<usize>) -> (Vec<usize>, Vec<usize>) {
+        let (mut list, out) = items(g, r);
+        list.truncate(1);
+        (list, out)
+    }
+    let cat = "ops/cat/cat_f32.pte";
+    let taken = load_from(
+        cat,
+        Fixed {
+            range: 0..1,
+            pick: items,
+            twice: false,
+        },
+    );
+    assert_eq!(taken, Ok(1));
+    let err = load_from(
+        cat,
+        Fixed {
+            range: 0..1,
+            pick: first_item_only,
+            twice: false,
+        },
+    )
+    .unwrap_err();
+    assert!(err.contains("not an input"), "{err}");
 }
