@@ -193,29 +193,17 @@ fn unary<'g>(
         if xs.as_slice() != oi.sizes() {
             return None;
         }
-    } else if op == "aten::full.out" {
-        // full(size): the size list must be the output's
+    } else {
+        // full(size), the one op that reads no input: the size list must be the output's
         let size = c.int_list(0).ok()?;
         if size.len() != oi.rank()
             || (0..size.len()).any(|k| size.get(k).ok() != Some(oi.size(k) as i64))
         {
             return None;
         }
-    } else if float_sizes(g, c, 0)? != oi.sizes() {
-        return None;
     }
     let x_off = x.map_or(o.off, |(s, _)| s.off);
     emit::unary(b, code, f, x_off, o.off, oi.numel() as u64)
-}
-
-/// The sizes of a float32 tensor argument that the op does not read (`fill`'s input).
-fn float_sizes<'g>(
-    g: &CallGraph<'g, '_>,
-    c: &PrepareContext<'g, '_>,
-    arg: usize,
-) -> Option<Vec<usize>> {
-    let v = c.value_index(arg).ok()?;
-    crate::builder::float_tensor(g, v).map(|t| t.sizes().to_vec())
 }
 
 fn binary<'g>(

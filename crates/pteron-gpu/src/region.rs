@@ -288,7 +288,10 @@ fn to_words<'a>(
         ScalarType::Long => {
             staging.clear();
             for v in bytes.chunks_exact(8) {
-                let v = i64::from_le_bytes(v.try_into().expect("8 bytes"));
+                let Ok(v) = <[u8; 8]>::try_from(v) else {
+                    return Err("a ragged int64 tensor".into());
+                };
+                let v = i64::from_le_bytes(v);
                 let v = i32::try_from(v).map_err(|_| format!("{v} does not fit int32"))?;
                 staging.extend_from_slice(&v.to_le_bytes());
             }
@@ -319,7 +322,10 @@ fn from_words(words: &[u8], dt: Dt, host: ScalarType, out: &mut [u8]) -> Result<
     match host {
         ScalarType::Long => {
             for (o, w) in out.chunks_exact_mut(8).zip(words.chunks_exact(4)) {
-                let v = i32::from_le_bytes(w.try_into().expect("4 bytes"));
+                let Ok(w) = <[u8; 4]>::try_from(w) else {
+                    return Err("ragged words".into());
+                };
+                let v = i32::from_le_bytes(w);
                 o.copy_from_slice(&i64::from(v).to_le_bytes());
             }
         }

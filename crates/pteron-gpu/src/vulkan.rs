@@ -68,7 +68,9 @@ fn split(payload: &[u8]) -> Result<(&[u8], &[u8]), KernelError> {
         }
     };
     let fb = range(u64::from(u32_at(10)), u64::from(u32_at(14)), "flatbuffer")?;
-    let size = u64::from_le_bytes(head[22..30].try_into().expect("8 bytes"));
+    let mut size = [0u8; 8];
+    size.copy_from_slice(&head[22..HEADER_LEN]);
+    let size = u64::from_le_bytes(size);
     let bytes = range(u64::from(u32_at(18)), size, "constant bytes")?;
     Ok((fb, bytes))
 }
@@ -801,7 +803,9 @@ impl<'d> VkBuild<'d> {
         let (x, xd) = self.tensor(a[0])?;
         let (w, wd) = self.tensor(a[1])?;
         let bias = self.opt_tensor(a[2])?;
-        let out = *a.last().expect("checked length");
+        let Some(&out) = a.last() else {
+            return Err(bad("no output"));
+        };
         let (o, od) = self.tensor(out)?;
         let (stride, pad, dil) = (self.ints(a[3])?, self.ints(a[4])?, self.ints(a[5])?);
         let (geometry, want) =
