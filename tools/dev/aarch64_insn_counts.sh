@@ -8,6 +8,11 @@
 # Paths: `--simd portable` (no SIMD kernels), then NEON with the int8 products chosen by the
 # CPU model: cortex-a72 (NEON only: widening multiplies), neoverse-n1 (+ sdot),
 # max (+ i8mm: sudot). One thread.
+#
+# Where tools/dev/aarch64_et_build.sh has built ExecuTorch's own aarch64 runtime (its wheel's
+# libraries, XNNPACK delegate), a second table puts its counts on the same files beside
+# pteron's NEON paths, on each CPU model (XNNPACK picks its kernels from the same hwcaps).
+# The CLI is built without its GPU engine (no arm64 Vulkan driver here, and wgpu costs build time).
 # Needs the toolchain tools/dev/aarch64_tests.sh installs. Usage: tools/dev/aarch64_insn_counts.sh [N]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,17 +21,20 @@ n=${1:-3}
 export RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 /usr/bin/cargo build -q --release --locked --target aarch64-unknown-linux-gnu \
-  --target-dir target/aarch64 -p pteron-cli
+  --target-dir target/aarch64 -p pteron-cli --no-default-features
 (cd tools/qemu-insn-count && cargo build -q --release)
 plugin=tools/qemu-insn-count/target/release/libqemu_insn_count.so
 bin=target/aarch64/aarch64-unknown-linux-gnu/release/pteron
 
-# insns CPU ARGS...: the instructions of one run of `pteron ARGS...` on QEMU CPU model CPU.
+et=target/et-aarch64/et_run
+
+# insns CPU ARGS...: the instructions of one run of `pteron ARGS...` on QEMU CPU model CPU
+# (with PROGRAM set, of that program instead of pteron).
 insns() {
   local cpu=$1
   shift
-  QEMU_CPU=$cpu timeout 3000 qemu-aarch64 -d plugin -plugin "$plugin" "$bin" "$@" 2>&1 >/dev/null |
-    sed -n 's/^insns: //p'
+  QEMU_CPU=$cpu timeout 3000 qemu-aarch64 -d plugin -plugin "$plugin" "${PROGRAM:-$bin}" "$@" \
+    2>&1 >/dev/null | sed -n 's/^insns: //p'
 }
 
 # per CPU SIMD MODEL: instructions per inference of MODEL's forward.
@@ -34,6 +42,14 @@ per_run() {
   local cpu=$1 simd=$2 model=$3 a b
   a=$(insns "$cpu" --simd "$simd" run "$model" --threads 1 --repeat 1)
   b=$(insns "$cpu" --simd "$simd" run "$model" --threads 1 --repeat $((1 + n)))
+  echo $(((b - a) / n))
+}
+
+# per_run_et CPU MODEL: the same for ExecuTorch's runtime (et_run MODEL REPEAT; one thread).
+per_run_et() {
+  local cpu=$1 model=$2 a b
+  a=$(PROGRAM=$et insns "$cpu" "$model" 1)
+  b=$(PROGRAM=$et insns "$cpu" "$model" $((1 + n)))
   echo $(((b - a) / n))
 }
 
@@ -74,3 +90,16 @@ for m in "${models[@]}"; do
 done
 row "tiny LLM 8da4w, decode step" per_token testdata/llm/tiny_xnnpack/8da4w.pte \
   testdata/llm/tiny/tokenizer.json
+
+[ -x "$et" ] || exit 0
+echo
+echo "| per inference, same file | CPU model | pteron (NEON) | ExecuTorch (XNNPACK) | ExecuTorch / pteron |"
+echo "|---|---|---|---|---|"
+for m in "${models[@]}"; do
+  for cpu in cortex-a72 neoverse-n1 max; do
+    p=$(per_run "$cpu" neon "${m#*:}")
+    e=$(per_run_et "$cpu" "${m#*:}")
+    awk -v name="${m%%:*}" -v cpu="$cpu" -v p="$p" -v e="$e" 'BEGIN {
+      printf "| %s | %s | %.1f M | %.1f M | %.2fx |\n", name, cpu, p / 1e6, e / 1e6, e / p }'
+  done
+done
