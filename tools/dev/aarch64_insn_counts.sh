@@ -81,8 +81,12 @@ models=(
   "MobileNetV2 small, XNNPACK fp32:testdata/xnnpack/mobilenet_v2_small/model.pte"
   "MobileNetV2 small, XNNPACK int8:testdata/xnnpack/mobilenet_v2_small_int8/model.pte"
 )
+# Full-size files, where tools/export wrote them: bench/bench.py (its export of mobilenet_v2),
+# tools/export/int8_repro.py mobilenet_v2, and
+# tools/export/export_xnnpack.py --full --only decode_layer_8da4w --out tools/export/out/xnnpack_full
 for extra in "MobileNetV2, XNNPACK fp32:tools/export/out/mobilenet_v2/model_xnnpack.pte" \
-  "MobileNetV2, XNNPACK int8 (static):tools/export/out/int8_static/mobilenet_v2/model.pte"; do
+  "MobileNetV2, XNNPACK int8 (static):tools/export/out/int8_static/mobilenet_v2/model.pte" \
+  "SmolLM2-135M layer's linears, one token, XNNPACK 8da4w:tools/export/out/xnnpack_full/decode_layer_8da4w/model.pte"; do
   [ -f "${extra#*:}" ] && models+=("$extra")
 done
 for m in "${models[@]}"; do

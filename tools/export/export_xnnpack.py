@@ -228,7 +228,35 @@ def _extra_builders():
             (x,),
         )
 
+    class DecodeLayer(torch.nn.Module):
+        """The linear layers of one SmolLM2-135M decoder layer at one token (hidden 576, 9
+        query and 3 key/value heads of 64, MLP 1536): what a decode step's time goes to."""
+
+        def __init__(self):
+            super().__init__()
+            self.q = torch.nn.Linear(576, 576, bias=False)
+            self.kv = torch.nn.Linear(576, 384, bias=False)
+            self.o = torch.nn.Linear(576, 576, bias=False)
+            self.gate_up = torch.nn.Linear(576, 3072, bias=False)
+            self.down = torch.nn.Linear(1536, 576, bias=False)
+
+        def forward(self, x):
+            h = x + self.o(self.q(x))
+            g, u = self.gate_up(h).split(1536, dim=-1)
+            return h + self.down(torch.nn.functional.silu(g) * u), self.kv(x)
+
+    def decode_layer():
+        torch.manual_seed(29)
+        return fixture(
+            "decode_layer",
+            "the linear layers of one SmolLM2-135M decoder layer at one token (not committed: "
+            "instruction counts, tools/dev/aarch64_insn_counts.sh)",
+            DecodeLayer(),
+            (g(29, 1, 576),),
+        )
+
     return {
+        "decode_layer": decode_layer,
         "xnn_residual": residual,
         "xnn_unary": lambda: fixture(
             "xnn_unary", "unary node types over a [3, 7, 9] input", _Unary(), (g(1, 3, 7, 9),)

@@ -163,6 +163,10 @@ pub enum Error {
         "invalid program: jump destination {destination} outside the chain of {len} instructions"
     )]
     JumpOutOfRange { destination: i64, len: usize },
+    /// A tensor's sizes and dim order in the program do not form valid metadata (kept as data:
+    /// formatting it at load would link the formatting code into every firmware).
+    #[error("invalid program: tensor metadata: {0}")]
+    TensorMeta(KernelError),
     #[error("no method named {0:?} in this program")]
     MethodNotFound(String),
     /// No kernel is registered for these operators (every missing one, in table order).

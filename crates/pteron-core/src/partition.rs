@@ -182,10 +182,18 @@ pub(crate) fn check_region(
 ) -> Result<(), String> {
     let r = &region.calls;
     if r.start >= r.end || r.end > graph.calls.len() {
-        return Err(format!("call range {r:?} of {} calls", graph.calls.len()));
+        return Err(format!(
+            "call range {}..{} of {} calls",
+            r.start,
+            r.end,
+            graph.calls.len()
+        ));
     }
     if r.start < after {
-        return Err(format!("call range {r:?} overlaps an earlier region"));
+        return Err(format!(
+            "call range {}..{} overlaps an earlier region",
+            r.start, r.end
+        ));
     }
     let view = CallGraph { graph };
     if let Some(k) = (r.start..r.end - 1).find(|&k| !view.follows(k)) {
@@ -300,7 +308,12 @@ pub(crate) fn needed_outputs(
     r: &Range<usize>,
 ) -> Result<Vec<usize>, String> {
     if r.start > r.end || r.end > graph.calls.len() {
-        return Err(format!("call range {r:?} of {} calls", graph.calls.len()));
+        return Err(format!(
+            "call range {}..{} of {} calls",
+            r.start,
+            r.end,
+            graph.calls.len()
+        ));
     }
     let view = CallGraph { graph };
     // Values the range writes, in call order: each call's return and its tuple items.

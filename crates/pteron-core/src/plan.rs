@@ -395,7 +395,7 @@ fn rehome_values(
         let size = t.capacity.div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
         items.push((start, end, v, size));
     }
-    items.sort();
+    heap_sort(&mut items);
     let mut placed: Vec<(usize, usize, usize, usize)> = Vec::new(); // (offset, size, start, end)
     let mut homes = Vec::new();
     let mut arena = 0usize;
@@ -406,7 +406,7 @@ fn rehome_values(
             .filter(|p| p.2 <= end && start <= p.3)
             .map(|p| (p.0, p.1))
             .collect();
-        live.sort();
+        heap_sort(&mut live);
         let mut off = 0;
         for (o, s) in live {
             if off + size <= o {
@@ -419,4 +419,62 @@ fn rehome_values(
         arena = arena.max(off + size);
     }
     (homes, arena)
+}
+
+/// Sorts in place (heap sort): a few hundred bytes of code where the standard library's sorts
+/// cost kilobytes for each element type. It runs once per load, and on a microcontroller the
+/// runtime's flash is the budget.
+fn heap_sort<T: Ord + Copy>(v: &mut [T]) {
+    let n = v.len();
+    for root in (0..n / 2).rev() {
+        sift_down(v, root, n);
+    }
+    for end in (1..n).rev() {
+        v.swap(0, end);
+        sift_down(v, 0, end);
+    }
+}
+
+/// Moves `v[root]` down the max-heap held in `v[..end]` until both its children are smaller.
+fn sift_down<T: Ord + Copy>(v: &mut [T], mut root: usize, end: usize) {
+    loop {
+        // root < end <= isize::MAX (a slice length), so 2 * root + 1 fits in a usize.
+        let mut child = 2 * root + 1;
+        if child >= end {
+            return;
+        }
+        if child + 1 < end && v[child] < v[child + 1] {
+            child += 1;
+        }
+        if v[root] >= v[child] {
+            return;
+        }
+        v.swap(root, child);
+        root = child;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::heap_sort;
+    use alloc::vec::Vec;
+
+    #[test]
+    fn heap_sort_orders_like_the_standard_sort() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for len in 0..70 {
+            let mut v: Vec<(usize, usize)> = (0..len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    ((state % 7) as usize, (state >> 32) as usize % 5)
+                })
+                .collect();
+            let mut expected = v.clone();
+            expected.sort();
+            heap_sort(&mut v);
+            assert_eq!(v, expected, "length {len}");
+        }
+    }
 }

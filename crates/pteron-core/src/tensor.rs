@@ -130,7 +130,9 @@ impl TensorInfo {
             let d = d as usize;
             if d >= sizes.len() || seen[d] {
                 return Err(KernelError::invalid(format!(
-                    "dim order {dim_order:?} is not a permutation"
+                    "dim order of rank {} is not a permutation of 0..{}",
+                    dim_order.len(),
+                    sizes.len()
                 )));
             }
             seen[d] = true;

@@ -262,7 +262,7 @@ fn external_bytes<'p>(src: &DataSources<'p>, key: &str, info: &TensorInfo) -> Re
     let nbytes = info.nbytes();
     let file = src.external.ok_or_else(|| {
         invalid(format!(
-            "tensor {key:?} lives in an external .ptd file, and none was given"
+            "tensor \"{key}\" lives in an external .ptd file, and none was given"
         ))
     })?;
     let bytes = file.get(key)?;
@@ -276,13 +276,13 @@ fn external_bytes<'p>(src: &DataSources<'p>, key: &str, info: &TensorInfo) -> Re
             && l.dim_order == info.dim_order();
         if !same {
             return Err(invalid(format!(
-                "external tensor {key:?}: layout in the .ptd does not match the program"
+                "external tensor \"{key}\": layout in the .ptd does not match the program"
             )));
         }
     }
     bytes.get(..nbytes).ok_or_else(|| {
         invalid(format!(
-            "external tensor {key:?} has {} bytes, needs {nbytes}",
+            "external tensor \"{key}\" has {} bytes, needs {nbytes}",
             bytes.len()
         ))
     })
@@ -318,7 +318,7 @@ pub fn parse_tensor_info(t: &schema::Tensor<'_>) -> Result<(TensorInfo, Dynamism
         )));
     }
     let info = TensorInfo::with_dim_order(dtype, &s[..sizes.len()], dim_order.bytes())
-        .map_err(|e| invalid(format!("tensor: {e}")))?;
+        .map_err(Error::TensorMeta)?;
     let dynamism = match t.shape_dynamism() {
         schema::TensorShapeDynamism::STATIC => Dynamism::Static,
         schema::TensorShapeDynamism::DYNAMIC_BOUND
