@@ -97,13 +97,22 @@ row "tiny LLM 8da4w, decode step" per_token testdata/llm/tiny_xnnpack/8da4w.pte 
 
 [ -x "$et" ] || exit 0
 echo
-echo "| per inference, same file | CPU model | pteron (NEON) | ExecuTorch (XNNPACK) | ExecuTorch / pteron |"
-echo "|---|---|---|---|---|"
+# The last column: ExecuTorch's output on this CPU model against the golden beside the file
+# (ExecuTorch's x86-64 output), where there is one: a count is only comparable where it is right.
+echo "| per inference, same file | CPU model | pteron (NEON) | ExecuTorch (XNNPACK) | ExecuTorch / pteron | ExecuTorch's output vs golden |"
+echo "|---|---|---|---|---|---|"
 for m in "${models[@]}"; do
+  model=${m#*:}
+  dir=$(dirname "$model")
   for cpu in cortex-a72 neoverse-n1 max; do
-    p=$(per_run "$cpu" neon "${m#*:}")
-    e=$(per_run_et "$cpu" "${m#*:}")
-    awk -v name="${m%%:*}" -v cpu="$cpu" -v p="$p" -v e="$e" 'BEGIN {
-      printf "| %s | %s | %.1f M | %.1f M | %.2fx |\n", name, cpu, p / 1e6, e / 1e6, e / p }'
+    p=$(per_run "$cpu" neon "$model")
+    e=$(per_run_et "$cpu" "$model")
+    check="-"
+    if [ -f "$dir/input0.npy" ] && [ -f "$dir/expected0.npy" ]; then
+      check=$(QEMU_CPU=$cpu timeout 3000 qemu-aarch64 "$et" "$model" 1 "$dir/input0.npy" \
+        "$dir/expected0.npy" 2>/dev/null | sed -n 's/^max|diff| \([^ ]*\).*/max abs diff \1/p')
+    fi
+    awk -v name="${m%%:*}" -v cpu="$cpu" -v p="$p" -v e="$e" -v c="$check" 'BEGIN {
+      printf "| %s | %s | %.1f M | %.1f M | %.2fx | %s |\n", name, cpu, p / 1e6, e / 1e6, e / p, c }'
   done
 done

@@ -49,12 +49,14 @@ pub fn available() -> Vec<(&'static str, TileSums)> {
 #[inline(always)]
 unsafe fn finish(c: &[int32x4_t; 4], wsum: &[i32; NR], flipped: bool, acc: &mut [i32; NR]) {
     for (g, v) in c.iter().enumerate() {
-        let mut lanes = [0i32; 4];
-        // Safety: `lanes` holds 4 i32.
-        unsafe { vst1q_s32(lanes.as_mut_ptr(), *v) };
-        for e in 0..4 {
-            let extra = if flipped { 128 * wsum[g * 4 + e] } else { 0 };
-            acc[g * 4 + e] += lanes[e] + extra;
+        // Safety: `acc` and `wsum` hold 16 i32, lanes 4·g .. 4·g + 4 of them are read.
+        unsafe {
+            let at = acc.as_mut_ptr().add(g * 4);
+            let mut s = vaddq_s32(vld1q_s32(at), *v);
+            if flipped {
+                s = vmlaq_n_s32(s, vld1q_s32(wsum.as_ptr().add(g * 4)), 128);
+            }
+            vst1q_s32(at, s);
         }
     }
 }
@@ -310,4 +312,48 @@ fn mull_sums(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
             unsafe { finish(&v, wsum, true, acc) };
         }
     }
+}
+
+/// `super::requant` of `s[jj] + bias[jj]` with `scale[jj]` for the 16 channels of a panel, in
+/// NEON registers: the same operations in the same order (convert, multiply, the clamps with
+/// `fminnm`/`fmaxnm`, which like `f32::min`/`max` return the number when one side is NaN, the
+/// rounding add), so the results are those of the scalar function bit for bit.
+#[inline(always)]
+pub(super) fn requant16(
+    s: &[i32; NR],
+    bias: &[i32; NR],
+    scale: &[f32; NR],
+    zp: i32,
+    qmin: i32,
+    qmax: i32,
+) -> [i8; NR] {
+    const LIMIT: f32 = 4_194_304.0;
+    const MAGIC: f32 = 12_582_912.0;
+    let mut out = [0i8; NR];
+    // Safety: NEON (baseline on this target); every pointer is to 16 elements of the arrays
+    // above, read or written 4 (or 16 bytes) at a time inside them.
+    unsafe {
+        let (hi, lo) = (
+            vdupq_n_f32((qmax - zp) as f32),
+            vdupq_n_f32((qmin - zp) as f32),
+        );
+        let (lim, nlim, magic) = (vdupq_n_f32(LIMIT), vdupq_n_f32(-LIMIT), vdupq_n_f32(MAGIC));
+        let mbits = vdupq_n_s32(MAGIC.to_bits() as i32);
+        let (zpv, qlo, qhi) = (vdupq_n_s32(zp), vdupq_n_s32(qmin), vdupq_n_s32(qmax));
+        let q: [int16x4_t; 4] = core::array::from_fn(|g| {
+            let acc = vaddq_s32(
+                vld1q_s32(s.as_ptr().add(4 * g)),
+                vld1q_s32(bias.as_ptr().add(4 * g)),
+            );
+            let f = vmulq_f32(vcvtq_f32_s32(acc), vld1q_f32(scale.as_ptr().add(4 * g)));
+            let f = vmaxnmq_f32(vminnmq_f32(f, hi), lo);
+            let f = vminnmq_f32(vmaxnmq_f32(f, nlim), lim);
+            let r = vsubq_s32(vreinterpretq_s32_f32(vaddq_f32(f, magic)), mbits);
+            vmovn_s32(vminq_s32(vmaxq_s32(vaddq_s32(r, zpv), qlo), qhi))
+        });
+        let lo8 = vmovn_s16(vcombine_s16(q[0], q[1]));
+        let hi8 = vmovn_s16(vcombine_s16(q[2], q[3]));
+        vst1q_s8(out.as_mut_ptr(), vcombine_s8(lo8, hi8));
+    }
+    out
 }

@@ -316,6 +316,17 @@ fn qgemm_matches_scalar() {
             scalar_rows(&a, kp, 0, m, &w, &epi, Out::I8(&mut x1), n);
             qgemm(&Split, &a, kp, m, &w, &epi, Out::I8(&mut x2), n).unwrap();
             assert_eq!(x1, x2, "m {m} n {n} k {k}");
+            // And the formula itself (aarch64 requantizes both of the above with one path).
+            let naive: Vec<i8> = (0..m * n)
+                .map(|i| {
+                    let (r, j) = (i / n, i % n);
+                    let acc: i32 = (0..k)
+                        .map(|kk| a[r * kp + kk] as i32 * ((j * 31 + kk * 7) % 255) as i8 as i32)
+                        .sum();
+                    requant(acc + bias[j], scale[j], -3, -100, 120) as i8
+                })
+                .collect();
+            assert_eq!(x2, naive, "m {m} n {n} k {k}");
         }
         let epi = Epilogue::Dequant {
             rows: &rows,
@@ -469,6 +480,60 @@ fn avx2_rows_match_scalar() {
                 )
             };
             assert_eq!(f3[..], f1[last * NR..n], "one row, last panel: n {n} k {k}");
+        }
+    }
+}
+
+/// The panel-wide requantization (NEON on aarch64) equals the scalar `requant` bit for bit:
+/// ordinary and extreme sums, scales that are tiny, huge, infinite or NaN, several zero points
+/// and bounds.
+#[test]
+fn requant16_matches_requant() {
+    let scales = [
+        1e-3f32,
+        0.0173,
+        1.0,
+        3.5e4,
+        1e-30,
+        0.0,
+        -0.02,
+        f32::INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+    ];
+    let mut x = 0x9e37_79b9u32;
+    for round in 0..400 {
+        let mut s = [0i32; NR];
+        let mut bias = [0i32; NR];
+        let mut scale = [0f32; NR];
+        for jj in 0..NR {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            s[jj] = match jj % 4 {
+                0 => (x as i32) >> 8,
+                1 => (x as i32) >> 20,
+                2 => [i32::MIN / 2, i32::MAX / 2, 0, -1][(x % 4) as usize],
+                _ => x as i32 >> 1,
+            };
+            bias[jj] = (x >> 3) as i32 % 5000 - 2500;
+            scale[jj] =
+                scales[(x as usize >> 7) % scales.len()] * if jj % 3 == 0 { 1.0 } else { 0.37 };
+        }
+        let (zp, qmin, qmax) = [
+            (0, -128, 127),
+            (-3, -128, 127),
+            (5, 0, 127),
+            (-128, -128, 6),
+        ][round % 4];
+        let got = requant16(&s, &bias, &scale, zp, qmin, qmax);
+        for jj in 0..NR {
+            let want = requant(s[jj] + bias[jj], scale[jj], zp, qmin, qmax) as i8;
+            assert_eq!(
+                got[jj], want,
+                "round {round} channel {jj}: s {} bias {} scale {}",
+                s[jj], bias[jj], scale[jj]
+            );
         }
     }
 }
