@@ -10,7 +10,11 @@
 //       -Wl,--no-as-needed -lexecutorch_backend_xnnpack -lexecutorch_kernels_optimized \
 //       -lexecutorch_threadpool \
 //       -Wl,-rpath,$ET/lib -o et_runner
-//   et_runner MODEL.pte REPEAT THREADS [input0.npy ...]
+//   et_runner MODEL.pte REPEAT THREADS [input0.npy ...] [--expect expected0.npy]
+//
+// With --expect, output 0 (float32) is compared with the array and its largest absolute
+// difference printed (`max|diff| D over N values`). tools/dev/aarch64_et_build.sh builds the
+// same file for aarch64 (instruction counts under QEMU beside pteron's).
 //
 // THREADS resizes ExecuTorch's threadpool (the XNNPACK backend's threads), as the Python
 // bindings' `_unsafe_reset_threadpool` does.
@@ -24,6 +28,7 @@
 #include <executorch/runtime/platform/runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -84,7 +89,8 @@ static std::vector<char> npy_data(const char* path) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: %s MODEL.pte REPEAT THREADS [input.npy ...]\n", argv[0]);
+    fprintf(stderr, "usage: %s MODEL.pte REPEAT THREADS [input.npy ...] [--expect out.npy]\n",
+            argv[0]);
     return 2;
   }
   executorch::runtime::runtime_init();
@@ -124,6 +130,11 @@ int main(int argc, char** argv) {
   }
   double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const char* expect = nullptr;
+  if (argc >= 6 && strcmp(argv[argc - 2], "--expect") == 0) {
+    expect = argv[argc - 1];
+    argc -= 2;
+  }
   for (int i = 4; i < argc; i++) {
     size_t k = (size_t)(i - 4);
     std::vector<char> data = npy_data(argv[i]);
@@ -157,5 +168,23 @@ int main(int argc, char** argv) {
   printf("load %.3f ms, execute %.3f ms (median of %d), %s thread(s)\n", load_ms, med, repeat,
          argv[3]);
   printf("peak memory (VmHWM) %.1f MiB\n", status_kib("VmHWM:") / 1024.0);
+  if (expect) {
+    std::vector<char> want = npy_data(expect);
+    const EValue& v = method->get_output(0);
+    if (!v.isTensor() || v.toTensor().scalar_type() != executorch::aten::ScalarType::Float ||
+        (size_t)v.toTensor().nbytes() != want.size()) {
+      fprintf(stderr, "output 0 is not a float32 tensor of %zu bytes\n", want.size());
+      return 1;
+    }
+    const float* got = v.toTensor().const_data_ptr<float>();
+    size_t n = want.size() / 4;
+    float diff = 0;
+    for (size_t i = 0; i < n; i++) {
+      float w;
+      memcpy(&w, want.data() + 4 * i, 4);
+      diff = std::max(diff, std::abs(got[i] - w));
+    }
+    printf("max|diff| %g over %zu values\n", diff, n);
+  }
   return 0;
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # ExecuTorch's own aarch64 runtime, for instruction counts beside pteron's under QEMU
 # (tools/dev/aarch64_insn_counts.sh): the libraries and headers of its Linux aarch64 wheel
-# (the version pinned in tools/export/requirements.txt, from PyPI; no Python runs them) and a
-# small C++ runner, tools/et-aarch64/et_run.cpp, built with Debian's aarch64 cross compiler
-# against them. Everything lands in target/et-aarch64 (not committed).
+# (the version pinned in tools/export/requirements.txt, from PyPI; no Python runs them) and
+# bench/et_runner.cpp (the C++ runner bench/bench.py uses on x86-64) built with Debian's aarch64
+# cross compiler against them. Everything lands in target/et-aarch64 (not committed).
 # The wheel's Python bindings are not used: they link the aarch64 torch wheel, which on PyPI
 # is built for CUDA. Needs the packages tools/dev/aarch64_tests.sh installs, and pip.
 # Usage: tools/dev/aarch64_et_build.sh
@@ -25,14 +25,9 @@ if [ ! -f "$out/lib/libexecutorch.so" ]; then
   mv "$out/wheel/executorch/lib" "$out/wheel/executorch/include" "$out/"
   rm -rf "$out/wheel" "$wheel"
 fi
-# The one generated header the c10 headers include (from PyTorch's CMake configuration):
-# shared libraries, none of the optional dependencies.
-macros="$out/include/torch/headeronly/macros"
-mkdir -p "$macros"
-printf '#pragma once\n#define C10_BUILD_SHARED_LIBS\n' >"$macros/cmake_macros.h"
-
-aarch64-linux-gnu-g++ -O2 -std=c++17 -Wall -Wno-deprecated-declarations -o "$out/et_run" tools/et-aarch64/et_run.cpp \
-  -I"$out/include" -I"$out/include/executorch/runtime/core/portable_type/c10" \
+aarch64-linux-gnu-g++ -O2 -std=c++17 -Wno-deprecated-declarations -o "$out/et_runner" \
+  bench/et_runner.cpp -I"$out/include" -I"$out/include/executorch/runtime/core/portable_type/c10" \
+  -DC10_USING_CUSTOM_GENERATED_MACROS -DET_EVENT_TRACER_ENABLED \
   -L"$out/lib" -Wl,--no-as-needed -lexecutorch -lexecutorch_backend_xnnpack \
   -lexecutorch_threadpool -lexecutorch_kernels_optimized -Wl,-rpath,'$ORIGIN/lib'
-echo "built $out/et_run (ExecuTorch $version)"
+echo "built $out/et_runner (ExecuTorch $version)"

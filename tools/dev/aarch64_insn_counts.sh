@@ -26,7 +26,7 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 plugin=tools/qemu-insn-count/target/release/libqemu_insn_count.so
 bin=target/aarch64/aarch64-unknown-linux-gnu/release/pteron
 
-et=target/et-aarch64/et_run
+et=target/et-aarch64/et_runner
 
 # insns CPU ARGS...: the instructions of one run of `pteron ARGS...` on QEMU CPU model CPU
 # (with PROGRAM set, of that program instead of pteron).
@@ -45,11 +45,12 @@ per_run() {
   echo $(((b - a) / n))
 }
 
-# per_run_et CPU MODEL: the same for ExecuTorch's runtime (et_run MODEL REPEAT; one thread).
+# per_run_et CPU MODEL: the same for ExecuTorch's runtime (et_runner MODEL REPEAT 1 runs
+# 1 + REPEAT times on one thread).
 per_run_et() {
   local cpu=$1 model=$2 a b
-  a=$(PROGRAM=$et insns "$cpu" "$model" 1)
-  b=$(PROGRAM=$et insns "$cpu" "$model" $((1 + n)))
+  a=$(PROGRAM=$et insns "$cpu" "$model" 0 1)
+  b=$(PROGRAM=$et insns "$cpu" "$model" "$n" 1)
   echo $(((b - a) / n))
 }
 
@@ -109,8 +110,8 @@ for m in "${models[@]}"; do
     e=$(per_run_et "$cpu" "$model")
     check="-"
     if [ -f "$dir/input0.npy" ] && [ -f "$dir/expected0.npy" ]; then
-      check=$(QEMU_CPU=$cpu timeout 3000 qemu-aarch64 "$et" "$model" 1 "$dir/input0.npy" \
-        "$dir/expected0.npy" 2>/dev/null | sed -n 's/^max|diff| \([^ ]*\).*/max abs diff \1/p')
+      check=$(QEMU_CPU=$cpu timeout 3000 qemu-aarch64 "$et" "$model" 0 1 "$dir/input0.npy" \
+        --expect "$dir/expected0.npy" 2>/dev/null | sed -n 's/^max|diff| \([^ ]*\).*/max abs diff \1/p')
     fi
     awk -v name="${m%%:*}" -v cpu="$cpu" -v p="$p" -v e="$e" -v c="$check" 'BEGIN {
       printf "| %s | %s | %.1f M | %.1f M | %.2fx | %s |\n", name, cpu, p / 1e6, e / 1e6, e / p, c }'
