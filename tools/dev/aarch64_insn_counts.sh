@@ -47,10 +47,12 @@ per_run() {
 
 # per_run_et CPU MODEL: the same for ExecuTorch's runtime (et_runner MODEL REPEAT 1 runs
 # 1 + REPEAT times on one thread).
+# Its inputs must be set: the `input0.npy` beside the file.
 per_run_et() {
-  local cpu=$1 model=$2 a b
-  a=$(PROGRAM=$et insns "$cpu" "$model" 0 1)
-  b=$(PROGRAM=$et insns "$cpu" "$model" "$n" 1)
+  local cpu=$1 model=$2 a b input
+  input=$(dirname "$model")/input0.npy
+  a=$(PROGRAM=$et insns "$cpu" "$model" 0 1 "$input")
+  b=$(PROGRAM=$et insns "$cpu" "$model" "$n" 1 "$input")
   echo $(((b - a) / n))
 }
 
