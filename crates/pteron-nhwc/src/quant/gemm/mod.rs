@@ -665,7 +665,25 @@ fn tiled_rows(
     panels: core::ops::Range<usize>,
 ) {
     #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-    if let (Epilogue::Requant { .. }, Out::I8(_), 0) = (epi, &o, w.block) {
+    if let (
+        Epilogue::Requant {
+            bias,
+            scale,
+            zp,
+            qmin,
+            qmax,
+        },
+        Out::I8(o),
+        0,
+    ) = (epi, &mut o, w.block)
+    {
+        let q = Requant16 {
+            bias,
+            scale,
+            zp: *zp,
+            qmin: *qmin,
+            qmax: *qmax,
+        };
         for t in (0..rows).step_by(TR) {
             for p in panels.clone() {
                 requant_tile(
@@ -676,8 +694,8 @@ fn tiled_rows(
                     t,
                     rows,
                     w,
-                    epi,
-                    &mut o,
+                    &q,
+                    o,
                     ldc,
                     p,
                     panels.start * NR,
@@ -724,6 +742,28 @@ fn gather<T: Copy>(n: usize, p: usize, pad: T, at: impl Fn(usize) -> T) -> [T; N
     v
 }
 
+/// The parameters of `Epilogue::Requant`, taken apart once per product (aarch64's
+/// `requant_tile`).
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+struct Requant16<'a> {
+    bias: &'a [i32],
+    scale: &'a [f32],
+    zp: i32,
+    qmin: i32,
+    qmax: i32,
+}
+
+/// The `TR` activation rows (`kp` bytes each) of a tile starting at row `r`: `tr` of them,
+/// then the last repeated (the kernels are given only the first `tr`).
+#[inline(always)]
+fn tile_rows(a: &[u8], lda: usize, r: usize, tr: usize, kp: usize) -> [&[u8]; TR] {
+    let mut ar: [&[u8]; TR] = [&[]; TR];
+    for (i, row) in ar.iter_mut().enumerate() {
+        *row = &a[(r + i.min(tr - 1)) * lda..][..kp];
+    }
+    ar
+}
+
 /// `tile` for requantized int8 outputs of weights that are not blockwise, on aarch64: the
 /// sums, then `requant16` per row. (The general `tile`, inlined into the row and panel loops,
 /// spilled its 16-lane arrays and index arithmetic to the stack there: ~1,700 instructions a
@@ -739,33 +779,17 @@ fn requant_tile(
     t: usize,
     rows: usize,
     w: &QWeights,
-    epi: &Epilogue<'_>,
-    o: &mut Out<'_>,
+    q: &Requant16<'_>,
+    o: &mut [i8],
     ldc: usize,
     p: usize,
     col0: usize,
 ) {
-    let (
-        Epilogue::Requant {
-            bias,
-            scale,
-            zp,
-            qmin,
-            qmax,
-        },
-        Out::I8(o),
-    ) = (epi, o)
-    else {
-        return;
-    };
     let kp = w.quads * 4;
     let tr = TR.min(rows - t);
     let j0 = p * NR;
     let nv = NR.min(w.n - j0);
-    let mut ar: [&[u8]; TR] = [&[]; TR];
-    for (i, r) in ar.iter_mut().enumerate() {
-        *r = &a[(r0 + t + i.min(tr - 1)) * lda..][..kp];
-    }
+    let ar = tile_rows(a, lda, r0 + t, tr, kp);
     // The panel's channels, zero past `n` (those outputs are not stored). Copies of the
     // constant length 16 where the panel is whole: inline, not calls to `memcpy`.
     #[inline(always)]
@@ -779,8 +803,8 @@ fn requant_tile(
         out
     }
     let wsum = panel16(&w.colsum, j0, nv);
-    let bv = panel16(bias, j0, nv);
-    let sv = panel16(scale, j0, nv);
+    let bv = panel16(q.bias, j0, nv);
+    let sv = panel16(q.scale, j0, nv);
     let mut acc = [[0i32; NR]; TR];
     let input = SumsIn {
         a: &ar[..tr],
@@ -792,12 +816,12 @@ fn requant_tile(
     };
     sums(&input, &mut acc);
     for (i, s) in acc.iter().enumerate().take(tr) {
-        let q = requant16(s, &bv, &sv, *zp, *qmin, *qmax);
+        let y = requant16(s, &bv, &sv, q.zp, q.qmin, q.qmax);
         let row = &mut o[(t + i) * ldc + j0 - col0..];
         if nv == NR {
-            row[..NR].copy_from_slice(&q);
+            row[..NR].copy_from_slice(&y);
         } else {
-            row[..nv].copy_from_slice(&q[..nv]);
+            row[..nv].copy_from_slice(&y[..nv]);
         }
     }
 }
@@ -824,10 +848,7 @@ fn tile(
     let kp = w.quads * 4;
     let tr = TR.min(rows - t);
     let nv = NR.min(w.n - p * NR);
-    let mut ar: [&[u8]; TR] = [&[]; TR];
-    for (i, r) in ar.iter_mut().enumerate() {
-        *r = &a[(r0 + t + i.min(tr - 1)) * lda..][..kp];
-    }
+    let ar = tile_rows(a, lda, r0 + t, tr, kp);
     let blockwise = matches!(epi, Epilogue::Dequant { .. }) && w.block != 0;
     let mut fsum = [[0f32; NR]; TR];
     if let Epilogue::Dequant { zps, scale, .. } = epi {
