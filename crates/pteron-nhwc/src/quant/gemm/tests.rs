@@ -139,6 +139,9 @@ fn one_row_matches_scalar() {
         (200, 64, 32, true),
         (100, 96, 0, true),
         (576, 576, 32, true),
+        // Blocks of several 32-input groups, whole and partial panel groups.
+        (96, 256, 128, true),
+        (90, 192, 64, true),
         (33, 128, 64, false),
         // Odd quads per block and in all: pairs of 4-bit quads cut at either end.
         (40, 36, 12, true),

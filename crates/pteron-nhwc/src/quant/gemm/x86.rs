@@ -110,6 +110,12 @@ unsafe fn dot(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m
     _mm512_add_epi32(x, y)
 }
 
+/// Panels read side by side by the one-row blockwise product. Each panel's nibbles are a
+/// contiguous run of their own pages, so this many streams advance together: one stream,
+/// prefetched into L1, stayed at about two thirds of a streaming read (one thread, cold
+/// weights), bounded by the misses one core keeps in flight.
+const STREAMS: usize = 4;
+
 /// Columns of panels `p0 ..` into `o` (whole panels; the last may be partial) for one
 /// row with a `Dequant` epilogue, the same arithmetic as `rows`.
 ///
@@ -132,48 +138,165 @@ pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mu
     let (s_row, zp) = (_mm512_set1_ps(rows[0]), zps[0] + 128);
     let zpv = _mm512_set1_epi32(zp);
     let (lov, hiv) = (_mm512_set1_ps(*lo), _mm512_set1_ps(*hi));
-    let blocks = if w.block == 0 { 1 } else { w.k / w.block };
-    let bq = if w.block == 0 { w.quads } else { w.block / 4 };
     let ap = a.as_ptr();
-    for (i, oc) in o.chunks_mut(NR).enumerate() {
-        let p = p0 + i;
-        let c0 = p * NR;
+    // Writes panel p0 + i's 16 (or fewer) results from `y` before the bias and clamps.
+    let store = |i: usize, oc: &mut [f32], y: __m512| {
+        let c0 = (p0 + i) * NR;
         let nv = oc.len();
         let mask: __mmask16 = if nv == NR { !0 } else { (1u16 << nv) - 1 };
         let bv = match bias {
             Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
             None => _mm512_setzero_ps(),
         };
-        let y = if w.block == 0 {
+        let y = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(y, bv), lov), hiv);
+        // Safety: `nv` floats of `oc`.
+        unsafe { _mm512_mask_storeu_ps(oc.as_mut_ptr(), mask, y) };
+    };
+    if w.block == 0 {
+        for (i, oc) in o.chunks_mut(NR).enumerate() {
+            let p = p0 + i;
+            let c0 = p * NR;
+            let mask: __mmask16 = if oc.len() == NR { !0 } else { (1u16 << oc.len()) - 1 };
             // Safety: quads 0 .. quads of panel p (p < panels since `o` lies before n).
             let acc = unsafe { dot(ap, w, p, 0, w.quads) };
             let cs = _mm512_maskz_loadu_epi32(mask, w.colsum[c0..].as_ptr());
             let corr = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zpv, cs));
             let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
-            _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(corr), s_row), sv, bv)
+            let bv = match bias {
+                Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
+                None => _mm512_setzero_ps(),
+            };
+            let y = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(corr), s_row), sv, bv);
+            let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
+            // Safety: `oc.len()` floats of `oc`.
+            unsafe { _mm512_mask_storeu_ps(oc.as_mut_ptr(), mask, y) };
+        }
+        return;
+    }
+    let zf = _mm512_set1_ps(zp as f32);
+    let mut groups = o.chunks_mut(NR * STREAMS);
+    let mut i = 0;
+    for g in groups.by_ref() {
+        if g.len() == NR * STREAMS {
+            // Safety: panels p0 + i .. + STREAMS exist (`o` lies before n).
+            let f = unsafe {
+                if w.block % 32 == 0 && !w.nib.is_empty() {
+                    nibble_blocks::<STREAMS>(ap, w, p0 + i, zf)
+                } else {
+                    blockwise::<STREAMS>(ap, w, p0 + i, zf)
+                }
+            };
+            for (s, oc) in g.chunks_mut(NR).enumerate() {
+                store(i + s, oc, _mm512_mul_ps(f[s], s_row));
+            }
+            i += STREAMS;
         } else {
-            // XNNPACK's order: the packed zero-point term times the row's zero point, then
-            // float(acc) · scale block by block (`QWeights::ksum_scaled`).
-            let zf = _mm512_set1_ps(zp as f32);
-            // Safety: `one_row_ready`: panels·16 packed terms.
-            let ks = unsafe { _mm512_loadu_ps(w.pkscaled().as_ptr().add(c0)) };
-            let mut facc = _mm512_mul_ps(ks, zf);
-            for b in 0..blocks {
-                // Safety: block b's quads lie in panel p; the scales hold panels·blocks·16
-                // values (`one_row_ready`).
-                unsafe {
-                    let acc = dot(ap, w, p, b * bq, (b + 1) * bq);
-                    let scv = block_scales(w, (p * blocks + b) * NR);
-                    facc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), scv, facc);
+            for oc in g.chunks_mut(NR) {
+                // Safety: panel p0 + i exists.
+                let f = unsafe { blockwise::<1>(ap, w, p0 + i, zf) };
+                store(i, oc, _mm512_mul_ps(f[0], s_row));
+                i += 1;
+            }
+        }
+    }
+}
+
+/// Panels `p .. p + S` of one row's blockwise product before the row scale, in XNNPACK's
+/// order: the packed zero-point term times the row's zero point `zf`, then float(acc) ·
+/// scale block by block (`QWeights::ksum_scaled`); the panels' blocks interleaved so their
+/// weight streams are read together.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI; `a` holds 4·quads bytes; panels `p .. p + S` exist and the weights
+/// are `one_row_ready` (panels·16 packed terms, panels·blocks·16 scales).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn blockwise<const S: usize>(
+    ap: *const u8,
+    w: &QWeights,
+    p: usize,
+    zf: __m512,
+) -> [__m512; S] {
+    let blocks = w.k / w.block;
+    let bq = w.block / 4;
+    let mut facc = [_mm512_setzero_ps(); S];
+    for (s, f) in facc.iter_mut().enumerate() {
+        // Safety: the caller's (packed terms of panel p + s).
+        let ks = unsafe { _mm512_loadu_ps(w.pkscaled().as_ptr().add((p + s) * NR)) };
+        *f = _mm512_mul_ps(ks, zf);
+    }
+    for b in 0..blocks {
+        for (s, f) in facc.iter_mut().enumerate() {
+            // Safety: block b's quads lie in panel p + s; its scales as the caller's.
+            unsafe {
+                let acc = dot(ap, w, p + s, b * bq, (b + 1) * bq);
+                let scv = block_scales(w, ((p + s) * blocks + b) * NR);
+                *f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), scv, *f);
+            }
+        }
+    }
+    facc
+}
+
+/// `blockwise` for 4-bit weights in blocks of a multiple of 32 inputs: eight quads of
+/// activations broadcast once and used by all S panels, each panel's 256 bytes of nibbles in
+/// four loads feeding two chains (low and high quads). The general loop spent ~90
+/// instructions per block and panel, most of them scalar (one thread decoded at the speed
+/// of those, not of memory).
+///
+/// # Safety
+/// As `blockwise`; `w.block` a multiple of 32 and the weights kept as nibbles.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn nibble_blocks<const S: usize>(
+    ap: *const u8,
+    w: &QWeights,
+    p: usize,
+    zf: __m512,
+) -> [__m512; S] {
+    let blocks = w.k / w.block;
+    let eights = w.block / 32;
+    let pairs = w.quads.div_ceil(2);
+    let m = _mm512_set1_epi8(0xF0u8 as i8);
+    let mut facc = [_mm512_setzero_ps(); S];
+    let mut base = [w.nib.as_ptr(); S];
+    for s in 0..S {
+        // Safety: the caller's (packed terms of panel p + s; its nibbles start inside `nib`).
+        unsafe {
+            let ks = _mm512_loadu_ps(w.pkscaled().as_ptr().add((p + s) * NR));
+            facc[s] = _mm512_mul_ps(ks, zf);
+            base[s] = base[s].add((p + s) * pairs * 64);
+        }
+    }
+    for b in 0..blocks {
+        let mut acc = [[_mm512_setzero_si512(); 2]; S];
+        for e in 0..eights {
+            let q0 = (b * eights + e) * 8;
+            // Safety: quads q0 .. q0 + 8 ≤ quads: 4·(q0 + 8) ≤ the bytes of `a`.
+            let av: [__m512i; 8] = core::array::from_fn(|i| unsafe { aquad(ap, q0 + i) });
+            for s in 0..S {
+                // Safety: pairs q0/2 .. q0/2 + 4 of panel p + s lie inside `nib`.
+                let wb = unsafe { base[s].add(q0 / 2 * 64) };
+                for t in 0..4 {
+                    prefetch(wb.wrapping_add(t * 64 + PREFETCH));
+                    // Safety: as above.
+                    let v = unsafe { _mm512_loadu_si512(wb.add(t * 64) as *const _) };
+                    let lo = _mm512_and_si512(_mm512_slli_epi16::<4>(v), m);
+                    let hi = _mm512_and_si512(v, m);
+                    acc[s][0] = _mm512_dpbusd_epi32(acc[s][0], av[2 * t], lo);
+                    acc[s][1] = _mm512_dpbusd_epi32(acc[s][1], av[2 * t + 1], hi);
                 }
             }
-            // Two roundings, as XNNPACK's qb4w kernels.
-            _mm512_add_ps(_mm512_mul_ps(facc, s_row), bv)
-        };
-        let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
-        // Safety: `nv` floats of `oc`.
-        unsafe { _mm512_mask_storeu_ps(oc.as_mut_ptr(), mask, y) };
+        }
+        for s in 0..S {
+            // Sums of 16·w: exact, and a multiple of 16.
+            let sum = _mm512_srai_epi32::<4>(_mm512_add_epi32(acc[s][0], acc[s][1]));
+            // Safety: the scales hold panels·blocks·16 values (`one_row_ready`).
+            let scv = unsafe { block_scales(w, ((p + s) * blocks + b) * NR) };
+            facc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scv, facc[s]);
+        }
     }
+    facc
 }
 
 /// Output rows `r0 .. r0 + rows` with `vpdpbusd`: tiles of MR rows by three panels (each
