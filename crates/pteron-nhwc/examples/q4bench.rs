@@ -2,8 +2,9 @@
 //! SmolLM2-135M's shapes: every layer's weights in turn, as a decode step reads them (cold:
 //! 30 layers of 7 products and the output layer, 72 MiB), against a streaming read of the
 //! same bytes. Median of the passes.
-//! `cargo run --release -p pteron-nhwc --example q4bench [PASSES] [LAYERS]` (one thread; a
-//! layer or two without the output layer fit the caches: the kernel's own speed)
+//! `cargo run --release -p pteron-nhwc --example q4bench [PASSES] [LAYERS] [avx2]` (one
+//! thread; a layer or two without the output layer fit the caches: the kernel's own speed;
+//! `avx2` caps the kernels at AVX2, as on CPUs without AVX-512)
 
 use std::time::Instant;
 
@@ -58,6 +59,9 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let passes = args.next().and_then(|a| a.parse().ok()).unwrap_or(20);
     let layers = args.next().and_then(|a| a.parse().ok()).unwrap_or(30);
+    if args.next().as_deref() == Some("avx2") {
+        pteron_kernels_cpu::cpu::set_max_level(pteron_kernels_cpu::cpu::Level::Avx2);
+    }
     let (d, h, kv, vocab) = (576, 1536, 192, 49152);
     let mut model = Vec::new();
     for l in 0..layers {

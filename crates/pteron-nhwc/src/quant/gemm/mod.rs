@@ -530,6 +530,13 @@ fn gemv(
         } else {
             let panels = p0..(p0 + GEMV_PANELS).min(panels);
             #[cfg(target_arch = "x86_64")]
+            if avx2::nibbles_apply(w) {
+                // Safety: AVX2 and FMA (`nibbles_apply`); `qgemm` checked the operands; `c`
+                // is the columns of `panels`.
+                unsafe { avx2::gemv_nibbles(a, w, epi, panels, c) };
+                return;
+            }
+            #[cfg(target_arch = "x86_64")]
             if avx2::rows_apply(w) {
                 // Safety: AVX2 and FMA (`rows_apply`); `qgemm` checked the operands; `c` is
                 // the columns of `panels`.

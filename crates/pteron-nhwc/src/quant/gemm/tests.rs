@@ -193,6 +193,57 @@ fn one_row_matches_scalar() {
     }
 }
 
+/// The AVX2 one-row path over nibbles (taken by CPUs without AVX-512 VNNI, called here
+/// directly) gives the plain integer rows' results bit for bit: blocks of 32 and of several
+/// 32s, whole and partial groups of panels, a partial last panel, weights and activations at
+/// their extremes, bf16 and f32 scales, with and without bias.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_nibbles_match_scalar() {
+    let mut seed = 0xfeed_beef_0bad_f00du64;
+    for &(n, k, block) in &[(200, 64, 32), (9, 256, 128), (90, 192, 64), (64, 32, 32)] {
+        let mut w = QWeights::new_int4(n, k, block, |j, kk| ((j * 5 + kk * 3) % 16) as i8 - 8)
+            .unwrap();
+        let blocks = k / block;
+        let mut a: Vec<u8> = (0..k).map(|_| rng(&mut seed) as u8).collect();
+        a[0] = 255;
+        a[1] = 0;
+        for bf16 in [false, true] {
+            let scale: Vec<f32> = (0..n * blocks)
+                .map(|j| 1e-3 * (1 + j % 7) as f32 + if bf16 { 0.0 } else { 1e-7 })
+                .map(|v| if bf16 { f32::from_bits(v.to_bits() & 0xFFFF_0000) } else { v })
+                .collect();
+            w.set_block_scales(&scale).unwrap();
+            if !avx2::nibbles_apply(&w) {
+                return;
+            }
+            let fb: Vec<f32> = (0..n).map(|j| j as f32 * 0.25 - 3.0).collect();
+            for bias in [Some(&fb[..]), None] {
+                let epi = Epilogue::Dequant {
+                    rows: &[0.02],
+                    zps: &[-7],
+                    scale: &scale,
+                    bias,
+                    lo: -50.0,
+                    hi: 50.0,
+                };
+                let (mut f1, mut f2) = (vec![0f32; n], vec![0f32; n]);
+                scalar_rows(&a, k, 0, 1, &w, &epi, Out::F32(&mut f1), n);
+                // Two calls, as two tasks would split the panels.
+                let (panels, cut) = (n.div_ceil(NR), 5.min(n.div_ceil(NR)));
+                let (x, y) = f2.split_at_mut((cut * NR).min(n));
+                // Safety: `nibbles_apply` (AVX2, FMA); one row of k bytes; `x` and `y` are
+                // the columns of their panels.
+                unsafe {
+                    avx2::gemv_nibbles(&a, &w, &epi, 0..cut, x);
+                    avx2::gemv_nibbles(&a, &w, &epi, cut..panels, y);
+                }
+                assert_eq!(f1, f2, "n {n} k {k} block {block} bf16 {bf16}");
+            }
+        }
+    }
+}
+
 /// 4-bit weights deeper than a sum of nibble products can hold in i32 keep no nibbles (the
 /// one-row path reads their int8 copy) and still give the plain rows' results.
 #[test]
