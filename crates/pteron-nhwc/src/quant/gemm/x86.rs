@@ -110,10 +110,9 @@ unsafe fn dot(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m
     _mm512_add_epi32(x, y)
 }
 
-/// Panels read side by side by the one-row blockwise product. Each panel's nibbles are a
-/// contiguous run of their own pages, so this many streams advance together: one stream,
-/// prefetched into L1, stayed at about two thirds of a streaming read (one thread, cold
-/// weights), bounded by the misses one core keeps in flight.
+/// Panels the one-row blockwise product computes together: their activation broadcasts are
+/// shared, and their weights (each panel its own run of pages) are read as this many
+/// streams side by side.
 const STREAMS: usize = 4;
 
 /// Columns of panels `p0 ..` into `o` (whole panels; the last may be partial) for one
@@ -139,7 +138,8 @@ pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mu
     let zpv = _mm512_set1_epi32(zp);
     let (lov, hiv) = (_mm512_set1_ps(*lo), _mm512_set1_ps(*hi));
     let ap = a.as_ptr();
-    // Writes panel p0 + i's 16 (or fewer) results from `y` before the bias and clamps.
+    // Writes panel p0 + i's 16 (or fewer) results `y` (row scale applied), biased and
+    // clamped.
     let store = |i: usize, oc: &mut [f32], y: __m512| {
         let c0 = (p0 + i) * NR;
         let nv = oc.len();
@@ -174,18 +174,11 @@ pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mu
         return;
     }
     let zf = _mm512_set1_ps(zp as f32);
-    let mut groups = o.chunks_mut(NR * STREAMS);
     let mut i = 0;
-    for g in groups.by_ref() {
+    for g in o.chunks_mut(NR * STREAMS) {
         if g.len() == NR * STREAMS {
             // Safety: panels p0 + i .. + STREAMS exist (`o` lies before n).
-            let f = unsafe {
-                if w.block % 32 == 0 && !w.nib.is_empty() {
-                    nibble_blocks::<STREAMS>(ap, w, p0 + i, zf)
-                } else {
-                    blockwise::<STREAMS>(ap, w, p0 + i, zf)
-                }
-            };
+            let f = unsafe { panel_sums::<STREAMS>(ap, w, p0 + i, zf) };
             for (s, oc) in g.chunks_mut(NR).enumerate() {
                 store(i + s, oc, _mm512_mul_ps(f[s], s_row));
             }
@@ -193,10 +186,33 @@ pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mu
         } else {
             for oc in g.chunks_mut(NR) {
                 // Safety: panel p0 + i exists.
-                let f = unsafe { blockwise::<1>(ap, w, p0 + i, zf) };
+                let f = unsafe { panel_sums::<1>(ap, w, p0 + i, zf) };
                 store(i, oc, _mm512_mul_ps(f[0], s_row));
                 i += 1;
             }
+        }
+    }
+}
+
+/// Panels `p .. p + S` of one row's blockwise product before the row scale: from the
+/// nibbles in whole groups of 32 inputs where the weights allow, else quad by quad.
+///
+/// # Safety
+/// As `blockwise`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn panel_sums<const S: usize>(
+    ap: *const u8,
+    w: &QWeights,
+    p: usize,
+    zf: __m512,
+) -> [__m512; S] {
+    // Safety: the caller's.
+    unsafe {
+        if w.block.is_multiple_of(32) && !w.nib.is_empty() {
+            nibble_blocks::<S>(ap, w, p, zf)
+        } else {
+            blockwise::<S>(ap, w, p, zf)
         }
     }
 }
