@@ -500,3 +500,160 @@ fn block_scales8(w: &QWeights, at: usize) -> __m256 {
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
     }
 }
+
+/// Rows `r0 .. r0 + rows` of a blockwise 4-bit product with a `Dequant` epilogue from the
+/// nibbles ([`nibbles_apply`]), `o` starting at row `r0` (stride `ldc`, every panel): four
+/// rows share each unpacked 32-byte group of weights, in `gemv_nibbles`' arithmetic (the
+/// tile path reduced each block's sums through memory, ~5× slower on 8da4w prefill).
+///
+/// # Safety
+/// AVX2 and FMA ([`nibbles_apply`]); `a` holds rows `r0 .. r0 + rows` of `lda` bytes (at
+/// least 4·quads each); `o` holds `rows` rows of `ldc` (at least n); the epilogue's slices
+/// as `qgemm` checks them.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rows_nibbles(
+    a: &[u8],
+    lda: usize,
+    r0: usize,
+    rows: usize,
+    w: &QWeights,
+    epi: &Epilogue<'_>,
+    o: &mut [f32],
+    ldc: usize,
+) {
+    const R: usize = 4;
+    let Epilogue::Dequant {
+        rows: rs,
+        zps,
+        bias,
+        lo,
+        hi,
+        ..
+    } = epi
+    else {
+        return;
+    };
+    let (lov, hiv) = (_mm256_set1_ps(*lo), _mm256_set1_ps(*hi));
+    let kp = w.quads * 4;
+    let row = |i: usize| &a[(r0 + i) * lda..][..kp];
+    let zf = |i: usize| _mm256_set1_ps((zps[r0 + i] + 128) as f32);
+    // Row i's panel p: sums scaled by the row, biased, clamped, stored.
+    let mut put = |i: usize, p: usize, halves: &[__m256; 2]| {
+        let c0 = p * NR;
+        let nv = NR.min(w.n - c0);
+        let s_row = _mm256_set1_ps(rs[r0 + i]);
+        let mut y = [0f32; NR];
+        for (h, v) in halves.iter().enumerate() {
+            let mut b = [0f32; 8];
+            if let Some(bias) = bias {
+                for (e, bv) in b.iter_mut().enumerate() {
+                    *bv = bias.get(c0 + 8 * h + e).copied().unwrap_or(0.0);
+                }
+            }
+            let t = _mm256_add_ps(_mm256_mul_ps(*v, s_row), _mm256_loadu_ps(b.as_ptr()));
+            let t = _mm256_min_ps(_mm256_max_ps(t, lov), hiv);
+            // Safety: eight floats of `y` from 8h.
+            unsafe { _mm256_storeu_ps(y[8 * h..].as_mut_ptr(), t) };
+        }
+        o[i * ldc + c0..][..nv].copy_from_slice(&y[..nv]);
+    };
+    for p in 0..w.n.div_ceil(NR) {
+        let mut i = 0;
+        while i < rows {
+            if i + R <= rows {
+                let ra: [&[u8]; R] = core::array::from_fn(|j| row(i + j));
+                let zs: [__m256; R] = core::array::from_fn(|j| zf(i + j));
+                // Safety: panel p exists; the caller's operands.
+                let f = unsafe { nibble_rows::<R>(&ra, &zs, w, p) };
+                for (j, halves) in f.iter().enumerate() {
+                    put(i + j, p, halves);
+                }
+                i += R;
+            } else {
+                // Safety: as above, one row.
+                let f = unsafe { nibble_rows::<1>(&[row(i)], &[zf(i)], w, p) };
+                put(i, p, &f[0]);
+                i += 1;
+            }
+        }
+    }
+}
+
+/// Panel `p` of `R` rows' blockwise product before the row scales (`nibble_blocks` with
+/// rows in place of panels: each 32-byte group unpacked once for every row).
+///
+/// # Safety
+/// As [`rows_nibbles`]; each row holds 4·quads bytes; panel `p` exists.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn nibble_rows<const R: usize>(
+    rows: &[&[u8]; R],
+    zf: &[__m256; R],
+    w: &QWeights,
+    p: usize,
+) -> [[__m256; 2]; R] {
+    let blocks = w.k / w.block;
+    let pairs = w.quads.div_ceil(2);
+    let (low, flip, ones) = (
+        _mm256_set1_epi8(0x0F),
+        _mm256_set1_epi8(0x88u8 as i8),
+        _mm256_set1_epi16(1),
+    );
+    let mut facc = [[_mm256_setzero_ps(); 2]; R];
+    for (f, z) in facc.iter_mut().zip(zf) {
+        for (h, fh) in f.iter_mut().enumerate() {
+            let ks = &w.pkscaled()[p * NR + 8 * h..][..8];
+            *fh = _mm256_mul_ps(_mm256_loadu_ps(ks.as_ptr()), *z);
+        }
+    }
+    for b in 0..blocks {
+        // 8·Σa over the block for each row.
+        let off: [__m256i; R] = core::array::from_fn(|r| {
+            let mut sad = _mm256_setzero_si256();
+            for c in rows[r][b * w.block..][..w.block].chunks_exact(32) {
+                // Safety: 32 bytes of `c`.
+                let v = unsafe { _mm256_loadu_si256(c.as_ptr() as *const _) };
+                sad = _mm256_add_epi64(sad, _mm256_sad_epu8(v, _mm256_setzero_si256()));
+            }
+            let mut parts = [0i64; 4];
+            // Safety: `parts` holds four i64.
+            unsafe { _mm256_storeu_si256(parts.as_mut_ptr() as *mut _, sad) };
+            _mm256_set1_epi32(8 * parts.iter().sum::<i64>() as i32)
+        });
+        let mut acc = [[_mm256_setzero_si256(); 2]; R];
+        for t in b * w.block / 8..(b + 1) * w.block / 8 {
+            let quad = |r: usize, q: usize| {
+                let mut v = [0u8; 4];
+                v.copy_from_slice(&rows[r][4 * q..4 * q + 4]);
+                _mm256_set1_epi32(i32::from_le_bytes(v))
+            };
+            let a0: [__m256i; R] = core::array::from_fn(|r| quad(r, 2 * t));
+            let a1: [__m256i; R] = core::array::from_fn(|r| quad(r, 2 * t + 1));
+            let src = &w.nib[(p * pairs + t) * 64..][..64];
+            for h in 0..2 {
+                // Safety: 32 bytes of `src`.
+                let v = unsafe { _mm256_loadu_si256(src[32 * h..].as_ptr() as *const _) };
+                let v = _mm256_xor_si256(v, flip);
+                let wl = _mm256_and_si256(v, low);
+                let wh = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                for r in 0..R {
+                    let pr = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(a0[r], wl),
+                        _mm256_maddubs_epi16(a1[r], wh),
+                    );
+                    acc[r][h] = _mm256_add_epi32(acc[r][h], _mm256_madd_epi16(pr, ones));
+                }
+            }
+        }
+        let at = (p * blocks + b) * NR;
+        for h in 0..2 {
+            let scv = block_scales8(w, at + 8 * h);
+            for r in 0..R {
+                let sum = _mm256_sub_epi32(acc[r][h], off[r]);
+                facc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scv, facc[r][h]);
+            }
+        }
+    }
+    facc
+}

@@ -444,6 +444,9 @@ pub fn qgemm(
     let sums = tile_sums();
     #[cfg(target_arch = "x86_64")]
     let avx2_rows = !vnni && avx2::rows_apply(w);
+    #[cfg(target_arch = "x86_64")]
+    let avx2_nibbles =
+        !vnni && matches!(epi, Epilogue::Dequant { .. }) && avx2::nibbles_apply(w);
     // One row (decoding): a product over the output panels, in parallel, streaming each
     // weight once (with VNNI, 4-bit weights as nibbles).
     let one_row = m == 1 && matches!(epi, Epilogue::Dequant { .. }) && (!vnni || w.one_row_ready());
@@ -470,6 +473,16 @@ pub fn qgemm(
             }
         } else {
             let panels = 0..w.n.div_ceil(NR);
+            #[cfg(target_arch = "x86_64")]
+            let o = match o {
+                Out::F32(o) if avx2_nibbles => {
+                    // Safety: AVX2 and FMA (`nibbles_apply`); operands checked above (`o`
+                    // holds `rows` rows of `ldc` from row r0).
+                    unsafe { avx2::rows_nibbles(a, lda, r0, rows, w, epi, o, ldc) };
+                    return;
+                }
+                other => other,
+            };
             #[cfg(target_arch = "x86_64")]
             if avx2_rows {
                 // Safety: AVX2 and FMA (`rows_apply`); operands checked above.

@@ -244,6 +244,55 @@ fn avx2_nibbles_match_scalar() {
     }
 }
 
+/// The AVX2 rows over nibbles (prefill on CPUs without AVX-512 VNNI, called directly) give
+/// the plain integer rows' results bit for bit: 1 to 7 rows (groups of four and the rest),
+/// each row with its own scale and zero point, a padded row stride.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_nibble_rows_match_scalar() {
+    let mut seed = 0x0123_4567_fedc_ba98u64;
+    for &(m, n, k, block) in &[(7, 40, 64, 32), (4, 16, 256, 128), (1, 33, 96, 32), (5, 90, 192, 64)]
+    {
+        let mut w = QWeights::new_int4(n, k, block, |j, kk| ((j * 7 + kk * 5) % 16) as i8 - 8)
+            .unwrap();
+        let blocks = k / block;
+        let scale: Vec<f32> = (0..n * blocks)
+            .map(|j| f32::from_bits((1e-3 * (1 + j % 5) as f32).to_bits() & 0xFFFF_0000))
+            .collect();
+        w.set_block_scales(&scale).unwrap();
+        if !avx2::nibbles_apply(&w) {
+            return;
+        }
+        let (lda, ldc) = (k + 8, n + 3);
+        let a: Vec<u8> = (0..m * lda).map(|_| rng(&mut seed) as u8).collect();
+        let rows: Vec<f32> = (0..m).map(|i| 0.01 + i as f32 * 1e-3).collect();
+        let zps: Vec<i32> = (0..m).map(|i| i as i32 * 37 - 128).collect();
+        let fb: Vec<f32> = (0..n).map(|j| j as f32 * 0.5 - 7.0).collect();
+        for bias in [Some(&fb[..]), None] {
+            let epi = Epilogue::Dequant {
+                rows: &rows,
+                zps: &zps,
+                scale: &scale,
+                bias,
+                lo: -30.0,
+                hi: 30.0,
+            };
+            let (mut f1, mut f2) = (vec![0f32; m * ldc], vec![0f32; m * ldc]);
+            scalar_rows(&a, lda, 0, m, &w, &epi, Out::F32(&mut f1), ldc);
+            // Two calls (rows 0..2 and the rest), as two tasks would split them.
+            let cut = 2.min(m);
+            let (x, y) = f2.split_at_mut(cut * ldc);
+            // Safety: `nibbles_apply`; `a` holds m rows of lda ≥ k bytes; `x` and `y` hold
+            // their rows of ldc ≥ n.
+            unsafe {
+                avx2::rows_nibbles(&a, lda, 0, cut, &w, &epi, x, ldc);
+                avx2::rows_nibbles(&a, lda, cut, m - cut, &w, &epi, y, ldc);
+            }
+            assert_eq!(f1, f2, "m {m} n {n} k {k} block {block}");
+        }
+    }
+}
+
 /// 4-bit weights deeper than a sum of nibble products can hold in i32 keep no nibbles (the
 /// one-row path reads their int8 copy) and still give the plain rows' results.
 #[test]
