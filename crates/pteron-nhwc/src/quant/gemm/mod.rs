@@ -445,8 +445,7 @@ pub fn qgemm(
     #[cfg(target_arch = "x86_64")]
     let avx2_rows = !vnni && avx2::rows_apply(w);
     #[cfg(target_arch = "x86_64")]
-    let avx2_nibbles =
-        !vnni && matches!(epi, Epilogue::Dequant { .. }) && avx2::nibbles_apply(w);
+    let avx2_nibbles = !vnni && matches!(epi, Epilogue::Dequant { .. }) && avx2::nibbles_apply(w);
     // One row (decoding): a product over the output panels, in parallel, streaming each
     // weight once (with VNNI, 4-bit weights as nibbles).
     let one_row = m == 1 && matches!(epi, Epilogue::Dequant { .. }) && (!vnni || w.one_row_ready());

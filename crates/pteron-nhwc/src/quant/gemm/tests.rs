@@ -202,8 +202,8 @@ fn one_row_matches_scalar() {
 fn avx2_nibbles_match_scalar() {
     let mut seed = 0xfeed_beef_0bad_f00du64;
     for &(n, k, block) in &[(200, 64, 32), (9, 256, 128), (90, 192, 64), (64, 32, 32)] {
-        let mut w = QWeights::new_int4(n, k, block, |j, kk| ((j * 5 + kk * 3) % 16) as i8 - 8)
-            .unwrap();
+        let mut w =
+            QWeights::new_int4(n, k, block, |j, kk| ((j * 5 + kk * 3) % 16) as i8 - 8).unwrap();
         let blocks = k / block;
         let mut a: Vec<u8> = (0..k).map(|_| rng(&mut seed) as u8).collect();
         a[0] = 255;
@@ -211,7 +211,13 @@ fn avx2_nibbles_match_scalar() {
         for bf16 in [false, true] {
             let scale: Vec<f32> = (0..n * blocks)
                 .map(|j| 1e-3 * (1 + j % 7) as f32 + if bf16 { 0.0 } else { 1e-7 })
-                .map(|v| if bf16 { f32::from_bits(v.to_bits() & 0xFFFF_0000) } else { v })
+                .map(|v| {
+                    if bf16 {
+                        f32::from_bits(v.to_bits() & 0xFFFF_0000)
+                    } else {
+                        v
+                    }
+                })
                 .collect();
             w.set_block_scales(&scale).unwrap();
             if !avx2::nibbles_apply(&w) {
@@ -251,10 +257,14 @@ fn avx2_nibbles_match_scalar() {
 #[test]
 fn avx2_nibble_rows_match_scalar() {
     let mut seed = 0x0123_4567_fedc_ba98u64;
-    for &(m, n, k, block) in &[(7, 40, 64, 32), (4, 16, 256, 128), (1, 33, 96, 32), (5, 90, 192, 64)]
-    {
-        let mut w = QWeights::new_int4(n, k, block, |j, kk| ((j * 7 + kk * 5) % 16) as i8 - 8)
-            .unwrap();
+    for &(m, n, k, block) in &[
+        (7, 40, 64, 32),
+        (4, 16, 256, 128),
+        (1, 33, 96, 32),
+        (5, 90, 192, 64),
+    ] {
+        let mut w =
+            QWeights::new_int4(n, k, block, |j, kk| ((j * 7 + kk * 5) % 16) as i8 - 8).unwrap();
         let blocks = k / block;
         let scale: Vec<f32> = (0..n * blocks)
             .map(|j| f32::from_bits((1e-3 * (1 + j % 5) as f32).to_bits() & 0xFFFF_0000))

@@ -156,7 +156,11 @@ pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mu
         for (i, oc) in o.chunks_mut(NR).enumerate() {
             let p = p0 + i;
             let c0 = p * NR;
-            let mask: __mmask16 = if oc.len() == NR { !0 } else { (1u16 << oc.len()) - 1 };
+            let mask: __mmask16 = if oc.len() == NR {
+                !0
+            } else {
+                (1u16 << oc.len()) - 1
+            };
             // Safety: quads 0 .. quads of panel p (p < panels since `o` lies before n).
             let acc = unsafe { dot(ap, w, p, 0, w.quads) };
             let cs = _mm512_maskz_loadu_epi32(mask, w.colsum[c0..].as_ptr());
