@@ -27,7 +27,12 @@ For each round and thread count, every engine runs in a fresh process, interleav
     It stops at EOS (no ignore-EOS option): rates are per token either way;
   * llama.cpp through `llama-cpp-python` (built from source by pip): `Llama.eval` on the
     prompt (one batch), then greedy decode one token per `eval`, timed with perf_counter
-    around the calls (argmax of the logits included); n_ctx 2048; warm-up first.
+    around the calls (argmax of the logits included); n_ctx 2048; warm-up first. On a CPU with
+    AMX (Sapphire Rapids) its native build's AMX path crashed on Q4_1 in a VM
+    (`ggml_backend_amx_mul_mat`); build it without AMX there:
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON
+    -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_INT8=OFF"
+    pip install --no-deps --force-reinstall llama-cpp-python==0.3.36.
 
 Bandwidth bound: weight bytes read per decoded token (every linear layer's weights; the
 embedding row is negligible; a tied embedding used as the output layer counts in full) over
