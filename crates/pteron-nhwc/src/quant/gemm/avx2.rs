@@ -317,8 +317,9 @@ unsafe fn sums2(ra: &[u8], rb: &[u8], w: &QWeights, p: usize) -> [[__m256i; 2]; 
     c.map(|cr| [fold(cr[0], cr[1]), fold(cr[2], cr[3])])
 }
 
-/// Whether [`gemv_nibbles`] may run: AVX2 and FMA allowed, blockwise 4-bit weights kept as
-/// nibbles in blocks of a multiple of 32 inputs, with their one-row scales.
+/// Whether [`gemv_nibbles`] and [`rows_nibbles`] may run: AVX2 and FMA allowed, blockwise
+/// 4-bit weights kept as nibbles in blocks of a multiple of 32 inputs, with their one-row
+/// scales.
 pub fn nibbles_apply(w: &QWeights) -> bool {
     w.block != 0
         && w.block.is_multiple_of(32)
@@ -327,18 +328,17 @@ pub fn nibbles_apply(w: &QWeights) -> bool {
         && best().is_some()
 }
 
-/// Panels read side by side (each panel's nibbles are their own run of pages).
+/// Panels one row reads side by side (each panel's nibbles are their own run of pages).
 const STREAMS: usize = 4;
+/// Rows that share each unpacked group of weights in [`rows_nibbles`].
+const ROWS: usize = 4;
 
-/// Bytes ahead of the nibbles being read that [`gemv_nibbles`] prefetches.
+/// Bytes ahead of the nibbles being read that the nibble kernels prefetch.
 const PREFETCH: usize = 4096;
 
 /// One row's blockwise 4-bit product with a `Dequant` epilogue over `panels` into `o`
 /// (columns from `16·panels.start`), streaming the nibbles: the AVX-512 one-row path's
-/// arithmetic for CPUs without it (the tile path reads the int8 copy, twice the bytes).
-/// `vpmaddubsw` multiplies unsigned activations by signed bytes into saturating i16 pairs,
-/// so the weights go in as `w + 8` (0..15, a nibble XOR 8): a pair of products is at most
-/// 2·255·15, two quads' pairs added stay below 2¹⁵; each block's sum then loses 8·Σa.
+/// arithmetic for CPUs without it (the tile path read the int8 copy, twice the bytes).
 ///
 /// # Safety
 /// AVX2 and FMA ([`nibbles_apply`]); `a` holds 4·quads bytes; the epilogue's slices as
@@ -351,160 +351,33 @@ pub unsafe fn gemv_nibbles(
     panels: core::ops::Range<usize>,
     o: &mut [f32],
 ) {
-    let Epilogue::Dequant {
-        rows,
-        zps,
-        bias,
-        lo,
-        hi,
-        ..
-    } = epi
-    else {
+    let Some(out) = Store::new(w, epi) else {
         return;
     };
-    let zf = _mm256_set1_ps((zps[0] + 128) as f32);
-    let s_row = _mm256_set1_ps(rows[0]);
-    let (lov, hiv) = (_mm256_set1_ps(*lo), _mm256_set1_ps(*hi));
     let col0 = panels.start * NR;
-    // Panel p's sums (two halves), scaled, biased and clamped into its columns of `o`.
-    let mut put = |p: usize, halves: &[__m256; 2]| {
-        let c0 = p * NR;
-        let nv = NR.min(w.n - c0);
-        let mut y = [0f32; NR];
-        for (h, v) in halves.iter().enumerate() {
-            let mut b = [0f32; 8];
-            if let Some(bias) = bias {
-                for (e, bv) in b.iter_mut().enumerate() {
-                    *bv = bias.get(c0 + 8 * h + e).copied().unwrap_or(0.0);
-                }
-            }
-            // Two roundings, as XNNPACK's qb4w kernels (and the AVX-512 path).
-            let t = _mm256_add_ps(_mm256_mul_ps(*v, s_row), _mm256_loadu_ps(b.as_ptr()));
-            let t = _mm256_min_ps(_mm256_max_ps(t, lov), hiv);
-            // Safety: eight floats of `y` from 8h.
-            unsafe { _mm256_storeu_ps(y[8 * h..].as_mut_ptr(), t) };
-        }
-        o[c0 - col0..][..nv].copy_from_slice(&y[..nv]);
-    };
+    let (row, zf) = ([a], [out.zero_point(0)]);
     let mut p = panels.start;
     while p < panels.end {
         if p + STREAMS <= panels.end {
             // Safety: panels p .. p + STREAMS exist; the caller's operands.
-            let f = unsafe { nibble_blocks::<STREAMS>(a, w, p, zf) };
-            for (s, halves) in f.iter().enumerate() {
-                put(p + s, halves);
+            let f = unsafe { nibble_tile::<1, STREAMS>(&row, &zf, w, p) };
+            for (s, halves) in f[0].iter().enumerate() {
+                out.put(0, p + s, halves, &mut o[(p + s) * NR - col0..]);
             }
             p += STREAMS;
         } else {
             // Safety: as above, one panel.
-            let f = unsafe { nibble_blocks::<1>(a, w, p, zf) };
-            put(p, &f[0]);
+            let f = unsafe { nibble_tile::<1, 1>(&row, &zf, w, p) };
+            out.put(0, p, &f[0][0], &mut o[p * NR - col0..]);
             p += 1;
         }
     }
 }
 
-/// Panels `p .. p + S` of one row's blockwise product before the row scale, two halves of
-/// eight channels each: the packed zero-point term times the row's zero point `zf`, then
-/// float(acc) · scale block by block (`QWeights::ksum_scaled`'s order).
-///
-/// # Safety
-/// As [`gemv_nibbles`]; panels `p .. p + S` exist.
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-unsafe fn nibble_blocks<const S: usize>(
-    a: &[u8],
-    w: &QWeights,
-    p: usize,
-    zf: __m256,
-) -> [[__m256; 2]; S] {
-    let blocks = w.k / w.block;
-    let pairs = w.quads.div_ceil(2);
-    let (low, flip, ones) = (
-        _mm256_set1_epi8(0x0F),
-        _mm256_set1_epi8(0x88u8 as i8),
-        _mm256_set1_epi16(1),
-    );
-    let mut facc = [[_mm256_setzero_ps(); 2]; S];
-    for (s, f) in facc.iter_mut().enumerate() {
-        for (h, fh) in f.iter_mut().enumerate() {
-            let ks = &w.pkscaled()[(p + s) * NR + 8 * h..][..8];
-            *fh = _mm256_mul_ps(_mm256_loadu_ps(ks.as_ptr()), zf);
-        }
-    }
-    for b in 0..blocks {
-        let ab = &a[b * w.block..][..w.block];
-        // 8·Σa over the block, the offset's share of every channel's sum.
-        let mut sad = _mm256_setzero_si256();
-        for c in ab.chunks_exact(32) {
-            // Safety: 32 bytes of `c`.
-            let v = unsafe { _mm256_loadu_si256(c.as_ptr() as *const _) };
-            sad = _mm256_add_epi64(sad, _mm256_sad_epu8(v, _mm256_setzero_si256()));
-        }
-        let mut parts = [0i64; 4];
-        // Safety: `parts` holds four i64.
-        unsafe { _mm256_storeu_si256(parts.as_mut_ptr() as *mut _, sad) };
-        let off = _mm256_set1_epi32(8 * parts.iter().sum::<i64>() as i32);
-        let mut acc = [[_mm256_setzero_si256(); 2]; S];
-        for t in b * w.block / 8..(b + 1) * w.block / 8 {
-            // The quads 2t (low nibbles) and 2t + 1 (high), broadcast.
-            let quad = |q: usize| {
-                let mut v = [0u8; 4];
-                v.copy_from_slice(&a[4 * q..4 * q + 4]);
-                _mm256_set1_epi32(i32::from_le_bytes(v))
-            };
-            let (a0, a1) = (quad(2 * t), quad(2 * t + 1));
-            for (s, acc) in acc.iter_mut().enumerate() {
-                let src = &w.nib[((p + s) * pairs + t) * 64..][..64];
-                // A hint into L1 a few KiB ahead (the hardware prefetcher alone leaves the
-                // stream latency-bound); it may point past the weights: it never faults.
-                _mm_prefetch::<_MM_HINT_T0>(src.as_ptr().wrapping_add(PREFETCH) as *const i8);
-                for (h, acc) in acc.iter_mut().enumerate() {
-                    // Safety: 32 bytes of `src`.
-                    let v = unsafe { _mm256_loadu_si256(src[32 * h..].as_ptr() as *const _) };
-                    let v = _mm256_xor_si256(v, flip);
-                    let wl = _mm256_and_si256(v, low);
-                    let wh = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-                    let pr = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(a0, wl),
-                        _mm256_maddubs_epi16(a1, wh),
-                    );
-                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(pr, ones));
-                }
-            }
-        }
-        for (s, f) in facc.iter_mut().enumerate() {
-            let at = ((p + s) * blocks + b) * NR;
-            for (h, fh) in f.iter_mut().enumerate() {
-                let scv = block_scales8(w, at + 8 * h);
-                let sum = _mm256_sub_epi32(acc[s][h], off);
-                *fh = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scv, *fh);
-            }
-        }
-    }
-    facc
-}
-
-/// Eight panel-major block scales from `at` (`set_block_scales`: bf16 bits or f32).
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-fn block_scales8(w: &QWeights, at: usize) -> __m256 {
-    if w.pscale16.is_empty() {
-        let s = &w.pscale[at..][..8];
-        // Safety: eight floats of `s`.
-        unsafe { _mm256_loadu_ps(s.as_ptr()) }
-    } else {
-        let s = &w.pscale16[at..][..8];
-        // Safety: eight u16 of `s`.
-        let h = unsafe { _mm_loadu_si128(s.as_ptr() as *const _) };
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
-    }
-}
-
 /// Rows `r0 .. r0 + rows` of a blockwise 4-bit product with a `Dequant` epilogue from the
 /// nibbles ([`nibbles_apply`]), `o` starting at row `r0` (stride `ldc`, every panel): four
-/// rows share each unpacked 32-byte group of weights, in `gemv_nibbles`' arithmetic (the
-/// tile path reduced each block's sums through memory, ~5× slower on 8da4w prefill).
+/// rows share each unpacked group of weights, in `gemv_nibbles`' arithmetic (the tile path
+/// reduced each block's sums through memory, ~5× slower on 8da4w prefill).
 ///
 /// # Safety
 /// AVX2 and FMA ([`nibbles_apply`]); `a` holds rows `r0 .. r0 + rows` of `lda` bytes (at
@@ -522,77 +395,119 @@ pub unsafe fn rows_nibbles(
     o: &mut [f32],
     ldc: usize,
 ) {
-    const R: usize = 4;
-    let Epilogue::Dequant {
-        rows: rs,
-        zps,
-        bias,
-        lo,
-        hi,
-        ..
-    } = epi
-    else {
+    let Some(out) = Store::new(w, epi) else {
         return;
     };
-    let (lov, hiv) = (_mm256_set1_ps(*lo), _mm256_set1_ps(*hi));
     let kp = w.quads * 4;
     let row = |i: usize| &a[(r0 + i) * lda..][..kp];
-    let zf = |i: usize| _mm256_set1_ps((zps[r0 + i] + 128) as f32);
-    // Row i's panel p: sums scaled by the row, biased, clamped, stored.
-    let mut put = |i: usize, p: usize, halves: &[__m256; 2]| {
-        let c0 = p * NR;
-        let nv = NR.min(w.n - c0);
-        let s_row = _mm256_set1_ps(rs[r0 + i]);
-        let mut y = [0f32; NR];
-        for (h, v) in halves.iter().enumerate() {
-            let mut b = [0f32; 8];
-            if let Some(bias) = bias {
-                for (e, bv) in b.iter_mut().enumerate() {
-                    *bv = bias.get(c0 + 8 * h + e).copied().unwrap_or(0.0);
-                }
-            }
-            let t = _mm256_add_ps(_mm256_mul_ps(*v, s_row), _mm256_loadu_ps(b.as_ptr()));
-            let t = _mm256_min_ps(_mm256_max_ps(t, lov), hiv);
-            // Safety: eight floats of `y` from 8h.
-            unsafe { _mm256_storeu_ps(y[8 * h..].as_mut_ptr(), t) };
-        }
-        o[i * ldc + c0..][..nv].copy_from_slice(&y[..nv]);
-    };
     for p in 0..w.n.div_ceil(NR) {
         let mut i = 0;
         while i < rows {
-            if i + R <= rows {
-                let ra: [&[u8]; R] = core::array::from_fn(|j| row(i + j));
-                let zs: [__m256; R] = core::array::from_fn(|j| zf(i + j));
+            if i + ROWS <= rows {
+                let ra: [&[u8]; ROWS] = core::array::from_fn(|j| row(i + j));
+                let zs: [__m256; ROWS] = core::array::from_fn(|j| out.zero_point(r0 + i + j));
                 // Safety: panel p exists; the caller's operands.
-                let f = unsafe { nibble_rows::<R>(&ra, &zs, w, p) };
-                for (j, halves) in f.iter().enumerate() {
-                    put(i + j, p, halves);
+                let f = unsafe { nibble_tile::<ROWS, 1>(&ra, &zs, w, p) };
+                for (j, f) in f.iter().enumerate() {
+                    out.put(r0 + i + j, p, &f[0], &mut o[(i + j) * ldc + p * NR..]);
                 }
-                i += R;
+                i += ROWS;
             } else {
+                let zs = [out.zero_point(r0 + i)];
                 // Safety: as above, one row.
-                let f = unsafe { nibble_rows::<1>(&[row(i)], &[zf(i)], w, p) };
-                put(i, p, &f[0]);
+                let f = unsafe { nibble_tile::<1, 1>(&[row(i)], &zs, w, p) };
+                out.put(r0 + i, p, &f[0][0], &mut o[i * ldc + p * NR..]);
                 i += 1;
             }
         }
     }
 }
 
-/// Panel `p` of `R` rows' blockwise product before the row scales (`nibble_blocks` with
-/// rows in place of panels: each 32-byte group unpacked once for every row).
+/// A `Dequant` epilogue's per-row and per-output parameters for the nibble kernels.
+struct Store<'e> {
+    n: usize,
+    rows: &'e [f32],
+    zps: &'e [i32],
+    bias: Option<&'e [f32]>,
+    lo: __m256,
+    hi: __m256,
+}
+
+impl<'e> Store<'e> {
+    #[target_feature(enable = "avx2,fma")]
+    fn new(w: &QWeights, epi: &'e Epilogue<'e>) -> Option<Self> {
+        let Epilogue::Dequant {
+            rows,
+            zps,
+            bias,
+            lo,
+            hi,
+            ..
+        } = epi
+        else {
+            return None;
+        };
+        Some(Store {
+            n: w.n,
+            rows,
+            zps,
+            bias: *bias,
+            lo: _mm256_set1_ps(*lo),
+            hi: _mm256_set1_ps(*hi),
+        })
+    }
+
+    /// Row `r`'s zero point as the activations' unsigned offset (+128), broadcast.
+    #[target_feature(enable = "avx2,fma")]
+    fn zero_point(&self, r: usize) -> __m256 {
+        _mm256_set1_ps((self.zps[r] + 128) as f32)
+    }
+
+    /// Row `r`'s sums of panel `p` (two halves) scaled by the row, biased, clamped, into the
+    /// panel's columns at the start of `dst` (two roundings, as XNNPACK's qb4w kernels and
+    /// the AVX-512 path).
+    #[target_feature(enable = "avx2,fma")]
+    fn put(&self, r: usize, p: usize, halves: &[__m256; 2], dst: &mut [f32]) {
+        let c0 = p * NR;
+        let nv = NR.min(self.n - c0);
+        let s_row = _mm256_set1_ps(self.rows[r]);
+        let mut y = [0f32; NR];
+        for (h, v) in halves.iter().enumerate() {
+            let mut b = [0f32; 8];
+            if let Some(bias) = self.bias {
+                for (e, bv) in b.iter_mut().enumerate() {
+                    *bv = bias.get(c0 + 8 * h + e).copied().unwrap_or(0.0);
+                }
+            }
+            // Safety: eight floats of `b`.
+            let bv = unsafe { _mm256_loadu_ps(b.as_ptr()) };
+            let t = _mm256_add_ps(_mm256_mul_ps(*v, s_row), bv);
+            let t = _mm256_min_ps(_mm256_max_ps(t, self.lo), self.hi);
+            // Safety: eight floats of `y` from 8h.
+            unsafe { _mm256_storeu_ps(y[8 * h..].as_mut_ptr(), t) };
+        }
+        dst[..nv].copy_from_slice(&y[..nv]);
+    }
+}
+
+/// Panels `p .. p + S` of `R` rows' blockwise product before the row scales, two halves of
+/// eight channels each: the packed zero-point term times the row's zero point `zf`, then
+/// float(acc) · scale block by block (`QWeights::ksum_scaled`'s order). Each 32-byte group
+/// of nibbles is unpacked once for the R rows. `vpmaddubsw` multiplies unsigned activations
+/// by signed bytes into saturating i16 pairs, so the weights go in as `w + 8` (0..15, a
+/// nibble XOR 8): a pair of products is at most 2·255·15, two quads' pairs added stay below
+/// 2¹⁵; each block's sum then loses 8·Σa.
 ///
 /// # Safety
-/// As [`rows_nibbles`]; each row holds 4·quads bytes; panel `p` exists.
+/// AVX2 and FMA ([`nibbles_apply`]); each row holds 4·quads bytes; panels `p .. p + S` exist.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn nibble_rows<const R: usize>(
+unsafe fn nibble_tile<const R: usize, const S: usize>(
     rows: &[&[u8]; R],
     zf: &[__m256; R],
     w: &QWeights,
     p: usize,
-) -> [[__m256; 2]; R] {
+) -> [[[__m256; 2]; S]; R] {
     let blocks = w.k / w.block;
     let pairs = w.quads.div_ceil(2);
     let (low, flip, ones) = (
@@ -600,29 +515,21 @@ unsafe fn nibble_rows<const R: usize>(
         _mm256_set1_epi8(0x88u8 as i8),
         _mm256_set1_epi16(1),
     );
-    let mut facc = [[_mm256_setzero_ps(); 2]; R];
+    let mut facc = [[[_mm256_setzero_ps(); 2]; S]; R];
     for (f, z) in facc.iter_mut().zip(zf) {
-        for (h, fh) in f.iter_mut().enumerate() {
-            let ks = &w.pkscaled()[p * NR + 8 * h..][..8];
-            *fh = _mm256_mul_ps(_mm256_loadu_ps(ks.as_ptr()), *z);
+        for (s, fs) in f.iter_mut().enumerate() {
+            for (h, fh) in fs.iter_mut().enumerate() {
+                let ks = &w.pkscaled()[(p + s) * NR + 8 * h..][..8];
+                *fh = _mm256_mul_ps(_mm256_loadu_ps(ks.as_ptr()), *z);
+            }
         }
     }
     for b in 0..blocks {
-        // 8·Σa over the block for each row.
-        let off: [__m256i; R] = core::array::from_fn(|r| {
-            let mut sad = _mm256_setzero_si256();
-            for c in rows[r][b * w.block..][..w.block].chunks_exact(32) {
-                // Safety: 32 bytes of `c`.
-                let v = unsafe { _mm256_loadu_si256(c.as_ptr() as *const _) };
-                sad = _mm256_add_epi64(sad, _mm256_sad_epu8(v, _mm256_setzero_si256()));
-            }
-            let mut parts = [0i64; 4];
-            // Safety: `parts` holds four i64.
-            unsafe { _mm256_storeu_si256(parts.as_mut_ptr() as *mut _, sad) };
-            _mm256_set1_epi32(8 * parts.iter().sum::<i64>() as i32)
-        });
-        let mut acc = [[_mm256_setzero_si256(); 2]; R];
+        let off: [__m256i; R] =
+            core::array::from_fn(|r| offset(&rows[r][b * w.block..][..w.block]));
+        let mut acc = [[[_mm256_setzero_si256(); 2]; S]; R];
         for t in b * w.block / 8..(b + 1) * w.block / 8 {
+            // The quads 2t (low nibbles) and 2t + 1 (high) of each row, broadcast.
             let quad = |r: usize, q: usize| {
                 let mut v = [0u8; 4];
                 v.copy_from_slice(&rows[r][4 * q..4 * q + 4]);
@@ -630,30 +537,70 @@ unsafe fn nibble_rows<const R: usize>(
             };
             let a0: [__m256i; R] = core::array::from_fn(|r| quad(r, 2 * t));
             let a1: [__m256i; R] = core::array::from_fn(|r| quad(r, 2 * t + 1));
-            let src = &w.nib[(p * pairs + t) * 64..][..64];
-            for h in 0..2 {
-                // Safety: 32 bytes of `src`.
-                let v = unsafe { _mm256_loadu_si256(src[32 * h..].as_ptr() as *const _) };
-                let v = _mm256_xor_si256(v, flip);
-                let wl = _mm256_and_si256(v, low);
-                let wh = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-                for r in 0..R {
-                    let pr = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(a0[r], wl),
-                        _mm256_maddubs_epi16(a1[r], wh),
-                    );
-                    acc[r][h] = _mm256_add_epi32(acc[r][h], _mm256_madd_epi16(pr, ones));
+            for s in 0..S {
+                let src = &w.nib[((p + s) * pairs + t) * 64..][..64];
+                // A hint into L1 a few KiB ahead (the hardware prefetcher alone leaves the
+                // stream latency-bound); it may point past the weights: it never faults.
+                _mm_prefetch::<_MM_HINT_T0>(src.as_ptr().wrapping_add(PREFETCH) as *const i8);
+                for h in 0..2 {
+                    // Safety: 32 bytes of `src`.
+                    let v = unsafe { _mm256_loadu_si256(src[32 * h..].as_ptr() as *const _) };
+                    let v = _mm256_xor_si256(v, flip);
+                    let wl = _mm256_and_si256(v, low);
+                    let wh = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                    for r in 0..R {
+                        let pr = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(a0[r], wl),
+                            _mm256_maddubs_epi16(a1[r], wh),
+                        );
+                        acc[r][s][h] = _mm256_add_epi32(acc[r][s][h], _mm256_madd_epi16(pr, ones));
+                    }
                 }
             }
         }
-        let at = (p * blocks + b) * NR;
-        for h in 0..2 {
-            let scv = block_scales8(w, at + 8 * h);
-            for r in 0..R {
-                let sum = _mm256_sub_epi32(acc[r][h], off[r]);
-                facc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scv, facc[r][h]);
+        for s in 0..S {
+            let at = ((p + s) * blocks + b) * NR;
+            for h in 0..2 {
+                let scv = block_scales8(w, at + 8 * h);
+                for r in 0..R {
+                    let sum = _mm256_sub_epi32(acc[r][s][h], off[r]);
+                    facc[r][s][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scv, facc[r][s][h]);
+                }
             }
         }
     }
     facc
+}
+
+/// 8·Σa over a block of activations (a multiple of 32 bytes), broadcast: the `w + 8`
+/// offset's share of every channel's sum.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn offset(ab: &[u8]) -> __m256i {
+    let mut sad = _mm256_setzero_si256();
+    for c in ab.chunks_exact(32) {
+        // Safety: 32 bytes of `c`.
+        let v = unsafe { _mm256_loadu_si256(c.as_ptr() as *const _) };
+        sad = _mm256_add_epi64(sad, _mm256_sad_epu8(v, _mm256_setzero_si256()));
+    }
+    let mut parts = [0i64; 4];
+    // Safety: `parts` holds four i64.
+    unsafe { _mm256_storeu_si256(parts.as_mut_ptr() as *mut _, sad) };
+    _mm256_set1_epi32(8 * parts.iter().sum::<i64>() as i32)
+}
+
+/// Eight panel-major block scales from `at` (`set_block_scales`: bf16 bits or f32).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn block_scales8(w: &QWeights, at: usize) -> __m256 {
+    if w.pscale16.is_empty() {
+        let s = &w.pscale[at..][..8];
+        // Safety: eight floats of `s`.
+        unsafe { _mm256_loadu_ps(s.as_ptr()) }
+    } else {
+        let s = &w.pscale16[at..][..8];
+        // Safety: eight u16 of `s`.
+        let h = unsafe { _mm_loadu_si128(s.as_ptr() as *const _) };
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+    }
 }

@@ -221,6 +221,21 @@ unsafe fn panel_sums<const S: usize>(
     }
 }
 
+/// The start of panels `p .. p + S` in XNNPACK's order: the packed zero-point terms times
+/// the row's zero point `zf`.
+///
+/// # Safety
+/// AVX-512 F; the weights are `one_row_ready` and panels `p .. p + S` exist.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn starts<const S: usize>(w: &QWeights, p: usize, zf: __m512) -> [__m512; S] {
+    core::array::from_fn(|s| {
+        // Safety: panels·16 packed terms (the caller's).
+        let ks = unsafe { _mm512_loadu_ps(w.pkscaled().as_ptr().add((p + s) * NR)) };
+        _mm512_mul_ps(ks, zf)
+    })
+}
+
 /// Panels `p .. p + S` of one row's blockwise product before the row scale, in XNNPACK's
 /// order: the packed zero-point term times the row's zero point `zf`, then float(acc) ·
 /// scale block by block (`QWeights::ksum_scaled`); the panels' blocks interleaved so their
@@ -239,12 +254,8 @@ unsafe fn blockwise<const S: usize>(
 ) -> [__m512; S] {
     let blocks = w.k / w.block;
     let bq = w.block / 4;
-    let mut facc = [_mm512_setzero_ps(); S];
-    for (s, f) in facc.iter_mut().enumerate() {
-        // Safety: the caller's (packed terms of panel p + s).
-        let ks = unsafe { _mm512_loadu_ps(w.pkscaled().as_ptr().add((p + s) * NR)) };
-        *f = _mm512_mul_ps(ks, zf);
-    }
+    // Safety: the caller's.
+    let mut facc = unsafe { starts::<S>(w, p, zf) };
     for b in 0..blocks {
         for (s, f) in facc.iter_mut().enumerate() {
             // Safety: block b's quads lie in panel p + s; its scales as the caller's.
@@ -278,16 +289,11 @@ unsafe fn nibble_blocks<const S: usize>(
     let eights = w.block / 32;
     let pairs = w.quads.div_ceil(2);
     let m = _mm512_set1_epi8(0xF0u8 as i8);
-    let mut facc = [_mm512_setzero_ps(); S];
-    let mut base = [w.nib.as_ptr(); S];
-    for s in 0..S {
-        // Safety: the caller's (packed terms of panel p + s; its nibbles start inside `nib`).
-        unsafe {
-            let ks = _mm512_loadu_ps(w.pkscaled().as_ptr().add((p + s) * NR));
-            facc[s] = _mm512_mul_ps(ks, zf);
-            base[s] = base[s].add((p + s) * pairs * 64);
-        }
-    }
+    // Safety: the caller's.
+    let mut facc = unsafe { starts::<S>(w, p, zf) };
+    // Safety: panel p + s's nibbles start inside `nib` (the caller's).
+    let base: [*const u8; S] =
+        core::array::from_fn(|s| unsafe { w.nib.as_ptr().add((p + s) * pairs * 64) });
     for b in 0..blocks {
         let mut acc = [[_mm512_setzero_si512(); 2]; S];
         for e in 0..eights {
