@@ -22,6 +22,8 @@ fn vnni_matches_scalar() {
         (9, 33, 64, 32),
         (17, 40, 96, 0),
         (5, 16, 128, 64),
+        // Blockwise over several panel pairs and a lone last panel, two row tiles.
+        (11, 80, 96, 32),
     ] {
         let w = QWeights::new(n, k, block, |j, kk| ((j * 31 + kk * 7) % 255) as i8).unwrap();
         let kp = w.quads * 4;

@@ -345,6 +345,11 @@ pub unsafe fn rows(
     ldc: usize,
 ) {
     let panels = w.n.div_ceil(NR);
+    // Blockwise weights with their scales panel by panel (8da4w prefill) take two panels per
+    // tile: each broadcast activation feeds two products, twice the independent chains.
+    let panel_major = w.block != 0
+        && w.one_row_ready()
+        && matches!((epi, &o), (Epilogue::Dequant { .. }, Out::F32(_)));
     let mut t = 0;
     while t < rows {
         let mr = MR.min(rows - t);
@@ -368,7 +373,7 @@ pub unsafe fn rows(
                 if w.block == 0 && p + 2 < panels {
                     group::<3>(&tile, w, epi, &mut o, ldc);
                     p += 3;
-                } else if w.block == 0 && p + 1 < panels {
+                } else if (w.block == 0 || panel_major) && p + 1 < panels {
                     group::<2>(&tile, w, epi, &mut o, ldc);
                     p += 2;
                 } else {
@@ -414,22 +419,24 @@ unsafe fn group<const NP: usize>(
     if let Epilogue::Dequant { zps, scale, .. } = epi {
         if w.block != 0 {
             // XNNPACK's start: the packed zero-point term times the row's zero point
-            // (`QWeights::ksum_scaled`; NP is 1 here).
-            let mut ks = [0f32; NR];
-            for (jj, k) in ks.iter_mut().enumerate() {
-                let c = p * NR + jj;
-                if c < w.n {
-                    *k = if panel_major {
-                        w.pkscaled()[c]
-                    } else {
-                        w.ksum_scaled(scale, c)
-                    };
+            // (`QWeights::ksum_scaled`; NP > 1 only panel by panel).
+            for j in 0..NP {
+                let mut ks = [0f32; NR];
+                for (jj, k) in ks.iter_mut().enumerate() {
+                    let c = (p + j) * NR + jj;
+                    if c < w.n {
+                        *k = if panel_major {
+                            w.pkscaled()[c]
+                        } else {
+                            w.ksum_scaled(scale, c)
+                        };
+                    }
                 }
-            }
-            let ksv = _mm512_loadu_ps(ks.as_ptr());
-            for (i, f) in facc.iter_mut().enumerate() {
-                let zf = (zps[r + i.min(mr - 1)] + 128) as f32;
-                f[0] = _mm512_mul_ps(ksv, _mm512_set1_ps(zf));
+                let ksv = _mm512_loadu_ps(ks.as_ptr());
+                for (i, f) in facc.iter_mut().enumerate() {
+                    let zf = (zps[r + i.min(mr - 1)] + 128) as f32;
+                    f[j] = _mm512_mul_ps(ksv, _mm512_set1_ps(zf));
+                }
             }
         }
     }
@@ -456,12 +463,15 @@ unsafe fn group<const NP: usize>(
         }
         match epi {
             Epilogue::Dequant { .. } if panel_major => {
-                // Per block: float(acc) · scale[j][b] added (NP is 1 here; the zero point is
-                // in the start), the scales one vector load.
-                // Safety: `one_row_ready`: panels·blocks·16 scales.
-                let scv = unsafe { block_scales(w, (p * blocks + b) * NR) };
-                for i in 0..MR {
-                    facc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][0]), scv, facc[i][0]);
+                // Per block: float(acc) · scale[j][b] added (the zero point is in the start),
+                // the scales one vector load per panel.
+                for j in 0..NP {
+                    // Safety: `one_row_ready`: panels·blocks·16 scales.
+                    let scv = unsafe { block_scales(w, ((p + j) * blocks + b) * NR) };
+                    for i in 0..MR {
+                        facc[i][j] =
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j]), scv, facc[i][j]);
+                    }
                 }
             }
             Epilogue::Dequant { scale, .. } if w.block != 0 => {
