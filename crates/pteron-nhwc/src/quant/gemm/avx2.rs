@@ -4,6 +4,7 @@
 //! exact for every byte value (unlike `vpmaddubsw`, whose i16 sums saturate), and no
 //! zero-point correction since the activations stay unsigned.
 
+use super::x86::{prefetch, PREFETCH};
 use super::{Epilogue, Out, QWeights, SumsIn, TileSums, NR, TR};
 use core::arch::x86_64::*;
 
@@ -333,9 +334,6 @@ const STREAMS: usize = 4;
 /// Rows that share each unpacked group of weights in [`rows_nibbles`].
 const ROWS: usize = 4;
 
-/// Bytes ahead of the nibbles being read that the nibble kernels prefetch.
-const PREFETCH: usize = 4096;
-
 /// One row's blockwise 4-bit product with a `Dequant` epilogue over `panels` into `o`
 /// (columns from `16·panels.start`), streaming the nibbles: the AVX-512 one-row path's
 /// arithmetic for CPUs without it (the tile path read the int8 copy, twice the bytes).
@@ -539,9 +537,8 @@ unsafe fn nibble_tile<const R: usize, const S: usize>(
             let a1: [__m256i; R] = core::array::from_fn(|r| quad(r, 2 * t + 1));
             for s in 0..S {
                 let src = &w.nib[((p + s) * pairs + t) * 64..][..64];
-                // A hint into L1 a few KiB ahead (the hardware prefetcher alone leaves the
-                // stream latency-bound); it may point past the weights: it never faults.
-                _mm_prefetch::<_MM_HINT_T0>(src.as_ptr().wrapping_add(PREFETCH) as *const i8);
+                // A hint into L1 a few KiB ahead; it may point past the weights.
+                prefetch(src.as_ptr().wrapping_add(PREFETCH));
                 for h in 0..2 {
                     // Safety: 32 bytes of `src`.
                     let v = unsafe { _mm256_loadu_si256(src[32 * h..].as_ptr() as *const _) };

@@ -21,14 +21,14 @@ unsafe fn aquad(a: *const u8, q: usize) -> __m512i {
     unsafe { _mm512_set1_epi32(core::ptr::read_unaligned(a.add(q * 4) as *const i32)) }
 }
 
-/// Bytes ahead of the weight being read that the one-row path prefetches: the hardware
-/// prefetcher alone leaves the weight stream latency-bound (SmolLM2 8da4w decode on one
-/// thread ~70 -> ~130 tok/s).
-const PREFETCH: usize = 4096;
+/// Bytes ahead of the weight being read that the one-row paths (here and AVX2's) prefetch:
+/// the hardware prefetcher alone leaves the weight stream latency-bound (SmolLM2 8da4w
+/// decode on one thread ~70 -> ~130 tok/s).
+pub(super) const PREFETCH: usize = 4096;
 
 /// Hints the cache line at `p` into L1.
 #[inline(always)]
-fn prefetch<T>(p: *const T) {
+pub(super) fn prefetch<T>(p: *const T) {
     // Safety: a prefetch never faults and reads nothing architecturally; `p` may point
     // past the end of the weights (it is only a hint).
     unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
@@ -138,42 +138,42 @@ pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mu
     let zpv = _mm512_set1_epi32(zp);
     let (lov, hiv) = (_mm512_set1_ps(*lo), _mm512_set1_ps(*hi));
     let ap = a.as_ptr();
-    // Writes panel p0 + i's 16 (or fewer) results `y` (row scale applied), biased and
-    // clamped.
-    let store = |i: usize, oc: &mut [f32], y: __m512| {
-        let c0 = (p0 + i) * NR;
-        let nv = oc.len();
-        let mask: __mmask16 = if nv == NR { !0 } else { (1u16 << nv) - 1 };
-        let bv = match bias {
-            Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
-            None => _mm512_setzero_ps(),
-        };
-        let y = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(y, bv), lov), hiv);
-        // Safety: `nv` floats of `oc`.
+    // The lanes of a panel of `len` ≤ 16 outputs, and its bias.
+    let mask_of = |len: usize| -> __mmask16 {
+        if len == NR {
+            !0
+        } else {
+            (1u16 << len) - 1
+        }
+    };
+    let bias_at = |c0: usize, mask: __mmask16| match bias {
+        Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
+        None => _mm512_setzero_ps(),
+    };
+    // Clamps `y` into the `oc.len()` outputs of `oc`.
+    let clamp_store = |oc: &mut [f32], mask: __mmask16, y: __m512| {
+        let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
+        // Safety: `mask` covers the `oc.len()` floats of `oc`.
         unsafe { _mm512_mask_storeu_ps(oc.as_mut_ptr(), mask, y) };
+    };
+    // Panel p0 + i's results `y` (row scale applied), biased, clamped, stored.
+    let store = |i: usize, oc: &mut [f32], y: __m512| {
+        let mask = mask_of(oc.len());
+        clamp_store(oc, mask, _mm512_add_ps(y, bias_at((p0 + i) * NR, mask)));
     };
     if w.block == 0 {
         for (i, oc) in o.chunks_mut(NR).enumerate() {
             let p = p0 + i;
             let c0 = p * NR;
-            let mask: __mmask16 = if oc.len() == NR {
-                !0
-            } else {
-                (1u16 << oc.len()) - 1
-            };
+            let mask = mask_of(oc.len());
             // Safety: quads 0 .. quads of panel p (p < panels since `o` lies before n).
             let acc = unsafe { dot(ap, w, p, 0, w.quads) };
             let cs = _mm512_maskz_loadu_epi32(mask, w.colsum[c0..].as_ptr());
             let corr = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zpv, cs));
             let sv = _mm512_maskz_loadu_ps(mask, scale[c0..].as_ptr());
-            let bv = match bias {
-                Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
-                None => _mm512_setzero_ps(),
-            };
-            let y = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(corr), s_row), sv, bv);
-            let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
-            // Safety: `oc.len()` floats of `oc`.
-            unsafe { _mm512_mask_storeu_ps(oc.as_mut_ptr(), mask, y) };
+            // The bias inside the fused multiply-add (one rounding).
+            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(corr), s_row);
+            clamp_store(oc, mask, _mm512_fmadd_ps(f, sv, bias_at(c0, mask)));
         }
         return;
     }
