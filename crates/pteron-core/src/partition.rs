@@ -385,6 +385,8 @@ pub(crate) fn needed_outputs(
 /// The partitioning stage: offers the method's calls to each partitioner in turn and
 /// replaces the regions it takes by delegate calls (appended to `delegates`). Returns
 /// (regions, calls replaced).
+// A load stage, called once: not inlined, which keeps firmware smaller (size_test).
+#[inline(never)]
 pub(crate) fn partition_calls<'p>(
     pass: &Pass<'_, 'p>,
     code: &mut Code,

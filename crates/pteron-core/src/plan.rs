@@ -52,6 +52,8 @@ pub(crate) struct Planned {
 impl Planned {
     /// Allocates the extra arena of the rehomed values (appended to `arenas`) and moves them
     /// there; then the scratch buffer every call shares.
+    // A load stage, called once: not inlined, which keeps firmware smaller (size_test).
+    #[inline(never)]
     pub fn place(
         &self,
         values: &mut [Value<'_>],
@@ -88,6 +90,8 @@ impl Planned {
 }
 
 /// The planning stage over the method's code (see the module documentation).
+// A load stage, called once: not inlined, which keeps firmware smaller (size_test).
+#[inline(never)]
 pub(crate) fn plan_calls(pass: &Pass<'_, '_>, code: &mut Code) -> Result<Planned> {
     if !pass.ops.iter().any(|o| o.kernel.prepare.is_some()) {
         return Ok(Planned::default());

@@ -5,7 +5,9 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use crate::error::{checked_range, FormatError};
+use crate::generated::flat_tensor_layout::SCHEMA as FLAT_TENSOR;
 use crate::ptd_schema as fb;
+use crate::verify::{verified_root, WalkLimits};
 
 /// Offsets from the "FH01" header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,15 +87,13 @@ impl<'a> DataFile<'a> {
         )?;
         // The flatbuffer's offsets count from byte 0 with the header spliced in after the
         // identifier, so it is verified over `0..flatbuffer_offset + flatbuffer_size`.
-        let apparent =
-            crate::program::apparent_limit(fb_end, crate::Limits::default().max_expansion);
-        let opts = flatbuffers::VerifierOptions {
-            max_apparent_size: apparent,
-            ..Default::default()
+        let defaults = crate::Limits::default();
+        let walk = WalkLimits {
+            max_tables: defaults.max_tables,
+            max_depth: defaults.max_depth,
+            max_apparent: crate::program::apparent_limit(fb_end, defaults.max_expansion),
         };
-        crate::program::check_root_offset(data)?;
-        let fb = fb::root_as_flat_tensor_with_opts(&opts, &data[..fb_end])
-            .map_err(|e| crate::program::verify_error(e, fb_end, apparent))?;
+        let fb = verified_root::<fb::FlatTensor>(&data[..fb_end], &FLAT_TENSOR, walk)?;
         Ok(DataFile {
             data,
             fb,

@@ -1,5 +1,7 @@
 use alloc::string::String;
 
+use crate::verify::FlatbufferError;
+
 /// Why a file was rejected. Every variant says what was wrong and where.
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
@@ -33,21 +35,18 @@ pub enum FormatError {
         index: u64,
         len: usize,
     },
-    // Not a `#[source]`: flatbuffers' error implements `Error` only with its `std` feature.
     #[error("invalid flatbuffer: {0}")]
-    Flatbuffer(flatbuffers::InvalidFlatbuffer),
+    Flatbuffer(FlatbufferError),
+    #[error("flatbuffer root table offset {offset} points into the file identifier")]
+    RootInIdentifier { offset: u32 },
+    #[error("flatbuffer of {size} bytes expands to more than {limit} bytes when shared tables are counted at each use")]
+    Expands { size: usize, limit: usize },
     #[error("required field {0} is missing")]
     Missing(&'static str),
     #[error("named data key {0:?} not found")]
     KeyNotFound(String),
     #[error("{0}")]
     Invalid(String),
-}
-
-impl From<flatbuffers::InvalidFlatbuffer> for FormatError {
-    fn from(e: flatbuffers::InvalidFlatbuffer) -> Self {
-        FormatError::Flatbuffer(e)
-    }
 }
 
 /// `offset + size <= limit`, without overflow; returns the range as `usize`.

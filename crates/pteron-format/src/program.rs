@@ -5,8 +5,10 @@ use alloc::string::{String, ToString};
 use core::ops::Range;
 
 use crate::error::{checked_range, FormatError};
+use crate::generated::program_layout::SCHEMA as PROGRAM;
 use crate::header::ExtendedHeader;
 use crate::schema;
+use crate::verify::{verified_root, WalkLimits};
 
 /// Bounds on what a file may make the verifier walk.
 #[derive(Clone, Copy, Debug)]
@@ -36,20 +38,6 @@ pub(crate) fn apparent_limit(size: usize, expansion: usize) -> usize {
     size.saturating_mul(expansion).clamp(1 << 20, 1 << 31)
 }
 
-/// Names the expansion limit when the verifier hits it.
-pub(crate) fn verify_error(
-    e: flatbuffers::InvalidFlatbuffer,
-    size: usize,
-    limit: usize,
-) -> FormatError {
-    match e {
-        flatbuffers::InvalidFlatbuffer::ApparentSizeTooLarge => FormatError::Invalid(format!(
-            "flatbuffer of {size} bytes expands to more than {limit} bytes when shared tables are counted at each use"
-        )),
-        e => FormatError::Flatbuffer(e),
-    }
-}
-
 /// A `.pte` program whose flatbuffer has been verified; all accessors borrow from the file.
 #[derive(Clone, Copy)]
 pub struct Program<'a> {
@@ -69,19 +57,6 @@ impl core::fmt::Debug for Program<'_> {
             .field("header", &self.header)
             .finish()
     }
-}
-
-/// The root table must lie after the root offset and the identifier (as ExecuTorch checks);
-/// the verifier then checks it against the buffer's end.
-pub(crate) fn check_root_offset(data: &[u8]) -> Result<(), FormatError> {
-    let root = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
-    if root < 8 {
-        return Err(FormatError::BadHeader {
-            header: "flatbuffer",
-            reason: format!("root table offset {root} points into the file identifier"),
-        });
-    }
-    Ok(())
 }
 
 /// The 4-byte identifier of a flatbuffer file, for messages.
@@ -154,16 +129,12 @@ impl<'a> Program<'a> {
                 (prog.end, (seg.start, seg.end))
             }
         };
-        let apparent = apparent_limit(program_size, limits.max_expansion);
-        let opts = flatbuffers::VerifierOptions {
-            max_depth: limits.max_depth,
+        let walk = WalkLimits {
             max_tables: limits.max_tables,
-            max_apparent_size: apparent,
-            ignore_missing_null_terminator: false,
+            max_depth: limits.max_depth,
+            max_apparent: apparent_limit(program_size, limits.max_expansion),
         };
-        check_root_offset(data)?;
-        let fb = schema::root_as_program_with_opts(&opts, &data[..program_size])
-            .map_err(|e| verify_error(e, program_size, apparent))?;
+        let fb = verified_root::<schema::Program>(&data[..program_size], &PROGRAM, walk)?;
         let mut p = Program {
             data,
             fb,

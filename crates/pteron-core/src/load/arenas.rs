@@ -26,6 +26,8 @@ pub(crate) struct ArenaLayout<'p> {
 
 impl<'p> ArenaLayout<'p> {
     /// The planned buffers of `plan`, checked against the configured limit.
+    // A load stage, called once: not inlined, which keeps firmware smaller (size_test).
+    #[inline(never)]
     pub fn from_plan(plan: &schema::ExecutionPlan<'_>, config: &MethodConfig) -> Result<Self> {
         let sizes = plan
             .non_const_buffer_sizes()
@@ -115,6 +117,8 @@ impl<'p> ArenaLayout<'p> {
 
     /// Allocates the arenas (the planned buffers, then the I/O arena) and copies the initial
     /// contents in.
+    // A load stage, called once: not inlined, which keeps firmware smaller (size_test).
+    #[inline(never)]
     pub fn allocate(self) -> Result<Vec<Arena>> {
         let mut arenas = Vec::new();
         for &s in self.sizes.iter().chain(core::iter::once(&self.io_size)) {

@@ -34,6 +34,8 @@ impl<'p> NamedDataMap<'p> for RecordingNamedData<'p> {
 }
 
 /// Looks up each delegate's backend and initialises it (payload, compile specs, named data).
+// A load stage, called once: not inlined, which keeps firmware smaller (size_test).
+#[inline(never)]
 pub(crate) fn init_delegates<'p>(
     src: &DataSources<'p>,
     plan: &schema::ExecutionPlan<'p>,

@@ -24,6 +24,8 @@ pub use pteron_format::operator_name;
 
 /// The plan's operators with their kernels; every operator without one is named in a single
 /// [`Error::OperatorMissing`].
+// A load stage, called once: not inlined, which keeps firmware smaller (size_test).
+#[inline(never)]
 pub(crate) fn resolve_operators(
     plan: &schema::ExecutionPlan<'_>,
     registry: &KernelRegistry,
@@ -52,6 +54,8 @@ pub(crate) struct Tables<'a, 'p> {
 }
 
 /// Decodes every chain of the plan.
+// A load stage, called once: not inlined, which keeps firmware smaller (size_test).
+#[inline(never)]
 pub(crate) fn decode_chains(plan: &schema::ExecutionPlan<'_>, t: &Tables<'_, '_>) -> Result<Code> {
     let mut code = Code::default();
     for chain in plan.chains().into_iter().flatten() {
@@ -193,6 +197,8 @@ fn push_indices(
 }
 
 /// The plan's inputs and outputs, as value indices.
+// A load stage, called once: not inlined, which keeps firmware smaller (size_test).
+#[inline(never)]
 pub(crate) fn decode_io(
     plan: &schema::ExecutionPlan<'_>,
     n: usize,

@@ -30,6 +30,8 @@ pub(crate) struct Values<'p> {
 }
 
 /// Decodes the plan's values, placing each tensor in `layout`.
+// A load stage, called once: not inlined, which keeps firmware smaller (size_test).
+#[inline(never)]
 pub(crate) fn decode<'p>(
     plan: &schema::ExecutionPlan<'p>,
     src: &DataSources<'p>,

@@ -340,6 +340,18 @@ pub fn execute_inputs(data: &[u8]) -> Outcome {
 
 /// Touches every checked accessor of a verified program.
 pub fn walk_format(p: &pteron_format::Program<'_>) {
+    // pteron's verifier accepted the flatbuffer: flatc's own must too (the generated accessors
+    // rely on its checks).
+    let bytes = p.bytes();
+    let size = p.header().map_or(bytes.len(), |h| h.program_size as usize);
+    let opts = flatbuffers::VerifierOptions {
+        max_tables: 10_000_000,
+        ..Default::default()
+    };
+    assert!(
+        pteron_format::schema::root_as_program_with_opts(&opts, &bytes[..size]).is_ok(),
+        "pteron accepted a flatbuffer that flatc's verifier refuses"
+    );
     let _ = p.constant_segment_bytes();
     for i in 0..p.num_segments() + 2 {
         let _ = p.segment(i);
