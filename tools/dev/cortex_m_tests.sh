@@ -3,8 +3,8 @@
 # Cortex-M under QEMU, and on the host without `std`.
 #
 # 1. Host: pteron-format, pteron-core, pteron-kernels and pteron-kernels-mcu build with
-#    `--no-default-features` (core + alloc), and the MLPerf Tiny fixtures (testdata/mcu) run
-#    through them.
+#    `--no-default-features` (core + alloc, pteron-core without its `plan` stages), and the
+#    MLPerf Tiny fixtures (testdata/mcu) run through them.
 # 2. The firmware of examples/cortex-m (every fixture embedded, only their kernels linked)
 #    built with Debian's rustc-web + build-std, run on Cortex-M4F (QEMU mps2-an386) and
 #    Cortex-M55 (mps3-an547): it compares each output with ExecuTorch's golden and exits
@@ -18,6 +18,8 @@ cd "$(dirname "$0")/../.."
 echo "no_std on the host: build and the MLPerf Tiny fixtures"
 cargo build --locked -p pteron-format -p pteron-core -p pteron-kernels -p pteron-kernels-mcu --no-default-features
 cargo test --locked -p pteron-kernels-mcu --no-default-features --test fixtures
+# pteron-core without its planning stages (as firmware builds it), with std for the test harness.
+cargo test --locked -p pteron-core --no-default-features --features std --lib
 
 source tools/dev/apt_install.sh
 apt_install rustc-web cargo-web rust-web-src lld-19 gcc-arm-none-eabi binutils-arm-none-eabi

@@ -240,6 +240,9 @@ pub enum Error {
         requested: u64,
         limit: u64,
     },
+    /// Partitioners were given to a pteron-core built without its `plan` feature.
+    #[error("partitioners need pteron-core's `plan` feature")]
+    PlanningDisabled,
 }
 
 impl Error {

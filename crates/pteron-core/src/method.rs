@@ -98,6 +98,9 @@ impl<'p> Method<'p> {
         registry: &KernelRegistry,
         options: LoadOptions,
     ) -> Result<Self> {
+        if !cfg!(feature = "plan") && !options.partitioners.is_empty() {
+            return Err(Error::PlanningDisabled);
+        }
         let config = options.config;
         let plan = src
             .program
@@ -136,12 +139,14 @@ impl<'p> Method<'p> {
             num_threads: options.num_threads(),
             release: src.release,
         };
-        let (regions, partitioned_calls) = if options.prepare && !options.partitioners.is_empty() {
+        // Without the `plan` feature the planning stages are not linked (this is constant).
+        let planning = cfg!(feature = "plan") && options.prepare;
+        let (regions, partitioned_calls) = if planning && !options.partitioners.is_empty() {
             partition_calls(&pass, &mut code, &options.partitioners, &mut delegates)?
         } else {
             (0, 0)
         };
-        let planned = if options.prepare {
+        let planned = if planning {
             plan_calls(&pass, &mut code)?
         } else {
             Planned::default()
@@ -555,4 +560,46 @@ pub enum Output<'a> {
     None,
     /// A value kind that is not returned to users (lists); names the kind.
     Other(&'static str),
+}
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use super::*;
+    use crate::partition::{CallGraph, Partitioner, Region};
+
+    struct TakesNothing;
+
+    impl Partitioner for TakesNothing {
+        fn name(&self) -> &str {
+            "nothing"
+        }
+        fn partition<'p>(&self, _: &CallGraph<'_, 'p>) -> Result<Vec<Region<'p>>, KernelError> {
+            Ok(Vec::new())
+        }
+    }
+
+    /// A partitioner is refused, not ignored, when the planning stages are compiled out.
+    #[test]
+    fn partitioners_need_the_plan_feature() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/models/mlp/model.pte");
+        let bytes = std::fs::read(path).unwrap();
+        let program = Program::parse(&bytes).unwrap();
+        let options = LoadOptions {
+            partitioners: alloc::vec![Arc::new(TakesNothing) as Arc<dyn Partitioner>],
+            ..LoadOptions::default()
+        };
+        let err = Method::load_with_options(
+            DataSources::program(program),
+            "forward",
+            &KernelRegistry::new(),
+            options,
+        )
+        .err()
+        .unwrap();
+        if cfg!(feature = "plan") {
+            assert!(matches!(err, Error::OperatorMissing { .. }), "{err}");
+        } else {
+            assert!(matches!(err, Error::PlanningDisabled), "{err}");
+        }
+    }
 }

@@ -15,13 +15,15 @@ pub struct LoadOptions {
     /// Threads kernels may split work across; `None` runs everything on the calling thread.
     pub parallel: Option<Arc<dyn Parallel + Send + Sync>>,
     /// Run kernels' `prepare` steps (packed weights, fusion). Off: every call runs without
-    /// prepared state, as the kernels' plain run paths.
+    /// prepared state, as the kernels' plain run paths. Without pteron-core's `plan` feature
+    /// nothing is prepared whatever this says.
     pub prepare: bool,
     /// Backends for the program's delegates (`DelegateCall`); empty: delegated programs fail
     /// to load with [`crate::Error::BackendMissing`].
     pub backends: Arc<BackendRegistry>,
     /// Partitioners that may take runs of calls and run them as one unit (only when `prepare`
-    /// is on), tried in order.
+    /// is on), tried in order. Loading fails with [`crate::Error::PlanningDisabled`] when
+    /// there are any and pteron-core lacks its `plan` feature.
     pub partitioners: Vec<Arc<dyn Partitioner>>,
 }
 
