@@ -28,6 +28,9 @@ pub enum KernelError {
     Invalid(String),
     #[error("shape mismatch: {0}")]
     Shape(String),
+    /// A dim order that is not a permutation of the tensor's dims.
+    #[error("dim order of {entries} entries is not a permutation of 0..{rank}")]
+    DimOrder { entries: usize, rank: usize },
     #[error("tensor of rank {rank} exceeds the rank limit of 16")]
     RankTooLarge { rank: usize },
     #[error("size arithmetic overflows")]
@@ -240,12 +243,56 @@ pub enum Error {
         requested: u64,
         limit: u64,
     },
+    /// A number in the program outside what the format allows: `what` says which (an unknown
+    /// tag, a negative size), `found` is the number in the file. (Errors met while loading
+    /// are kept as data: formatting them there would link `core::fmt` into every firmware.)
+    #[error("invalid program: {what} {found}")]
+    BadNumber { what: &'static str, found: i64 },
+    /// A tensor's planned location overruns its buffer.
+    #[error("invalid program: tensor at offset {offset} with {nbytes} bytes overruns planned buffer {buffer} of {size} bytes")]
+    Overrun {
+        offset: u64,
+        nbytes: usize,
+        buffer: u32,
+        size: usize,
+    },
+    /// An argument that must be a tensor names another kind of value.
+    #[error("invalid program: {what} names value {value}, which is not a tensor")]
+    NotATensor { what: &'static str, value: u32 },
+    /// A JumpFalse condition that is neither a Bool nor a bool tensor.
+    #[error("invalid program: jump condition (value {value}) is a {kind}")]
+    Condition { value: usize, kind: &'static str },
+    /// An external tensor (stored in a `.ptd` file) that cannot be read.
+    #[error("external tensor {key:?}: {problem}")]
+    External {
+        key: String,
+        problem: ExternalProblem,
+    },
     /// Partitioners were given to a pteron-core built without its `plan` feature.
     #[error("partitioners need pteron-core's `plan` feature")]
     PlanningDisabled,
 }
 
+/// What is wrong with an external tensor ([`Error::External`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExternalProblem {
+    #[error("it lives in an external .ptd file, and none was given")]
+    NoDataFile,
+    #[error("its layout in the .ptd does not match the program")]
+    LayoutMismatch,
+    #[error("the .ptd holds {has} bytes, the program needs {needs}")]
+    TooShort { has: usize, needs: usize },
+}
+
 impl Error {
+    /// An [`Error::BadNumber`].
+    pub(crate) fn bad(what: &'static str, found: impl Into<i64>) -> Self {
+        Error::BadNumber {
+            what,
+            found: found.into(),
+        }
+    }
+
     /// An [`Error::InvalidProgram`] with `msg`.
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidProgram(msg.into())

@@ -74,11 +74,11 @@ impl<'p> Method<'p> {
                     Instr::Free { value } => {
                         match &mut self.values[value as usize] {
                             Value::Tensor(t) => t.storage = Storage::Empty,
-                            v => {
-                                return Err(Error::invalid(alloc::format!(
-                                    "FreeCall on a {} value",
-                                    v.kind()
-                                )))
+                            _ => {
+                                return Err(Error::NotATensor {
+                                    what: "FreeCall",
+                                    value,
+                                })
                             }
                         }
                         pc += 1;
@@ -132,10 +132,10 @@ impl<'p> Method<'p> {
                 })?;
                 Ok(r.bytes.iter().all(|&b| b != 0))
             }
-            v => Err(Error::invalid(alloc::format!(
-                "jump condition is a {}",
-                v.kind()
-            ))),
+            v => Err(Error::Condition {
+                value: vi,
+                kind: v.kind(),
+            }),
         }
     }
 }

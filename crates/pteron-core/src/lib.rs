@@ -49,7 +49,7 @@ pub use backend::{
 };
 pub use config::MethodConfig;
 pub use dtype::{Bool, DtypeSet, Element, ScalarType};
-pub use error::{Error, KernelError, Result};
+pub use error::{Error, ExternalProblem, KernelError, Result};
 pub use execute::{ExecutionObserver, KernelEvent};
 pub use half;
 pub use kernel::{ArgAccess, ArgView, IntList, KernelContext, KernelFn, TensorMut, TensorRef};

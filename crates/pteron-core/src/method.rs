@@ -581,7 +581,10 @@ mod tests {
     /// A partitioner is refused, not ignored, when the planning stages are compiled out.
     #[test]
     fn partitioners_need_the_plan_feature() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/models/mlp/model.pte");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testdata/models/mlp/model.pte"
+        );
         let bytes = std::fs::read(path).unwrap();
         let program = Program::parse(&bytes).unwrap();
         let options = LoadOptions {

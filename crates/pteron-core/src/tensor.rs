@@ -118,22 +118,18 @@ impl TensorInfo {
         dim_order: &[u8],
     ) -> Result<Self, KernelError> {
         let sizes = Dims::from_slice(sizes)?;
+        let bad = KernelError::DimOrder {
+            entries: dim_order.len(),
+            rank: sizes.len(),
+        };
         if dim_order.len() != sizes.len() {
-            return Err(KernelError::invalid(format!(
-                "dim order has {} entries for a tensor of rank {}",
-                dim_order.len(),
-                sizes.len()
-            )));
+            return Err(bad);
         }
         let mut seen = [false; MAX_RANK];
         for &d in dim_order {
             let d = d as usize;
             if d >= sizes.len() || seen[d] {
-                return Err(KernelError::invalid(format!(
-                    "dim order of rank {} is not a permutation of 0..{}",
-                    dim_order.len(),
-                    sizes.len()
-                )));
+                return Err(bad);
             }
             seen[d] = true;
         }

@@ -1,6 +1,5 @@
 //! `.ptd` external data files (FlatTensor, identifier "FT01", header "FH01").
 
-use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
@@ -56,14 +55,16 @@ impl<'a> DataFile<'a> {
         if &data[8..12] != b"FH01" {
             return Err(FormatError::BadHeader {
                 header: "FH01",
-                reason: "magic missing".into(),
+                reason: "magic missing",
+                value: u32::from_le_bytes([data[8], data[9], data[10], data[11]]).into(),
             });
         }
         let header_len = u32::from_le_bytes([data[12], data[13], data[14], data[15]]);
         if header_len < 40 {
             return Err(FormatError::BadHeader {
                 header: "FH01",
-                reason: format!("length {header_len} < 40"),
+                reason: "length under 40",
+                value: header_len.into(),
             });
         }
         let h = Header {

@@ -17,11 +17,19 @@ pub enum FormatError {
         "file is truncated: its header says the program takes {expected} bytes, the file has {len}"
     )]
     Truncated { expected: u64, len: usize },
-    #[error("bad {header} header: {reason}")]
+    /// A container header field with a value it may not have (`value`: the field's value).
+    #[error("bad {header} header: {reason} ({value})")]
     BadHeader {
         header: &'static str,
-        reason: String,
+        reason: &'static str,
+        value: u64,
     },
+    /// A `.pte` whose segments start inside its flatbuffer.
+    #[error("bad eh00 header: segments start at {segments} inside the program ({program} bytes)")]
+    SegmentsInProgram { segments: usize, program: usize },
+    /// A number in the file outside what the format allows: `what` says which.
+    #[error("{what} {found}")]
+    BadNumber { what: &'static str, found: i64 },
     #[error("{what} at offset {offset} with size {size} lies outside its {limit}-byte region")]
     OutOfBounds {
         what: &'static str,

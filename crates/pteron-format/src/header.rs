@@ -1,7 +1,5 @@
 //! The "eh00" extended header that follows the flatbuffer identifier in a `.pte`.
 
-use alloc::format;
-
 use crate::error::FormatError;
 
 /// Offsets and sizes from the "eh00" header (all little-endian in the file).
@@ -39,7 +37,8 @@ impl ExtendedHeader {
         if header_len < MIN_LEN {
             return Err(FormatError::BadHeader {
                 header: "eh00",
-                reason: format!("length {header_len} < {MIN_LEN}"),
+                reason: "length under 24",
+                value: header_len.into(),
             });
         }
         let need = 8 + header_len.min(32) as usize;

@@ -1,6 +1,5 @@
 //! A verified view of a `.pte` program.
 
-use alloc::format;
 use alloc::string::{String, ToString};
 use core::ops::Range;
 
@@ -100,7 +99,8 @@ impl<'a> Program<'a> {
                 if prog.end < 8 {
                     return Err(FormatError::BadHeader {
                         header: "eh00",
-                        reason: format!("program_size {} is too small", h.program_size),
+                        reason: "program_size too small",
+                        value: h.program_size,
                     });
                 }
                 let seg = if h.segment_data_size > 0 {
@@ -118,12 +118,9 @@ impl<'a> Program<'a> {
                     data.len()..data.len()
                 };
                 if seg.start < prog.end && seg.start != seg.end {
-                    return Err(FormatError::BadHeader {
-                        header: "eh00",
-                        reason: format!(
-                            "segments start at {} inside the program ({} bytes)",
-                            seg.start, prog.end
-                        ),
+                    return Err(FormatError::SegmentsInProgram {
+                        segments: seg.start,
+                        program: prog.end,
                     });
                 }
                 (prog.end, (seg.start, seg.end))
@@ -316,10 +313,10 @@ impl<'a> Program<'a> {
                 Ok(data.get(index).data().map(|d| d.bytes()).unwrap_or(&[]))
             }
             schema::DataLocation::SEGMENT => self.segment(index),
-            other => Err(FormatError::Invalid(format!(
-                "unknown delegate data location {}",
-                other.0
-            ))),
+            other => Err(FormatError::BadNumber {
+                what: "unknown delegate data location",
+                found: other.0.into(),
+            }),
         }
     }
 
@@ -349,7 +346,14 @@ impl<'a> Program<'a> {
 pub fn operator_name(op: &schema::Operator<'_>) -> String {
     let name = op.name().unwrap_or("");
     match op.overload() {
-        Some(o) if !o.is_empty() => format!("{name}.{o}"),
+        // Concatenated, not formatted: loading links no `core::fmt` (firmware size).
+        Some(o) if !o.is_empty() => {
+            let mut s = String::with_capacity(name.len() + 1 + o.len());
+            s.push_str(name);
+            s.push('.');
+            s.push_str(o);
+            s
+        }
         _ => name.to_string(),
     }
 }

@@ -3,7 +3,6 @@
 //! plan leaves unplanned (user inputs, some outputs) a home, all within
 //! [`MethodConfig::max_planned_bytes`].
 
-use alloc::format;
 use alloc::vec::Vec;
 
 use pteron_format::schema;
@@ -39,11 +38,9 @@ impl<'p> ArenaLayout<'p> {
             initial: Vec::new(),
             limit: config.max_planned_bytes,
         };
-        for (i, s) in sizes.iter().enumerate().skip(1) {
+        for s in sizes.iter().skip(1) {
             if s < 0 {
-                return Err(Error::invalid(format!(
-                    "planned buffer {i} has negative size {s}"
-                )));
+                return Err(Error::bad("negative planned buffer size", s));
             }
             layout.planned = layout.planned.saturating_add(s as u64);
             layout.check_limit(layout.planned)?;
@@ -75,18 +72,23 @@ impl<'p> ArenaLayout<'p> {
         let arena = id
             .checked_sub(1)
             .ok_or_else(|| Error::invalid("memory_id 0 is reserved"))?;
-        let size = *self.sizes.get(arena as usize).ok_or_else(|| {
-            Error::invalid(format!(
-                "memory_id {id} but the plan has {} buffers",
-                self.sizes.len()
-            ))
-        })?;
+        let size = *self
+            .sizes
+            .get(arena as usize)
+            .ok_or(Error::IndexOutOfRange {
+                what: "memory_id",
+                index: id.into(),
+                len: self.sizes.len() + 1,
+            })?;
         let offset = (a.memory_offset_low() as u64) | ((a.memory_offset_high() as u64) << 32);
         match offset.checked_add(nbytes as u64) {
             Some(end) if end <= size as u64 => Ok((arena, offset as usize)),
-            _ => Err(Error::invalid(format!(
-                "tensor at offset {offset} with {nbytes} bytes overruns planned buffer {id} of {size} bytes"
-            ))),
+            _ => Err(Error::Overrun {
+                offset,
+                nbytes,
+                buffer: id,
+                size,
+            }),
         }
     }
 

@@ -3,7 +3,7 @@
 //! initialised with its processed payload, compile specs and named data; the backend parses,
 //! checks and packs there, once. A backend's refusal is an [`Error::Delegate`].
 
-use alloc::format;
+use alloc::string::String;
 use alloc::string::ToString;
 use alloc::vec::Vec;
 use core::cell::RefCell;
@@ -59,7 +59,7 @@ pub(crate) fn init_delegates<'p>(
             .ok_or_else(|| Error::BackendMissing {
                 backend: id.to_string(),
             })?;
-        let name = format!("{id} delegate {i}");
+        let name = delegate_name(id, i);
         let fail = |source: KernelError| Error::Delegate {
             delegate: name.clone(),
             source,
@@ -101,4 +101,38 @@ pub(crate) fn init_delegates<'p>(
         }
     }
     Ok(delegates)
+}
+
+/// `"<backend id> delegate <i>"`, built without `core::fmt` (which loading otherwise does not
+/// link: firmware size).
+fn delegate_name(id: &str, i: usize) -> String {
+    let mut digits = [0u8; 20];
+    let mut n = i;
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut name = String::from(id);
+    name.push_str(" delegate ");
+    name.extend(digits[at..].iter().map(|&d| d as char));
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn delegate_names() {
+        assert_eq!(
+            super::delegate_name("XnnpackBackend", 0),
+            "XnnpackBackend delegate 0"
+        );
+        assert_eq!(super::delegate_name("", 907), " delegate 907");
+        let max = super::delegate_name("b", usize::MAX);
+        assert_eq!(max, alloc::format!("b delegate {}", usize::MAX));
+    }
 }

@@ -4,7 +4,6 @@
 //! call fails here; jump destinations must lie within the chain; FreeCall must name a tensor;
 //! a DelegateCall's handle checks its argument span.
 
-use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -161,13 +160,14 @@ fn decode_instruction(
                 .ok_or_else(|| invalid("bad FreeCall"))?;
             let v = index("free", f.value_index() as i64, n)?;
             if !matches!(t.values[v as usize], Value::Tensor(_)) {
-                return Err(invalid(format!(
-                    "FreeCall on value {v}, which is not a tensor"
-                )));
+                return Err(Error::NotATensor {
+                    what: "FreeCall",
+                    value: v,
+                });
             }
             Instr::Free { value: v }
         }
-        other => return Err(invalid(format!("unknown instruction type {}", other.0))),
+        other => return Err(Error::bad("unknown instruction type", other.0)),
     })
 }
 

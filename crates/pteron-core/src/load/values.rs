@@ -4,14 +4,13 @@
 //! from a `.ptd` (layout checked), or a slot in the I/O arena. Lists: IntList items are value
 //! indices read at use; TensorList / OptionalTensorList items must name earlier tensors.
 
-use alloc::format;
 use alloc::vec::Vec;
 
 use pteron_format::schema;
 
 use crate::config::MethodConfig;
 use crate::dtype::ScalarType;
-use crate::error::{index, Error, Result};
+use crate::error::{index, Error, ExternalProblem, Result};
 use crate::load::arenas::ArenaLayout;
 use crate::source::DataSources;
 use crate::tensor::{TensorInfo, MAX_RANK};
@@ -59,7 +58,7 @@ pub(crate) fn decode<'p>(
         let v = match ev.val_type() {
             schema::KernelTypes::Tensor => {
                 let t = ev.val_as_tensor().ok_or_else(|| invalid("bad Tensor"))?;
-                let (tensor, stateful) = decode_tensor(&t, vi, src, layout)?;
+                let (tensor, stateful) = decode_tensor(&t, src, layout)?;
                 if stateful {
                     out.stateful.push(vi);
                 }
@@ -146,7 +145,7 @@ fn decode_non_tensor<'p>(
                 .ok_or_else(|| invalid("OptionalTensorList without items"))?;
             Value::OptionalTensorList(optional_tensor_list(items.iter(), vi, earlier, pool)?)
         }
-        other => return Err(invalid(format!("value {vi} has unknown type {}", other.0))),
+        other => return Err(Error::bad("unknown value type", other.0)),
     })
 }
 
@@ -169,7 +168,10 @@ fn tensor_list(
     for it in items {
         let i = index("TensorList item", it as i64, vi)?;
         if !matches!(earlier[i as usize], Value::Tensor(_)) {
-            return Err(invalid(format!("TensorList item {i} is not a tensor")));
+            return Err(Error::NotATensor {
+                what: "TensorList",
+                value: i,
+            });
         }
         pool.indices.push(i);
     }
@@ -195,27 +197,24 @@ fn optional_tensor_list(
             Value::Tensor(_) => pool.indices.push(i),
             Value::None => pool.indices.push(NONE_INDEX),
             _ => {
-                return Err(invalid(format!(
-                    "OptionalTensorList item {i} is not a tensor"
-                )))
+                return Err(Error::NotATensor {
+                    what: "OptionalTensorList",
+                    value: i,
+                })
             }
         }
     }
     Ok(list(start, len))
 }
 
-/// Tensor value `vi`: its metadata and storage, and whether it is stateful (planned, with
+/// A tensor value: its metadata and storage, and whether it is stateful (planned, with
 /// initial contents that persist across runs).
 fn decode_tensor<'p>(
     t: &schema::Tensor<'p>,
-    vi: usize,
     src: &DataSources<'p>,
     layout: &mut ArenaLayout<'p>,
 ) -> Result<(Tensor<'p>, bool)> {
-    let (info, dynamism) = parse_tensor_info(t).map_err(|e| match e {
-        Error::InvalidProgram(m) => invalid(format!("value {vi}: {m}")),
-        e => e,
-    })?;
+    let (info, dynamism) = parse_tensor_info(t)?;
     let nbytes = info.nbytes();
     let extra = t.extra_tensor_info();
     let external = extra.is_some_and(|e| e.location() == schema::TensorDataLocation::EXTERNAL);
@@ -262,11 +261,13 @@ fn planned<'p>((arena, offset): (u32, usize)) -> Storage<'p> {
 /// The bytes of the external tensor `key` (layout checked against `info`).
 fn external_bytes<'p>(src: &DataSources<'p>, key: &str, info: &TensorInfo) -> Result<&'p [u8]> {
     let nbytes = info.nbytes();
-    let file = src.external.ok_or_else(|| {
-        invalid(format!(
-            "tensor \"{key}\" lives in an external .ptd file, and none was given"
-        ))
-    })?;
+    let fail = |problem| Error::External {
+        key: key.into(),
+        problem,
+    };
+    let file = src
+        .external
+        .ok_or_else(|| fail(ExternalProblem::NoDataFile))?;
     let bytes = file.get(key)?;
     if let Some(l) = file.layout(key)? {
         let same = l.scalar_type == info.dtype() as i8
@@ -277,16 +278,14 @@ fn external_bytes<'p>(src: &DataSources<'p>, key: &str, info: &TensorInfo) -> Re
                 .all(|(&a, &b)| a >= 0 && a as usize == b)
             && l.dim_order == info.dim_order();
         if !same {
-            return Err(invalid(format!(
-                "external tensor \"{key}\": layout in the .ptd does not match the program"
-            )));
+            return Err(fail(ExternalProblem::LayoutMismatch));
         }
     }
     bytes.get(..nbytes).ok_or_else(|| {
-        invalid(format!(
-            "external tensor \"{key}\" has {} bytes, needs {nbytes}",
-            bytes.len()
-        ))
+        fail(ExternalProblem::TooShort {
+            has: bytes.len(),
+            needs: nbytes,
+        })
     })
 }
 
@@ -294,30 +293,26 @@ fn external_bytes<'p>(src: &DataSources<'p>, key: &str, info: &TensorInfo) -> Re
 /// permutation, byte size without overflow).
 pub fn parse_tensor_info(t: &schema::Tensor<'_>) -> Result<(TensorInfo, Dynamism)> {
     let st = t.scalar_type().0;
-    let dtype =
-        ScalarType::from_i8(st).ok_or_else(|| invalid(format!("unknown scalar type {st}")))?;
+    let dtype = ScalarType::from_i8(st).ok_or_else(|| Error::bad("unknown scalar type", st))?;
     let sizes = t.sizes().ok_or_else(|| invalid("tensor without sizes"))?;
     let dim_order = t
         .dim_order()
         .ok_or_else(|| invalid("tensor without dim_order"))?;
     if sizes.len() > MAX_RANK {
-        return Err(invalid(format!(
-            "tensor rank {} exceeds {MAX_RANK}",
-            sizes.len()
-        )));
+        return Err(Error::bad("tensor rank over 16:", sizes.len() as i64));
     }
     let mut s = [0usize; MAX_RANK];
     for (i, v) in sizes.iter().enumerate() {
         if v < 0 {
-            return Err(invalid(format!("negative tensor size {v}")));
+            return Err(Error::bad("negative tensor size", v));
         }
         s[i] = v as usize;
     }
     if t.storage_offset() != 0 {
-        return Err(invalid(format!(
-            "tensor storage_offset {} is not supported",
-            t.storage_offset()
-        )));
+        return Err(Error::bad(
+            "tensor storage_offset other than 0 (unsupported):",
+            t.storage_offset(),
+        ));
     }
     let info = TensorInfo::with_dim_order(dtype, &s[..sizes.len()], dim_order.bytes())
         .map_err(Error::TensorMeta)?;
@@ -325,7 +320,7 @@ pub fn parse_tensor_info(t: &schema::Tensor<'_>) -> Result<(TensorInfo, Dynamism
         schema::TensorShapeDynamism::STATIC => Dynamism::Static,
         schema::TensorShapeDynamism::DYNAMIC_BOUND
         | schema::TensorShapeDynamism::DYNAMIC_UNBOUND => Dynamism::Bounded,
-        other => return Err(invalid(format!("unknown shape dynamism {}", other.0))),
+        other => return Err(Error::bad("unknown shape dynamism", other.0)),
     };
     Ok((info, dynamism))
 }

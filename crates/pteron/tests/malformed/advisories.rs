@@ -221,15 +221,25 @@ fn ghsa_xc7w_rank_limit() {
     run_cases(
         &f,
         vec![
-            tcase("planned tensor of rank 17", &["rank 17"], planned_2d, |t| {
-                t.sizes = Some(vec![1; 17]);
-                t.dim_order = Some((0..17).collect());
-            }),
-            tcase("constant of rank 255", &["rank 255"], is_constant, |t| {
-                t.sizes = Some(vec![1; 255]);
-                t.dim_order = Some((0..255).collect());
-            }),
-            case("input of rank 64", &["rank 64"], |p| {
+            tcase(
+                "planned tensor of rank 17",
+                &["rank over 16: 17"],
+                planned_2d,
+                |t| {
+                    t.sizes = Some(vec![1; 17]);
+                    t.dim_order = Some((0..17).collect());
+                },
+            ),
+            tcase(
+                "constant of rank 255",
+                &["rank over 16: 255"],
+                is_constant,
+                |t| {
+                    t.sizes = Some(vec![1; 255]);
+                    t.dim_order = Some((0..255).collect());
+                },
+            ),
+            case("input of rank 64", &["rank over 16: 64"], |p| {
                 let i = plan(p).inputs.as_ref().unwrap()[0] as usize;
                 tensor(p, i).sizes = Some(vec![1; 64]);
                 tensor(p, i).dim_order = Some((0..64).collect());
@@ -368,7 +378,7 @@ fn et7663_negative_sizes() {
             &f,
             &b,
             small_config(),
-            "negative size",
+            "negative planned buffer size",
             &["negative tensor size"],
         );
     }
@@ -384,11 +394,11 @@ fn et18176_et18803_free_call() {
             case("FreeCall past the values", &["free index"], |p| {
                 instructions(p).insert(0, free_call(1 << 20))
             }),
-            case("FreeCall on an Int", &["FreeCall on value"], |p| {
+            case("FreeCall on an Int", &["FreeCall names value"], |p| {
                 let c = push_value(p, int_value(3));
                 instructions(p).insert(0, free_call(c));
             }),
-            case("FreeCall on a None", &["FreeCall on value"], |p| {
+            case("FreeCall on a None", &["FreeCall names value"], |p| {
                 let c = push_value(p, fbo::KernelTypesT::Null(Box::default()));
                 instructions(p).insert(0, free_call(c));
             }),
@@ -513,15 +523,24 @@ fn et17131_sizes_and_dim_order_lengths() {
     run_cases(
         &f,
         vec![
-            tcase("dim_order shorter", &["dim order has 1"], planned_2d, |t| {
-                t.dim_order = Some(vec![0])
-            }),
-            tcase("dim_order longer", &["dim order has 4"], planned_2d, |t| {
-                t.dim_order = Some(vec![0, 1, 2, 3])
-            }),
-            tcase("empty dim_order", &["dim order has 0"], planned_2d, |t| {
-                t.dim_order = Some(vec![])
-            }),
+            tcase(
+                "dim_order shorter",
+                &["dim order of 1 entries"],
+                planned_2d,
+                |t| t.dim_order = Some(vec![0]),
+            ),
+            tcase(
+                "dim_order longer",
+                &["dim order of 4 entries"],
+                planned_2d,
+                |t| t.dim_order = Some(vec![0, 1, 2, 3]),
+            ),
+            tcase(
+                "empty dim_order",
+                &["dim order of 0 entries"],
+                planned_2d,
+                |t| t.dim_order = Some(vec![]),
+            ),
         ],
         small_config(),
     );

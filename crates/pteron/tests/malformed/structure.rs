@@ -29,9 +29,12 @@ fn bad_tensors() {
     let f = fixture("mlp");
     let p = planned_2d;
     let cases = vec![
-        tcase("negative size", &["negative tensor size"], p, |t| {
-            t.sizes.as_mut().unwrap()[0] = -1
-        }),
+        tcase(
+            "negative planned buffer size",
+            &["negative tensor size"],
+            p,
+            |t| t.sizes.as_mut().unwrap()[0] = -1,
+        ),
         tcase("i32::MIN size", &["negative tensor size"], p, |t| {
             t.sizes.as_mut().unwrap()[0] = i32::MIN
         }),
@@ -42,7 +45,7 @@ fn bad_tensors() {
             t.sizes = Some(vec![i32::MAX; 3]);
             t.dim_order = Some(vec![0, 1, 2]);
         }),
-        tcase("rank 17", &["rank 17"], p, |t| {
+        tcase("rank 17", &["rank over 16: 17"], p, |t| {
             t.sizes = Some(vec![1; 17]);
             t.dim_order = Some((0..17).collect());
         }),
@@ -59,10 +62,10 @@ fn bad_tensors() {
         tcase("dim_order 255", &["permutation"], p, |t| {
             t.dim_order = Some(vec![255, 0])
         }),
-        tcase("dim_order too short", &["dim order has 1"], p, |t| {
+        tcase("dim_order too short", &["dim order of 1 entries"], p, |t| {
             t.dim_order = Some(vec![0])
         }),
-        tcase("dim_order too long", &["dim order has 3"], p, |t| {
+        tcase("dim_order too long", &["dim order of 3 entries"], p, |t| {
             t.dim_order = Some(vec![0, 1, 2])
         }),
         tcase("unknown scalar type", &["scalar type 99"], p, |t| {
@@ -80,7 +83,7 @@ fn bad_tensors() {
         tcase("memory_id 0", &["memory_id 0"], p, |t| {
             t.allocation_info.as_mut().unwrap().memory_id = 0
         }),
-        tcase("memory_id 2", &["memory_id 2"], p, |t| {
+        tcase("memory_id 2", &["memory_id index 2"], p, |t| {
             t.allocation_info.as_mut().unwrap().memory_id = 2
         }),
         tcase("memory_id u32::MAX", &["memory_id"], p, |t| {
@@ -176,7 +179,11 @@ fn bad_planned_buffers() {
             vec![0, 1 << 33, 1 << 33, 1 << 33],
             limit,
         ),
-        ("negative buffer", vec![0, -1], &["negative size"][..]),
+        (
+            "negative buffer",
+            vec![0, -1],
+            &["negative planned buffer size"][..],
+        ),
         ("no buffers", vec![], &["memory_id"][..]),
         ("buffer too small", vec![0, 16], &["overruns"][..]),
     ] {
@@ -311,7 +318,7 @@ fn bad_values_and_lists() {
                 push_value(p, opt_list(vec![-2]));
             },
         ),
-        case("value of type NONE", &["unknown type 0"], |p| {
+        case("value of type NONE", &["unknown value type 0"], |p| {
             push_value(p, fbo::KernelTypesT::NONE);
         }),
         case("no values", &["no values"], |p| plan(p).values = None),
@@ -425,18 +432,18 @@ fn bad_instructions() {
             &["jump condition index"],
             |p| instructions(p).insert(0, jump(1 << 20, 0)),
         ),
-        case("jump on an Int", &["jump condition is a Int"], |p| {
-            let c = push_value(p, int_value(0));
-            instructions(p).insert(0, jump(c, 1));
-        }),
         case(
-            "jump on a float tensor",
-            &["jump condition is a Tensor"],
+            "jump on an Int",
+            &["jump condition (value", "is a Int"],
             |p| {
-                let c = find_tensor(p, is_constant) as i32;
+                let c = push_value(p, int_value(0));
                 instructions(p).insert(0, jump(c, 1));
             },
         ),
+        case("jump on a float tensor", &["is a Tensor"], |p| {
+            let c = find_tensor(p, is_constant) as i32;
+            instructions(p).insert(0, jump(c, 1));
+        }),
         case("jump on a freed bool tensor", &["no data"], |p| {
             let t = push_value(p, bool_tensor());
             instructions(p).insert(0, jump(t, 0));
@@ -447,7 +454,7 @@ fn bad_instructions() {
             let n = instructions(p).len() as i32 + 1;
             instructions(p).insert(0, jump(t, n));
         }),
-        case("FreeCall on an Int", &["FreeCall on value"], |p| {
+        case("FreeCall on an Int", &["FreeCall names value"], |p| {
             let c = find_value(p, is_int) as i32;
             instructions(p).insert(0, free_call(c));
         }),
