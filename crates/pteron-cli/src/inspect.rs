@@ -87,8 +87,15 @@ fn describe(path: &Path) -> pteron::Result<Json> {
             .non_const_buffer_sizes()
             .map(|s| s.iter().skip(1).collect())
             .unwrap_or_default();
+        // What `Method::load_in` needs lent (planned buffers and the I/O arena), known before
+        // loading; None when the method cannot be sized (it would not load either).
+        let lent = plan.name().and_then(|name| {
+            let src = pteron_core::DataSources::program(*p);
+            pteron_core::Method::memory_needs(src, name, &Default::default()).ok()
+        });
         methods.push(json!({
             "name": plan.name(),
+            "lent_memory": lent.map(|n| json!({"arenas": n.arenas, "region_bytes": n.region_bytes})),
             "inputs": inputs,
             "outputs": outputs,
             "instructions": instructions,
@@ -177,6 +184,16 @@ pub fn inspect(path: &Path, as_json: bool) -> pteron::Result<()> {
         let planned = m["planned_buffers"].as_array().cloned().unwrap_or_default();
         for (k, s) in planned.iter().enumerate() {
             println!("  planned buffer {}: {} bytes", k + 1, s);
+        }
+        if let Some(lent) = m["lent_memory"].as_object() {
+            let arenas = lent["arenas"].as_array().cloned().unwrap_or_default();
+            println!(
+                "  planned memory: {} bytes in {} arenas (the planned buffers, then {} bytes for unplanned inputs and outputs); Method::load_in needs a region of {} bytes",
+                arenas.iter().filter_map(|a| a.as_u64()).sum::<u64>(),
+                arenas.len(),
+                arenas.last().and_then(|a| a.as_u64()).unwrap_or(0),
+                lent["region_bytes"]
+            );
         }
         if let Some(ops) = m["operators"].as_object() {
             if !ops.is_empty() {

@@ -302,7 +302,7 @@ impl<'p> ArgAccess<'p> for ArgView<'_, 'p> {
 pub struct KernelContext<'a, 'p> {
     pub(crate) values: &'a mut [Value<'p>],
     pub(crate) pool: &'a ListPool,
-    pub(crate) arenas: &'a mut [Arena],
+    pub(crate) arenas: &'a mut [Arena<'p>],
     pub(crate) args: &'a [u32],
     pub(crate) prepared: Option<&'a (dyn Any + Send + Sync)>,
     pub(crate) scratch: &'a mut [u8],
@@ -320,7 +320,7 @@ impl<'a, 'p> KernelContext<'a, 'p> {
     pub fn new(
         values: &'a mut [Value<'p>],
         pool: &'a ListPool,
-        arenas: &'a mut [Arena],
+        arenas: &'a mut [Arena<'p>],
         args: &'a [u32],
     ) -> Self {
         KernelContext {

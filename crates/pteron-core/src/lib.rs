@@ -53,6 +53,7 @@ pub use error::{Error, ExternalProblem, KernelError, Result};
 pub use execute::{ExecutionObserver, KernelEvent};
 pub use half;
 pub use kernel::{ArgAccess, ArgView, IntList, KernelContext, KernelFn, TensorMut, TensorRef};
+pub use load::arenas::MemoryNeeds;
 pub use method::{Method, Output};
 pub use options::LoadOptions;
 pub use parallel::{Inline, Parallel, INLINE};

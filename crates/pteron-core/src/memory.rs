@@ -6,28 +6,75 @@ use alloc::vec::Vec;
 /// Alignment of every arena (enough for any SIMD load the kernels use).
 pub const ARENA_ALIGN: usize = 64;
 
-/// One zero-initialised, 64-byte aligned buffer.
-///
-/// Held as 8-byte words with the aligned start found inside: the allocator hands out zeroed
-/// memory of that alignment with `calloc`, whose large blocks are fresh pages that become
-/// resident only when written (an over-aligned zeroed allocation is `memset` instead, which
-/// makes every page of every arena resident at load).
-pub struct Arena {
-    words: Vec<u64>,
-    /// Byte offset of the 64-byte aligned start within `words`.
+/// One zero-initialised, 64-byte aligned buffer: allocated, or lent by the caller for `'m`
+/// (memory handed to [`crate::Method::load_in`], as ExecuTorch's `MemoryManager` takes it).
+pub struct Arena<'m> {
+    mem: Memory<'m>,
+    /// Byte offset of the 64-byte aligned start within `mem`.
     start: usize,
     len: usize,
 }
 
-impl Arena {
+/// An arena's memory.
+enum Memory<'m> {
+    /// 8-byte words with the aligned start found inside: the allocator hands out zeroed
+    /// memory of that alignment with `calloc`, whose large blocks are fresh pages that become
+    /// resident only when written (an over-aligned zeroed allocation is `memset` instead,
+    /// which makes every page of every arena resident at load).
+    Owned(Vec<u64>),
+    Lent(&'m mut [u8]),
+}
+
+impl Arena<'static> {
     /// Allocates `len` zeroed bytes; `None` when the allocation fails or its size overflows.
     /// Pages a method never writes are typically never made resident.
     pub fn new(len: usize) -> Option<Self> {
+        if len == 0 {
+            // Nothing to hold: no allocation (a method with lent memory allocates no arena).
+            return Some(Arena {
+                mem: Memory::Lent(&mut []),
+                start: 0,
+                len: 0,
+            });
+        }
         let n = len.checked_add(2 * ARENA_ALIGN - 1)? / 8;
         let words = bytemuck::allocation::try_zeroed_vec::<u64>(n).ok()?;
         let start = (words.as_ptr() as usize).wrapping_neg() % ARENA_ALIGN;
-        Some(Arena { words, start, len })
+        Some(Arena {
+            mem: Memory::Owned(words),
+            start,
+            len,
+        })
     }
+}
+
+impl<'m> Arena<'m> {
+    /// The first `len` bytes of `mem` from its first 64-byte aligned byte, zeroed, and the rest
+    /// of `mem` after them (all of it when `len` is 0); `None` when `mem` is too small.
+    pub fn lend(mem: &'m mut [u8], len: usize) -> Option<(Self, &'m mut [u8])> {
+        if len == 0 {
+            let empty = Arena {
+                mem: Memory::Lent(&mut []),
+                start: 0,
+                len: 0,
+            };
+            return Some((empty, mem));
+        }
+        let start = (mem.as_ptr() as usize).wrapping_neg() % ARENA_ALIGN;
+        let end = start.checked_add(len)?;
+        if end > mem.len() {
+            return None;
+        }
+        let (mine, rest) = mem.split_at_mut(end);
+        mine[start..].fill(0);
+        let arena = Arena {
+            mem: Memory::Lent(mine),
+            start,
+            len,
+        };
+        Some((arena, rest))
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -35,10 +82,18 @@ impl Arena {
         self.len == 0
     }
     pub fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.words)[self.start..self.start + self.len]
+        let all: &[u8] = match &self.mem {
+            Memory::Owned(words) => bytemuck::cast_slice(words),
+            Memory::Lent(bytes) => bytes,
+        };
+        &all[self.start..self.start + self.len]
     }
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.words)[self.start..self.start + self.len]
+        let all: &mut [u8] = match &mut self.mem {
+            Memory::Owned(words) => bytemuck::cast_slice_mut(words),
+            Memory::Lent(bytes) => bytes,
+        };
+        &mut all[self.start..self.start + self.len]
     }
 }
 
@@ -137,7 +192,7 @@ pub fn borrow_disjoint<'a, const N: usize, const M: usize>(
 mod tests {
     use super::*;
 
-    fn arenas() -> Vec<Arena> {
+    fn arenas() -> Vec<Arena<'static>> {
         let mut a = Arena::new(64).unwrap();
         for (i, b) in a.bytes_mut().iter_mut().enumerate() {
             *b = i as u8;
@@ -204,5 +259,26 @@ mod tests {
         let (i, _) = borrow_disjoint::<3, 0>(&mut a, [r, r, Region::Bytes(c)], []).unwrap();
         assert_eq!(i[0], i[1]);
         assert_eq!(i[2], &[1, 2]);
+    }
+
+    /// Lent arenas start 64-byte aligned, are zeroed, and leave the rest of the region; an
+    /// empty one takes nothing; a region too small is refused.
+    #[test]
+    fn lent_arenas() {
+        let mut region = alloc::vec![0xffu8; 300];
+        let (mut a, rest) = Arena::lend(&mut region[1..], 100).unwrap();
+        assert_eq!(a.bytes().as_ptr() as usize % ARENA_ALIGN, 0);
+        assert!(a.bytes().iter().all(|&b| b == 0));
+        a.bytes_mut()[99] = 7;
+        let rest_len = rest.len();
+        let (empty, rest) = Arena::lend(rest, 0).unwrap();
+        assert!(empty.is_empty());
+        assert_eq!(rest.len(), rest_len);
+        let (b, rest) = Arena::lend(rest, 64).unwrap();
+        assert_eq!(b.bytes().as_ptr() as usize % ARENA_ALIGN, 0);
+        assert!(b.bytes().as_ptr() as usize >= a.bytes().as_ptr() as usize + 100);
+        assert!(Arena::lend(rest, 200).is_none());
+        assert_eq!(a.bytes()[99], 7);
+        assert!(Arena::new(0).unwrap().is_empty());
     }
 }

@@ -24,7 +24,7 @@ use crate::dtype::ScalarType;
 use crate::error::{Error, KernelError, Result};
 use crate::instr::{Delegates, Instr, Op};
 use crate::kernel::{ArgView, TensorRef};
-use crate::load::arenas::ArenaLayout;
+use crate::load::arenas::{ArenaLayout, MemoryNeeds};
 use crate::load::{delegates, instructions, values};
 use crate::memory::Arena;
 use crate::options::LoadOptions;
@@ -45,7 +45,7 @@ pub struct Method<'p> {
     pub(crate) name: String,
     pub(crate) values: Vec<Value<'p>>,
     pub(crate) pool: ListPool,
-    pub(crate) arenas: Vec<Arena>,
+    pub(crate) arenas: Vec<Arena<'p>>,
     /// The arena of tensors the plan leaves unplanned (user inputs and outputs); arenas after
     /// it hold values that load-time planning gave memory of their own.
     pub(crate) io_arena: u32,
@@ -60,7 +60,7 @@ pub struct Method<'p> {
     pub(crate) config: MethodConfig,
     pub(crate) instructions_run: u64,
     pub(crate) states: Vec<Prepared>,
-    pub(crate) scratch: Arena,
+    pub(crate) scratch: Arena<'p>,
     pub(crate) parallel: Option<Arc<dyn Parallel + Send + Sync>>,
     pub(crate) plan_stats: PlanStats,
     /// Initialised delegates, in the plan's delegate order, then the partitioners' regions.
@@ -98,6 +98,48 @@ impl<'p> Method<'p> {
         registry: &KernelRegistry,
         options: LoadOptions,
     ) -> Result<Self> {
+        Self::load_impl(src, name, registry, options, None)
+    }
+
+    /// Loads a method whose planned memory (the arenas [`Method::memory_needs`] reports) is
+    /// carved from `memory` instead of allocated, as ExecuTorch's `MemoryManager` takes it:
+    /// firmware places it where it wants (a static buffer, a given SRAM bank). The heap then
+    /// holds only the runtime's own tables. Fails with [`Error::ResourceLimit`] naming the
+    /// bytes needed when `memory` is too small. (Load-time planning's extra buffers, with the
+    /// `plan` feature, are still allocated.)
+    pub fn load_in(
+        src: DataSources<'p>,
+        name: &str,
+        registry: &KernelRegistry,
+        options: LoadOptions,
+        memory: &'p mut [u8],
+    ) -> Result<Self> {
+        Self::load_impl(src, name, registry, options, Some(memory))
+    }
+
+    /// The planned memory loading `name` needs (each arena, and a lent region that holds
+    /// them), read from the plan and the values without loading the method.
+    pub fn memory_needs(
+        src: DataSources<'p>,
+        name: &str,
+        config: &MethodConfig,
+    ) -> Result<MemoryNeeds> {
+        let plan = src
+            .program
+            .plan(name)
+            .ok_or_else(|| Error::MethodNotFound(name.to_string()))?;
+        let mut layout = ArenaLayout::from_plan(&plan, config)?;
+        values::decode(&plan, &src, &mut layout, config)?;
+        Ok(layout.needs())
+    }
+
+    fn load_impl(
+        src: DataSources<'p>,
+        name: &str,
+        registry: &KernelRegistry,
+        options: LoadOptions,
+        lent: Option<&'p mut [u8]>,
+    ) -> Result<Self> {
         if !cfg!(feature = "plan") && !options.partitioners.is_empty() {
             return Err(Error::PlanningDisabled);
         }
@@ -113,7 +155,7 @@ impl<'p> Method<'p> {
             pool,
             stateful,
         } = values::decode(&plan, &src, &mut layout, &config)?;
-        let mut arenas = layout.allocate()?;
+        let mut arenas = layout.allocate(lent)?;
 
         let ops = instructions::resolve_operators(&plan, registry)?;
         let mut delegates = delegates::init_delegates(&src, &plan, name, &options)?;

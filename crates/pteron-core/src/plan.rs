@@ -54,12 +54,12 @@ impl Planned {
     /// there; then the scratch buffer every call shares.
     // A load stage, called once: not inlined, which keeps firmware smaller (size_test).
     #[inline(never)]
-    pub fn place(
+    pub fn place<'m>(
         &self,
         values: &mut [Value<'_>],
-        arenas: &mut Vec<Arena>,
+        arenas: &mut Vec<Arena<'m>>,
         config: &MethodConfig,
-    ) -> Result<Arena> {
+    ) -> Result<Arena<'m>> {
         if !self.homes.is_empty() {
             let id = arenas.len() as u32;
             arenas.push(Arena::new(self.arena_bytes).ok_or(Error::ResourceLimit {

@@ -28,7 +28,7 @@ use crate::value::{Dynamism, ListPool, ListRef, Storage, Tensor, Value, NONE_IND
 pub struct TestCall {
     pub values: Vec<Value<'static>>,
     pub pool: ListPool,
-    pub arenas: Vec<Arena>,
+    pub arenas: Vec<Arena<'static>>,
     pub args: Vec<u32>,
 }
 

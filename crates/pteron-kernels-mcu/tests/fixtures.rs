@@ -9,7 +9,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use pteron_core::{KernelRegistry, Method, MethodConfig, Output, Program, ScalarType};
+use pteron_core::{
+    DataSources, Error, KernelRegistry, LoadOptions, Method, MethodConfig, Output, Program,
+    ScalarType,
+};
 
 fn fixtures(dir: &str) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -41,9 +44,17 @@ fn input_shape(meta: &str) -> Vec<usize> {
         .collect()
 }
 
+/// How a fixture's planned memory is given.
+#[derive(Clone, Copy, PartialEq)]
+enum Arenas {
+    Allocated,
+    /// Carved from a region of exactly `Method::memory_needs` bytes, filled with garbage first.
+    Lent,
+}
+
 /// Runs every fixture of `testdata/<dir>`: fp32 within 1e-5 of the golden's largest
 /// magnitude, int8 programs bit-exact. Returns how many ran.
-fn run_all(dir: &str) -> usize {
+fn run_all(dir: &str, arenas: Arenas) -> usize {
     let mut registry = KernelRegistry::new();
     pteron_kernels::register_all(&mut registry);
     pteron_kernels_mcu::register_all(&mut registry);
@@ -55,8 +66,23 @@ fn run_all(dir: &str) -> usize {
         let input = fs::read(d.join("input0.bin")).unwrap();
         let want = floats(&fs::read(d.join("expected0.bin")).unwrap());
         let program = Program::parse(&bytes).unwrap();
-        let mut method = Method::load(&program, "forward", &registry, MethodConfig::default())
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let config = MethodConfig::default();
+        let src = DataSources::program(program);
+        let needs = Method::memory_needs(src, "forward", &config).unwrap();
+        let mut region = vec![0xa5u8; needs.region_bytes];
+        let mut method = match arenas {
+            Arenas::Allocated => Method::load(&program, "forward", &registry, config),
+            Arenas::Lent => {
+                let options = LoadOptions::from(config);
+                Method::load_in(src, "forward", &registry, options, &mut region)
+            }
+        }
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            method.planned_bytes(),
+            needs.arenas.iter().sum::<usize>(),
+            "{name}"
+        );
         method
             .set_input_tensor(0, ScalarType::Float, &input_shape(&meta), &input)
             .unwrap();
@@ -87,15 +113,66 @@ fn run_all(dir: &str) -> usize {
 #[test]
 fn mlperf_tiny_programs_match_executorch() {
     assert_eq!(
-        run_all("mcu"),
+        run_all("mcu", Arenas::Allocated),
         14,
         "four models in three variants, two in a fourth"
     );
+}
+
+/// The same with the planned memory lent by the caller (`Method::load_in`, as firmware
+/// without a heap for activations does), sized by `Method::memory_needs`.
+#[test]
+fn lent_memory_gives_the_same_outputs() {
+    assert_eq!(run_all("mcu", Arenas::Lent), 14);
+}
+
+/// A region short of what `memory_needs` reports is refused, naming the bytes needed.
+#[test]
+fn lent_memory_too_small_is_refused() {
+    let path = fixtures("mcu")[0].join("model.pte");
+    let config = MethodConfig::default();
+    let needs = {
+        let bytes = fs::read(&path).unwrap();
+        let src = DataSources::program(Program::parse(&bytes).unwrap());
+        Method::memory_needs(src, "forward", &config).unwrap()
+    };
+    assert!(needs.arenas.iter().sum::<usize>() > 0);
+    // A 64-byte aligned region needs each arena at the next aligned offset, nothing more.
+    let exact = needs.arenas.iter().fold(0usize, |end, &s| match s {
+        0 => end,
+        s => end.next_multiple_of(64) + s,
+    });
+    assert!(exact <= needs.region_bytes);
+    // Regions first: they outlive the program bytes the methods borrow.
+    let mut buffer = vec![0u8; needs.region_bytes + 64];
+    let mut short = vec![0u8; exact - 1];
+    let bytes = fs::read(&path).unwrap();
+    let src = DataSources::program(Program::parse(&bytes).unwrap());
+    let start = (buffer.as_ptr() as usize).wrapping_neg() % 64;
+    let (fits, _) = buffer[start..].split_at_mut(exact);
+    let mut registry = KernelRegistry::new();
+    pteron_kernels::register_all(&mut registry);
+    pteron_kernels_mcu::register_all(&mut registry);
+    assert!(Method::load_in(src, "forward", &registry, config.into(), fits).is_ok());
+    // Whatever its alignment, a region a byte short of the aligned need cannot fit.
+    match Method::load_in(src, "forward", &registry, config.into(), &mut short) {
+        Err(Error::ResourceLimit {
+            what,
+            requested,
+            limit,
+        }) => {
+            assert_eq!(what, "bytes of lent memory");
+            assert_eq!(requested, needs.region_bytes as u64);
+            assert_eq!(limit, (exact - 1) as u64);
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("loaded in {} bytes, needs {exact}", exact - 1),
+    };
 }
 
 /// Single-operator programs lowered by the Cortex-M backend (strides, depth multipliers,
 /// asymmetric padding, ceil-mode pooling, batched linear rows, residual adds, both targets).
 #[test]
 fn cortex_m_operator_cases_match_the_reference() {
-    assert_eq!(run_all("mcu_ops"), 11);
+    assert_eq!(run_all("mcu_ops", Arenas::Allocated), 11);
 }

@@ -15,7 +15,9 @@ use core::mem::MaybeUninit;
 use cortex_m_rt::entry;
 use cortex_m_semihosting::{debug, hprintln};
 use embedded_alloc::LlffHeap as Heap;
-use pteron_core::{KernelRegistry, Method, MethodConfig, Output, Program, ScalarType};
+use pteron_core::{
+    DataSources, KernelRegistry, LoadOptions, Method, MethodConfig, Output, Program, ScalarType,
+};
 
 /// Bytes aligned for any element type, so tensors can be read in place.
 #[repr(C, align(64))]
@@ -37,15 +39,20 @@ include!(concat!(env!("OUT_DIR"), "/ops.rs"));
 
 #[global_allocator]
 static HEAP: Heap = Heap::empty();
-/// The heap holds the methods' arenas and metadata (the `HEAP` region of `memory.x`: 2M of
-/// the M55 board's SRAM, 3M of the M4 board's SSRAM). The int8 programs dequantize their
-/// weights into planned memory, so they need more than their fp32 twins' activations.
+/// The `HEAP` region of `memory.x` (2M of the M55 board's SRAM, 3M of the M4 board's SSRAM)
+/// holds the heap, for the runtime's own tables, and the planned memory (arenas) each method
+/// is lent (`Method::load_in`). The int8 programs dequantize their weights into planned
+/// memory, so they need more than their fp32 twins' activations.
 #[cfg(board = "an547")]
-const HEAP_BYTES: usize = 2 * 1024 * 1024;
+const RAM_BYTES: usize = 2 * 1024 * 1024;
 #[cfg(not(board = "an547"))]
-const HEAP_BYTES: usize = 3 * 1024 * 1024;
+const RAM_BYTES: usize = 3 * 1024 * 1024;
+const HEAP_BYTES: usize = 320 * 1024;
+const ARENA_BYTES: usize = RAM_BYTES - HEAP_BYTES;
 #[link_section = ".heap"]
 static mut HEAP_MEM: [MaybeUninit<u8>; HEAP_BYTES] = [MaybeUninit::uninit(); HEAP_BYTES];
+#[link_section = ".heap"]
+static mut ARENA_MEM: [MaybeUninit<u8>; ARENA_BYTES] = [MaybeUninit::uninit(); ARENA_BYTES];
 
 const CALIBRATION_LOOPS: u32 = 1_000_000;
 
@@ -72,9 +79,17 @@ fn main() -> ! {
         pteron_kernels_mcu::register::<ProgramOps>(&mut registry);
     }
 
+    // The region is not loaded (NOLOAD): zeroed here, once, before it is read as bytes.
+    let arenas: &'static mut [u8] = unsafe {
+        // Safety: taken once, before anything else refers to the region; `ARENA_BYTES`
+        // bytes are written before the slice over them is made.
+        let start = core::ptr::addr_of_mut!(ARENA_MEM).cast::<u8>();
+        core::ptr::write_bytes(start, 0, ARENA_BYTES);
+        core::slice::from_raw_parts_mut(start, ARENA_BYTES)
+    };
     let mut failed = 0u32;
     for case in CASES {
-        match run(case, &registry, &mut clock, per_tick) {
+        match run(case, &registry, arenas, &mut clock, per_tick) {
             Ok(()) => {}
             Err(e) => {
                 failed += 1;
@@ -111,6 +126,7 @@ fn panic(info: &core::panic::PanicInfo) -> ! {
 fn run(
     case: &Case,
     registry: &KernelRegistry,
+    arenas: &mut [u8],
     clock: &mut clock::Clock,
     per_tick: f64,
 ) -> Result<(), alloc::string::String> {
@@ -118,7 +134,13 @@ fn run(
     let heap_before = HEAP.used();
     let t0 = clock.ticks();
     let program = Program::parse(case.program).map_err(|e| format!("parse: {e}"))?;
-    let mut method = Method::load(&program, "forward", registry, MethodConfig::default())
+    let src = DataSources::program(program);
+    let config = MethodConfig::default();
+    // What the method's arenas take, known before loading; they are carved from `arenas`.
+    let needs = Method::memory_needs(src, "forward", &config).map_err(|e| format!("{e}"))?;
+    let planned: usize = needs.arenas.iter().sum();
+    let options = LoadOptions::from(config);
+    let mut method = Method::load_in(src, "forward", registry, options, arenas)
         .map_err(|e| format!("load: {e}"))?;
     let t1 = clock.ticks();
     let heap_loaded = HEAP.used() - heap_before;
@@ -156,15 +178,19 @@ fn run(
     };
     let minsn = |ticks: u64| ticks as f64 * per_tick / 1e6;
     hprintln!(
-        "{}: max|diff| {:e} (rel {:e}); load {:.2} M instructions, execute {:.2} M; heap {} B after load, {} B after execute",
+        "{}: max|diff| {:e} (rel {:e}); load {:.2} M instructions, execute {:.2} M; arenas {} B (lent); heap {} B after load, {} B after execute",
         case.name,
         max_diff,
         rel,
         minsn(t1 - t0),
         minsn(t3 - t2),
+        planned,
         heap_loaded,
         peak
     );
+    if peak != heap_loaded {
+        return Err(format!("execute allocated {} B", peak - heap_loaded));
+    }
     let limit = if case.quantized { 0.0 } else { 1e-5 };
     if rel > limit {
         return Err(format!("relative difference {rel:e} > {limit:e}"));

@@ -12,6 +12,18 @@ use crate::error::{Error, Result};
 use crate::memory::{Arena, ARENA_ALIGN};
 use crate::value::Storage;
 
+/// The memory a method's arenas take: what [`crate::Method::memory_needs`] reports and
+/// [`crate::Method::load_in`] carves from the caller's region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryNeeds {
+    /// Bytes of each arena: the plan's buffers (`memory_id` 1, 2, …), then the I/O arena
+    /// (inputs and outputs the plan leaves unplanned).
+    pub arenas: Vec<usize>,
+    /// A lent region of this many bytes holds them all, each 64-byte aligned, wherever the
+    /// region starts (63 fewer suffice when it starts 64-byte aligned).
+    pub region_bytes: usize,
+}
+
 /// The arenas' sizes, filled in as values are decoded, and the initial contents of planned
 /// values (mutable buffers) to copy in once they are allocated.
 pub(crate) struct ArenaLayout<'p> {
@@ -117,18 +129,51 @@ impl<'p> ArenaLayout<'p> {
         self.initial.push((arena, offset, bytes));
     }
 
-    /// Allocates the arenas (the planned buffers, then the I/O arena) and copies the initial
-    /// contents in.
+    /// What the arenas need (see [`MemoryNeeds`]).
+    pub fn needs(&self) -> MemoryNeeds {
+        let arenas: Vec<usize> = self.sizes.iter().copied().chain([self.io_size]).collect();
+        // Each arena starts 64-byte aligned; sizes were checked to fit in `limit` (a u64).
+        let padded = arenas
+            .iter()
+            .map(|&s| s.div_ceil(ARENA_ALIGN) * ARENA_ALIGN)
+            .fold(0usize, usize::saturating_add);
+        MemoryNeeds {
+            arenas,
+            region_bytes: padded.saturating_add(ARENA_ALIGN - 1),
+        }
+    }
+
+    /// The arenas (the planned buffers, then the I/O arena), allocated or carved in order
+    /// from `lent`, with the initial contents copied in.
     // A load stage, called once: not inlined, which keeps firmware smaller (size_test).
     #[inline(never)]
-    pub fn allocate(self) -> Result<Vec<Arena>> {
+    pub fn allocate(self, lent: Option<&'p mut [u8]>) -> Result<Vec<Arena<'p>>> {
         let mut arenas = Vec::new();
-        for &s in self.sizes.iter().chain(core::iter::once(&self.io_size)) {
-            arenas.push(Arena::new(s).ok_or(Error::ResourceLimit {
-                what: "bytes of planned memory (allocation failed)",
-                requested: s as u64,
-                limit: self.limit,
-            })?);
+        let sizes = self.sizes.iter().copied().chain([self.io_size]);
+        match lent {
+            None => {
+                for s in sizes {
+                    arenas.push(Arena::new(s).ok_or(Error::ResourceLimit {
+                        what: "bytes of planned memory (allocation failed)",
+                        requested: s as u64,
+                        limit: self.limit,
+                    })?);
+                }
+            }
+            Some(mut rest) => {
+                let short = Error::ResourceLimit {
+                    what: "bytes of lent memory",
+                    requested: self.needs().region_bytes as u64,
+                    limit: rest.len() as u64,
+                };
+                for s in sizes {
+                    let Some((arena, after)) = Arena::lend(rest, s) else {
+                        return Err(short);
+                    };
+                    arenas.push(arena);
+                    rest = after;
+                }
+            }
         }
         for (arena, offset, bytes) in self.initial {
             // Ranges were checked against the arena size in `place`.

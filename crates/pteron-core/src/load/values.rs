@@ -53,7 +53,11 @@ pub(crate) fn decode<'p>(
     };
     out.values
         .try_reserve_exact(n)
-        .map_err(|_| invalid("too many values"))?;
+        .map_err(|_| Error::ResourceLimit {
+            what: "values (allocating their table failed)",
+            requested: n as u64,
+            limit: config.max_values as u64,
+        })?;
     for (vi, ev) in fb_values.iter().enumerate() {
         let v = match ev.val_type() {
             schema::KernelTypes::Tensor => {
