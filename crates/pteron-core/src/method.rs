@@ -541,10 +541,16 @@ impl<'p> Method<'p> {
             })) => (*arena as usize, *offset, info.nbytes()),
             _ => return Err(Error::NotPlanned { value: v }),
         };
+        let size = self.arenas.get(arena).map_or(0, |a| a.len());
         self.arenas
             .get_mut(arena)
             .and_then(|a| a.bytes_mut().get_mut(offset..offset.checked_add(n)?))
-            .ok_or_else(|| Error::invalid(format!("value {v} lies outside its arena")))
+            .ok_or(Error::Overrun {
+                offset: offset as u64,
+                nbytes: n,
+                buffer: arena as u32 + 1,
+                size,
+            })
     }
 
     /// Output `i` after `execute`: a tensor (metadata and bytes) or a scalar.
