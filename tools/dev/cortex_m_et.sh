@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# ExecuTorch's own runtime alone on bare-metal Cortex-M4F, measured beside pteron's
-# (examples/cortex-m size_test): ExecuTorch's core and executor sources built with Debian's
+# ExecuTorch's own runtime on bare-metal Cortex-M4F under QEMU (mps2-an386), beside pteron's
+# firmware (examples/cortex-m). ExecuTorch's core and executor sources are built with Debian's
 # arm-none-eabi-g++ as its size test builds them (Release: -Os, no exceptions or RTTI,
-# logging off, minimal platform layer), sections per function and unused ones dropped, linked
-# with tools/dev/et_cortex_m/size_probe.cpp, which loads the same DS-CNN program with no
-# kernels. It runs under QEMU (mps2-an386) and must stop at the missing operator; then
-# arm-none-eabi-size counts vector table + text + rodata + data, the program not included.
+# logging off, minimal platform layer), sections per function and unused ones dropped.
+# 1. The runtime alone: tools/dev/et_cortex_m/size_probe.cpp loads the same DS-CNN program
+#    as pteron's size_test with no kernels and must stop at the missing operator;
+#    arm-none-eabi-size counts vector table + text + rodata + data (the program not included),
+#    linked with newlib-nano and with the full newlib.
+# 2. The program run: run_probe.cpp registers ExecuTorch's portable kernels for the six
+#    operators DS-CNN fp32 calls, runs it, checks ExecuTorch's golden and prints instructions
+#    per load and execute (SysTick under -icount, as pteron's firmware counts them).
 # Not part of CI: it needs ExecuTorch's and FlatBuffers' sources.
 #
 # Usage: ET_SRC=<executorch checkout> FLATBUFFERS_SRC=<flatbuffers v24.3.25 checkout> \
-#          tools/dev/cortex_m_et_size.sh
+#          tools/dev/cortex_m_et.sh
 # (FlatBuffers' headers must match the flatc of the exporter venv, 24.3.25; flatc is taken
 # from that venv: FLATC=/opt/etvenv/lib/python3.11/site-packages/executorch/data/bin/flatc.)
 set -euo pipefail
@@ -17,7 +21,7 @@ cd "$(dirname "$0")/../.."
 : "${ET_SRC:?set ET_SRC to an ExecuTorch source tree}"
 : "${FLATBUFFERS_SRC:?set FLATBUFFERS_SRC to a FlatBuffers v24.3.25 source tree}"
 FLATC=${FLATC:-/opt/etvenv/lib/python3.11/site-packages/executorch/data/bin/flatc}
-PTE=${PTE:-testdata/mcu/ds_cnn_fp32/model.pte}
+FIXTURE=${FIXTURE:-testdata/mcu/ds_cnn_fp32}
 out=target/et-cortex-m
 mkdir -p "$out/gen/executorch/schema" "$out/obj"
 
@@ -59,7 +63,9 @@ for s in "${sources[@]}"; do
 done
 arm-none-eabi-g++ -std=c++17 "${flags[@]}" -c tools/dev/et_cortex_m/size_probe.cpp -o "$out/obj/probe.o"
 arm-none-eabi-gcc "${cpu[@]}" -Os -c tools/dev/et_cortex_m/startup.c -o "$out/obj/startup.o"
-arm-none-eabi-gcc "${cpu[@]}" -DPTE_PATH="\"$(pwd)/$PTE\"" -c tools/dev/et_cortex_m/program.S -o "$out/obj/program.o"
+arm-none-eabi-gcc "${cpu[@]}" -DPTE_PATH="\"$(pwd)/$FIXTURE/model.pte\"" \
+  -DINPUT_PATH="\"$(pwd)/$FIXTURE/input0.bin\"" -DEXPECTED_PATH="\"$(pwd)/$FIXTURE/expected0.bin\"" \
+  -c tools/dev/et_cortex_m/program.S -o "$out/obj/program.o"
 # Linked twice: with newlib-nano (the size-conscious C library Arm's bare-metal examples use)
 # and with the full newlib. Both run; the first is the figure to compare.
 for libc in nano full; do
@@ -73,3 +79,22 @@ for libc in nano full; do
   arm-none-eabi-size -A "$out/size_probe_$libc" | grep -E '^\.(vectors|text|ARM.exidx|rodata|data) ' |
     awk '{ print; total += $2 } END { print "flash", total, "B" }'
 done
+
+# The same runtime with ExecuTorch's portable kernels for the program's six operators
+# (registered by tools/dev/et_cortex_m/run_probe.cpp), running it: instructions per load and
+# execute beside pteron's firmware, and the output against ExecuTorch's golden.
+kernels=(op_convolution op_native_batch_norm op_addmm op_avg_pool2d op_permute_copy op_relu)
+kobjs=()
+for k in "${kernels[@]}" util/kernel_ops_util util/copy_ops_util util/activation_ops_util \
+  util/matmul_ops_util util/normalization_ops_util util/broadcast_util util/dtype_util \
+  util/delinearize_index util/repeat_util util/reduce_util; do
+  o="$out/obj/kernels_$(echo "$k" | tr / _).o"
+  arm-none-eabi-g++ -std=c++17 "${flags[@]}" -c "$ET_SRC/kernels/portable/cpu/$k.cpp" -o "$o"
+  kobjs+=("$o")
+done
+arm-none-eabi-g++ -std=c++17 "${flags[@]}" -c tools/dev/et_cortex_m/run_probe.cpp -o "$out/obj/run_probe.o"
+arm-none-eabi-g++ "${cpu[@]}" -Os --specs=nano.specs --specs=rdimon.specs -u _printf_float \
+  -Wl,--gc-sections -T tools/dev/et_cortex_m/link.ld -o "$out/run_probe" "$out/obj/startup.o" \
+  "$out/obj/run_probe.o" "$out/obj/program.o" "${kobjs[@]}" "${objs[@]}"
+timeout 900 qemu-system-arm -M mps2-an386 -cpu cortex-m4 -display none -serial null -monitor none \
+  -semihosting-config enable=on,target=native -icount shift=0 -kernel "$out/run_probe" </dev/null
