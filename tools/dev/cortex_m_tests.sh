@@ -57,6 +57,9 @@ for board in "thumbv7em-none-eabihf mps2-an386 cortex-m4" "thumbv8m.main-none-ea
   echo "Cortex-M: $cpu ($machine): every fixture"
   build "$target" --bins
   qemu "$machine" "$cpu" "$out/pteron-cortex-m"
+  echo "Cortex-M: $cpu: the single-operator cases (testdata/mcu_ops)"
+  PTERON_MCU_FIXTURES="$(pwd)/testdata/mcu_ops" build "$target" --bin pteron-cortex-m
+  qemu "$machine" "$cpu" "$out/pteron-cortex-m"
   echo "Cortex-M: $cpu: the runtime alone (size_test: load + execute, no kernels)"
   qemu "$machine" "$cpu" "$out/size_test"
   arm-none-eabi-size -A "$out/size_test" | grep -E '^\.(vector_table|text|rodata|data|bss|heap) '

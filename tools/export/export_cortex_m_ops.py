@@ -3,11 +3,15 @@
 lowered the Cortex-M backend's way (as `export_mlperf_tiny.py --variants cm` does), with the
 golden from the backend's reference operators. They cover what the MLPerf Tiny models do not:
 strides, dilation, depth multipliers, asymmetric padding, ceil-mode pooling, batched linear
-rows, residual adds, and both targets' linear forms (M55: kernel sum, M4: bias).
+rows, residual adds, and both targets' linear forms (M55: kernel sum, M4: bias); and the
+operators the MLPerf Tiny models do not call: multiplication (`quantized_mul`), table
+activations (`quantized_activation`: sigmoid, tanh), max pooling (`quantized_max_pool2d`),
+minimum and maximum.
 
 Usage (from the repository root):
 
-    /opt/etvenv/bin/python tools/export/export_cortex_m_ops.py      # -> testdata/mcu_ops
+    /opt/etvenv/bin/python tools/export/export_cortex_m_ops.py            # -> testdata/mcu_ops
+    /opt/etvenv/bin/python tools/export/export_cortex_m_ops.py mul_gate   # only these cases
 
 Each directory: `model.pte`, `input0.bin`, `expected0.bin` (float32, memory order), and
 `meta.json` (as the MLPerf Tiny fixtures').
@@ -44,6 +48,40 @@ class Seq(nn.Module):
         return x + y if self.residual else y
 
 
+class Gate(nn.Module):
+    """`conv(x) · x`: two int8 operands of one shape (`quantized_mul`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        return self.conv(x) * x
+
+
+class Then(nn.Module):
+    """A layer, then a function (an activation the backend turns into a table)."""
+
+    def __init__(self, layer, fn):
+        super().__init__()
+        self.layer = layer
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(self.layer(x))
+
+
+class Bounded(nn.Module):
+    """`min(max(linear(x), x[:, :8]), x[:, 8:])`: `minimum` and `maximum` of int8 tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return torch.minimum(torch.maximum(self.linear(x), x[:, :8]), x[:, 8:])
+
+
 def cases():
     yield "conv_stride2_pad1", Seq(nn.Conv2d(4, 8, 3, stride=2, padding=1), nn.ReLU()), (1, 4, 9, 11), "M55"
     # Dilation: the reference (F.conv2d over int32) cannot run it ("slow_conv_dilated" has no Int).
@@ -57,11 +95,20 @@ def cases():
     yield "linear_rows_m4", Seq(nn.Linear(20, 7)), (3, 20), "M4"
     yield "residual_add", Seq(nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(), residual=True), (1, 4, 6, 7), "M55"
     yield "explicit_pad", Seq(nn.Conv2d(3, 4, 3), pad=(1, 2, 3, 0)), (1, 3, 6, 5), "M55"
+    yield "mul_gate", Gate(), (1, 4, 5, 6), "M55"
+    yield "sigmoid_table", Then(nn.Conv2d(4, 6, 3, padding=1), torch.sigmoid), (1, 4, 5, 7), "M55"
+    yield "tanh_table", Then(nn.Linear(16, 8), torch.tanh), (3, 16), "M4"
+    yield "maxpool_stride2_pad1", Seq(nn.Conv2d(4, 5, 1), nn.MaxPool2d(3, stride=2, padding=1)), (1, 4, 9, 8), "M55"
+    yield "maxpool_relu", Seq(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2)), (1, 3, 8, 9), "M4"
+    yield "min_max", Bounded(), (3, 16), "M55"
 
 
 def main() -> None:
     out_root = REPO / "testdata" / "mcu_ops"
+    only = set(sys.argv[1:])
     for i, (name, module, shape, cpu) in enumerate(cases()):
+        if only and name not in only:
+            continue
         torch.manual_seed(2000 + i)
         module = module.eval()
         with torch.no_grad():

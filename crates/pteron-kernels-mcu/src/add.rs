@@ -70,25 +70,6 @@ fn params<'p>(a: &impl ArgAccess<'p>) -> Result<Params, KernelError> {
             return Err(KernelError::dtype(t.dtype(), "cortex_m add (int8 only)"));
         }
     }
-    let reads = |t: &pteron_core::TensorInfo| -> Result<Reads, KernelError> {
-        if t.sizes() == o.sizes() && t.dim_order() == o.dim_order() {
-            return Ok(Reads::Same);
-        }
-        let c = if o.rank() >= 2 { o.size(1) } else { 0 };
-        if o.rank() == 4
-            && o.is_channels_last()
-            && t.rank() == 4
-            && t.size(1) == c
-            && t.numel() == c
-        {
-            return Ok(Reads::PerChannel(c));
-        }
-        Err(KernelError::unsupported(alloc::format!(
-            "cortex_m add: operand {:?} does not match the output {:?} (only a per-channel operand broadcasts)",
-            t.sizes(),
-            o.sizes()
-        )))
-    };
     Ok(Params {
         a: rescale(a, 1)?,
         b: rescale(a, 5)?,
@@ -99,9 +80,41 @@ fn params<'p>(a: &impl ArgAccess<'p>) -> Result<Params, KernelError> {
         },
         act_min: int32(a, 11, "cortex_m add")?,
         act_max: int32(a, 12, "cortex_m add")?,
-        a_reads: reads(x)?,
-        b_reads: reads(y)?,
+        a_reads: reads(x, o, "cortex_m add")?,
+        b_reads: reads(y, o, "cortex_m add")?,
     })
+}
+
+/// How operand `t` is read to fill `o`: elementwise (same sizes and dim order), or, in a
+/// channels-last 4-d output, one value per channel. Other broadcasts are refused, as the
+/// backend refuses them.
+pub(crate) fn reads(
+    t: &pteron_core::TensorInfo,
+    o: &pteron_core::TensorInfo,
+    op: &'static str,
+) -> Result<Reads, KernelError> {
+    if t.sizes() == o.sizes() && t.dim_order() == o.dim_order() {
+        return Ok(Reads::Same);
+    }
+    let c = if o.rank() >= 2 { o.size(1) } else { 0 };
+    if o.rank() == 4 && o.is_channels_last() && t.rank() == 4 && t.size(1) == c && t.numel() == c
+    {
+        return Ok(Reads::PerChannel(c));
+    }
+    Err(KernelError::unsupported(alloc::format!(
+        "{op}: operand {:?} does not match the output {:?} (only a per-channel operand broadcasts)",
+        t.sizes(),
+        o.sizes()
+    )))
+}
+
+/// Element `i` of an operand read as `reads` says.
+#[inline]
+pub(crate) fn at(v: &[i8], reads: Reads, i: usize) -> i8 {
+    match reads {
+        Reads::Same => v[i],
+        Reads::PerChannel(c) => v[i % c],
+    }
 }
 
 fn check_add(a: &ArgView) -> Result<(), KernelError> {
@@ -127,10 +140,6 @@ fn operand(q: i8, r: &Rescale) -> i32 {
 }
 
 pub fn add(p: &Params, x: &[i8], y: &[i8], out: &mut [i8]) {
-    let at = |v: &[i8], reads: Reads, i: usize| match reads {
-        Reads::Same => v[i],
-        Reads::PerChannel(c) => v[i % c],
-    };
     for (i, o) in out.iter_mut().enumerate() {
         let sum =
             operand(at(x, p.a_reads, i), &p.a).wrapping_add(operand(at(y, p.b_reads, i), &p.b));

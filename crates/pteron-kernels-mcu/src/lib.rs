@@ -4,7 +4,8 @@
 //!
 //! Modules: [`requant`] (the fixed-point requantization every operator ends with), then one
 //! module per operator family: [`quant`] (quantize / dequantize), [`conv`] (convolution and
-//! depthwise convolution), [`linear`], [`pool`] (average pooling), [`add`], [`pad`].
+//! depthwise convolution), [`linear`], [`pool`] (average and max pooling), [`add`],
+//! [`elementwise`] (multiplication, table activations, minimum and maximum), [`pad`].
 //!
 //! Tensors may be in any dim order (the backend hands channels-last 4-d tensors); kernels
 //! address them through their strides. Accumulation is in `i32`, as CMSIS-NN accumulates;
@@ -20,6 +21,7 @@ extern crate alloc;
 pub mod add;
 mod args;
 pub mod conv;
+pub mod elementwise;
 pub mod linear;
 pub mod pad;
 pub mod pool;
@@ -48,6 +50,7 @@ pub fn register<S: OpSelection>(r: &mut KernelRegistry) {
     linear::register::<S>(r);
     pool::register::<S>(r);
     add::register::<S>(r);
+    elementwise::register::<S>(r);
     pad::register::<S>(r);
 }
 

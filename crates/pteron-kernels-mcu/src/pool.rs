@@ -3,13 +3,18 @@
 //! (formed in double, used as float32), the window's valid elements summed in row order and
 //! divided by their count (padding not counted), then quantized back with the same scale and
 //! zero point (`round_half_even(avg / scale) + zp`, clamped to int8).
+//!
+//! `cortex_m::quantized_max_pool2d.out`: the largest int8 value of each window's positions
+//! inside the input (padding never wins), clamped to the activation range; input and output
+//! share their zero point. Dilation other than 1 and ceil mode are refused, as the
+//! reference refuses them.
 
 use pteron_core::{
     register_op, ArgAccess, ArgView, DtypeSet, Kernel, KernelContext, KernelError, KernelRegistry,
     OpSelection, ScalarType,
 };
 
-use crate::args::{pair, MAX_GEOMETRY};
+use crate::args::{int32, pair, MAX_GEOMETRY};
 use crate::quant::round_half_even;
 
 const OP: &str = "cortex_m avg_pool2d";
@@ -30,6 +35,13 @@ pub fn register<S: OpSelection>(r: &mut KernelRegistry) {
         r,
         "cortex_m::quantized_avg_pool2d.out",
         Kernel::with_check(avg_pool2d_out, check_avg_pool)
+            .dtypes(DtypeSet::of(&[ScalarType::Char]))
+    );
+    register_op!(
+        S,
+        r,
+        "cortex_m::quantized_max_pool2d.out",
+        Kernel::with_check(max_pool2d_out, check_max_pool)
             .dtypes(DtypeSet::of(&[ScalarType::Char]))
     );
 }
@@ -170,6 +182,118 @@ pub fn avg_pool2d(p: &Pool, x: &[i8], out: &mut [i8]) {
                         q.clamp(-128.0, 127.0)
                     };
                     out[n * os_n + c * os_c + oy * os_h + ox * os_w] = q as i8;
+                }
+            }
+        }
+    }
+}
+
+// ---- quantized_max_pool2d: [input, kernel, stride, padding, dilation, ceil_mode,
+//      input_zp, output_zp, act_min, act_max, out] ----
+
+const MAX_OP: &str = "cortex_m max_pool2d";
+
+/// Max pooling geometry and the activation range.
+#[derive(Clone, Copy, Debug)]
+pub struct MaxPool {
+    pub pool: Pool,
+    pub act_min: i32,
+    pub act_max: i32,
+}
+
+fn max_geometry<'p>(a: &impl ArgAccess<'p>) -> Result<MaxPool, KernelError> {
+    let (x, o) = (a.tensor(0)?, a.tensor(10)?);
+    for t in [x, o] {
+        if t.dtype() != ScalarType::Char || t.rank() != 4 {
+            return Err(KernelError::unsupported(
+                "cortex_m max_pool2d: 4-d int8 tensors only",
+            ));
+        }
+    }
+    let kernel = pair(a, 1, MAX_OP, "kernel", 1)?;
+    let stride = pair(a, 2, MAX_OP, "stride", 1)?;
+    let padding = pair(a, 3, MAX_OP, "padding", 0)?;
+    if pair(a, 4, MAX_OP, "dilation", 1)? != [1, 1] || a.bool(5)? {
+        return Err(KernelError::unsupported(
+            "cortex_m max_pool2d: dilation other than 1, or ceil mode",
+        ));
+    }
+    if int32(a, 6, MAX_OP)? != int32(a, 7, MAX_OP)? {
+        return Err(KernelError::unsupported(
+            "cortex_m max_pool2d: input and output zero points differ",
+        ));
+    }
+    let input = [x.size(2), x.size(3)];
+    let mut output = [0usize; 2];
+    for k in 0..2 {
+        if input[k] as i64 > MAX_GEOMETRY || 2 * padding[k] > kernel[k] {
+            return Err(KernelError::invalid(
+                "cortex_m max_pool2d: padding above half the kernel",
+            ));
+        }
+        output[k] = out_size(input[k], kernel[k], padding[k], stride[k], false).ok_or_else(|| {
+            KernelError::shape("cortex_m max_pool2d: kernel larger than the padded input")
+        })?;
+    }
+    let (n, c) = (x.size(0), x.size(1));
+    if o.sizes() != [n, c, output[0], output[1]] {
+        return Err(KernelError::shape("cortex_m max_pool2d: output shape"));
+    }
+    let s4 = |s: &[usize]| [s[0], s[1], s[2], s[3]];
+    Ok(MaxPool {
+        pool: Pool {
+            n,
+            c,
+            input,
+            output,
+            kernel,
+            stride,
+            padding,
+            x_strides: s4(x.strides()),
+            out_strides: s4(o.strides()),
+            zero_point: int32(a, 6, MAX_OP)?,
+            scale: 1.0,
+        },
+        act_min: int32(a, 8, MAX_OP)?,
+        act_max: int32(a, 9, MAX_OP)?,
+    })
+}
+
+fn check_max_pool(a: &ArgView) -> Result<(), KernelError> {
+    max_geometry(a).map(|_| ())
+}
+
+fn max_pool2d_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
+    let p = max_geometry(ctx)?;
+    let ([x], [mut o]) = ctx.io([0], [10])?;
+    max_pool2d(&p, x.as_slice()?, o.as_mut_slice()?);
+    Ok(())
+}
+
+pub fn max_pool2d(m: &MaxPool, x: &[i8], out: &mut [i8]) {
+    let p = &m.pool;
+    let [xs_n, xs_c, xs_h, xs_w] = p.x_strides;
+    let [os_n, os_c, os_h, os_w] = p.out_strides;
+    let window = |o: usize, k: usize| -> (usize, usize) {
+        let start = (o * p.stride[k]) as i64 - p.padding[k] as i64;
+        let end = (start + p.kernel[k] as i64).min(p.input[k] as i64);
+        (start.max(0) as usize, end.max(0) as usize)
+    };
+    for n in 0..p.n {
+        for c in 0..p.c {
+            for oy in 0..p.output[0] {
+                let (y0, y1) = window(oy, 0);
+                for ox in 0..p.output[1] {
+                    let (x0, x1) = window(ox, 1);
+                    // Padding is at most half the kernel, so every window holds an input.
+                    let mut best = i32::MIN;
+                    for iy in y0..y1 {
+                        for ix in x0..x1 {
+                            best = best.max(i32::from(x[n * xs_n + c * xs_c + iy * xs_h + ix * xs_w]));
+                        }
+                    }
+                    let v = best.max(m.act_min).min(m.act_max).clamp(-128, 127);
+                    out[n * os_n + c * os_c + oy * os_h + ox * os_w] = v as i8;
                 }
             }
         }

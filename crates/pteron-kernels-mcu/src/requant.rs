@@ -29,9 +29,11 @@ pub fn requantize(x: i32, multiplier: i32, shift: i32) -> i32 {
 /// The last step of every operator: `requantized + offset`, clamped to `[min, max]`, as `i8`.
 #[inline]
 pub fn to_i8(requantized: i32, offset: i32, min: i32, max: i32) -> i8 {
+    // max-then-min, as torch.clamp: bounds a hostile program inverted cannot panic.
     requantized
         .wrapping_add(offset)
-        .clamp(min, max)
+        .max(min)
+        .min(max)
         .clamp(-128, 127) as i8
 }
 
@@ -85,5 +87,14 @@ mod tests {
         assert_eq!(to_i8(200, 0, -128, 127), 127);
         assert_eq!(to_i8(-3, -126, -128, 127), -128);
         assert_eq!(to_i8(10, 5, 0, 12), 12);
+    }
+
+    /// Bounds as torch.clamp takes them, inverted ones included (the upper wins), no panic.
+    #[test]
+    fn to_i8_clamps_as_torch() {
+        assert_eq!(to_i8(5, 0, -128, 127), 5);
+        assert_eq!(to_i8(100, 50, -128, 127), 127);
+        assert_eq!(to_i8(5, 0, 10, -10), -10);
+        assert_eq!(to_i8(i32::MAX, 1, i32::MIN, i32::MAX), -128);
     }
 }
