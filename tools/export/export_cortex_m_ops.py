@@ -82,6 +82,40 @@ class Bounded(nn.Module):
         return torch.minimum(torch.maximum(self.linear(x), x[:, :8]), x[:, 8:])
 
 
+class Ratio(nn.Module):
+    """`x / (|linear(x)| + 1)`: `quantized_div` of two int8 tensors of one shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return x / (self.linear(x).abs() + 1.0)
+
+
+class Scores(nn.Module):
+    """`a(x) · b(x)ᵀ` per batch (`quantized_batch_matmul`, with `transpose` of its operand)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.bmm(self.a(x), self.b(x).transpose(1, 2))
+
+
+class ToLast(nn.Module):
+    """A convolution, then its channels moved last as a logical permute (`transpose`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 6, 1)
+
+    def forward(self, x):
+        return self.conv(x).permute(0, 2, 3, 1)
+
+
 def cases():
     yield "conv_stride2_pad1", Seq(nn.Conv2d(4, 8, 3, stride=2, padding=1), nn.ReLU()), (1, 4, 9, 11), "M55"
     # Dilation: the reference (F.conv2d over int32) cannot run it ("slow_conv_dilated" has no Int).
@@ -101,6 +135,10 @@ def cases():
     yield "maxpool_stride2_pad1", Seq(nn.Conv2d(4, 5, 1), nn.MaxPool2d(3, stride=2, padding=1)), (1, 4, 9, 8), "M55"
     yield "maxpool_relu", Seq(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2)), (1, 3, 8, 9), "M4"
     yield "min_max", Bounded(), (3, 16), "M55"
+    yield "div_same_shape", Ratio(), (3, 8), "M55"
+    yield "batch_matmul", Scores(), (2, 3, 8), "M55"
+    yield "transpose_nhwc", ToLast(), (1, 4, 3, 5), "M55"
+    yield "softmax_rows", Then(nn.Linear(10, 12), lambda y: torch.softmax(y, dim=-1)), (4, 10), "M55"
 
 
 def main() -> None:

@@ -97,8 +97,7 @@ pub(crate) fn reads(
         return Ok(Reads::Same);
     }
     let c = if o.rank() >= 2 { o.size(1) } else { 0 };
-    if o.rank() == 4 && o.is_channels_last() && t.rank() == 4 && t.size(1) == c && t.numel() == c
-    {
+    if o.rank() == 4 && o.is_channels_last() && t.rank() == 4 && t.size(1) == c && t.numel() == c {
         return Ok(Reads::PerChannel(c));
     }
     Err(KernelError::unsupported(alloc::format!(

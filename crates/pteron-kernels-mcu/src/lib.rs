@@ -5,7 +5,8 @@
 //! Modules: [`requant`] (the fixed-point requantization every operator ends with), then one
 //! module per operator family: [`quant`] (quantize / dequantize), [`conv`] (convolution and
 //! depthwise convolution), [`linear`], [`pool`] (average and max pooling), [`add`],
-//! [`elementwise`] (multiplication, table activations, minimum and maximum), [`pad`].
+//! [`elementwise`] (multiplication, table activations, minimum and maximum), [`matrix`]
+//! (transpose, batched matrix product, softmax, division), [`pad`].
 //!
 //! Tensors may be in any dim order (the backend hands channels-last 4-d tensors); kernels
 //! address them through their strides. Accumulation is in `i32`, as CMSIS-NN accumulates;
@@ -23,6 +24,7 @@ mod args;
 pub mod conv;
 pub mod elementwise;
 pub mod linear;
+pub mod matrix;
 pub mod pad;
 pub mod pool;
 pub mod quant;
@@ -51,6 +53,7 @@ pub fn register<S: OpSelection>(r: &mut KernelRegistry) {
     pool::register::<S>(r);
     add::register::<S>(r);
     elementwise::register::<S>(r);
+    matrix::register::<S>(r);
     pad::register::<S>(r);
 }
 

@@ -231,9 +231,10 @@ fn max_geometry<'p>(a: &impl ArgAccess<'p>) -> Result<MaxPool, KernelError> {
                 "cortex_m max_pool2d: padding above half the kernel",
             ));
         }
-        output[k] = out_size(input[k], kernel[k], padding[k], stride[k], false).ok_or_else(|| {
-            KernelError::shape("cortex_m max_pool2d: kernel larger than the padded input")
-        })?;
+        output[k] =
+            out_size(input[k], kernel[k], padding[k], stride[k], false).ok_or_else(|| {
+                KernelError::shape("cortex_m max_pool2d: kernel larger than the padded input")
+            })?;
     }
     let (n, c) = (x.size(0), x.size(1));
     if o.sizes() != [n, c, output[0], output[1]] {
@@ -289,7 +290,8 @@ pub fn max_pool2d(m: &MaxPool, x: &[i8], out: &mut [i8]) {
                     let mut best = i32::MIN;
                     for iy in y0..y1 {
                         for ix in x0..x1 {
-                            best = best.max(i32::from(x[n * xs_n + c * xs_c + iy * xs_h + ix * xs_w]));
+                            best =
+                                best.max(i32::from(x[n * xs_n + c * xs_c + iy * xs_h + ix * xs_w]));
                         }
                     }
                     let v = best.max(m.act_min).min(m.act_max).clamp(-128, 127);
