@@ -1,7 +1,5 @@
 use alloc::string::String;
 
-use crate::verify::FlatbufferError;
-
 /// Why a file was rejected. Every variant says what was wrong and where.
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
@@ -73,5 +71,55 @@ pub(crate) fn checked_range(
             size,
             limit: limit as u64,
         }),
+    }
+}
+
+/// Why a flatbuffer was refused, and at which byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlatbufferError {
+    pub fault: Fault,
+    pub position: usize,
+}
+
+/// What was wrong with a flatbuffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// A read that ends past the buffer.
+    OutOfBounds,
+    /// A scalar not aligned to its size, or a vtable of odd length.
+    Unaligned,
+    /// A table's offset to its vtable leads outside the buffer.
+    VtableOutOfBounds,
+    /// A string that is not UTF-8.
+    NotUtf8,
+    /// A string not followed by a NUL byte.
+    MissingNullTerminator,
+    /// A required field is absent.
+    MissingRequiredField,
+    /// A union with its type and no value, or the reverse.
+    InconsistentUnion,
+    /// More tables than the limit.
+    TooManyTables,
+    /// Tables nested deeper than the limit.
+    TooDeep,
+    /// More bytes visited than the limit (shared tables count at each use).
+    TooLarge,
+}
+
+impl core::fmt::Display for FlatbufferError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let what = match self.fault {
+            Fault::OutOfBounds => "read past the end of the buffer",
+            Fault::Unaligned => "misaligned value",
+            Fault::VtableOutOfBounds => "vtable offset leads outside the buffer",
+            Fault::NotUtf8 => "string is not UTF-8",
+            Fault::MissingNullTerminator => "string without its NUL terminator",
+            Fault::MissingRequiredField => "required field missing",
+            Fault::InconsistentUnion => "union type without value, or value without type",
+            Fault::TooManyTables => "too many tables",
+            Fault::TooDeep => "tables nested too deep",
+            Fault::TooLarge => "too many bytes visited",
+        };
+        write!(f, "{what} at byte {}", self.position)
     }
 }

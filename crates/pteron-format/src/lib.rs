@@ -46,6 +46,6 @@ pub use generated::program::executorch_flatbuffer as schema;
 
 pub use data_file::{DataFile, TensorLayout};
 pub use error::FormatError;
+pub use error::{Fault, FlatbufferError};
 pub use header::ExtendedHeader;
 pub use program::{operator_name, Limits, Program};
-pub use verify::{Fault, FlatbufferError};
