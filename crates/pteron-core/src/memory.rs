@@ -30,12 +30,7 @@ impl Arena<'static> {
     /// Pages a method never writes are typically never made resident.
     pub fn new(len: usize) -> Option<Self> {
         if len == 0 {
-            // Nothing to hold: no allocation (a method with lent memory allocates no arena).
-            return Some(Arena {
-                mem: Memory::Lent(&mut []),
-                start: 0,
-                len: 0,
-            });
+            return Some(Arena::empty());
         }
         let n = len.checked_add(2 * ARENA_ALIGN - 1)? / 8;
         let words = bytemuck::allocation::try_zeroed_vec::<u64>(n).ok()?;
@@ -49,16 +44,21 @@ impl Arena<'static> {
 }
 
 impl<'m> Arena<'m> {
+    /// An arena of no bytes, allocating nothing. Its (empty) slices start at an 8-byte
+    /// aligned address, as element views of empty tensors check.
+    fn empty() -> Self {
+        Arena {
+            mem: Memory::Owned(Vec::new()),
+            start: 0,
+            len: 0,
+        }
+    }
+
     /// The first `len` bytes of `mem` from its first 64-byte aligned byte, zeroed, and the rest
     /// of `mem` after them (all of it when `len` is 0); `None` when `mem` is too small.
     pub fn lend(mem: &'m mut [u8], len: usize) -> Option<(Self, &'m mut [u8])> {
         if len == 0 {
-            let empty = Arena {
-                mem: Memory::Lent(&mut []),
-                start: 0,
-                len: 0,
-            };
-            return Some((empty, mem));
+            return Some((Arena::empty(), mem));
         }
         let start = (mem.as_ptr() as usize).wrapping_neg() % ARENA_ALIGN;
         let end = start.checked_add(len)?;
@@ -280,5 +280,7 @@ mod tests {
         assert!(Arena::lend(rest, 200).is_none());
         assert_eq!(a.bytes()[99], 7);
         assert!(Arena::new(0).unwrap().is_empty());
+        // Empty tensors' views check the alignment of their (empty) slices.
+        assert_eq!(Arena::new(0).unwrap().bytes().as_ptr() as usize % 8, 0);
     }
 }

@@ -7,6 +7,8 @@
 //! or f64; integers in i64 with wrapping (truncated back, that equals ExecuTorch's arithmetic
 //! in the element type).
 
+use core::ops::Range;
+
 use pteron_core::{
     ArgAccess, ArgView, DtypeSet, Kernel, KernelContext, KernelError, KernelRegistry, TensorInfo,
 };
@@ -254,13 +256,6 @@ fn strides5(t: &TensorInfo) -> [usize; 5] {
     out
 }
 
-/// Input index `o * s + k * dil - pad` if it lies in `0..n`.
-#[inline]
-fn tap(o: usize, s: usize, k: usize, dil: usize, pad: usize, n: usize) -> Option<usize> {
-    let i = (o * s + k * dil) as i64 - pad as i64;
-    (0..n as i64).contains(&i).then_some(i as usize)
-}
-
 /// The strides of the input, weight and output in the 3-d form (see [`strides5`]).
 #[derive(Clone, Copy, Debug)]
 pub struct ConvStrides {
@@ -302,9 +297,28 @@ fn at(st: &[usize; 5], i: [usize; 5]) -> usize {
     i[0] * st[0] + i[1] * st[1] + i[2] * st[2] + i[3] * st[3] + i[4] * st[4]
 }
 
+/// The taps `k` in `0..kn` whose input index `o * s + k * dil - pad` lies in `0..n`: a
+/// range, since the index grows with `k`.
+#[inline]
+fn taps(o: usize, s: usize, kn: usize, dil: usize, pad: usize, n: usize) -> Range<usize> {
+    let (base, dil) = ((o * s) as i64 - pad as i64, dil as i64);
+    // First k with base + k·dil ≥ 0, first k with base + k·dil ≥ n.
+    let first = |limit: i64| -> usize {
+        let need = limit - base;
+        if need <= 0 {
+            0
+        } else {
+            ((need + dil - 1) / dil).min(kn as i64) as usize
+        }
+    };
+    first(0)..first(n as i64)
+}
+
 /// Forward convolution in the 3-d form over tensors of any dim order. `x`: [N, C_in, D, H, W],
 /// `w`: [C_out, C_in/g, kD, kH, kW]; each output is the sum over its taps (in the accumulation
-/// type), then plus the bias, as ExecuTorch's kernel orders it.
+/// type), then plus the bias, as ExecuTorch's kernel orders it. Taps that fall in the padding
+/// are skipped: each output's valid taps are found once, outside the channel loop, and every
+/// index is built incrementally (the order of the sum is unchanged).
 pub fn conv_forward<T: Acc>(
     g: &ConvGeom,
     st: &ConvStrides,
@@ -316,43 +330,32 @@ pub fn conv_forward<T: Acc>(
     let [id, ih, iw] = g.input;
     let [kd, kh, kw] = g.kernel;
     let [od, oh, ow] = g.output;
+    let ([s0, s1, s2], [d0, d1, d2], [p0, p1, p2]) = (g.stride, g.dilation, g.padding);
     let cg_in = g.c_in / g.groups;
     let cg_out = g.c_out / g.groups;
+    // Input position of tap k for output o (only called for valid taps).
+    let pos = |o: usize, s: usize, k: usize, d: usize, p: usize| o * s + k * d - p;
     for n in 0..g.n {
         for oc in 0..g.c_out {
             let grp = oc / cg_out;
             for o_d in 0..od {
+                let ra = taps(o_d, s0, kd, d0, p0, id);
                 for o_h in 0..oh {
+                    let rb = taps(o_h, s1, kh, d1, p1, ih);
                     for o_w in 0..ow {
+                        let rc = taps(o_w, s2, kw, d2, p2, iw);
                         let mut acc = T::A::ZERO;
                         for icg in 0..cg_in {
-                            let ic = grp * cg_in + icg;
-                            for a in 0..kd {
-                                let Some(i_d) =
-                                    tap(o_d, g.stride[0], a, g.dilation[0], g.padding[0], id)
-                                else {
-                                    continue;
-                                };
-                                for b in 0..kh {
-                                    let Some(i_h) =
-                                        tap(o_h, g.stride[1], b, g.dilation[1], g.padding[1], ih)
-                                    else {
-                                        continue;
-                                    };
-                                    let xb = at(&st.x, [n, ic, i_d, i_h, 0]);
-                                    let wb = at(&st.w, [oc, icg, a, b, 0]);
-                                    for c in 0..kw {
-                                        let Some(i_w) = tap(
-                                            o_w,
-                                            g.stride[2],
-                                            c,
-                                            g.dilation[2],
-                                            g.padding[2],
-                                            iw,
-                                        ) else {
-                                            continue;
-                                        };
-                                        let v = x[xb + i_w * st.x[4]].to_acc();
+                            let xc = n * st.x[0] + (grp * cg_in + icg) * st.x[1];
+                            let wc = oc * st.w[0] + icg * st.w[1];
+                            for a in ra.clone() {
+                                let xa = xc + pos(o_d, s0, a, d0, p0) * st.x[2];
+                                let wa = wc + a * st.w[2];
+                                for b in rb.clone() {
+                                    let xb = xa + pos(o_h, s1, b, d1, p1) * st.x[3];
+                                    let wb = wa + b * st.w[3];
+                                    for c in rc.clone() {
+                                        let v = x[xb + pos(o_w, s2, c, d2, p2) * st.x[4]].to_acc();
                                         acc = acc.add(v.mul(w[wb + c * st.w[4]].to_acc()));
                                     }
                                 }
