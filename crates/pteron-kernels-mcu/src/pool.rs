@@ -74,46 +74,43 @@ fn out_size(input: usize, k: usize, pad: usize, stride: usize, ceil: bool) -> Op
     Some(o)
 }
 
-fn geometry<'p>(a: &impl ArgAccess<'p>) -> Result<Pool, KernelError> {
-    let (x, o) = (a.tensor(INPUT)?, a.tensor(OUT)?);
+/// The window geometry both pooling operators share (their first four arguments are alike):
+/// int8 4-d input and output (argument `out`), kernel, stride, padding at most half the kernel.
+/// `zero_point` and `scale` are left for the caller.
+fn window_geometry<'p>(
+    a: &impl ArgAccess<'p>,
+    out: usize,
+    ceil: bool,
+    op: &'static str,
+) -> Result<Pool, KernelError> {
+    let (x, o) = (a.tensor(INPUT)?, a.tensor(out)?);
     for t in [x, o] {
         if t.dtype() != ScalarType::Char || t.rank() != 4 {
-            return Err(KernelError::unsupported(
-                "cortex_m avg_pool2d: 4-d int8 tensors only",
-            ));
+            return Err(KernelError::unsupported(alloc::format!(
+                "{op}: 4-d int8 tensors only"
+            )));
         }
     }
-    let kernel = pair(a, KERNEL, OP, "kernel", 1)?;
-    let stride = pair(a, STRIDE, OP, "stride", 1)?;
-    let padding = pair(a, PADDING, OP, "padding", 0)?;
-    let ceil = a.bool(CEIL)?;
+    let kernel = pair(a, KERNEL, op, "kernel", 1)?;
+    let stride = pair(a, STRIDE, op, "stride", 1)?;
+    let padding = pair(a, PADDING, op, "padding", 0)?;
     let input = [x.size(2), x.size(3)];
     let mut output = [0usize; 2];
     for k in 0..2 {
         if input[k] as i64 > MAX_GEOMETRY || 2 * padding[k] > kernel[k] {
-            return Err(KernelError::invalid(
-                "cortex_m avg_pool2d: padding above half the kernel",
-            ));
+            return Err(KernelError::invalid(alloc::format!(
+                "{op}: padding above half the kernel"
+            )));
         }
         output[k] =
             out_size(input[k], kernel[k], padding[k], stride[k], ceil).ok_or_else(|| {
-                KernelError::shape("cortex_m avg_pool2d: kernel larger than the padded input")
+                KernelError::shape(alloc::format!("{op}: kernel larger than the padded input"))
             })?;
     }
     let (n, c) = (x.size(0), x.size(1));
     if o.sizes() != [n, c, output[0], output[1]] {
-        return Err(KernelError::shape("cortex_m avg_pool2d: output shape"));
+        return Err(KernelError::shape(alloc::format!("{op}: output shape")));
     }
-    let zero_point = i32::try_from(a.int(ZERO_POINT)?)
-        .map_err(|_| KernelError::invalid("cortex_m avg_pool2d: zero point"))?;
-    let (m, shift) = (a.int(MULTIPLIER)?, a.int(SHIFT)?);
-    if !(1..=i64::from(i32::MAX)).contains(&m) || !(-31..=31).contains(&shift) {
-        return Err(KernelError::invalid(
-            "cortex_m avg_pool2d: multiplier or shift out of range",
-        ));
-    }
-    // As the reference forms it: multiplier · 2^shift / 2^31 in double.
-    let scale = (m as f64 * pow2(shift) / 2_147_483_648.0) as f32;
     let s4 = |s: &[usize]| [s[0], s[1], s[2], s[3]];
     Ok(Pool {
         n,
@@ -125,9 +122,25 @@ fn geometry<'p>(a: &impl ArgAccess<'p>) -> Result<Pool, KernelError> {
         padding,
         x_strides: s4(x.strides()),
         out_strides: s4(o.strides()),
-        zero_point,
-        scale,
+        zero_point: 0,
+        scale: 1.0,
     })
+}
+
+fn geometry<'p>(a: &impl ArgAccess<'p>) -> Result<Pool, KernelError> {
+    let mut pool = window_geometry(a, OUT, a.bool(CEIL)?, OP)?;
+    let zero_point = i32::try_from(a.int(ZERO_POINT)?)
+        .map_err(|_| KernelError::invalid("cortex_m avg_pool2d: zero point"))?;
+    let (m, shift) = (a.int(MULTIPLIER)?, a.int(SHIFT)?);
+    if !(1..=i64::from(i32::MAX)).contains(&m) || !(-31..=31).contains(&shift) {
+        return Err(KernelError::invalid(
+            "cortex_m avg_pool2d: multiplier or shift out of range",
+        ));
+    }
+    pool.zero_point = zero_point;
+    // As the reference forms it: multiplier · 2^shift / 2^31 in double.
+    pool.scale = (m as f64 * pow2(shift) / 2_147_483_648.0) as f32;
+    Ok(pool)
 }
 
 /// 2^e for |e| ≤ 31, exactly.
@@ -202,59 +215,21 @@ pub struct MaxPool {
 }
 
 fn max_geometry<'p>(a: &impl ArgAccess<'p>) -> Result<MaxPool, KernelError> {
-    let (x, o) = (a.tensor(0)?, a.tensor(10)?);
-    for t in [x, o] {
-        if t.dtype() != ScalarType::Char || t.rank() != 4 {
-            return Err(KernelError::unsupported(
-                "cortex_m max_pool2d: 4-d int8 tensors only",
-            ));
-        }
-    }
-    let kernel = pair(a, 1, MAX_OP, "kernel", 1)?;
-    let stride = pair(a, 2, MAX_OP, "stride", 1)?;
-    let padding = pair(a, 3, MAX_OP, "padding", 0)?;
     if pair(a, 4, MAX_OP, "dilation", 1)? != [1, 1] || a.bool(5)? {
         return Err(KernelError::unsupported(
             "cortex_m max_pool2d: dilation other than 1, or ceil mode",
         ));
     }
-    if int32(a, 6, MAX_OP)? != int32(a, 7, MAX_OP)? {
+    let zero_point = int32(a, 6, MAX_OP)?;
+    if zero_point != int32(a, 7, MAX_OP)? {
         return Err(KernelError::unsupported(
             "cortex_m max_pool2d: input and output zero points differ",
         ));
     }
-    let input = [x.size(2), x.size(3)];
-    let mut output = [0usize; 2];
-    for k in 0..2 {
-        if input[k] as i64 > MAX_GEOMETRY || 2 * padding[k] > kernel[k] {
-            return Err(KernelError::invalid(
-                "cortex_m max_pool2d: padding above half the kernel",
-            ));
-        }
-        output[k] =
-            out_size(input[k], kernel[k], padding[k], stride[k], false).ok_or_else(|| {
-                KernelError::shape("cortex_m max_pool2d: kernel larger than the padded input")
-            })?;
-    }
-    let (n, c) = (x.size(0), x.size(1));
-    if o.sizes() != [n, c, output[0], output[1]] {
-        return Err(KernelError::shape("cortex_m max_pool2d: output shape"));
-    }
-    let s4 = |s: &[usize]| [s[0], s[1], s[2], s[3]];
+    let mut pool = window_geometry(a, 10, false, MAX_OP)?;
+    pool.zero_point = zero_point;
     Ok(MaxPool {
-        pool: Pool {
-            n,
-            c,
-            input,
-            output,
-            kernel,
-            stride,
-            padding,
-            x_strides: s4(x.strides()),
-            out_strides: s4(o.strides()),
-            zero_point: int32(a, 6, MAX_OP)?,
-            scale: 1.0,
-        },
+        pool,
         act_min: int32(a, 8, MAX_OP)?,
         act_max: int32(a, 9, MAX_OP)?,
     })
@@ -266,7 +241,7 @@ fn check_max_pool(a: &ArgView) -> Result<(), KernelError> {
 
 fn max_pool2d_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     let p = max_geometry(ctx)?;
-    let ([x], [mut o]) = ctx.io([0], [10])?;
+    let ([x], [mut o]) = ctx.io([INPUT], [10])?;
     max_pool2d(&p, x.as_slice()?, o.as_mut_slice()?);
     Ok(())
 }
