@@ -132,10 +132,11 @@ impl<'p> ArenaLayout<'p> {
     /// What the arenas need (see [`MemoryNeeds`]).
     pub fn needs(&self) -> MemoryNeeds {
         let arenas: Vec<usize> = self.sizes.iter().copied().chain([self.io_size]).collect();
-        // Each arena starts 64-byte aligned; sizes were checked to fit in `limit` (a u64).
+        // Each arena starts 64-byte aligned (saturating: a size from a hostile plan on a 32-bit
+        // target may be near usize::MAX; lending then fails cleanly).
         let padded = arenas
             .iter()
-            .map(|&s| s.div_ceil(ARENA_ALIGN) * ARENA_ALIGN)
+            .map(|&s| s.div_ceil(ARENA_ALIGN).saturating_mul(ARENA_ALIGN))
             .fold(0usize, usize::saturating_add);
         MemoryNeeds {
             arenas,
