@@ -1,5 +1,5 @@
 // ExecuTorch's runtime alone on bare-metal Cortex-M, the counterpart of pteron's
-// examples/cortex-m/src/bin/size_test.rs (built by tools/dev/cortex_m_et_size.sh): parse the
+// examples/cortex-m/src/bin/size_test.rs (built by tools/dev/cortex_m_et.sh): parse the
 // embedded program, load its `forward` method with no kernels registered, and exit with
 // status 0 when the load stops for exactly that reason (a missing operator). Planned memory
 // and the method's metadata come from static pools through ExecuTorch's MemoryManager.
