@@ -161,6 +161,30 @@ fn same_verdict_as_flatc_on_mutated_programs() {
     }
 }
 
+/// A longer run over more programs (ignored: minutes): `cargo test --release -p pteron-format
+/// --lib -- --ignored many_mutations`.
+#[test]
+#[ignore]
+fn many_mutations() {
+    for rel in [
+        "models/mlp/model.pte",
+        "models/bert_tiny/model.pte",
+        "models/conformer_tiny/model.pte",
+        "models/dynamic_mlp/model.pte",
+        "models/llama_tiny/model.pte",
+        "models/mutable_buffer/model.pte",
+        "models/external_weights/model.pte",
+        "xnnpack/mlp_8da4w/model.pte",
+        "xnnpack/cnn_int8/model.pte",
+        "mcu/ds_cnn_cm/model.pte",
+        "mcu_ops/min_max/model.pte",
+        "ops/permute/permute_bool.pte",
+    ] {
+        compare(rel, &PROGRAM, false, 40_000);
+    }
+    compare("models/external_weights/model.ptd", &FLAT_TENSOR, true, 40_000);
+}
+
 #[test]
 fn same_verdict_as_flatc_on_mutated_data_files() {
     compare(
