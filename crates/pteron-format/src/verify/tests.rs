@@ -182,7 +182,12 @@ fn many_mutations() {
     ] {
         compare(rel, &PROGRAM, false, 40_000);
     }
-    compare("models/external_weights/model.ptd", &FLAT_TENSOR, true, 40_000);
+    compare(
+        "models/external_weights/model.ptd",
+        &FLAT_TENSOR,
+        true,
+        40_000,
+    );
 }
 
 #[test]
