@@ -13,7 +13,7 @@
 # Not part of CI: it needs ExecuTorch's and FlatBuffers' sources.
 #
 # Usage: ET_SRC=<executorch checkout> FLATBUFFERS_SRC=<flatbuffers v24.3.25 checkout> \
-#          tools/dev/cortex_m_et.sh
+#          [CMSIS_NN_SRC=<CMSIS-NN checkout>] tools/dev/cortex_m_et.sh
 # (FlatBuffers' headers must match the flatc of the exporter venv, 24.3.25; flatc is taken
 # from that venv: FLATC=/opt/etvenv/lib/python3.11/site-packages/executorch/data/bin/flatc.)
 set -euo pipefail
@@ -80,21 +80,57 @@ for libc in nano full; do
     awk '{ print; total += $2 } END { print "flash", total, "B" }'
 done
 
-# The same runtime with ExecuTorch's portable kernels for the program's six operators
-# (registered by tools/dev/et_cortex_m/run_probe.cpp), running it: instructions per load and
-# execute beside pteron's firmware, and the output against ExecuTorch's golden.
-kernels=(op_convolution op_native_batch_norm op_addmm op_avg_pool2d op_permute_copy op_relu)
-kobjs=()
-for k in "${kernels[@]}" util/kernel_ops_util util/copy_ops_util util/activation_ops_util \
-  util/matmul_ops_util util/normalization_ops_util util/broadcast_util util/dtype_util \
-  util/delinearize_index util/repeat_util util/reduce_util; do
+# The same runtime running programs: ExecuTorch's portable kernels for the six operators of
+# DS-CNN fp32 (kernels_portable.cpp), and its Cortex-M backend operators over Arm's CMSIS-NN
+# for DS-CNN int8 by that backend (kernels_cortex_m.cpp; needs CMSIS_NN_SRC, a CMSIS-NN
+# checkout; skipped without it). run_probe.cpp runs each, checks the golden and prints
+# instructions per load and execute.
+run() { # NAME FIXTURE OBJECTS...
+  local name=$1 fixture=$2
+  shift 2
+  arm-none-eabi-gcc "${cpu[@]}" -DPTE_PATH="\"$(pwd)/$fixture/model.pte\"" \
+    -DINPUT_PATH="\"$(pwd)/$fixture/input0.bin\"" -DEXPECTED_PATH="\"$(pwd)/$fixture/expected0.bin\"" \
+    -c tools/dev/et_cortex_m/program.S -o "$out/obj/program_$name.o"
+  arm-none-eabi-g++ "${cpu[@]}" -Os --specs=nano.specs --specs=rdimon.specs -u _printf_float \
+    -Wl,--gc-sections -T tools/dev/et_cortex_m/link.ld -o "$out/run_$name" "$out/obj/startup.o" \
+    "$out/obj/run_probe.o" "$out/obj/program_$name.o" "$@" "${objs[@]}"
+  timeout 900 qemu-system-arm -M mps2-an386 -cpu cortex-m4 -display none -serial null \
+    -monitor none -semihosting-config enable=on,target=native -icount shift=0 \
+    -kernel "$out/run_$name" </dev/null
+}
+cc() { # SOURCE OBJECT [flags...]
+  local src=$1 obj=$2
+  shift 2
+  arm-none-eabi-g++ -std=c++17 "${flags[@]}" "$@" -c "$src" -o "$obj"
+}
+cc tools/dev/et_cortex_m/run_probe.cpp "$out/obj/run_probe.o"
+pobjs=()
+for k in op_convolution op_native_batch_norm op_addmm op_avg_pool2d op_permute_copy op_relu \
+  util/kernel_ops_util util/copy_ops_util util/activation_ops_util util/matmul_ops_util \
+  util/normalization_ops_util util/broadcast_util util/dtype_util util/delinearize_index \
+  util/repeat_util util/reduce_util; do
   o="$out/obj/kernels_$(echo "$k" | tr / _).o"
-  arm-none-eabi-g++ -std=c++17 "${flags[@]}" -c "$ET_SRC/kernels/portable/cpu/$k.cpp" -o "$o"
-  kobjs+=("$o")
+  cc "$ET_SRC/kernels/portable/cpu/$k.cpp" "$o"
+  pobjs+=("$o")
 done
-arm-none-eabi-g++ -std=c++17 "${flags[@]}" -c tools/dev/et_cortex_m/run_probe.cpp -o "$out/obj/run_probe.o"
-arm-none-eabi-g++ "${cpu[@]}" -Os --specs=nano.specs --specs=rdimon.specs -u _printf_float \
-  -Wl,--gc-sections -T tools/dev/et_cortex_m/link.ld -o "$out/run_probe" "$out/obj/startup.o" \
-  "$out/obj/run_probe.o" "$out/obj/program.o" "${kobjs[@]}" "${objs[@]}"
-timeout 900 qemu-system-arm -M mps2-an386 -cpu cortex-m4 -display none -serial null -monitor none \
-  -semihosting-config enable=on,target=native -icount shift=0 -kernel "$out/run_probe" </dev/null
+cc tools/dev/et_cortex_m/kernels_portable.cpp "$out/obj/kernels_portable.o"
+run portable testdata/mcu/ds_cnn_fp32 "$out/obj/kernels_portable.o" "${pobjs[@]}"
+
+if [ -n "${CMSIS_NN_SRC:-}" ]; then
+  cobjs=()
+  # The integer kernels only: the float ones need CMSIS-DSP's types.
+  for c in $(find "$CMSIS_NN_SRC/Source" -name '*.c' ! -name '*_f16.c' ! -name '*_f32.c' | sort); do
+    o="$out/obj/cmsis_$(basename "$c" .c).o"
+    arm-none-eabi-gcc "${cpu[@]}" -Os -ffunction-sections -fdata-sections -I"$CMSIS_NN_SRC/Include" \
+      -c "$c" -o "$o"
+    cobjs+=("$o")
+  done
+  for op in op_dequantize_per_tensor op_quantize_per_tensor op_pad op_quantized_avg_pool2d \
+    op_quantized_conv2d op_quantized_depthwise_conv2d op_quantized_linear; do
+    o="$out/obj/cm_$op.o"
+    cc "$ET_SRC/backends/cortex_m/ops/$op.cpp" "$o" -I"$CMSIS_NN_SRC/Include"
+    cobjs+=("$o")
+  done
+  cc tools/dev/et_cortex_m/kernels_cortex_m.cpp "$out/obj/kernels_cortex_m.o"
+  run cortex_m testdata/mcu/ds_cnn_cm4 "$out/obj/kernels_cortex_m.o" "${cobjs[@]}" "${pobjs[@]}"
+fi

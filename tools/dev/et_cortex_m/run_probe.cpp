@@ -1,12 +1,11 @@
-// ExecuTorch's runtime with its portable kernels running DS-CNN fp32 on bare-metal Cortex-M4F
-// under QEMU, beside pteron's firmware (examples/cortex-m): the program, its input and
-// ExecuTorch's own golden embedded (program.S), the six operators the program calls
-// registered from ExecuTorch's portable kernel sources, planned memory and metadata from
-// static pools. Prints instructions for load and execute (SysTick under `-icount shift=0`,
-// calibrated against a loop of known length, as the pteron firmware counts) and exits with
-// status 0 when the output matches the golden within 1e-5 of its largest magnitude.
+// ExecuTorch's runtime running a DS-CNN program on bare-metal Cortex-M4F under QEMU, beside
+// pteron's firmware (examples/cortex-m): the program, its input and the golden embedded
+// (program.S), the operators it calls registered from ExecuTorch's kernel sources (see
+// probe_kernels), planned memory and metadata from static pools. Prints instructions for
+// load and execute (SysTick under `-icount shift=0`, calibrated against a loop of known
+// length, as the pteron firmware counts) and exits with status 0 when the output matches
+// the golden.
 #include <executorch/extension/data_loader/buffer_data_loader.h>
-#include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
 #include <executorch/runtime/executor/method.h>
 #include <executorch/runtime/executor/program.h>
 #include <executorch/runtime/kernel/operator_registry.h>
@@ -17,8 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-using executorch::aten::IntArrayRef;
-using executorch::aten::Scalar;
 using executorch::aten::Tensor;
 using executorch::extension::BufferDataLoader;
 using executorch::runtime::Error;
@@ -31,47 +28,12 @@ using executorch::runtime::MemoryManager;
 using executorch::runtime::Program;
 using executorch::runtime::Span;
 
-namespace torch::executor::native {
-Tensor& convolution_out(KernelRuntimeContext&, const Tensor&, const Tensor&,
-    const std::optional<Tensor>&, IntArrayRef, IntArrayRef, IntArrayRef, bool, IntArrayRef,
-    int64_t, Tensor&);
-std::tuple<Tensor&, Tensor&, Tensor&> _native_batch_norm_legit_no_training_out(
-    KernelRuntimeContext&, const Tensor&, const std::optional<Tensor>&,
-    const std::optional<Tensor>&, const Tensor&, const Tensor&, double, double, Tensor&,
-    Tensor&, Tensor&);
-Tensor& addmm_out(KernelRuntimeContext&, const Tensor&, const Tensor&, const Tensor&,
-    const Scalar&, const Scalar&, Tensor&);
-Tensor& avg_pool2d_out(KernelRuntimeContext&, const Tensor&, IntArrayRef, IntArrayRef,
-    IntArrayRef, bool, bool, std::optional<int64_t>, Tensor&);
-Tensor& permute_copy_out(KernelRuntimeContext&, const Tensor&, IntArrayRef, Tensor&);
-Tensor& relu_out(KernelRuntimeContext&, const Tensor&, Tensor&);
-} // namespace torch::executor::native
-
-namespace native = torch::executor::native;
-
-// Three outputs: the boxing helper takes one, so this one is unboxed by hand.
-static void batch_norm(KernelRuntimeContext& ctx, Span<EValue*> s) {
-  native::_native_batch_norm_legit_no_training_out(ctx, s[0]->toTensor(),
-      s[1]->toOptional<Tensor>(), s[2]->toOptional<Tensor>(), s[3]->toTensor(),
-      s[4]->toTensor(), s[5]->toDouble(), s[6]->toDouble(), s[7]->toTensor(),
-      s[8]->toTensor(), s[9]->toTensor());
-}
-
-static constexpr const char conv[] = "aten::convolution.out";
-static constexpr const char addmm[] = "aten::addmm.out";
-static constexpr const char pool[] = "aten::avg_pool2d.out";
-static constexpr const char permute[] = "aten::permute_copy.out";
-static constexpr const char relu[] = "aten::relu.out";
-
-static const Kernel kernels[] = {
-    executorch::extension::make_boxed_kernel(conv, EXECUTORCH_FN(native::convolution_out, conv)),
-    Kernel("aten::_native_batch_norm_legit_no_training.out", batch_norm),
-    executorch::extension::make_boxed_kernel(addmm, EXECUTORCH_FN(native::addmm_out, addmm)),
-    executorch::extension::make_boxed_kernel(pool, EXECUTORCH_FN(native::avg_pool2d_out, pool)),
-    executorch::extension::make_boxed_kernel(
-        permute, EXECUTORCH_FN(native::permute_copy_out, permute)),
-    executorch::extension::make_boxed_kernel(relu, EXECUTORCH_FN(native::relu_out, relu)),
-};
+// The kernels this probe registers and how the output is judged: kernels_portable.cpp
+// (fp32 programs, within 1e-5 of the golden's largest magnitude) or kernels_cortex_m.cpp
+// (int8 programs of the Cortex-M backend over CMSIS-NN, bit-exact).
+Span<const Kernel> probe_kernels();
+const char* probe_program();
+float probe_tolerance();
 
 extern "C" const unsigned char pte_start[], pte_end[];
 extern "C" const unsigned char input_start[], input_end[];
@@ -108,8 +70,7 @@ int main() {
   printf("SysTick: %g instructions per tick\n", per_tick);
 
   executorch::runtime::runtime_init();
-  if (executorch::runtime::register_kernels({kernels, sizeof(kernels) / sizeof(kernels[0])}) !=
-      Error::Ok) {
+  if (executorch::runtime::register_kernels(probe_kernels()) != Error::Ok) {
     exit(2);
   }
   unsigned long long t0 = ticks();
@@ -146,7 +107,9 @@ int main() {
   }
   memcpy(in.mutable_data_ptr<float>(), input_start, in.nbytes());
   unsigned long long t2 = ticks();
-  if (method->execute() != Error::Ok) {
+  Error status = method->execute();
+  if (status != Error::Ok) {
+    printf("execute: error %d\n", (int)status);
     exit(7);
   }
   unsigned long long t3 = ticks();
@@ -163,10 +126,10 @@ int main() {
     max_diff = fmaxf(max_diff, fabsf(got[i] - want));
     max_ref = fmaxf(max_ref, fabsf(want));
   }
-  printf("ExecuTorch: ds_cnn_fp32: max|diff| %g (relative %g); load %.2f M instructions, "
+  printf("ExecuTorch: %s: max|diff| %g (relative %g); load %.2f M instructions, "
          "execute %.2f M; method pool %u B used, planned %u B\n",
-         (double)max_diff, (double)(max_diff / max_ref), (double)(t1 - t0) * per_tick / 1e6,
+         probe_program(), (double)max_diff, (double)(max_diff / max_ref), (double)(t1 - t0) * per_tick / 1e6,
          (double)(t3 - t2) * per_tick / 1e6, (unsigned)method_allocator.used_size(),
          (unsigned)used);
-  exit(max_diff <= 1e-5f * max_ref ? 0 : 1);
+  exit(max_diff <= probe_tolerance() * max_ref ? 0 : 1);
 }
