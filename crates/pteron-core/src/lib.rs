@@ -13,6 +13,14 @@
 //!   [`partition`], [`plan`]; [`options`]; [`method`] (the [`Method`] and its load
 //!   pipeline); [`execute`] (running it);
 //! - [`testing`]: single kernel calls built by hand.
+//!
+//! Memory: [`Method::load`] allocates each arena; [`Method::load_in`] carves them from a
+//! region the caller lends, whose size [`Method::memory_needs`] reports before loading
+//! (firmware placing activations in a chosen RAM bank). Executing allocates nothing either way.
+//!
+//! Features: `std` (default; off for microcontrollers: `core` and `alloc` only) and `plan`
+//! (default; the load-time planning stages: kernels' `prepare` steps, fusion, partitioners;
+//! without it a method loads as with `LoadOptions::prepare` off, and partitioners are refused).
 
 #![forbid(unsafe_code)]
 // Without `std`, `core` and `alloc` only (microcontrollers).
