@@ -163,42 +163,74 @@ fn avg_pool2d_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
     Ok(())
 }
 
-pub fn avg_pool2d(p: &Pool, x: &[i8], out: &mut [i8]) {
+/// One output's window: the input positions it covers (padding left out).
+struct Window<'a> {
+    x: &'a [i8],
+    base: usize,
+    rows: core::ops::Range<usize>,
+    cols: core::ops::Range<usize>,
+    strides: [usize; 2],
+}
+
+impl Window<'_> {
+    /// The window's input values, in row order.
+    fn values(&self) -> impl Iterator<Item = i8> + '_ {
+        let [sh, sw] = self.strides;
+        self.rows.clone().flat_map(move |iy| {
+            self.cols
+                .clone()
+                .map(move |ix| self.x[self.base + iy * sh + ix * sw])
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.rows.len() * self.cols.len()
+    }
+}
+
+/// Stores `reduce(window)` for every output.
+fn each_window(p: &Pool, x: &[i8], out: &mut [i8], mut reduce: impl FnMut(&Window) -> i8) {
     let [xs_n, xs_c, xs_h, xs_w] = p.x_strides;
     let [os_n, os_c, os_h, os_w] = p.out_strides;
-    let zp = p.zero_point as f32;
-    let window = |o: usize, k: usize| -> (usize, usize) {
+    let window = |o: usize, k: usize| -> core::ops::Range<usize> {
         let start = (o * p.stride[k]) as i64 - p.padding[k] as i64;
         let end = (start + p.kernel[k] as i64).min(p.input[k] as i64);
-        (start.max(0) as usize, end.max(0) as usize)
+        start.max(0) as usize..end.max(0) as usize
     };
     for n in 0..p.n {
         for c in 0..p.c {
             for oy in 0..p.output[0] {
-                let (y0, y1) = window(oy, 0);
                 for ox in 0..p.output[1] {
-                    let (x0, x1) = window(ox, 1);
-                    let mut sum = 0f32;
-                    for iy in y0..y1 {
-                        for ix in x0..x1 {
-                            let q = x[n * xs_n + c * xs_c + iy * xs_h + ix * xs_w];
-                            sum += (f32::from(q) - zp) * p.scale;
-                        }
-                    }
-                    let count = (y1.saturating_sub(y0) * x1.saturating_sub(x0)) as f32;
-                    let avg = sum / count;
-                    let q = round_half_even(avg / p.scale) + zp;
-                    // Empty windows (all padding) give NaN; it becomes the lowest value.
-                    let q = if q.is_nan() {
-                        -128.0
-                    } else {
-                        q.clamp(-128.0, 127.0)
+                    let w = Window {
+                        x,
+                        base: n * xs_n + c * xs_c,
+                        rows: window(oy, 0),
+                        cols: window(ox, 1),
+                        strides: [xs_h, xs_w],
                     };
-                    out[n * os_n + c * os_c + oy * os_h + ox * os_w] = q as i8;
+                    out[n * os_n + c * os_c + oy * os_h + ox * os_w] = reduce(&w);
                 }
             }
         }
     }
+}
+
+pub fn avg_pool2d(p: &Pool, x: &[i8], out: &mut [i8]) {
+    let zp = p.zero_point as f32;
+    each_window(p, x, out, |w| {
+        let sum = w
+            .values()
+            .fold(0f32, |s, q| s + (f32::from(q) - zp) * p.scale);
+        let avg = sum / w.len() as f32;
+        let q = round_half_even(avg / p.scale) + zp;
+        // Empty windows (all padding) give NaN; it becomes the lowest value.
+        let q = if q.is_nan() {
+            -128.0
+        } else {
+            q.clamp(-128.0, 127.0)
+        };
+        q as i8
+    });
 }
 
 // ---- quantized_max_pool2d: [input, kernel, stride, padding, dilation, ceil_mode,
@@ -247,32 +279,9 @@ fn max_pool2d_out(ctx: &mut KernelContext) -> Result<(), KernelError> {
 }
 
 pub fn max_pool2d(m: &MaxPool, x: &[i8], out: &mut [i8]) {
-    let p = &m.pool;
-    let [xs_n, xs_c, xs_h, xs_w] = p.x_strides;
-    let [os_n, os_c, os_h, os_w] = p.out_strides;
-    let window = |o: usize, k: usize| -> (usize, usize) {
-        let start = (o * p.stride[k]) as i64 - p.padding[k] as i64;
-        let end = (start + p.kernel[k] as i64).min(p.input[k] as i64);
-        (start.max(0) as usize, end.max(0) as usize)
-    };
-    for n in 0..p.n {
-        for c in 0..p.c {
-            for oy in 0..p.output[0] {
-                let (y0, y1) = window(oy, 0);
-                for ox in 0..p.output[1] {
-                    let (x0, x1) = window(ox, 1);
-                    // Padding is at most half the kernel, so every window holds an input.
-                    let mut best = i32::MIN;
-                    for iy in y0..y1 {
-                        for ix in x0..x1 {
-                            best =
-                                best.max(i32::from(x[n * xs_n + c * xs_c + iy * xs_h + ix * xs_w]));
-                        }
-                    }
-                    let v = best.max(m.act_min).min(m.act_max).clamp(-128, 127);
-                    out[n * os_n + c * os_c + oy * os_h + ox * os_w] = v as i8;
-                }
-            }
-        }
-    }
+    // Padding is at most half the kernel, so every window holds an input.
+    each_window(&m.pool, x, out, |w| {
+        let best = w.values().map(i32::from).fold(i32::MIN, i32::max);
+        best.max(m.act_min).min(m.act_max).clamp(-128, 127) as i8
+    });
 }

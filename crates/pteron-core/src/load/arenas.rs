@@ -162,14 +162,15 @@ impl<'p> ArenaLayout<'p> {
                 }
             }
             Some(mut rest) => {
-                let short = Error::ResourceLimit {
-                    what: "bytes of lent memory",
-                    requested: self.needs().region_bytes as u64,
-                    limit: rest.len() as u64,
-                };
+                let given = rest.len() as u64;
                 for s in sizes {
                     let Some((arena, after)) = Arena::lend(rest, s) else {
-                        return Err(short);
+                        // Sized only on failure: the figure the caller needs to lend.
+                        return Err(Error::ResourceLimit {
+                            what: "bytes of lent memory",
+                            requested: self.needs().region_bytes as u64,
+                            limit: given,
+                        });
                     };
                     arenas.push(arena);
                     rest = after;
