@@ -23,11 +23,18 @@ Writes, for each variant, testdata/vulkan/<fixture>/:
     logits.npy     float32 [17, 512]: the logits each greedy choice was taken from (row 0: the
                    prefill call's, row k: decode call k's), from the same non-delegated program
     reference.pte  only when the non-delegated program is not already committed elsewhere
+    eager_logits.npy  (8da4w only) float32 [17, 512]: the same calls on the recipe's eager model
+                   after its quantization source transform (torchao's dynamic int8 activations
+                   and 4-bit weights, which the Vulkan operators specify): the golden of the
+                   quantized arithmetic itself. logits.npy there comes from the XNNPACK export
+                   (the portable 8da4w export does not run), whose own dynamic quantization
+                   differs from torchao's by a few percent of the logits on this model.
 
 Fixtures: `llm_tiny` (fp32) and `llm_tiny_8da4w` (dynamic int8 activations, 4-bit weights in
 groups of 32). The tokenizer is testdata/llm/tiny/tokenizer.json (referenced, not copied).
 
     /opt/etvenv/bin/python tools/export/export_vulkan_llm.py [--variants fp32 8da4w]
+    /opt/etvenv/bin/python tools/export/export_vulkan_llm.py --eager-only   # eager_logits.npy alone
 
 The checkpoint is regenerated here (export_llm.tiny_checkpoint, seed 7, the same `never` ids
 from the committed tokenizer) into tools/export/out/vulkan_llm_work/, so export_llm.py need not
@@ -608,9 +615,30 @@ def write_fixture(variant: str, tok, metadata: Dict[str, Any]) -> Dict[str, Any]
     return goldens
 
 
+def write_eager_logits(variant: str, metadata: Dict[str, Any]) -> None:
+    """eager_logits.npy: the committed goldens' calls (prompt, then one token a call, ExecuTorch's
+    tokens fed back) on the recipe's eager model after its source transforms (quantization
+    included), the model the exporter traced."""
+    from executorch.examples.models.llama.export_llama_lib import _prepare_for_llama_export
+
+    fdir = OUT_ROOT / VARIANTS[variant][0]
+    goldens = json.loads((fdir / "goldens.json").read_text())
+    model = _prepare_for_llama_export(config(variant, True, metadata)).model.eval()
+    rows = []
+    with torch.no_grad():
+        for call in goldens["calls"]:
+            out = model(torch.tensor([call["tokens"]], dtype=torch.long),
+                        {"input_pos": torch.tensor(call["input_pos"], dtype=torch.long)})
+            out = out[0] if isinstance(out, tuple) else out
+            rows.append(out.reshape(-1, out.shape[-1])[-1].float().numpy())
+    np.save(fdir / "eager_logits.npy", np.stack(rows).astype(np.float32))
+    print(f"   wrote {fdir / 'eager_logits.npy'}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    ap.add_argument("--eager-only", action="store_true", help="write eager_logits.npy for the committed 8da4w fixture")
     args = ap.parse_args()
     L.load_custom_ops()
     V._load_custom_ops()
@@ -620,10 +648,15 @@ def main() -> int:
     tok = Tokenizer.from_file(str(L.TINY_DIR / "tokenizer.json"))
     make_checkpoint(tok)
     metadata = {"get_bos_id": tok.token_to_id("<|im_start|>"), "get_eos_ids": [tok.token_to_id("<|endoftext|>")]}
+    if args.eager_only:
+        write_eager_logits("8da4w", metadata)
+        return 0
     failed = []
     for v in args.variants:
         try:
             write_fixture(v, tok, metadata)
+            if VARIANTS[v][1]:
+                write_eager_logits(v, metadata)
         except Exception as e:  # keep going: report which variant failed
             import traceback
 

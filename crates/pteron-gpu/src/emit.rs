@@ -557,3 +557,165 @@ pub(crate) fn gather(
     b.step(Kernel::Gather, p, elementwise_grid(n)?);
     Some(())
 }
+
+/// RMS normalization of `rows` rows of `m` elements, times an optional weight.
+pub(crate) fn rms_norm(
+    b: &mut impl Steps,
+    (rows, m): (u64, u64),
+    eps: f64,
+    x: Slot,
+    o: Slot,
+    w: Option<Slot>,
+) -> Option<()> {
+    let (w_off, has_w) = w.map_or((0, 0), |s| (s.off, 1));
+    let mut p = Vec::new();
+    push_all(
+        &mut p,
+        &[
+            rows,
+            m,
+            0,
+            x.off,
+            o.off,
+            u64::from(f32bits(eps)),
+            2,
+            w_off,
+            has_w,
+        ],
+    )?;
+    b.step(Kernel::Rows, p, groups_2d(rows)?);
+    Some(())
+}
+
+/// Each row's int8 scale and zero point (asymmetric, the row one block), into `scale` (float)
+/// and `zp` (int words).
+pub(crate) fn row_qparams(
+    b: &mut impl Steps,
+    (rows, m): (u64, u64),
+    (qmin, qmax): (i32, i32),
+    x: Slot,
+    (scale, zp): (Slot, Slot),
+) -> Option<()> {
+    let mut p = Vec::new();
+    push_all(&mut p, &[rows, m, 0, x.off, scale.off, zp.off, 3])?;
+    p.push(qmin as u32);
+    p.push(qmax as u32);
+    b.step(Kernel::Rows, p, groups_2d(rows)?);
+    Some(())
+}
+
+/// Rotary embedding of `tokens` rows of `heads` heads of `2 * half` values.
+pub(crate) fn rope(
+    b: &mut impl Steps,
+    (tokens, heads, half): (u64, u64, u64),
+    x: Slot,
+    o: Slot,
+    (cos, sin): (Slot, Slot),
+) -> Option<()> {
+    let pairs = tokens.checked_mul(heads)?.checked_mul(half)?;
+    let mut p = Vec::new();
+    push_all(
+        &mut p,
+        &[pairs, heads, half, x.off, o.off, cos.off, sin.off],
+    )?;
+    b.step(Kernel::Rope, p, elementwise_grid(pairs)?);
+    Some(())
+}
+
+/// Attention of `tokens` query rows at positions `start..` over the first `keys` rows of a
+/// cache of `ctx` rows (see `shaders/attend.wgsl`).
+pub(crate) struct Attention {
+    pub tokens: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub dim: u64,
+    pub start: u64,
+    pub keys: u64,
+    pub ctx: u64,
+    pub scale: f64,
+    pub causal: bool,
+    pub q: Slot,
+    pub k: Slot,
+    pub v: Slot,
+    pub out: Slot,
+    pub scratch: Slot,
+}
+
+pub(crate) fn attend(b: &mut impl Steps, a: Attention) -> Option<()> {
+    let rows = a.tokens.checked_mul(a.heads)?;
+    if a.kv_heads == 0 || a.heads % a.kv_heads != 0 || rows.checked_mul(a.ctx)? > a.scratch.words {
+        return None;
+    }
+    let mut p = Vec::new();
+    push_all(
+        &mut p,
+        &[
+            rows,
+            a.heads,
+            a.kv_heads,
+            a.dim,
+            a.start,
+            a.keys,
+            a.q.off,
+            a.k.off,
+            a.v.off,
+            a.out.off,
+            a.scratch.off,
+            a.ctx,
+            u64::from(f32bits(a.scale)),
+            u64::from(a.causal),
+        ],
+    )?;
+    b.step(Kernel::Attend, p, groups_2d(rows)?);
+    Some(())
+}
+
+/// A linear layer over 4-bit grouped weights (see `shaders/linear4.wgsl`); `dq`: the input's
+/// per-row int8 scale and zero point, when the activations are quantized.
+pub(crate) struct Linear4 {
+    pub rows: u64,
+    pub n: u64,
+    pub k: u64,
+    pub x: Slot,
+    pub w: Slot,
+    pub row_bytes: u64,
+    pub scales: Slot,
+    pub group: u64,
+    pub out: Slot,
+    pub bias: Option<Slot>,
+    pub dq: Option<(Slot, Slot)>,
+}
+
+pub(crate) fn linear4(b: &mut impl Steps, l: Linear4) -> Option<()> {
+    let total = l.rows.checked_mul(l.n)?;
+    let (b_off, has_b) = l.bias.map_or((0, 0), |s| (s.off, 1));
+    let (dq, xs, xz) = l.dq.map_or((0, 0, 0), |(s, z)| (1, s.off, z.off));
+    // byte addresses of the weights are u32 in the kernel
+    u32of(
+        l.w.off
+            .checked_mul(4)?
+            .checked_add(l.n.checked_mul(l.row_bytes)?)?,
+    )?;
+    let mut p = Vec::new();
+    push_all(
+        &mut p,
+        &[
+            l.rows,
+            l.n,
+            l.k,
+            l.x.off,
+            l.w.off,
+            l.row_bytes,
+            l.scales.off,
+            l.group,
+            l.out.off,
+            has_b,
+            b_off,
+            dq,
+            xs,
+            xz,
+        ],
+    )?;
+    b.step(Kernel::Linear4, p, elementwise_grid(total)?);
+    Some(())
+}

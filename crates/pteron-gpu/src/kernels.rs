@@ -18,6 +18,9 @@ pub(crate) enum Kernel {
     Pool,
     Ints,
     Gather,
+    Rope,
+    Attend,
+    Linear4,
 }
 
 impl Kernel {
@@ -34,6 +37,9 @@ impl Kernel {
             Kernel::Pool => "pool",
             Kernel::Ints => "ints",
             Kernel::Gather => "gather",
+            Kernel::Rope => "rope",
+            Kernel::Attend => "attend",
+            Kernel::Linear4 => "linear4",
         }
     }
 
@@ -51,6 +57,9 @@ impl Kernel {
             Kernel::Pool => include_str!("shaders/pool.wgsl"),
             Kernel::Ints => include_str!("shaders/ints.wgsl"),
             Kernel::Gather => include_str!("shaders/gather.wgsl"),
+            Kernel::Rope => include_str!("shaders/rope.wgsl"),
+            Kernel::Attend => include_str!("shaders/attend.wgsl"),
+            Kernel::Linear4 => include_str!("shaders/linear4.wgsl"),
         };
         format!("{PRELUDE}\n{body}")
     }

@@ -19,8 +19,8 @@ pub(crate) enum GpuFailure {
 pub(crate) struct GpuRegion {
     gpu: Arc<Inner>,
     buffer: wgpu::Buffer,
-    /// Kept alive for the bind group.
-    _params: wgpu::Buffer,
+    /// The steps' parameter words (bound at each step's offset).
+    params: wgpu::Buffer,
     bind_group: wgpu::BindGroup,
     steps: Vec<(Arc<wgpu::ComputePipeline>, u32, [u32; 3])>,
     inputs: Vec<(Slot, Dt)>,
@@ -30,6 +30,35 @@ pub(crate) struct GpuRegion {
     /// Host bytes of an input converted to words (int64 or bool inputs), kept between runs.
     staging: Vec<u8>,
     bytes: u64,
+    /// The parameter buffer's bytes and the binding each step sees (steps may be replaced).
+    params_bytes: u64,
+    binding: u64,
+    /// Inputs may hold fewer values than their homes (dynamic shapes: homes are upper bounds).
+    dynamic: bool,
+}
+
+/// Each step's parameter words at an offset the device can bind dynamically: the words, the
+/// offsets, and the binding's size (the largest step's words).
+fn param_layout(steps: &[Step], align: u64) -> Result<(Vec<u32>, Vec<u32>, u64), GpuFailure> {
+    let binding = steps
+        .iter()
+        .map(|s| bytes_of(s.params.len() as u64))
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let mut words_out: Vec<u32> = Vec::new();
+    let mut offsets = Vec::with_capacity(steps.len());
+    for s in steps {
+        let at = (bytes_of(words_out.len() as u64)).next_multiple_of(align);
+        words_out.resize((at / 4) as usize, 0);
+        offsets.push(u32::try_from(at).map_err(|_| GpuFailure::Refused)?);
+        words_out.extend_from_slice(&s.params);
+    }
+    let total = (bytes_of(words_out.len() as u64))
+        .next_multiple_of(align)
+        .max(offsets.last().map_or(0, |&o| u64::from(o)) + binding);
+    words_out.resize((total / 4) as usize, 0);
+    Ok((words_out, offsets, binding))
 }
 
 fn bytes_of(words: u64) -> u64 {
@@ -68,30 +97,20 @@ impl GpuRegion {
             mapped_at_creation: false,
         });
         for (slot, data) in consts {
-            if !data.is_empty() {
+            if data.len() % 4 != 0 {
+                // packed bytes: the device copies whole words
+                let mut padded = data.to_vec();
+                padded.resize(data.len().next_multiple_of(4), 0);
+                inner
+                    .queue
+                    .write_buffer(&buffer, bytes_of(slot.off), &padded);
+            } else if !data.is_empty() {
                 inner.queue.write_buffer(&buffer, bytes_of(slot.off), data);
             }
         }
-        // Each step's words at an offset the device can bind dynamically.
         let align = u64::from(inner.limits.min_storage_buffer_offset_alignment.max(4));
-        let binding = steps
-            .iter()
-            .map(|s| bytes_of(s.params.len() as u64))
-            .max()
-            .unwrap_or(4)
-            .max(4);
-        let mut words_out: Vec<u32> = Vec::new();
-        let mut offsets = Vec::with_capacity(steps.len());
-        for s in steps {
-            let at = (bytes_of(words_out.len() as u64)).next_multiple_of(align);
-            words_out.resize((at / 4) as usize, 0);
-            offsets.push(u32::try_from(at).map_err(|_| GpuFailure::Refused)?);
-            words_out.extend_from_slice(&s.params);
-        }
-        let total = (bytes_of(words_out.len() as u64))
-            .next_multiple_of(align)
-            .max(offsets.last().map_or(0, |&o| u64::from(o)) + binding);
-        words_out.resize((total / 4) as usize, 0);
+        let (words_out, offsets, binding) = param_layout(steps, align)?;
+        let total = bytes_of(words_out.len() as u64);
         let params = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("pteron step parameters"),
             size: total,
@@ -139,13 +158,77 @@ impl GpuRegion {
             bytes: size + total + out_bytes,
             gpu: inner,
             buffer,
-            _params: params,
+            params,
             bind_group,
             inputs,
             outputs,
             readback,
             staging: Vec::new(),
+            params_bytes: total,
+            binding,
+            dynamic: false,
         })
+    }
+
+    /// Lets inputs hold fewer values than their homes (a graph with dynamic shapes).
+    pub(crate) fn set_dynamic(&mut self) {
+        self.dynamic = true;
+    }
+
+    /// Replaces the steps (the same region lowered for other sizes): their parameters are
+    /// rewritten in place, or in a new parameter buffer when they no longer fit.
+    pub(crate) fn set_steps(&mut self, steps: &[Step]) -> Result<(), GpuFailure> {
+        let inner = self.gpu.clone();
+        let align = u64::from(inner.limits.min_storage_buffer_offset_alignment.max(4));
+        let (words_out, offsets, binding) = param_layout(steps, align)?;
+        // Every step's offset plus the bound size must lie inside the buffer.
+        let reach = offsets.last().map_or(0, |&o| u64::from(o)) + binding.max(self.binding);
+        let total = bytes_of(words_out.len() as u64).max(reach);
+        if total > self.params_bytes || binding > self.binding {
+            let size = total.max(self.params_bytes);
+            let binding = binding.max(self.binding);
+            let params = inner.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("pteron step parameters"),
+                size,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            self.bind_group = inner.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("pteron region"),
+                layout: inner.layout(),
+                entries: &[
+                    wgpu::BindGroupEntry {
+                        binding: 0,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: &params,
+                            offset: 0,
+                            size: NonZeroU64::new(binding),
+                        }),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 1,
+                        resource: self.buffer.as_entire_binding(),
+                    },
+                ],
+            });
+            self.bytes = self.bytes - self.params_bytes + size;
+            self.params = params;
+            self.params_bytes = size;
+            self.binding = binding;
+        }
+        // The last step's binding may reach past the words written: the buffer is larger.
+        inner
+            .queue
+            .write_buffer(&self.params, 0, bytemuck::cast_slice(&words_out));
+        let mut new_steps = Vec::with_capacity(steps.len());
+        for (s, o) in steps.iter().zip(offsets) {
+            let pipeline = inner
+                .pipeline(s.kernel)
+                .map_err(|e| GpuFailure::Device(e.to_string()))?;
+            new_steps.push((pipeline, o, s.grid));
+        }
+        self.steps = new_steps;
+        Ok(())
     }
 
     fn run(&mut self, ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
@@ -154,7 +237,12 @@ impl GpuRegion {
             let ([t], []) = ctx.io::<1, 0>([k], [])?;
             let words = to_words(t.info.dtype(), dt, t.bytes, &mut self.staging)
                 .map_err(|m| KernelError::unsupported(format!("GPU region input {k}: {m}")))?;
-            if words.len() as u64 != bytes_of(slot.words) {
+            let fits = if self.dynamic {
+                words.len() as u64 <= bytes_of(slot.words)
+            } else {
+                words.len() as u64 == bytes_of(slot.words)
+            };
+            if !fits {
                 return Err(KernelError::shape(format!(
                     "GPU region input {k} has {} values, the region planned {}",
                     words.len() / 4,
@@ -242,7 +330,10 @@ impl DelegateHandle for GpuRegion {
         let slots = self.inputs.iter().chain(&self.outputs);
         for (k, &(slot, dt)) in slots.enumerate() {
             let t = args.tensor(k)?;
-            if !host_dtype_fits(t.dtype(), dt) || t.numel() as u64 != slot.words {
+            let n = t.numel() as u64;
+            let fits =
+                n == slot.words || (self.dynamic && k < self.inputs.len() && n <= slot.words);
+            if !host_dtype_fits(t.dtype(), dt) || !fits {
                 return Err(KernelError::unsupported(format!(
                     "GPU region argument {k} is {} {:?}; the region planned {} {dt:?} values",
                     t.dtype(),

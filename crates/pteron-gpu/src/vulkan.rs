@@ -12,7 +12,9 @@
 
 use std::collections::HashMap;
 
-use pteron_core::{Backend, BackendInit, DelegateHandle, KernelError};
+use pteron_core::{
+    ArgView, Backend, BackendInit, DelegateHandle, KernelContext, KernelError, ScalarType,
+};
 
 use crate::device::Gpu;
 use crate::emit::{self, Steps};
@@ -93,7 +95,8 @@ enum Val<'d> {
     },
     /// A tensor of another dtype than float32 (the engine has no kernels for them).
     OtherTensor(fb::VkDataType),
-    /// A size known only at run time (dynamic shapes: not supported yet).
+    /// A size known only at run time (dynamic shapes), computed by the operator that outputs
+    /// it.
     SymInt,
     Other(&'static str),
 }
@@ -185,6 +188,8 @@ fn decode<'d>(
                     fb::VkDataType::INT32 => Dt::I32,
                     // A bool constant would need its bytes widened to words.
                     fb::VkDataType::BOOL if t.constant_id() < 0 => Dt::Bool,
+                    fb::VkDataType::INT8 if t.constant_id() < 0 => Dt::I8,
+                    fb::VkDataType::UINT8 if t.constant_id() >= 0 => Dt::U8,
                     other => {
                         out.push(Val::OtherTensor(other));
                         continue;
@@ -200,10 +205,11 @@ fn decode<'d>(
                     .filter(|&n| n <= MAX_ELEMENTS)
                     .ok_or_else(|| invalid(format!("tensor of dims {dims:?} too large")))?;
                 let constant = constant(t.constant_id())?;
+                let len = if dt == Dt::U8 { n } else { n * 4 };
                 if let Some(c) = constant {
-                    if (c.len() as u64) < n * 4 {
+                    if (c.len() as u64) < len {
                         return Err(invalid(format!(
-                            "constant of {} bytes for a tensor of {n} floats",
+                            "constant of {} bytes for a tensor of {n} {dt:?} values",
                             c.len()
                         )));
                     }
@@ -211,7 +217,7 @@ fn decode<'d>(
                 Val::Tensor {
                     dims,
                     dt,
-                    constant: constant.map(|c| &c[..(n * 4) as usize]),
+                    constant: constant.map(|c| &c[..len as usize]),
                 }
             }
             T::DoubleList => Val::Other("double list"),
@@ -237,6 +243,64 @@ struct VkBuild<'d> {
     life: HashMap<usize, (usize, usize)>,
     /// Offsets of non-constant tensors (second pass).
     plan: Option<HashMap<usize, u64>>,
+    /// This run's sizes of tensors whose sizes are not their declared ones (dynamic shapes:
+    /// declared sizes are upper bounds), and its symbolic ints.
+    now: HashMap<usize, Vec<usize>>,
+    syms: HashMap<usize, i64>,
+    /// The values of the graph's int inputs at this run (read as sizes).
+    host: HashMap<usize, Vec<i64>>,
+    /// Whether the graph has symbolic sizes.
+    dynamic: bool,
+}
+
+/// What a run knows that the graph does not: the sizes of its inputs and the values of its
+/// int inputs, by value id.
+#[derive(Default)]
+struct Env {
+    dims: HashMap<usize, Vec<usize>>,
+    ints: HashMap<usize, Vec<i64>>,
+}
+
+fn numel(d: &[usize]) -> u64 {
+    d.iter().map(|&v| v as u64).product()
+}
+
+/// The broadcast of two shapes (right-aligned), or `None` where they do not broadcast.
+fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let r = a.len().max(b.len());
+    (0..r)
+        .map(|d| {
+            let x = (d + a.len()).checked_sub(r).map_or(1, |i| a[i]);
+            let y = (d + b.len()).checked_sub(r).map_or(1, |i| b[i]);
+            match (x, y) {
+                _ if x == y => Some(x),
+                (1, y) => Some(y),
+                (x, 1) => Some(x),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The sizes of a view of `n` elements as `sizes` (one may be -1: inferred).
+fn view_sizes(sizes: &[i64], n: u64) -> Option<Vec<usize>> {
+    let mut known = 1u64;
+    let mut infer = None;
+    for (k, &s) in sizes.iter().enumerate() {
+        match s {
+            -1 if infer.is_none() => infer = Some(k),
+            s if s >= 0 => known = known.checked_mul(s as u64)?,
+            _ => return None,
+        }
+    }
+    let mut out: Vec<usize> = sizes.iter().map(|&s| s.max(0) as usize).collect();
+    if let Some(k) = infer {
+        if known == 0 || n % known != 0 {
+            return None;
+        }
+        out[k] = usize::try_from(n / known).ok()?;
+    }
+    Some(out)
 }
 
 impl Steps for VkBuild<'_> {
@@ -291,10 +355,16 @@ impl<'d> VkBuild<'d> {
             e.0 = e.0.min(k);
             e.1 = e.1.max(k);
         }
+        let declared = numel(&dims);
+        let dims = self.now.get(&i).cloned().unwrap_or(dims);
         if let Some(s) = self.slots[i] {
             return Ok((s, dims, dt));
         }
-        let n: u64 = dims.iter().map(|&d| d as u64).product();
+        let n = if dt == Dt::U8 {
+            declared.div_ceil(4)
+        } else {
+            declared
+        };
         let planned = match (&self.plan, constant) {
             (Some(plan), None) => {
                 Some(*plan.get(&i).ok_or_else(|| bad("a tensor the plan lacks"))?)
@@ -337,6 +407,11 @@ impl<'d> VkBuild<'d> {
         match self.val(id)? {
             Val::Int(v) => Ok(*v),
             Val::Bool(b) => Ok(i64::from(*b)),
+            Val::SymInt => self.syms.get(&(id as usize)).copied().ok_or_else(|| {
+                bad(format!(
+                    "symbolic int {id} is read before an operator computes it"
+                ))
+            }),
             v => Err(bad(format!("value {id} is {}, not an int", v.describe()))),
         }
     }
@@ -385,11 +460,9 @@ impl<'d> VkBuild<'d> {
         }
     }
 
-    /// Whether any argument is (or lists) a tensor of a dtype the engine has no kernels for, or
-    /// a symbolic size.
+    /// Whether any argument is (or lists) a tensor of a dtype the engine has no kernels for.
     fn touches_other_dtypes(&self, a: &[i32]) -> bool {
-        let other =
-            |id: usize| matches!(self.vals.get(id), Some(Val::OtherTensor(_) | Val::SymInt));
+        let other = |id: usize| matches!(self.vals.get(id), Some(Val::OtherTensor(_)));
         a.iter().any(|&id| {
             let Ok(i) = usize::try_from(id) else {
                 return false;
@@ -397,6 +470,102 @@ impl<'d> VkBuild<'d> {
             other(i)
                 || matches!(self.vals.get(i), Some(Val::Values(l)) if l.iter().any(|&j| other(j)))
         })
+    }
+
+    /// The declared sizes of tensor `id` (upper bounds where the graph has symbolic sizes).
+    fn declared(&self, id: i32) -> Result<Vec<usize>, Refusal> {
+        match self.val(id)? {
+            Val::Tensor { dims, .. } => Ok(dims.clone()),
+            v => Err(bad(format!("value {id} is {}, not a tensor", v.describe()))),
+        }
+    }
+
+    /// The home of output tensor `id`, which holds `want` values of dtype `dt` at this run: at
+    /// most its declared elements in the same rank (exactly its declared sizes in a graph
+    /// without symbolic sizes).
+    fn out(&mut self, id: i32, want: &[usize], dt: Dt) -> Result<Slot, Refusal> {
+        let decl = self.declared(id)?;
+        let (slot, _, t) = self.any_tensor(id)?;
+        if t != dt {
+            return Err(Refusal::Op);
+        }
+        let fits = if self.dynamic {
+            want.len() == decl.len() && numel(want) <= numel(&decl)
+        } else {
+            want == decl.as_slice()
+        };
+        if !fits {
+            return Err(bad(format!(
+                "an output of sizes {want:?} where {decl:?} are declared"
+            )));
+        }
+        if want != decl.as_slice() {
+            self.now.insert(id as usize, want.to_vec());
+        }
+        Ok(slot)
+    }
+
+    /// Words for the operator being lowered alone (alive during it only).
+    fn scratch(&mut self, words: u64) -> Result<Slot, Refusal> {
+        let i = self.vals.len() + self.current;
+        if self.slots.len() <= i {
+            self.slots.resize(i + 1, None);
+        }
+        let k = self.current;
+        self.life.insert(i, (k, k));
+        if let Some(s) = self.slots[i] {
+            return Ok(s);
+        }
+        let off = match &self.plan {
+            Some(plan) => *plan.get(&i).ok_or_else(|| bad("scratch the plan lacks"))?,
+            None => {
+                let off = self.words;
+                self.words = off
+                    .checked_add(words)
+                    .filter(|&w| w <= u64::from(u32::MAX))
+                    .ok_or_else(|| bad("the graph's tensors exceed the engine's word offsets"))?;
+                off
+            }
+        };
+        let slot = Slot { off, words };
+        self.slots[i] = Some(slot);
+        Ok(slot)
+    }
+
+    /// Sets symbolic int `id` (an operator's output) for this run.
+    fn set_sym(&mut self, id: i32, v: i64) -> Lowered {
+        match self.val(id)? {
+            Val::SymInt => {
+                self.syms.insert(id as usize, v);
+                Ok(())
+            }
+            other => Err(bad(format!(
+                "value {id} is {}, not a symbolic int",
+                other.describe()
+            ))),
+        }
+    }
+
+    /// A size list: ints, or a list of ints and symbolic ints.
+    fn size_list(&self, id: i32) -> Result<Vec<i64>, Refusal> {
+        match self.val(id)? {
+            Val::Values(items) => items
+                .iter()
+                .map(|&v| self.int(i32::try_from(v).map_err(|_| bad("value id"))?))
+                .collect(),
+            _ => self.ints(id),
+        }
+    }
+
+    /// The two value ids of a list of two (an operator's pair of outputs).
+    fn pair(&self, id: i32) -> Result<[i32; 2], Refusal> {
+        match self.val(id)? {
+            Val::Values(v) if v.len() == 2 => {
+                let id = |v: usize| i32::try_from(v).map_err(|_| bad("value id"));
+                Ok([id(v[0])?, id(v[1])?])
+            }
+            _ => Err(bad(format!("value {id} is not a list of two"))),
+        }
     }
 
     fn lower(&mut self, name: &str, a: &[i32]) -> Lowered {
@@ -534,14 +703,20 @@ impl<'d> VkBuild<'d> {
             | "aten.unsqueeze_copy.default"
             | "et_vk.prepack.default" => {
                 let out = *a.last().ok_or_else(|| bad("no output"))?;
-                let ((x, xd), (o, od), _) = self.same_dtype(a[0], out)?;
-                let (n, m): (u64, u64) = (
-                    xd.iter().map(|&v| v as u64).product(),
-                    od.iter().map(|&v| v as u64).product(),
-                );
-                if n != m {
-                    return Err(bad(format!("a view of {xd:?} as {od:?}")));
+                let (x, xd, dt) = self.any_tensor(a[0])?;
+                let n = numel(&xd);
+                let want = match name {
+                    "aten.view_copy.default" | "aten._unsafe_view.default" if a.len() == 3 => {
+                        view_sizes(&self.size_list(a[1])?, n)
+                            .ok_or_else(|| bad(format!("a view of {xd:?} as {:?}", a[1])))?
+                    }
+                    "aten.clone.default" | "et_vk.prepack.default" => xd.clone(),
+                    _ => self.declared(out)?,
+                };
+                if numel(&want) != n {
+                    return Err(bad(format!("a view of {xd:?} as {want:?}")));
                 }
+                let o = self.out(out, &want, dt)?;
                 emit::copy_step(self, &[n], (x.off, &[1]), (o.off, &[1]))
                     .ok_or_else(|| bad("copy too large"))
             }
@@ -653,15 +828,15 @@ impl<'d> VkBuild<'d> {
                 need(6)?;
                 let (w, wd) = self.tensor(a[0])?;
                 let (i, id, it) = self.any_tensor(a[1])?;
-                let (o, od) = self.tensor(a[5])?;
                 let &[rows, width] = wd.as_slice() else {
                     return Err(bad("embedding weight rank"));
                 };
                 let mut want = id.clone();
                 want.push(width);
-                if it != Dt::I32 || od != want {
-                    return Err(bad("embedding shapes"));
+                if it != Dt::I32 {
+                    return Err(bad("embedding indices"));
                 }
+                let o = self.out(a[5], &want, Dt::F32)?;
                 let tokens: u64 = id.iter().map(|&v| v as u64).product();
                 emit::embedding(self, w, (rows as u64, width as u64), i, tokens, o)
                     .ok_or_else(|| bad("too large"))
@@ -688,7 +863,7 @@ impl<'d> VkBuild<'d> {
             }
             "aten.slice_copy.Tensor" => {
                 need(6)?;
-                let ((x, xd), (o, od), _) = self.same_dtype(a[0], a[5])?;
+                let (x, xd, dt) = self.any_tensor(a[0])?;
                 let rank = xd.len();
                 let d = pteron_core::normalize_dim(self.int(a[1])?, rank.max(1))
                     .map_err(|e| bad(e.to_string()))?;
@@ -718,9 +893,8 @@ impl<'d> VkBuild<'d> {
                 }
                 let mut want = xd.clone();
                 want[d] = ((end - start + step - 1) / step) as usize;
-                if want != od {
-                    return Err(bad("slice shape"));
-                }
+                let od = want.clone();
+                let o = self.out(a[5], &want, dt)?;
                 let st = emit::strides(&xd);
                 let mut src = st.clone();
                 src[d] = st[d]
@@ -735,8 +909,289 @@ impl<'d> VkBuild<'d> {
                 )
                 .ok_or_else(|| bad("copy too large"))
             }
+            "sym_size.int" => {
+                need(3)?;
+                let (_, d, _) = self.any_tensor(a[0])?;
+                let k = pteron_core::normalize_dim(self.int(a[1])?, d.len().max(1))
+                    .map_err(|e| bad(e.to_string()))?;
+                let v = *d.get(k).ok_or_else(|| bad("the size of a 0-d tensor"))?;
+                self.set_sym(a[2], v as i64)
+            }
+            "et_vk.select_as_symint.default" => {
+                need(4)?;
+                let (_, d, _) = self.any_tensor(a[0])?;
+                let dim = pteron_core::normalize_dim(self.int(a[1])?, d.len().max(1))
+                    .map_err(|e| bad(e.to_string()))?;
+                let size = *d.get(dim).ok_or_else(|| bad("a 0-d tensor"))?;
+                if numel(&d) != size as u64 {
+                    return Err(bad(
+                        "a symbolic int read from a tensor of more than one row",
+                    ));
+                }
+                let index = self.int(a[2])?;
+                let index = if index < 0 {
+                    index + size as i64
+                } else {
+                    index
+                };
+                // Only the graph's inputs are known on the host when the steps are made.
+                let v = self
+                    .host
+                    .get(&(a[0] as usize))
+                    .ok_or_else(|| bad("a symbolic int read from a tensor the GPU computes"))?;
+                let v = usize::try_from(index)
+                    .ok()
+                    .and_then(|i| v.get(i))
+                    .copied()
+                    .ok_or_else(|| bad(format!("index {index} of {size} values")))?;
+                self.set_sym(a[3], v)
+            }
+            "add" | "sub" | "mul" => {
+                need(3)?;
+                let (x, y) = (self.int(a[0])?, self.int(a[1])?);
+                let v = match name {
+                    "add" => x.checked_add(y),
+                    "sub" => x.checked_sub(y),
+                    _ => x.checked_mul(y),
+                };
+                self.set_sym(a[2], v.ok_or_else(|| bad("symbolic int overflows"))?)
+            }
+            "aten.select_copy.int" => {
+                need(4)?;
+                let (x, xd, dt) = self.any_tensor(a[0])?;
+                let d = pteron_core::normalize_dim(self.int(a[1])?, xd.len().max(1))
+                    .map_err(|e| bad(e.to_string()))?;
+                let size = *xd.get(d).ok_or_else(|| bad("select of a 0-d tensor"))? as i64;
+                let index = self.int(a[2])?;
+                let index = if index < 0 { index + size } else { index };
+                if !(0..size).contains(&index) {
+                    return Err(bad(format!("index {index} of {size}")));
+                }
+                let mut want = xd.clone();
+                want.remove(d);
+                let o = self.out(a[3], &want, dt)?;
+                let mut src = emit::strides(&xd);
+                let off = x.off + index as u64 * src[d];
+                src.remove(d);
+                let shape: Vec<u64> = want.iter().map(|&v| v as u64).collect();
+                emit::copy_step(self, &shape, (off, &src), (o.off, &emit::strides(&want)))
+                    .ok_or_else(|| bad("copy too large"))
+            }
+            "et_vk.rms_norm.default" => {
+                need(4)?;
+                let (x, xd) = self.tensor(a[0])?;
+                let (w, wd) = self.tensor(a[1])?;
+                let eps = self.double(a[2])?;
+                let m = *xd.last().ok_or_else(|| bad("0-d input"))? as u64;
+                if numel(&wd) != m {
+                    return Err(bad("RMS norm weight shape"));
+                }
+                let o = self.out(a[3], &xd, Dt::F32)?;
+                let rows = if m == 0 { 0 } else { numel(&xd) / m };
+                emit::rms_norm(self, (rows, m), eps, x, o, Some(w)).ok_or_else(|| bad("too large"))
+            }
+            "et_vk.apply_rotary_emb.default" => {
+                need(5)?;
+                let outs = self.pair(a[4])?;
+                let (c, cd) = self.tensor(a[2])?;
+                let (sn, sd) = self.tensor(a[3])?;
+                for (x_id, o_id) in [(a[0], outs[0]), (a[1], outs[1])] {
+                    let (x, xd) = self.tensor(x_id)?;
+                    let &[1, t, h, d] = xd.as_slice() else {
+                        return Err(bad(format!("rotary embedding of {xd:?}")));
+                    };
+                    if d % 2 != 0 || cd != [t, d / 2] || sd != cd {
+                        return Err(bad(format!("rotary tables {cd:?} for {xd:?}")));
+                    }
+                    let o = self.out(o_id, &xd, Dt::F32)?;
+                    let dims = (t as u64, h as u64, d as u64 / 2);
+                    emit::rope(self, dims, x, o, (c, sn)).ok_or_else(|| bad("too large"))?;
+                }
+                Ok(())
+            }
+            "sdpa_with_kv_cache.default" | "llama.sdpa_with_kv_cache.default" => {
+                need(12)?;
+                self.sdpa_with_kv_cache(a)
+            }
+            "torchao.choose_qparams_affine.default" => {
+                need(11)?;
+                self.choose_qparams(a)
+            }
+            "et_vk.linear_dq8ca_q4gsw.default" => {
+                need(9)?;
+                self.linear4(a[0], Some((a[1], a[2])), [a[3], a[5], a[6], a[7]], a[8])
+            }
+            "et_vk.linear_q4gsw.default" => {
+                need(6)?;
+                self.linear4(a[0], None, [a[1], a[2], a[3], a[4]], a[5])
+            }
             _ => Err(Refusal::Op),
         }
+    }
+
+    /// `sdpa_with_kv_cache(q, k, v, k_cache, v_cache, start_pos, seq_len, mask, dropout,
+    /// is_causal, scale)`: k and v are written into the caches at rows `start_pos..`, then the
+    /// queries attend to the cache's first `start_pos + T` rows. The caches are the graph's
+    /// constants, so they stay on the device from run to run.
+    fn sdpa_with_kv_cache(&mut self, a: &[i32]) -> Lowered {
+        let (q, qd) = self.tensor(a[0])?;
+        let (k, kd) = self.tensor(a[1])?;
+        let (v, vd) = self.tensor(a[2])?;
+        let (kc, kcd) = self.tensor(a[3])?;
+        let (vc, vcd) = self.tensor(a[4])?;
+        let (&[1, t, h, d], &[1, t2, kvh, d2], &[1, ctx, kvh2, d3]) =
+            (qd.as_slice(), kd.as_slice(), kcd.as_slice())
+        else {
+            return Err(bad(format!("attention of {qd:?} over {kcd:?}")));
+        };
+        if t2 != t || d2 != d || d3 != d || kvh2 != kvh || vd != kd || vcd != kcd || kvh == 0 {
+            return Err(bad(format!("attention of {qd:?}, {kd:?} over {kcd:?}")));
+        }
+        let start = self.int(a[5])?;
+        let end = start
+            .checked_add(t as i64)
+            .filter(|&e| start >= 0 && e <= ctx as i64);
+        let Some(end) = end else {
+            return Err(bad(format!(
+                "positions {start}..+{t} outside a cache of {ctx}"
+            )));
+        };
+        if !self.is_none(a[7])? {
+            return Err(bad("unsupported attention mask"));
+        }
+        if self.double(a[8])? != 0.0 {
+            return Err(bad("unsupported dropout"));
+        }
+        let causal = self.boolean(a[9])?;
+        let scale = self.opt_double(a[10])?.unwrap_or(1.0 / (d as f64).sqrt());
+        let row = (kvh * d) as u64;
+        let (n, at) = (t as u64 * row, start as u64 * row);
+        for (x, cache) in [(k, kc), (v, vc)] {
+            emit::copy_step(self, &[n], (x.off, &[1]), (cache.off + at, &[1]))
+                .ok_or_else(|| bad("copy too large"))?;
+        }
+        // Score rows for the most tokens the graph declares.
+        let most = self.declared(a[0])?.get(1).copied().unwrap_or(t) as u64;
+        let scratch = self.scratch(most * h as u64 * ctx as u64)?;
+        let o = self.out(a[11], &qd, Dt::F32)?;
+        emit::attend(
+            self,
+            emit::Attention {
+                tokens: t as u64,
+                heads: h as u64,
+                kv_heads: kvh as u64,
+                dim: d as u64,
+                start: start as u64,
+                keys: end as u64,
+                ctx: ctx as u64,
+                scale,
+                causal,
+                q,
+                k: kc,
+                v: vc,
+                out: o,
+                scratch,
+            },
+        )
+        .ok_or_else(|| bad("attention shapes"))
+    }
+
+    /// `choose_qparams_affine(input, mapping, block_size, target_dtype, quant_min, quant_max,
+    /// eps, scale_dtype, zero_point_dtype, keepdim)`: asymmetric, one block per row of the last
+    /// dim (dynamic per-token activations).
+    fn choose_qparams(&mut self, a: &[i32]) -> Lowered {
+        if self.string(a[1])? != "ASYMMETRIC" {
+            return Err(bad("unsupported mapping"));
+        }
+        if !self.is_none(a[6])? || !self.is_none(a[7])? || !self.is_none(a[8])? {
+            return Err(bad("unsupported eps or dtypes"));
+        }
+        let (x, xd) = self.tensor(a[0])?;
+        let block = self.ints(a[2])?;
+        let (&m, lead) = xd.split_last().ok_or_else(|| bad("0-d input"))?;
+        let per_row = block.len() == xd.len()
+            && block.last() == Some(&(m as i64))
+            && block[..lead.len()].iter().all(|&b| b == 1);
+        if !per_row {
+            return Err(bad(format!("blocks {block:?} of {xd:?}")));
+        }
+        let fit = |v: i64| i32::try_from(v).map_err(|_| bad("quantization range"));
+        let (qmin, qmax) = (fit(self.int(a[4])?)?, fit(self.int(a[5])?)?);
+        if qmin >= qmax {
+            return Err(bad("quantization range"));
+        }
+        let mut want = lead.to_vec();
+        if self.boolean(a[9])? {
+            want.push(1);
+        }
+        let [so, zo] = self.pair(a[10])?;
+        let scale = self.out(so, &want, Dt::F32)?;
+        let zdt = match self.val(zo)? {
+            Val::Tensor { dt: Dt::I32, .. } => Dt::I32,
+            _ => Dt::I8,
+        };
+        let zp = self.out(zo, &want, zdt)?;
+        emit::row_qparams(self, (numel(lead), m as u64), (qmin, qmax), x, (scale, zp))
+            .ok_or_else(|| bad("too large"))
+    }
+
+    /// A linear layer over 4-bit grouped weights ([`emit::linear4`]); `dq`: the input's int8
+    /// row scales and zero points (dynamically quantized activations); `[weights, scales,
+    /// group_size, bias]`.
+    fn linear4(&mut self, x: i32, dq: Option<(i32, i32)>, w: [i32; 4], out: i32) -> Lowered {
+        let (xs, xd) = self.tensor(x)?;
+        let (&k, lead) = xd.split_last().ok_or_else(|| bad("0-d input"))?;
+        let rows = numel(lead);
+        let (ws, wd, wt) = self.any_tensor(w[0])?;
+        let &[n, row_bytes] = wd.as_slice() else {
+            return Err(bad("4-bit weight rank"));
+        };
+        let group = usize::try_from(self.int(w[2])?).map_err(|_| bad("group size"))?;
+        let (ss, sd) = self.tensor(w[1])?;
+        if wt != Dt::U8 || row_bytes * 2 < k || group == 0 || sd.len() != 2 || sd[1] != n {
+            return Err(bad(format!(
+                "4-bit weights {wd:?}, scales {sd:?} for {xd:?}"
+            )));
+        }
+        if sd[0] < k.div_ceil(group) {
+            return Err(bad("fewer scales than groups"));
+        }
+        let bias = match self.opt_tensor(w[3])? {
+            Some((b, bd)) if numel(&bd) == n as u64 => Some(b),
+            Some(_) => return Err(bad("bias shape")),
+            None => None,
+        };
+        let dq = match dq {
+            Some((s, z)) => {
+                let (s, sd) = self.tensor(s)?;
+                let (z, zd, zt) = self.any_tensor(z)?;
+                if numel(&sd) != rows || numel(&zd) != rows || !matches!(zt, Dt::I8 | Dt::I32) {
+                    return Err(bad("input scales or zero points shape"));
+                }
+                Some((s, z))
+            }
+            None => None,
+        };
+        let mut want = lead.to_vec();
+        want.push(n);
+        let o = self.out(out, &want, Dt::F32)?;
+        emit::linear4(
+            self,
+            emit::Linear4 {
+                rows,
+                n: n as u64,
+                k: k as u64,
+                x: xs,
+                w: ws,
+                row_bytes: row_bytes as u64,
+                scales: ss,
+                group: group as u64,
+                out: o,
+                bias,
+                dq,
+            },
+        )
+        .ok_or_else(|| bad("4-bit product too large"))
     }
 
     /// An optional float32 tensor argument.
@@ -780,18 +1235,15 @@ impl<'d> VkBuild<'d> {
             return Err(bad(format!("{} arguments (expected {n})", a.len())));
         }
         let (x, xd) = self.tensor(a[0])?;
-        let (o, od) = self.tensor(a[n - 1])?;
-        if xd != od {
-            return Err(bad("output shape"));
-        }
-        let count: u64 = od.iter().map(|&v| v as u64).product();
-        emit::unary(self, code, f, x.off, o.off, count).ok_or_else(|| bad("too large"))
+        let o = self.out(a[n - 1], &xd, Dt::F32)?;
+        emit::unary(self, code, f, x.off, o.off, numel(&xd)).ok_or_else(|| bad("too large"))
     }
 
     fn binary(&mut self, x: i32, y: i32, out: i32, code: u32, alpha: f64) -> Lowered {
         let (xs, xd) = self.tensor(x)?;
         let (ys, yd) = self.tensor(y)?;
-        let (o, od) = self.tensor(out)?;
+        let od = broadcast(&xd, &yd).ok_or_else(|| bad(format!("{xd:?} and {yd:?}")))?;
+        let o = self.out(out, &od, Dt::F32)?;
         emit::binary(self, code, alpha, (xs, &xd), (ys, &yd), (o, &od))
             .ok_or_else(|| bad(format!("{xd:?} and {yd:?} into {od:?}")))
     }
@@ -833,16 +1285,16 @@ impl<'d> VkBuild<'d> {
         let (x, xd) = self.tensor(a[0])?;
         let (w, wd) = self.tensor(a[1])?;
         let bias = self.opt_tensor(a[2])?;
-        let (o, od) = self.tensor(a[3])?;
         let (&k, lead) = xd.split_last().ok_or_else(|| bad("0-d input"))?;
         let &[n, k2] = wd.as_slice() else {
             return Err(bad("weight rank"));
         };
         let mut want = lead.to_vec();
         want.push(n);
-        if k2 != k || od != want {
+        if k2 != k {
             return Err(bad("linear shapes"));
         }
+        let o = self.out(a[3], &want, Dt::F32)?;
         let m: u64 = lead.iter().map(|&v| v as u64).product();
         let (n, k) = (n as u64, k as u64);
         let bias = match bias {
@@ -997,7 +1449,7 @@ impl Backend for VulkanBackend {
         }
         let g = fb::root_as_vk_graph(fbytes).map_err(|e| invalid(format!("flatbuffer: {e}")))?;
         let vals = decode(&g, bytes, init.named_data)?;
-        let chain: Vec<(&str, Vec<i32>)> = g
+        let chain: Vec<(&'p str, Vec<i32>)> = g
             .chain()
             .into_iter()
             .flatten()
@@ -1013,30 +1465,141 @@ impl Backend for VulkanBackend {
                 .unwrap_or_default()
         };
         let io = (ids(g.input_ids()), ids(g.output_ids()));
+        // A graph with symbolic sizes is planned at its declared sizes (upper bounds) with
+        // int inputs of zero; each run lowers it again at the run's sizes, in the same homes.
+        let dynamic = vals.iter().any(|v| matches!(v, Val::SymInt));
+        let mut env = Env::default();
+        if dynamic {
+            for &id in &io.0 {
+                if let Some(Val::Tensor {
+                    dims, dt: Dt::I32, ..
+                }) = usize::try_from(id).ok().and_then(|i| vals.get(i))
+                {
+                    env.ints.insert(id as usize, vec![0; numel(dims) as usize]);
+                }
+            }
+        }
         // First pass: every tensor its own words, and when each is used; second pass: tensors
         // never alive together share words.
-        let first = lower_graph(vals.clone(), &chain, &io, None)?;
+        let first = lower_graph(vals.clone(), &chain, &io, None, &env)?;
         let plan = first.plan(chain.len());
-        let (b, inputs, outputs) = lower_graph(vals, &chain, &io, Some(plan))?.finish(&io)?;
-        let region = GpuRegion::new(&self.gpu, b.words, &b.steps, &b.consts, inputs, outputs)
-            .map_err(|e| match e {
-                GpuFailure::Refused => KernelError::unsupported(
-                    "Vulkan delegate: the graph does not fit one buffer of this GPU",
-                ),
-                GpuFailure::Device(m) => KernelError::unsupported(format!("GPU: {m}")),
-            })?;
-        Ok(Box::new(region))
+        let (b, inputs, outputs) =
+            lower_graph(vals.clone(), &chain, &io, Some(plan.clone()), &env)?.finish(&io)?;
+        let mut region = GpuRegion::new(&self.gpu, b.words, &b.steps, &b.consts, inputs, outputs)
+            .map_err(device_failure)?;
+        let dynamic = if dynamic {
+            region.set_dynamic();
+            Some(Dynamic {
+                vals,
+                chain,
+                io,
+                plan,
+            })
+        } else {
+            None
+        };
+        Ok(Box::new(VkDelegate { region, dynamic }))
     }
 }
 
-/// One pass over the chain (see [`VulkanBackend::init`]).
+fn device_failure(e: GpuFailure) -> KernelError {
+    match e {
+        GpuFailure::Refused => KernelError::unsupported(
+            "Vulkan delegate: the graph does not fit one buffer of this GPU",
+        ),
+        GpuFailure::Device(m) => KernelError::unsupported(format!("GPU: {m}")),
+    }
+}
+
+/// A Vulkan delegate on the device: its region, and for a graph with symbolic sizes what it
+/// takes to lower it again at each run's sizes.
+struct VkDelegate<'p> {
+    region: GpuRegion,
+    dynamic: Option<Dynamic<'p>>,
+}
+
+struct Dynamic<'p> {
+    vals: Vec<Val<'p>>,
+    chain: Vec<(&'p str, Vec<i32>)>,
+    io: (Vec<i32>, Vec<i32>),
+    plan: HashMap<usize, u64>,
+}
+
+impl Dynamic<'_> {
+    /// The steps for this run's inputs (sizes, and the values of int inputs).
+    fn steps(&self, ctx: &mut KernelContext<'_, '_>) -> Result<Vec<Step>, KernelError> {
+        let mut env = Env::default();
+        for (k, &id) in self.io.0.iter().enumerate() {
+            let ([t], []) = ctx.io::<1, 0>([k], [])?;
+            let sizes = t.info.sizes().to_vec();
+            let ints = match t.info.dtype() {
+                ScalarType::Long => Some(
+                    t.bytes
+                        .chunks_exact(8)
+                        .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                        .collect(),
+                ),
+                ScalarType::Int => Some(
+                    t.bytes
+                        .chunks_exact(4)
+                        .map(|c| i64::from(i32::from_le_bytes(c.try_into().unwrap_or([0; 4]))))
+                        .collect(),
+                ),
+                _ => None,
+            };
+            let id = usize::try_from(id).map_err(|_| invalid("input id"))?;
+            env.dims.insert(id, sizes);
+            if let Some(v) = ints {
+                env.ints.insert(id, v);
+            }
+        }
+        let b = lower_graph(
+            self.vals.clone(),
+            &self.chain,
+            &self.io,
+            Some(self.plan.clone()),
+            &env,
+        )?;
+        // The outputs' sizes are not resized on the host: they must be the declared ones.
+        for &id in &self.io.1 {
+            if b.now.contains_key(&(id as usize)) {
+                return Err(KernelError::unsupported(
+                    "Vulkan delegate: an output whose sizes change with the inputs",
+                ));
+            }
+        }
+        Ok(b.steps)
+    }
+}
+
+impl DelegateHandle for VkDelegate<'_> {
+    fn check(&self, args: &ArgView<'_, '_>) -> Result<(), KernelError> {
+        self.region.check(args)
+    }
+
+    fn execute(&mut self, ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+        if let Some(d) = &self.dynamic {
+            let steps = d.steps(ctx)?;
+            self.region.set_steps(&steps).map_err(device_failure)?;
+        }
+        self.region.execute(ctx)
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.region.memory_bytes()
+    }
+}
+
+/// One pass over the chain (see [`VulkanBackend::init`]) at the sizes of `env`'s inputs.
 fn lower_graph<'d>(
     vals: Vec<Val<'d>>,
     chain: &[(&str, Vec<i32>)],
     (input_ids, output_ids): &(Vec<i32>, Vec<i32>),
     plan: Option<HashMap<usize, u64>>,
+    env: &Env,
 ) -> Result<VkBuild<'d>, KernelError> {
     let n = vals.len();
+    let dynamic = vals.iter().any(|v| matches!(v, Val::SymInt));
     let mut b = VkBuild {
         vals,
         slots: vec![None; n],
@@ -1046,7 +1609,29 @@ fn lower_graph<'d>(
         current: 0,
         life: HashMap::new(),
         plan,
+        now: HashMap::new(),
+        syms: HashMap::new(),
+        host: env.ints.clone(),
+        dynamic,
     };
+    // The inputs' sizes at this run: the declared rank, at most the declared elements.
+    for (&id, dims) in &env.dims {
+        let decl = usize::try_from(id)
+            .ok()
+            .and_then(|i| match b.vals.get(i) {
+                Some(Val::Tensor { dims, .. }) => Some(dims.clone()),
+                _ => None,
+            })
+            .ok_or_else(|| invalid("an input that is not a tensor"))?;
+        if *dims != decl {
+            if !dynamic || dims.len() != decl.len() || numel(dims) > numel(&decl) {
+                return Err(KernelError::shape(format!(
+                    "Vulkan delegate: an input of sizes {dims:?} where {decl:?} are declared"
+                )));
+            }
+            b.now.insert(id, dims.clone());
+        }
+    }
     let mut unsupported: Vec<String> = Vec::new();
     for (k, (name, args)) in chain.iter().enumerate() {
         b.current = k;

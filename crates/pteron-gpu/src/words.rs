@@ -15,6 +15,10 @@ pub(crate) enum Dt {
     I32,
     /// 0 or 1 (the host side holds one byte each).
     Bool,
+    /// int8 values, one per word (inside a graph only: zero points of dynamic quantization).
+    I8,
+    /// Bytes, four per word (constants only: packed 4-bit weights).
+    U8,
 }
 
 /// A home in the region's buffer: word offset and length.

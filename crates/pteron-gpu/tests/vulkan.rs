@@ -159,25 +159,155 @@ fn mutated_vulkan_programs_fail_cleanly() {
     println!("{loaded} mutated programs loaded, {ran} ran");
 }
 
+fn floats(path: PathBuf) -> (usize, Vec<f32>) {
+    let t = pteron::npy::read(path).unwrap();
+    let v = t
+        .data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    (t.sizes[1], v)
+}
+
+/// The largest difference of two rows, relative to the largest magnitude of `want`.
+fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let err = got
+        .iter()
+        .zip(want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    err / scale
+}
+
 /// ExecuTorch's Vulkan LLM export (tools/export/export_vulkan_llm.py: the tiny Llama with the
-/// KV cache inside the delegate and a dynamic sequence length) needs what the engine does not
-/// have yet — symbolic sizes, RMS norm, rotary embedding, attention with a resident cache —
-/// and is refused at load with those operators named, not run wrongly.
+/// KV cache inside the delegate, a dynamic sequence length, fp32 and 8da4w): the prompt in one
+/// call, then one token a call, as ExecuTorch's runtime ran the same model without the
+/// delegate; the logits of every call match and so do the greedy ids. The cache stays on the
+/// device between calls (the delegate's constants).
+///
+/// 8da4w: ExecuTorch's golden is the XNNPACK export of the model (its portable export does
+/// not run), whose dynamic int8 quantization differs from torchao's, which the Vulkan
+/// operators specify, by a few percent of the logits here. So the 8da4w logits are checked
+/// tightly against the recipe's eager quantized model (`eager_logits.npy`) and loosely against
+/// ExecuTorch's, with ExecuTorch's ids where its top two are not a near tie.
 #[test]
-fn vulkan_llm_exports_are_refused_by_name() {
+fn vulkan_llm_exports_match_executorch() {
     let Some(rt) = runtime() else { return };
-    for name in ["llm_tiny", "llm_tiny_8da4w"] {
-        let file = pteron::ProgramFile::open(vulkan_dir().join(name).join("model.pte")).unwrap();
+    for (name, tol) in [("llm_tiny", 1e-3f32), ("llm_tiny_8da4w", 5e-2)] {
+        let dir = vulkan_dir().join(name);
+        let goldens: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("goldens.json")).unwrap()).unwrap();
+        let (vocab, want) = floats(dir.join("logits.npy"));
+        let eager = dir
+            .join("eager_logits.npy")
+            .exists()
+            .then(|| floats(dir.join("eager_logits.npy")).1);
+        let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
         let program = rt.load_program(&file).unwrap();
-        let err = match program.load_method("forward") {
-            Ok(_) => panic!("{name}: loaded"),
-            Err(e) => e.to_string(),
+        let mut method = program.load_method("forward").unwrap();
+        use pteron::RunMethod;
+        let ids = |v: &serde_json::Value| -> Vec<i64> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_i64().unwrap())
+                .collect()
         };
-        for op in [
-            "sdpa_with_kv_cache.default",
-            "et_vk.apply_rotary_emb.default",
-        ] {
-            assert!(err.contains(op), "{name}: {err}");
+        let calls = goldens["calls"].as_array().unwrap();
+        let generated = ids(&goldens["generated_ids"]);
+        assert_eq!(calls.len(), generated.len());
+        let mut worst = 0f32;
+        for (c, call) in calls.iter().enumerate() {
+            let tokens = ids(&call["tokens"]);
+            let pos = ids(&call["input_pos"]);
+            let out = method
+                .run(&[
+                    pteron::Tensor::from_i64(&[1, tokens.len()], &tokens),
+                    pteron::Tensor::from_i64(&[1], &pos),
+                ])
+                .unwrap();
+            let pteron::Value::Tensor(t) = &out[0] else {
+                panic!("{name}: logits are not a tensor")
+            };
+            let got: Vec<f32> = t.to_f64_vec().unwrap().iter().map(|&v| v as f32).collect();
+            let row = &want[c * vocab..(c + 1) * vocab];
+            let err = got
+                .iter()
+                .zip(row)
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            worst = worst.max(rel_err(&got, row));
+            if let Some(eager) = &eager {
+                let e = rel_err(&got, &eager[c * vocab..(c + 1) * vocab]);
+                assert!(e <= 1e-4, "{name}: call {c}: {e} from the eager model");
+            }
+            let top = got
+                .iter()
+                .enumerate()
+                .fold((0, f32::MIN), |m, (i, &v)| if v > m.1 { (i, v) } else { m })
+                .0 as i64;
+            // The calls feed ExecuTorch's tokens, so each compares on its own. A different
+            // argmax is allowed only where ExecuTorch's top two are closer than twice the
+            // error (8da4w: ExecuTorch's golden is XNNPACK's dynamic quantization, not the
+            // torchao quantization the Vulkan operators specify).
+            if top != generated[c] {
+                let margin = goldens["top2_margins"][c].as_f64().unwrap() as f32;
+                assert!(
+                    margin < 2.0 * err,
+                    "{name}: call {c}: id {top} where ExecuTorch has {} (margin {margin}, error {err})",
+                    generated[c]
+                );
+                println!("{name}: call {c}: a near tie (margin {margin}, error {err}) went the other way");
+            }
         }
+        println!(
+            "{name}: {} calls, worst logit error {worst:.2e} of the row's largest",
+            calls.len()
+        );
+        assert!(worst <= tol, "{name}: {worst}");
     }
+}
+
+/// The prompt in two calls (positions 0.. then 5..: a later call of more than one token
+/// attends to the cache's earlier rows and causally to its own) gives the one-call logits;
+/// positions past the cache and more tokens than the graph declares are errors, and the
+/// method runs on after them.
+#[test]
+fn vulkan_llm_chunked_prompt_and_bad_positions() {
+    let Some(rt) = runtime() else { return };
+    let dir = vulkan_dir().join("llm_tiny");
+    let goldens: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("goldens.json")).unwrap()).unwrap();
+    let (vocab, want) = floats(dir.join("logits.npy"));
+    let prompt: Vec<i64> = goldens["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect();
+    let file = pteron::ProgramFile::open(dir.join("model.pte")).unwrap();
+    let program = rt.load_program(&file).unwrap();
+    let mut method = program.load_method("forward").unwrap();
+    use pteron::RunMethod;
+    let mut call = |tokens: &[i64], pos: i64| {
+        method.run(&[
+            pteron::Tensor::from_i64(&[1, tokens.len()], tokens),
+            pteron::Tensor::from_i64(&[1], &[pos]),
+        ])
+    };
+    // (The first refusal may come from the rotary table's slice, before the cache.)
+    for pos in [250, 256, -1, i64::from(i32::MAX)] {
+        let err = call(&prompt[..8], pos).map(|_| ()).unwrap_err().to_string();
+        assert!(err.contains("Vulkan delegate"), "{pos}: {err}");
+    }
+    let long = vec![3i64; 40];
+    let err = call(&long, 0).map(|_| ()).unwrap_err().to_string();
+    assert!(err.contains("shape"), "{err}");
+    call(&prompt[..5], 0).unwrap();
+    let out = call(&prompt[5..], 5).unwrap();
+    let pteron::Value::Tensor(t) = &out[0] else {
+        panic!("logits are not a tensor")
+    };
+    let got: Vec<f32> = t.to_f64_vec().unwrap().iter().map(|&v| v as f32).collect();
+    let e = rel_err(&got, &want[..vocab]);
+    assert!(e <= 1e-4, "{e}");
 }

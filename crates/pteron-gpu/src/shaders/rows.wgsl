@@ -1,7 +1,20 @@
 // One workgroup per row: softmax / log-softmax along a dim, and layer normalization.
 // softmax p: rows, dim, inner, x_off, out_off, log, kind=0
 // layer norm p: rows, M, 0, x_off, out_off, eps, kind=1, w_off, has_w, b_off, has_b, mean_off, rstd_off
+// RMS norm p: rows, M, 0, x_off, out_off, eps, kind=2, w_off, has_w
+// int8 parameters of each row (torchao's choose_qparams_affine, asymmetric, one block per row):
+//   p: rows, M, 0, x_off, scale_off, zero_point_off, kind=3, quant_min (i32), quant_max (i32)
 var<workgroup> red: array<f32, 64>;
+
+fn reduce_min(t: u32) {
+    for (var s = 32u; s > 0u; s = s >> 1u) {
+        if (t < s) {
+            let o = red[t + s];
+            red[t] = select(min(red[t], o), nan(), is_nan(red[t]) || is_nan(o));
+        }
+        workgroupBarrier();
+    }
+}
 
 fn reduce_max(t: u32) {
     for (var s = 32u; s > 0u; s = s >> 1u) {
@@ -57,6 +70,52 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         for (var j = t; j < dim; j += 64u) {
             let d = ld(x + j * inner) - mx;
             st(o + j * inner, select(exp(d) / s, d - ls, p[5] != 0u));
+        }
+    } else if (p[6] == 2u) {
+        let x = p[3] + row * dim;
+        let o = p[4] + row * dim;
+        var q = 0.0;
+        for (var j = t; j < dim; j += 64u) {
+            let v = ld(x + j);
+            q += v * v;
+        }
+        red[t] = q;
+        workgroupBarrier();
+        reduce_sum(t);
+        let r = 1.0 / sqrt(red[0] / f32(dim) + pf(5u));
+        for (var j = t; j < dim; j += 64u) {
+            var y = ld(x + j) * r;
+            if (p[8] != 0u) {
+                y = y * ld(p[7] + j);
+            }
+            st(o + j, y);
+        }
+    } else if (p[6] == 3u) {
+        let x = p[3] + row * dim;
+        var lo = 0.0;
+        var hi = 0.0;
+        for (var j = t; j < dim; j += 64u) {
+            let v = ld(x + j);
+            lo = select(min(lo, v), nan(), is_nan(lo) || is_nan(v));
+            hi = select(max(hi, v), nan(), is_nan(hi) || is_nan(v));
+        }
+        red[t] = lo;
+        workgroupBarrier();
+        reduce_min(t);
+        lo = red[0];
+        workgroupBarrier();
+        red[t] = hi;
+        workgroupBarrier();
+        reduce_max(t);
+        hi = red[0];
+        if (t == 0u) {
+            let qmin = f32(bitcast<i32>(p[7]));
+            let qmax = f32(bitcast<i32>(p[8]));
+            // the smallest normal float32 is the least scale
+            let scale = max((hi - lo) / (qmax - qmin), bitcast<f32>(0x00800000u));
+            let zp = clamp(qmin - round(lo / scale), qmin, qmax);
+            st(p[4] + row, scale);
+            m[p[5] + row] = bitcast<u32>(i32(zp));
         }
     } else {
         let x = p[3] + row * dim;
