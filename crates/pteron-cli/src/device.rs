@@ -95,6 +95,22 @@ pub fn install(
     })
 }
 
+/// A runtime with the GPU engine of `args` (see [`install`]) and the adapter's name.
+pub fn runtime(args: &DeviceArgs) -> Result<(pteron::Runtime, Option<String>)> {
+    let (builder, adapter) = install(pteron::Runtime::builder(), args)?;
+    Ok((builder.build()?, adapter))
+}
+
+/// `e` with a hint when it is a Vulkan program loaded without a GPU.
+pub fn vulkan_hint<E: std::fmt::Display + From<pteron::Error>>(e: E, adapter: Option<&str>) -> E {
+    let text = e.to_string();
+    if text.contains("\"VulkanBackend\"") && adapter.is_none() {
+        pteron::Error::Invalid(format!("{text} (Vulkan delegates run with --device gpu)")).into()
+    } else {
+        e
+    }
+}
+
 /// `pteron devices`: the GPU adapters this build finds, best first.
 pub fn devices(json: bool) -> Result<()> {
     #[cfg(feature = "gpu")]

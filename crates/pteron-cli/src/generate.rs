@@ -49,6 +49,8 @@ pub struct SampleArgs {
     pub threads: usize,
     #[command(flatten)]
     pub speculate: SpeculateArgs,
+    #[command(flatten)]
+    pub device: crate::device::DeviceArgs,
 }
 
 /// Speculative decoding: same tokens, fewer calls of the model when drafts are accepted. The
@@ -258,13 +260,14 @@ fn generate_inner(args: &GenerateArgs) -> Res<()> {
     let tokenizer = Tokenizer::from_file(&args.sample.tokenizer)?;
     let file = pteron::ProgramFile::open(&args.model)?;
     let draft_file = open_draft(&args.sample.speculate)?;
-    let runtime = pteron::Runtime::new();
+    let (runtime, adapter) = crate::device::runtime(&args.sample.device)?;
     let program = runtime.load_program(&file)?;
     let draft_program = draft_file
         .as_ref()
         .map(|f| runtime.load_program(f))
         .transpose()?;
-    let (model, load_time) = load(&program, args.sample.threads)?;
+    let (model, load_time) = load(&program, args.sample.threads)
+        .map_err(|e| crate::device::vulkan_hint(e, adapter.as_deref()))?;
     let threads = model.method().num_threads();
     let mut gen = Generator::new(model, &tokenizer);
     let opts = args.sample.options();
@@ -393,13 +396,14 @@ fn chat_inner(args: &ChatArgs) -> Res<()> {
     let tokenizer = Tokenizer::from_file(&args.sample.tokenizer)?;
     let file = pteron::ProgramFile::open(&args.model)?;
     let draft_file = open_draft(&args.sample.speculate)?;
-    let runtime = pteron::Runtime::new();
+    let (runtime, adapter) = crate::device::runtime(&args.sample.device)?;
     let program = runtime.load_program(&file)?;
     let draft_program = draft_file
         .as_ref()
         .map(|f| runtime.load_program(f))
         .transpose()?;
-    let (model, load_time) = load(&program, args.sample.threads)?;
+    let (model, load_time) = load(&program, args.sample.threads)
+        .map_err(|e| crate::device::vulkan_hint(e, adapter.as_deref()))?;
     let context = model.meta.max_context_len;
     let mut gen = Generator::new(model, &tokenizer);
     let opts = args.sample.options();

@@ -198,14 +198,9 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
     if let Some(d) = &data_file {
         program = program.with_external_data(d.data_file()?);
     }
-    let mut method = program.load_method(&args.method).map_err(|e| {
-        let text = e.to_string();
-        if text.contains("\"VulkanBackend\"") && adapter.is_none() {
-            pteron::Error::Invalid(format!("{text} (Vulkan delegates run with --device gpu)"))
-        } else {
-            e
-        }
-    })?;
+    let mut method = program
+        .load_method(&args.method)
+        .map_err(|e| crate::device::vulkan_hint(e, adapter.as_deref()))?;
     let load = t0.elapsed();
 
     let inputs = inputs_for(&method, args)?;

@@ -557,3 +557,46 @@ fn gpu_device_runs_mobilenet() {
     ]);
     assert!(ok && !out.contains("GPU region"), "{out}{err}");
 }
+
+/// `generate --device gpu` on ExecuTorch's Vulkan LLM export (the tiny Llama, the KV cache
+/// resident on the device): ExecuTorch's greedy ids; without a GPU the program names the
+/// flag it needs.
+#[cfg(feature = "gpu")]
+#[test]
+fn gpu_generate_runs_the_vulkan_llm_export() {
+    let dir = "testdata/vulkan/llm_tiny";
+    let goldens: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join(dir).join("goldens.json")).unwrap(),
+    )
+    .unwrap();
+    let args = |device: &'static str| {
+        vec![
+            "generate".to_string(),
+            format!("{dir}/model.pte"),
+            "--tokenizer".into(),
+            "testdata/llm/tiny/tokenizer.json".into(),
+            "--prompt".into(),
+            goldens["prompt"].as_str().unwrap().into(),
+            "--max-new-tokens".into(),
+            "17".into(),
+            "--ignore-eos".into(),
+            "--json".into(),
+            "--device".into(),
+            device.into(),
+        ]
+    };
+    let run = |device| {
+        let a = args(device);
+        pteron(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let (ok, _, err) = run("cpu");
+    assert!(!ok && err.contains("--device gpu"), "{err}");
+    if std::env::var("PTERON_GPU_TESTS").as_deref() == Ok("skip") {
+        return;
+    }
+    let (ok, out, err) = run("gpu");
+    assert!(ok, "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["prompt_ids"], goldens["prompt_ids"]);
+    assert_eq!(doc["tokens"], goldens["generated_ids"]);
+}
