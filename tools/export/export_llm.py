@@ -252,6 +252,31 @@ def run_metadata(method_names, program):
     return meta
 
 
+def eager_greedy(cfg, prompt_ids, new_tokens, chunk):
+    """Greedy ids of the recipe's eager model after its source transforms (quantization
+    included): the prompt in chunks, then one token a call, as greedy_with_et_runtime."""
+    from executorch.examples.models.llama.export_llama_lib import _prepare_for_llama_export
+
+    model = _prepare_for_llama_export(cfg).model.eval()
+
+    def call(ids, pos):
+        out = model(torch.tensor([ids], dtype=torch.long), {"input_pos": torch.tensor([pos], dtype=torch.long)})
+        out = out[0] if isinstance(out, tuple) else out
+        return out.reshape(-1, out.shape[-1])[-1].float()
+
+    with torch.no_grad():
+        pos = 0
+        for s in range(0, len(prompt_ids), chunk):
+            last = call(prompt_ids[s : s + chunk], pos)
+            pos += len(prompt_ids[s : s + chunk])
+        gen = []
+        for _ in range(new_tokens):
+            gen.append(int(torch.argmax(last)))
+            last = call([gen[-1]], pos)
+            pos += 1
+    return gen
+
+
 def greedy_with_et_runtime(pte: Path, prompt_ids, new_tokens, eos_ids=()):
     """ExecuTorch's runner loop in Python: prefill in chunks of at most max_seq_len tokens
     (one token per call for a static-shape program), then decode one token at a time; greedy.
@@ -496,11 +521,17 @@ def main():
 
 SMOL_PROMPT_USER = "What is the capital of France? Answer in one sentence."
 # name: (quantization.qmode, XNNPACK delegate)
+# name: (quantization.qmode, backend). The Vulkan variants (KV cache inside the delegate) cannot
+# run on the pip runtime: their goldens are the ids of the same model's portable (fp32) or
+# XNNPACK (8da4w) export, and for 8da4w also the recipe's eager quantized model's greedy ids.
 SMOL_VARIANTS = {
-    "fp32": (None, False),
-    "xnnpack_fp32": (None, True),
-    "xnnpack_8da4w": ("8da4w", True),
+    "fp32": (None, None),
+    "xnnpack_fp32": (None, "xnnpack"),
+    "xnnpack_8da4w": ("8da4w", "xnnpack"),
+    "vulkan_fp32": (None, "vulkan"),
+    "vulkan_8da4w": ("8da4w", "vulkan"),
 }
+VULKAN_GOLDEN_OF = {"vulkan_fp32": "fp32", "vulkan_8da4w": "xnnpack_8da4w"}
 SMOL_DEFAULT = ["fp32", "xnnpack_8da4w"]
 
 
@@ -621,18 +652,35 @@ def export_smollm2(args):
     )
     golden.setdefault("variants", {})
     for name in args.variants or SMOL_DEFAULT:
-        qmode, xnnpack = SMOL_VARIANTS[name]
+        qmode, backend = SMOL_VARIANTS[name]
         print(f"smollm2/{name}")
         cfg = llm_config(ckpt, out / "params.json", out, f"smollm2_{name}", max_seq, max_ctx, metadata)
-        if xnnpack:
+        if backend == "xnnpack":
             cfg.backend.xnnpack.enabled = True
+        if backend == "vulkan":
+            cfg.backend.vulkan.enabled = True
         if qmode:
             cfg.quantization.qmode = qmode
             cfg.quantization.group_size = args.group_size
         pte = Path(export(cfg))
         ops, methods, bound = program_info(pte)
         print(f"  ops: {ops}")
-        t = time.time()
+        if backend == "vulkan":
+            ref = VULKAN_GOLDEN_OF[name]
+            entry = {
+                "pte": pte.name,
+                "pte_bytes": pte.stat().st_size,
+                "qmode": qmode,
+                "group_size": args.group_size if qmode else None,
+                "backend": backend,
+                "golden_variant": ref,
+            }
+            if qmode:
+                entry["eager_generated_ids"] = eager_greedy(cfg, prompt_ids, TINY_NEW_TOKENS, max_seq - 1)
+                print(f"  eager quantized model: {tok.decode(entry['eager_generated_ids'])!r}")
+            golden["variants"][name] = entry
+            gold_path.write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
+            continue
         gen, margins, meta = greedy_with_et_runtime(pte, prompt_ids, TINY_NEW_TOKENS)
         print(f"  ExecuTorch greedy ({time.time() - t:.1f} s): {tok.decode(gen)!r}")
         same = next((i for i, (a, b) in enumerate(zip(gen, hf_out)) if a != b), len(gen))
@@ -648,7 +696,7 @@ def export_smollm2(args):
             "pte_bytes": pte.stat().st_size,
             "qmode": qmode,
             "group_size": args.group_size if qmode else None,
-            "xnnpack": xnnpack,
+            "xnnpack": backend == "xnnpack",
             "operators": ops,
             "metadata": meta,
             "generated_ids": gen,

@@ -46,6 +46,7 @@ pub fn gpu_partitioner(args: &DeviceArgs) -> Result<Option<GpuParts>> {
     }
     let options = GpuOptions {
         adapter: args.adapter.clone(),
+        ..GpuOptions::default()
     };
     match Gpu::open(&options) {
         Ok(gpu) => {

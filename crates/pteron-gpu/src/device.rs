@@ -14,6 +14,9 @@ pub struct GpuOptions {
     /// The first adapter whose name contains this text (case-insensitive); `None`: the
     /// best one (a discrete GPU before an integrated one before a CPU emulation).
     pub adapter: Option<String>,
+    /// The largest buffer the engine makes, in bytes, when less than the device allows (a
+    /// graph larger than it runs in several buffers, its values copied between them).
+    pub max_buffer_bytes: Option<u64>,
 }
 
 /// What an adapter says about itself (`pteron devices`).
@@ -92,6 +95,8 @@ pub(crate) struct Inner {
     pipelines: Mutex<HashMap<Kernel, Arc<wgpu::ComputePipeline>>>,
     /// The first error the device reported outside any call that checks for one.
     errors: Arc<Mutex<Option<String>>>,
+    /// `GpuOptions::max_buffer_bytes`.
+    buffer_cap: Option<u64>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -167,6 +172,7 @@ impl Gpu {
                 pipeline_layout,
                 pipelines: Mutex::new(HashMap::new()),
                 errors,
+                buffer_cap: options.max_buffer_bytes,
             }),
         })
     }
@@ -179,7 +185,8 @@ impl Gpu {
     /// Most bytes one region's buffer may have on this device.
     pub fn max_buffer_bytes(&self) -> u64 {
         let l = &self.inner.limits;
-        l.max_buffer_size.min(l.max_storage_buffer_binding_size)
+        let device = l.max_buffer_size.min(l.max_storage_buffer_binding_size);
+        self.inner.buffer_cap.map_or(device, |c| c.clamp(4, device))
     }
 }
 

@@ -643,7 +643,10 @@ pub(crate) struct Attention {
 
 pub(crate) fn attend(b: &mut impl Steps, a: Attention) -> Option<()> {
     let rows = a.tokens.checked_mul(a.heads)?;
-    if a.kv_heads == 0 || a.heads % a.kv_heads != 0 || rows.checked_mul(a.ctx)? > a.scratch.words {
+    if a.kv_heads == 0
+        || !a.heads.is_multiple_of(a.kv_heads)
+        || rows.checked_mul(a.ctx)? > a.scratch.words
+    {
         return None;
     }
     let mut p = Vec::new();

@@ -18,23 +18,49 @@ pub(crate) enum GpuFailure {
 
 pub(crate) struct GpuRegion {
     gpu: Arc<Inner>,
+    segments: Vec<Segment>,
+    /// Where each input and output lives: segment, home, dtype.
+    inputs: Vec<(usize, Slot, Dt)>,
+    outputs: Vec<(usize, Slot, Dt)>,
+    /// Every segment's error word, then every output.
+    readback: wgpu::Buffer,
+    /// Host bytes of an input converted to words (int64 or bool inputs), kept between runs.
+    staging: Vec<u8>,
+    bytes: u64,
+    /// Inputs may hold fewer values than their homes (dynamic shapes: homes are upper bounds).
+    dynamic: bool,
+}
+
+/// One buffer of a region and the steps over it, run as one compute pass after the values it
+/// reads from earlier segments are copied in.
+struct Segment {
     buffer: wgpu::Buffer,
     /// The steps' parameter words (bound at each step's offset).
     params: wgpu::Buffer,
     bind_group: wgpu::BindGroup,
     steps: Vec<(Arc<wgpu::ComputePipeline>, u32, [u32; 3])>,
-    inputs: Vec<(Slot, Dt)>,
-    outputs: Vec<(Slot, Dt)>,
-    /// The error word, then every output.
-    readback: wgpu::Buffer,
-    /// Host bytes of an input converted to words (int64 or bool inputs), kept between runs.
-    staging: Vec<u8>,
-    bytes: u64,
+    transfers: Vec<Transfer>,
     /// The parameter buffer's bytes and the binding each step sees (steps may be replaced).
     params_bytes: u64,
     binding: u64,
-    /// Inputs may hold fewer values than their homes (dynamic shapes: homes are upper bounds).
-    dynamic: bool,
+}
+
+/// Words copied into a segment before its pass: from segment `from` at word `src` to word
+/// `dst`, `words` of them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Transfer {
+    pub from: usize,
+    pub src: u64,
+    pub dst: u64,
+    pub words: u64,
+}
+
+/// What a segment is made of.
+pub(crate) struct SegmentSpec<'a, 'c> {
+    pub words: u64,
+    pub steps: &'a [Step],
+    pub consts: &'a [(Slot, &'c [u8])],
+    pub transfers: Vec<Transfer>,
 }
 
 /// Each step's parameter words at an offset the device can bind dynamically: the words, the
@@ -65,29 +91,14 @@ fn bytes_of(words: u64) -> u64 {
     words * 4
 }
 
-impl GpuRegion {
-    pub(crate) fn new(
-        gpu: &Gpu,
-        words: u64,
-        steps: &[Step],
-        consts: &[(Slot, &[u8])],
-        inputs: Vec<(Slot, Dt)>,
-        outputs: Vec<(Slot, Dt)>,
-    ) -> Result<Self, GpuFailure> {
-        let inner = gpu.inner.clone();
+fn device_err(e: impl ToString) -> GpuFailure {
+    GpuFailure::Device(e.to_string())
+}
+
+impl Segment {
+    fn new(inner: &Arc<Inner>, spec: &SegmentSpec<'_, '_>) -> Result<Self, GpuFailure> {
         let device = &inner.device;
-        let size = bytes_of(words).max(4);
-        if size > gpu.max_buffer_bytes() {
-            return Err(GpuFailure::Refused);
-        }
-        let mut pipelines = Vec::with_capacity(steps.len());
-        for s in steps {
-            pipelines.push(
-                inner
-                    .pipeline(s.kernel)
-                    .map_err(|e| GpuFailure::Device(e.to_string()))?,
-            );
-        }
+        let size = bytes_of(spec.words).max(4);
         let buffer = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("pteron region"),
             size,
@@ -96,7 +107,7 @@ impl GpuRegion {
                 | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         });
-        for (slot, data) in consts {
+        for (slot, data) in spec.consts {
             if data.len() % 4 != 0 {
                 // packed bytes: the device copies whole words
                 let mut padded = data.to_vec();
@@ -108,77 +119,29 @@ impl GpuRegion {
                 inner.queue.write_buffer(&buffer, bytes_of(slot.off), data);
             }
         }
-        let align = u64::from(inner.limits.min_storage_buffer_offset_alignment.max(4));
-        let (words_out, offsets, binding) = param_layout(steps, align)?;
-        let total = bytes_of(words_out.len() as u64);
         let params = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("pteron step parameters"),
-            size: total,
+            size: 4,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        inner
-            .queue
-            .write_buffer(&params, 0, bytemuck::cast_slice(&words_out));
-        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("pteron region"),
-            layout: inner.layout(),
-            entries: &[
-                wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &params,
-                        offset: 0,
-                        size: NonZeroU64::new(binding),
-                    }),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: buffer.as_entire_binding(),
-                },
-            ],
-        });
-        let out_bytes: u64 = 4 + outputs.iter().map(|(s, _)| bytes_of(s.words)).sum::<u64>();
-        let readback = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("pteron readback"),
-            size: out_bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        if let Some(e) = inner.take_error() {
-            return Err(GpuFailure::Device(e));
-        }
-        Ok(GpuRegion {
-            steps: pipelines
-                .into_iter()
-                .zip(offsets)
-                .zip(steps)
-                .map(|((p, o), s)| (p, o, s.grid))
-                .collect(),
-            bytes: size + total + out_bytes,
-            gpu: inner,
+        let bind_group = bind(inner, &params, &buffer, 4);
+        let mut seg = Segment {
             buffer,
             params,
             bind_group,
-            inputs,
-            outputs,
-            readback,
-            staging: Vec::new(),
-            params_bytes: total,
-            binding,
-            dynamic: false,
-        })
+            steps: Vec::new(),
+            transfers: spec.transfers.clone(),
+            params_bytes: 4,
+            binding: 4,
+        };
+        seg.set_steps(inner, spec.steps)?;
+        Ok(seg)
     }
 
-    /// Lets inputs hold fewer values than their homes (a graph with dynamic shapes).
-    pub(crate) fn set_dynamic(&mut self) {
-        self.dynamic = true;
-    }
-
-    /// Replaces the steps (the same region lowered for other sizes): their parameters are
-    /// rewritten in place, or in a new parameter buffer when they no longer fit.
-    pub(crate) fn set_steps(&mut self, steps: &[Step]) -> Result<(), GpuFailure> {
-        let inner = self.gpu.clone();
+    /// Replaces the steps: their parameters are rewritten in place, or in a new parameter
+    /// buffer when they no longer fit.
+    fn set_steps(&mut self, inner: &Arc<Inner>, steps: &[Step]) -> Result<(), GpuFailure> {
         let align = u64::from(inner.limits.min_storage_buffer_offset_alignment.max(4));
         let (words_out, offsets, binding) = param_layout(steps, align)?;
         // Every step's offset plus the bound size must lie inside the buffer.
@@ -193,47 +156,159 @@ impl GpuRegion {
                 usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             });
-            self.bind_group = inner.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("pteron region"),
-                layout: inner.layout(),
-                entries: &[
-                    wgpu::BindGroupEntry {
-                        binding: 0,
-                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                            buffer: &params,
-                            offset: 0,
-                            size: NonZeroU64::new(binding),
-                        }),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 1,
-                        resource: self.buffer.as_entire_binding(),
-                    },
-                ],
-            });
-            self.bytes = self.bytes - self.params_bytes + size;
+            self.bind_group = bind(inner, &params, &self.buffer, binding);
             self.params = params;
             self.params_bytes = size;
             self.binding = binding;
         }
-        // The last step's binding may reach past the words written: the buffer is larger.
         inner
             .queue
             .write_buffer(&self.params, 0, bytemuck::cast_slice(&words_out));
         let mut new_steps = Vec::with_capacity(steps.len());
         for (s, o) in steps.iter().zip(offsets) {
-            let pipeline = inner
-                .pipeline(s.kernel)
-                .map_err(|e| GpuFailure::Device(e.to_string()))?;
+            let pipeline = inner.pipeline(s.kernel).map_err(device_err)?;
             new_steps.push((pipeline, o, s.grid));
         }
         self.steps = new_steps;
         Ok(())
     }
+}
+
+/// The bind group of a segment: the parameter words (a window of `binding` bytes at each
+/// step's offset) and the segment's buffer.
+fn bind(
+    inner: &Inner,
+    params: &wgpu::Buffer,
+    buffer: &wgpu::Buffer,
+    binding: u64,
+) -> wgpu::BindGroup {
+    inner.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("pteron region"),
+        layout: inner.layout(),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: params,
+                    offset: 0,
+                    size: NonZeroU64::new(binding),
+                }),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: buffer.as_entire_binding(),
+            },
+        ],
+    })
+}
+
+impl GpuRegion {
+    /// A region of one buffer.
+    pub(crate) fn new(
+        gpu: &Gpu,
+        words: u64,
+        steps: &[Step],
+        consts: &[(Slot, &[u8])],
+        inputs: Vec<(Slot, Dt)>,
+        outputs: Vec<(Slot, Dt)>,
+    ) -> Result<Self, GpuFailure> {
+        let spec = SegmentSpec {
+            words,
+            steps,
+            consts,
+            transfers: Vec::new(),
+        };
+        Self::with_segments(
+            gpu,
+            &[spec],
+            inputs.into_iter().map(|(s, d)| (0, s, d)).collect(),
+            outputs.into_iter().map(|(s, d)| (0, s, d)).collect(),
+        )
+    }
+
+    /// A region of several buffers (each at most the device's largest), run in order.
+    pub(crate) fn with_segments(
+        gpu: &Gpu,
+        specs: &[SegmentSpec<'_, '_>],
+        inputs: Vec<(usize, Slot, Dt)>,
+        outputs: Vec<(usize, Slot, Dt)>,
+    ) -> Result<Self, GpuFailure> {
+        let inner = gpu.inner.clone();
+        if specs
+            .iter()
+            .any(|s| bytes_of(s.words) > gpu.max_buffer_bytes())
+        {
+            return Err(GpuFailure::Refused);
+        }
+        let known = |seg: usize| seg < specs.len();
+        if !inputs.iter().chain(&outputs).all(|&(g, ..)| known(g))
+            || !specs
+                .iter()
+                .enumerate()
+                .all(|(k, s)| s.transfers.iter().all(|t| t.from < k))
+        {
+            return Err(GpuFailure::Device(
+                "a region's segments do not fit together".into(),
+            ));
+        }
+        let segments = specs
+            .iter()
+            .map(|s| Segment::new(&inner, s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let errors = bytes_of(segments.len() as u64);
+        let out_bytes: u64 = errors
+            + outputs
+                .iter()
+                .map(|(_, s, _)| bytes_of(s.words))
+                .sum::<u64>();
+        let readback = inner.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("pteron readback"),
+            size: out_bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        if let Some(e) = inner.take_error() {
+            return Err(GpuFailure::Device(e));
+        }
+        let bytes = specs.iter().map(|s| bytes_of(s.words)).sum::<u64>()
+            + segments.iter().map(|s| s.params_bytes).sum::<u64>()
+            + out_bytes;
+        Ok(GpuRegion {
+            gpu: inner,
+            segments,
+            inputs,
+            outputs,
+            readback,
+            staging: Vec::new(),
+            bytes,
+            dynamic: false,
+        })
+    }
+
+    /// Lets inputs hold fewer values than their homes (a graph with dynamic shapes).
+    pub(crate) fn set_dynamic(&mut self) {
+        self.dynamic = true;
+    }
+
+    /// Replaces every segment's steps (the same region lowered for other sizes).
+    pub(crate) fn set_steps(&mut self, steps: &[Vec<Step>]) -> Result<(), GpuFailure> {
+        if steps.len() != self.segments.len() {
+            return Err(GpuFailure::Device(
+                "steps for another count of segments".into(),
+            ));
+        }
+        let inner = self.gpu.clone();
+        for (seg, s) in self.segments.iter_mut().zip(steps) {
+            let before = seg.params_bytes;
+            seg.set_steps(&inner, s)?;
+            self.bytes = self.bytes - before + seg.params_bytes;
+        }
+        Ok(())
+    }
 
     fn run(&mut self, ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
         let gpu = &self.gpu;
-        for (k, &(slot, dt)) in self.inputs.iter().enumerate() {
+        for (k, &(seg, slot, dt)) in self.inputs.iter().enumerate() {
             let ([t], []) = ctx.io::<1, 0>([k], [])?;
             let words = to_words(t.info.dtype(), dt, t.bytes, &mut self.staging)
                 .map_err(|m| KernelError::unsupported(format!("GPU region input {k}: {m}")))?;
@@ -251,34 +326,51 @@ impl GpuRegion {
             }
             if !words.is_empty() {
                 gpu.queue
-                    .write_buffer(&self.buffer, bytes_of(slot.off), words);
+                    .write_buffer(&self.segments[seg].buffer, bytes_of(slot.off), words);
             }
         }
-        gpu.queue.write_buffer(&self.buffer, 0, &[0; 4]);
+        for seg in &self.segments {
+            gpu.queue.write_buffer(&seg.buffer, 0, &[0; 4]);
+        }
         let mut enc = gpu
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        {
+        for seg in &self.segments {
+            for t in &seg.transfers {
+                let from = &self.segments[t.from].buffer;
+                let n = bytes_of(t.words);
+                if n > 0 {
+                    enc.copy_buffer_to_buffer(
+                        from,
+                        bytes_of(t.src),
+                        &seg.buffer,
+                        bytes_of(t.dst),
+                        n,
+                    );
+                }
+            }
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: None,
                 timestamp_writes: None,
             });
-            for (pipeline, offset, [x, y, z]) in &self.steps {
+            for (pipeline, offset, [x, y, z]) in &seg.steps {
                 if *x == 0 || *y == 0 || *z == 0 {
                     continue;
                 }
                 pass.set_pipeline(pipeline);
-                pass.set_bind_group(0, &self.bind_group, &[*offset]);
+                pass.set_bind_group(0, &seg.bind_group, &[*offset]);
                 pass.dispatch_workgroups(*x, *y, *z);
             }
         }
         let rb = &self.readback;
-        enc.copy_buffer_to_buffer(&self.buffer, 0, rb, 0, 4);
-        let mut at = 4;
-        for (s, _) in &self.outputs {
+        for (k, seg) in self.segments.iter().enumerate() {
+            enc.copy_buffer_to_buffer(&seg.buffer, 0, rb, bytes_of(k as u64), 4);
+        }
+        let mut at = bytes_of(self.segments.len() as u64);
+        for &(seg, s, _) in &self.outputs {
             let n = bytes_of(s.words);
             if n > 0 {
-                enc.copy_buffer_to_buffer(&self.buffer, bytes_of(s.off), rb, at, n);
+                enc.copy_buffer_to_buffer(&self.segments[seg].buffer, bytes_of(s.off), rb, at, n);
             }
             at += n;
         }
@@ -304,14 +396,15 @@ impl GpuRegion {
             let view = rb
                 .get_mapped_range(..)
                 .map_err(|e| device_error(e.to_string()))?;
-            if view[..4] != [0; 4] {
+            let errors = bytes_of(self.segments.len() as u64) as usize;
+            if view[..errors].iter().any(|&b| b != 0) {
                 return Err(KernelError::invalid(
                     "an index read on the GPU is outside its dim",
                 ));
             }
-            let mut at = 4usize;
+            let mut at = errors;
             let first = self.inputs.len();
-            for (k, &(s, dt)) in self.outputs.iter().enumerate() {
+            for (k, &(_, s, dt)) in self.outputs.iter().enumerate() {
                 let n = bytes_of(s.words) as usize;
                 let ([], [out]) = ctx.io::<0, 1>([], [first + k])?;
                 from_words(&view[at..at + n], dt, out.info.dtype(), out.bytes)
@@ -328,7 +421,7 @@ impl GpuRegion {
 impl DelegateHandle for GpuRegion {
     fn check(&self, args: &ArgView<'_, '_>) -> Result<(), KernelError> {
         let slots = self.inputs.iter().chain(&self.outputs);
-        for (k, &(slot, dt)) in slots.enumerate() {
+        for (k, &(_, slot, dt)) in slots.enumerate() {
             let t = args.tensor(k)?;
             let n = t.numel() as u64;
             let fits =

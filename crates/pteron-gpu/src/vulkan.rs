@@ -19,7 +19,7 @@ use pteron_core::{
 use crate::device::Gpu;
 use crate::emit::{self, Steps};
 use crate::kernels::Kernel;
-use crate::region::{GpuFailure, GpuRegion};
+use crate::region::{GpuFailure, GpuRegion, SegmentSpec, Transfer};
 use crate::words::{place, Dt, Slot, Step, RESERVED_WORDS};
 
 #[allow(
@@ -230,19 +230,35 @@ fn decode<'d>(
     Ok(out)
 }
 
-/// The graph being lowered: a home for each tensor value as it is first touched.
+/// A value's home in a segment: (value id, segment).
+type Key = (usize, usize);
+
+/// The graph being lowered: a home for each tensor value as it is first touched. The chain
+/// runs in segments, one device buffer each (a graph larger than the device's largest buffer
+/// takes several); a value an operator reads in a later segment than the one that holds it is
+/// copied there between the segments' passes.
 struct VkBuild<'d> {
     vals: Vec<Val<'d>>,
-    slots: Vec<Option<Slot>>,
-    words: u64,
-    steps: Vec<Step>,
-    consts: Vec<(Slot, &'d [u8])>,
+    /// Each operator's segment, and each segment's first and last operator.
+    seg_of: Vec<usize>,
+    bounds: Vec<(usize, usize)>,
+    slots: HashMap<Key, Slot>,
+    /// The segment where each non-constant value got its first home.
+    origin: HashMap<usize, usize>,
+    /// Constants an operator writes (attention caches), and their segment.
+    written: HashMap<usize, usize>,
+    words: Vec<u64>,
+    steps: Vec<Vec<Step>>,
+    consts: Vec<Vec<(Slot, &'d [u8])>>,
+    transfers: Vec<Vec<Transfer>>,
+    /// Homes that a later segment or the caller reads: alive to their segment's end.
+    kept: std::collections::HashSet<Key>,
     /// The operator being lowered, and the first and last operator touching each
-    /// non-constant tensor (first pass).
+    /// non-constant home (first pass).
     current: usize,
-    life: HashMap<usize, (usize, usize)>,
-    /// Offsets of non-constant tensors (second pass).
-    plan: Option<HashMap<usize, u64>>,
+    life: HashMap<Key, (usize, usize)>,
+    /// Offsets of non-constant homes (second pass).
+    plan: Option<HashMap<Key, u64>>,
     /// This run's sizes of tensors whose sizes are not their declared ones (dynamic shapes:
     /// declared sizes are upper bounds), and its symbolic ints.
     now: HashMap<usize, Vec<usize>>,
@@ -295,7 +311,7 @@ fn view_sizes(sizes: &[i64], n: u64) -> Option<Vec<usize>> {
     }
     let mut out: Vec<usize> = sizes.iter().map(|&s| s.max(0) as usize).collect();
     if let Some(k) = infer {
-        if known == 0 || n % known != 0 {
+        if known == 0 || !n.is_multiple_of(known) {
             return None;
         }
         out[k] = usize::try_from(n / known).ok()?;
@@ -305,7 +321,8 @@ fn view_sizes(sizes: &[i64], n: u64) -> Option<Vec<usize>> {
 
 impl Steps for VkBuild<'_> {
     fn step(&mut self, kernel: Kernel, params: Vec<u32>, grid: [u32; 3]) {
-        self.steps.push(Step {
+        let s = self.seg();
+        self.steps[s].push(Step {
             kernel,
             params,
             grid,
@@ -341,51 +358,107 @@ impl<'d> VkBuild<'d> {
         }
     }
 
-    /// Tensor `id` of any dtype the engine holds: its home, dims and dtype (a constant is
-    /// uploaded on first use).
+    /// The segment of the operator being lowered.
+    fn seg(&self) -> usize {
+        self.seg_of
+            .get(self.current)
+            .or(self.seg_of.last())
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Records that the operator being lowered touches home `key`.
+    fn touch(&mut self, key: Key) {
+        let k = self.current;
+        let e = self.life.entry(key).or_insert((k, k));
+        e.0 = e.0.min(k);
+        e.1 = e.1.max(k);
+    }
+
+    /// The next `n` free words of segment `s`.
+    fn bump(&mut self, s: usize, n: u64) -> Result<Slot, Refusal> {
+        let off = self.words[s];
+        self.words[s] = off
+            .checked_add(n)
+            .filter(|&w| w <= u64::from(u32::MAX))
+            .ok_or_else(|| bad("the graph's tensors exceed the engine's word offsets"))?;
+        Ok(Slot { off, words: n })
+    }
+
+    /// A home of `n` words for a non-constant: the planned one on a second pass.
+    fn home(&mut self, key: Key, n: u64) -> Result<Slot, Refusal> {
+        match &self.plan {
+            Some(plan) => Ok(Slot {
+                off: *plan
+                    .get(&key)
+                    .ok_or_else(|| bad("a tensor the plan lacks"))?,
+                words: n,
+            }),
+            None => self.bump(key.1, n),
+        }
+    }
+
+    /// Tensor `id` of any dtype the engine holds: its home in this segment, dims and dtype
+    /// (a constant is uploaded into each segment that reads it; a value of an earlier segment
+    /// is copied in).
     fn any_tensor(&mut self, id: i32) -> Result<(Slot, Vec<usize>, Dt), Refusal> {
         let (dims, dt, constant) = match self.val(id)? {
             Val::Tensor { dims, dt, constant } => (dims.clone(), *dt, *constant),
             v => return Err(bad(format!("value {id} is {}, not a tensor", v.describe()))),
         };
         let i = id as usize;
-        if constant.is_none() {
-            let k = self.current;
-            let e = self.life.entry(i).or_insert((k, k));
-            e.0 = e.0.min(k);
-            e.1 = e.1.max(k);
-        }
+        let s = self.seg();
         let declared = numel(&dims);
         let dims = self.now.get(&i).cloned().unwrap_or(dims);
-        if let Some(s) = self.slots[i] {
-            return Ok((s, dims, dt));
-        }
         let n = if dt == Dt::U8 {
             declared.div_ceil(4)
         } else {
             declared
         };
-        let planned = match (&self.plan, constant) {
-            (Some(plan), None) => {
-                Some(*plan.get(&i).ok_or_else(|| bad("a tensor the plan lacks"))?)
+        if constant.is_none() {
+            self.touch((i, s));
+        } else if self.written.get(&i).is_some_and(|&w| w != s) {
+            return Err(bad("a cache that operators in two buffers use"));
+        }
+        if let Some(&slot) = self.slots.get(&(i, s)) {
+            return Ok((slot, dims, dt));
+        }
+        let slot = match constant {
+            Some(bytes) => {
+                let slot = self.bump(s, n)?;
+                self.consts[s].push((slot, bytes));
+                slot
             }
-            _ => None,
+            None => {
+                let slot = self.home((i, s), n)?;
+                match self.origin.get(&i).copied() {
+                    Some(from) if from != s => {
+                        let src = *self
+                            .slots
+                            .get(&(i, from))
+                            .ok_or_else(|| bad("a value without its first home"))?;
+                        self.transfers[s].push(Transfer {
+                            from,
+                            src: src.off,
+                            dst: slot.off,
+                            words: n,
+                        });
+                        self.kept.insert((i, from));
+                        // The copy lands before the segment's first operator.
+                        let first = self.bounds[s].0;
+                        if let Some(e) = self.life.get_mut(&(i, s)) {
+                            e.0 = first;
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.origin.insert(i, s);
+                    }
+                }
+                slot
+            }
         };
-        let slot = Slot {
-            off: planned.unwrap_or(self.words),
-            words: n,
-        };
-        if planned.is_none() {
-            self.words = self
-                .words
-                .checked_add(n)
-                .filter(|&w| w <= u64::from(u32::MAX))
-                .ok_or_else(|| bad("the graph's tensors exceed the engine's word offsets"))?;
-        }
-        if let Some(bytes) = constant {
-            self.consts.push((slot, bytes));
-        }
-        self.slots[i] = Some(slot);
+        self.slots.insert((i, s), slot);
         Ok((slot, dims, dt))
     }
 
@@ -507,28 +580,13 @@ impl<'d> VkBuild<'d> {
 
     /// Words for the operator being lowered alone (alive during it only).
     fn scratch(&mut self, words: u64) -> Result<Slot, Refusal> {
-        let i = self.vals.len() + self.current;
-        if self.slots.len() <= i {
-            self.slots.resize(i + 1, None);
-        }
-        let k = self.current;
-        self.life.insert(i, (k, k));
-        if let Some(s) = self.slots[i] {
+        let key = (self.vals.len() + self.current, self.seg());
+        self.touch(key);
+        if let Some(&s) = self.slots.get(&key) {
             return Ok(s);
         }
-        let off = match &self.plan {
-            Some(plan) => *plan.get(&i).ok_or_else(|| bad("scratch the plan lacks"))?,
-            None => {
-                let off = self.words;
-                self.words = off
-                    .checked_add(words)
-                    .filter(|&w| w <= u64::from(u32::MAX))
-                    .ok_or_else(|| bad("the graph's tensors exceed the engine's word offsets"))?;
-                off
-            }
-        };
-        let slot = Slot { off, words };
-        self.slots[i] = Some(slot);
+        let slot = self.home(key, words)?;
+        self.slots.insert(key, slot);
         Ok(slot)
     }
 
@@ -1039,6 +1097,14 @@ impl<'d> VkBuild<'d> {
         let (v, vd) = self.tensor(a[2])?;
         let (kc, kcd) = self.tensor(a[3])?;
         let (vc, vcd) = self.tensor(a[4])?;
+        let s = self.seg();
+        for id in [a[3], a[4]] {
+            let i = id as usize;
+            if self.slots.keys().any(|&(v, g)| v == i && g != s) {
+                return Err(bad("a cache that operators in two buffers use"));
+            }
+            self.written.insert(i, s);
+        }
         let (&[1, t, h, d], &[1, t2, kvh, d2], &[1, ctx, kvh2, d3]) =
             (qd.as_slice(), kd.as_slice(), kcd.as_slice())
         else {
@@ -1479,14 +1545,23 @@ impl Backend for VulkanBackend {
                 }
             }
         }
+        let seg_of = assign_segments(&vals, &chain, self.gpu.max_buffer_bytes() / 4);
         // First pass: every tensor its own words, and when each is used; second pass: tensors
         // never alive together share words.
-        let first = lower_graph(vals.clone(), &chain, &io, None, &env)?;
-        let plan = first.plan(chain.len());
+        let first = lower_graph(vals.clone(), &chain, &io, None, &env, &seg_of)?;
+        let plan = first.0.plan();
         let (b, inputs, outputs) =
-            lower_graph(vals.clone(), &chain, &io, Some(plan.clone()), &env)?.finish(&io)?;
-        let mut region = GpuRegion::new(&self.gpu, b.words, &b.steps, &b.consts, inputs, outputs)
-            .map_err(device_failure)?;
+            lower_graph(vals.clone(), &chain, &io, Some(plan.clone()), &env, &seg_of)?;
+        let specs: Vec<SegmentSpec<'_, '_>> = (0..b.words.len())
+            .map(|k| SegmentSpec {
+                words: b.words[k],
+                steps: &b.steps[k],
+                consts: &b.consts[k],
+                transfers: b.transfers[k].clone(),
+            })
+            .collect();
+        let mut region =
+            GpuRegion::with_segments(&self.gpu, &specs, inputs, outputs).map_err(device_failure)?;
         let dynamic = if dynamic {
             region.set_dynamic();
             Some(Dynamic {
@@ -1494,12 +1569,79 @@ impl Backend for VulkanBackend {
                 chain,
                 io,
                 plan,
+                seg_of,
             })
         } else {
             None
         };
         Ok(Box::new(VkDelegate { region, dynamic }))
     }
+}
+
+/// Each operator's segment: operators in chain order fill a segment until the words of the
+/// tensors they touch (each counted once, at its declared size, no reuse: an upper bound)
+/// would pass `budget`, then the next segment starts.
+fn assign_segments(vals: &[Val<'_>], chain: &[(&str, Vec<i32>)], budget: u64) -> Vec<usize> {
+    let words = |id: usize| -> u64 {
+        match vals.get(id) {
+            Some(Val::Tensor { dims, dt, .. }) => {
+                let n = numel(dims);
+                if *dt == Dt::U8 {
+                    n.div_ceil(4)
+                } else {
+                    n
+                }
+            }
+            _ => 0,
+        }
+    };
+    let ids = |args: &[i32]| -> Vec<usize> {
+        let mut out = Vec::new();
+        for &a in args {
+            let Ok(i) = usize::try_from(a) else { continue };
+            match vals.get(i) {
+                Some(Val::Values(items)) => out.extend(items.iter().copied()),
+                Some(Val::Tensor { .. }) => out.push(i),
+                _ => {}
+            }
+        }
+        out
+    };
+    let mut seg_of = Vec::with_capacity(chain.len());
+    let (mut seg, mut used, mut ops) = (0, RESERVED_WORDS, 0);
+    let mut seen = std::collections::HashSet::new();
+    for (name, args) in chain {
+        let touched = ids(args);
+        // attention's score rows: tokens x heads x cache rows
+        let extra = if name.contains("sdpa") {
+            let dim = |k: usize, d: usize| match args.get(k).and_then(|&a| vals.get(a as usize)) {
+                Some(Val::Tensor { dims, .. }) => dims.get(d).copied().unwrap_or(0) as u64,
+                _ => 0,
+            };
+            dim(0, 1) * dim(0, 2) * dim(3, 1)
+        } else {
+            0
+        };
+        let need = |seen: &std::collections::HashSet<usize>| {
+            touched
+                .iter()
+                .filter(|i| !seen.contains(*i))
+                .map(|&i| words(i))
+                .sum::<u64>()
+                + extra
+        };
+        if ops > 0 && used.saturating_add(need(&seen)) > budget {
+            seg += 1;
+            used = RESERVED_WORDS;
+            ops = 0;
+            seen.clear();
+        }
+        used = used.saturating_add(need(&seen));
+        seen.extend(touched);
+        ops += 1;
+        seg_of.push(seg);
+    }
+    seg_of
 }
 
 fn device_failure(e: GpuFailure) -> KernelError {
@@ -1522,12 +1664,13 @@ struct Dynamic<'p> {
     vals: Vec<Val<'p>>,
     chain: Vec<(&'p str, Vec<i32>)>,
     io: (Vec<i32>, Vec<i32>),
-    plan: HashMap<usize, u64>,
+    plan: HashMap<Key, u64>,
+    seg_of: Vec<usize>,
 }
 
 impl Dynamic<'_> {
     /// The steps for this run's inputs (sizes, and the values of int inputs).
-    fn steps(&self, ctx: &mut KernelContext<'_, '_>) -> Result<Vec<Step>, KernelError> {
+    fn steps(&self, ctx: &mut KernelContext<'_, '_>) -> Result<Vec<Vec<Step>>, KernelError> {
         let mut env = Env::default();
         for (k, &id) in self.io.0.iter().enumerate() {
             let ([t], []) = ctx.io::<1, 0>([k], [])?;
@@ -1553,12 +1696,13 @@ impl Dynamic<'_> {
                 env.ints.insert(id, v);
             }
         }
-        let b = lower_graph(
+        let (b, ..) = lower_graph(
             self.vals.clone(),
             &self.chain,
             &self.io,
             Some(self.plan.clone()),
             &env,
+            &self.seg_of,
         )?;
         // The outputs' sizes are not resized on the host: they must be the declared ones.
         for &id in &self.io.1 {
@@ -1590,22 +1734,41 @@ impl DelegateHandle for VkDelegate<'_> {
     }
 }
 
-/// One pass over the chain (see [`VulkanBackend::init`]) at the sizes of `env`'s inputs.
+/// Homes of the graph's inputs or outputs: segment, home, dtype.
+type Homes = Vec<(usize, Slot, Dt)>;
+
+/// One pass over the chain (see [`VulkanBackend::init`]) at the sizes of `env`'s inputs, in
+/// the segments of `seg_of`; with the homes of the graph's inputs and outputs.
 fn lower_graph<'d>(
     vals: Vec<Val<'d>>,
     chain: &[(&str, Vec<i32>)],
     (input_ids, output_ids): &(Vec<i32>, Vec<i32>),
-    plan: Option<HashMap<usize, u64>>,
+    plan: Option<HashMap<Key, u64>>,
     env: &Env,
-) -> Result<VkBuild<'d>, KernelError> {
-    let n = vals.len();
+    seg_of: &[usize],
+) -> Result<(VkBuild<'d>, Homes, Homes), KernelError> {
     let dynamic = vals.iter().any(|v| matches!(v, Val::SymInt));
+    let segs = seg_of.last().map_or(1, |&s| s + 1);
+    let mut bounds = vec![(usize::MAX, 0); segs];
+    for (k, &s) in seg_of.iter().enumerate() {
+        bounds[s].0 = bounds[s].0.min(k);
+        bounds[s].1 = bounds[s].1.max(k);
+    }
+    if seg_of.is_empty() {
+        bounds[0] = (0, 0);
+    }
     let mut b = VkBuild {
         vals,
-        slots: vec![None; n],
-        words: RESERVED_WORDS,
-        steps: Vec::new(),
-        consts: Vec::new(),
+        seg_of: seg_of.to_vec(),
+        bounds,
+        slots: HashMap::new(),
+        origin: HashMap::new(),
+        written: HashMap::new(),
+        words: vec![RESERVED_WORDS; segs],
+        steps: (0..segs).map(|_| Vec::new()).collect(),
+        consts: vec![Vec::new(); segs],
+        transfers: vec![Vec::new(); segs],
+        kept: Default::default(),
         current: 0,
         life: HashMap::new(),
         plan,
@@ -1616,13 +1779,10 @@ fn lower_graph<'d>(
     };
     // The inputs' sizes at this run: the declared rank, at most the declared elements.
     for (&id, dims) in &env.dims {
-        let decl = usize::try_from(id)
-            .ok()
-            .and_then(|i| match b.vals.get(i) {
-                Some(Val::Tensor { dims, .. }) => Some(dims.clone()),
-                _ => None,
-            })
-            .ok_or_else(|| invalid("an input that is not a tensor"))?;
+        let decl = match b.vals.get(id) {
+            Some(Val::Tensor { dims, .. }) => dims.clone(),
+            _ => return Err(invalid("an input that is not a tensor")),
+        };
         if *dims != decl {
             if !dynamic || dims.len() != decl.len() || numel(dims) > numel(&decl) {
                 return Err(KernelError::shape(format!(
@@ -1651,66 +1811,92 @@ fn lower_graph<'d>(
             unsupported.join(", ")
         )));
     }
-    // The graph's inputs are there from the start, its outputs to the end.
-    b.current = 0;
-    for &id in input_ids {
-        b.any_tensor(id).map_err(|e| refusal("graph input", e))?;
+    // The graph's inputs are there from their segment's start (an input no operator reads
+    // gets a home in the first segment), its outputs to their segment's end.
+    let home = |b: &mut VkBuild<'d>, id: i32, input: bool| -> Result<_, KernelError> {
+        let what = if input { "graph input" } else { "graph output" };
+        let i = usize::try_from(id).map_err(|_| invalid(format!("{what} id {id}")))?;
+        let seg = match b.origin.get(&i) {
+            Some(&s) => s,
+            None => {
+                b.current = if input {
+                    0
+                } else {
+                    chain.len().saturating_sub(1)
+                };
+                b.any_tensor(id).map_err(|e| refusal(what, e))?;
+                b.seg()
+            }
+        };
+        let (_, _, dt) = b.any_tensor_in(id, seg).map_err(|e| refusal(what, e))?;
+        let slot = b.slots[&(i, seg)];
+        let (first, last) = b.bounds[seg];
+        let e = b.life.entry((i, seg)).or_insert((first, last));
+        if input {
+            e.0 = first;
+        } else {
+            b.kept.insert((i, seg));
+        }
+        Ok((seg, slot, dt))
+    };
+    let inputs = input_ids
+        .iter()
+        .map(|&id| home(&mut b, id, true))
+        .collect::<Result<Vec<_>, _>>()?;
+    let outputs = output_ids
+        .iter()
+        .map(|&id| home(&mut b, id, false))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Each buffer ends after its highest planned home.
+    for (&(_, s), slot) in &b.slots {
+        b.words[s] = b.words[s].max(slot.off + slot.words);
     }
-    b.current = chain.len();
-    for &id in output_ids {
-        b.any_tensor(id).map_err(|e| refusal("graph output", e))?;
-    }
-    Ok(b)
+    Ok((b, inputs, outputs))
 }
 
 impl VkBuild<'_> {
-    /// Offsets for the second pass: constants keep theirs (they come first, in the same
-    /// order), the other tensors share words when their lifetimes do not overlap.
-    fn plan(&self, ops: usize) -> HashMap<usize, u64> {
-        let consts_end = RESERVED_WORDS + self.consts.iter().map(|(s, _)| s.words).sum::<u64>();
-        let mut values: Vec<(usize, usize, usize, u64)> = self
-            .life
-            .iter()
-            .filter_map(|(&v, &(f, l))| self.slots[v].map(|s| (v, f, l.min(ops), s.words)))
-            .collect();
-        values.sort_by_key(|&(v, f, _, _)| (f, v));
-        let lives: Vec<(usize, usize, u64)> =
-            values.iter().map(|&(_, f, l, n)| (f, l, n)).collect();
-        let (offs, _) = place(&lives, consts_end);
-        values
-            .iter()
-            .zip(offs)
-            .map(|(&(v, ..), o)| (v, o))
-            .collect()
+    /// The dtype of tensor `id` that has a home in segment `seg`.
+    fn any_tensor_in(&self, id: i32, seg: usize) -> Result<(Slot, Vec<usize>, Dt), Refusal> {
+        let Val::Tensor { dims, dt, .. } = self.val(id)? else {
+            return Err(bad(format!("value {id} is not a tensor")));
+        };
+        let slot = *self
+            .slots
+            .get(&(id as usize, seg))
+            .ok_or_else(|| bad(format!("value {id} has no home")))?;
+        Ok((slot, dims.clone(), *dt))
     }
 
-    /// The graph's input and output homes and dtypes.
-    fn finish(
-        mut self,
-        (input_ids, output_ids): &(Vec<i32>, Vec<i32>),
-    ) -> Result<(Self, Vec<(Slot, Dt)>, Vec<(Slot, Dt)>), KernelError> {
-        let home = |b: &mut Self, id: i32, what: &str| -> Result<(Slot, Dt), KernelError> {
-            let (slot, _, dt) = b.any_tensor(id).map_err(|e| refusal(what, e))?;
-            Ok((slot, dt))
-        };
-        let inputs = input_ids
-            .iter()
-            .map(|&id| home(&mut self, id, "graph input"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let outputs = output_ids
-            .iter()
-            .map(|&id| home(&mut self, id, "graph output"))
-            .collect::<Result<Vec<_>, _>>()?;
-        // The buffer ends after the highest planned tensor.
-        let top = self
-            .slots
-            .iter()
-            .flatten()
-            .map(|s| s.off + s.words)
-            .max()
-            .unwrap_or(0);
-        self.words = self.words.max(top);
-        Ok((self, inputs, outputs))
+    /// Offsets for the second pass, segment by segment: constants keep theirs (they come
+    /// first, in the same order), the other homes share words when their lifetimes do not
+    /// overlap.
+    fn plan(&self) -> HashMap<Key, u64> {
+        let mut out = HashMap::new();
+        for s in 0..self.words.len() {
+            let consts_end =
+                RESERVED_WORDS + self.consts[s].iter().map(|(c, _)| c.words).sum::<u64>();
+            let end = self.bounds[s].1;
+            let mut values: Vec<(Key, usize, usize, u64)> = self
+                .life
+                .iter()
+                .filter(|(k, _)| k.1 == s)
+                .filter_map(|(&key, &(f, l))| {
+                    let slot = self.slots.get(&key)?;
+                    let l = if self.kept.contains(&key) {
+                        end
+                    } else {
+                        l.min(end)
+                    };
+                    Some((key, f, l, slot.words))
+                })
+                .collect();
+            values.sort_by_key(|&(key, f, _, _)| (f, key));
+            let lives: Vec<(usize, usize, u64)> =
+                values.iter().map(|&(_, f, l, n)| (f, l, n)).collect();
+            let (offs, _) = place(&lives, consts_end);
+            out.extend(values.iter().zip(offs).map(|(&(key, ..), o)| (key, o)));
+        }
+        out
     }
 }
 

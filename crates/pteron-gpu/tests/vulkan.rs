@@ -20,7 +20,11 @@ fn vulkan_dir() -> PathBuf {
 }
 
 fn runtime() -> Option<pteron::Runtime> {
-    let gpu = support::gpu::gpu_or_skip()?;
+    runtime_with(pteron_gpu::GpuOptions::default())
+}
+
+fn runtime_with(options: pteron_gpu::GpuOptions) -> Option<pteron::Runtime> {
+    let gpu = support::gpu::gpu_or_skip_with(&options)?;
     let mut backends = pteron::default_backends();
     backends.register(Arc::new(VulkanBackend::new(gpu)));
     Some(
@@ -193,6 +197,27 @@ fn rel_err(got: &[f32], want: &[f32]) -> f32 {
 #[test]
 fn vulkan_llm_exports_match_executorch() {
     let Some(rt) = runtime() else { return };
+    llm_exports_match(&rt);
+}
+
+/// The same with buffers of at most 256 KiB: each LLM graph (580 and 290 KB) runs in several
+/// buffers, values copied between them, and gives the same logits.
+#[test]
+fn vulkan_llm_exports_match_in_small_buffers() {
+    let options = pteron_gpu::GpuOptions {
+        max_buffer_bytes: Some(256 << 10),
+        ..Default::default()
+    };
+    let Some(rt) = runtime_with(options) else {
+        return;
+    };
+    llm_exports_match(&rt);
+    for name in ["mlp", "bert_tiny"] {
+        fixtures::run_fixture_at(&vulkan_dir().join(name), &rt, (1e-4, 1e-3));
+    }
+}
+
+fn llm_exports_match(rt: &pteron::Runtime) {
     for (name, tol) in [("llm_tiny", 1e-3f32), ("llm_tiny_8da4w", 5e-2)] {
         let dir = vulkan_dir().join(name);
         let goldens: serde_json::Value =
@@ -310,4 +335,60 @@ fn vulkan_llm_chunked_prompt_and_bad_positions() {
     let got: Vec<f32> = t.to_f64_vec().unwrap().iter().map(|&v| v as f32).collect();
     let e = rel_err(&got, &want[..vocab]);
     assert!(e <= 1e-4, "{e}");
+}
+
+/// SmolLM2-135M-Instruct (real weights) through ExecuTorch's LLM recipe with the Vulkan
+/// backend, fp32 and 8da4w (`tools/export/export_llm.py smollm2 --variants fp32 xnnpack_8da4w
+/// vulkan_fp32 vulkan_8da4w`): greedy ids of the chat prompt on the GPU against ExecuTorch's
+/// runtime on the same model's portable (fp32) export and against the recipe's eager
+/// quantized model (8da4w; ExecuTorch's own 8da4w golden is its XNNPACK export, whose dynamic
+/// quantization differs). Run with `cargo test --release -p pteron-gpu --test vulkan --
+/// --ignored` after the export.
+#[test]
+#[ignore]
+fn smollm2_vulkan_exports_match() {
+    let Some(rt) = runtime() else { return };
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/export/out/smollm2");
+    let g: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out.join("goldens.json")).expect("run tools/export/export_llm.py smollm2"),
+    )
+    .unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let tok = pteron_llm::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
+    let prompt = ids(&g["prompt_ids"]);
+    let variants = g["variants"].as_object().unwrap();
+    let mut ran = 0;
+    for (name, v) in variants.iter().filter(|(_, v)| v["backend"] == "vulkan") {
+        let reference = v["golden_variant"].as_str().unwrap();
+        let want = match v.get("eager_generated_ids") {
+            Some(e) => ids(e),
+            None => ids(&variants[reference]["generated_ids"]),
+        };
+        let file = pteron::ProgramFile::open(out.join(v["pte"].as_str().unwrap())).unwrap();
+        let program = rt.load_program(&file).unwrap();
+        let model =
+            pteron_llm::Model::load(&program, pteron::MethodOptions::new().threads(1)).unwrap();
+        let mut gen = pteron_llm::Generator::new(model, &tok);
+        let t = std::time::Instant::now();
+        let got = gen.greedy_ids(&prompt, want.len()).unwrap();
+        let same = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
+        println!(
+            "{name}: {:?} ({:.1} s); the first {same} of {} ids equal the golden's",
+            tok.decode(&got, false).unwrap(),
+            t.elapsed().as_secs_f64(),
+            want.len()
+        );
+        let xnn = ids(&variants[reference]["generated_ids"]);
+        let with_et = got.iter().zip(&xnn).take_while(|(a, b)| a == b).count();
+        println!("{name}: the first {with_et} equal ExecuTorch's {reference} export's");
+        assert_eq!(got, want, "{name}");
+        ran += 1;
+    }
+    assert!(ran > 0, "no Vulkan variant in goldens.json");
 }

@@ -307,6 +307,10 @@ fn smollm2_greedy_matches_executorch() {
     let variants = g["variants"].as_object().unwrap();
     assert!(!variants.is_empty());
     for (name, v) in variants {
+        if v["backend"] == "vulkan" {
+            // GPU programs: crates/pteron-gpu/tests/vulkan.rs
+            continue;
+        }
         let file = pteron::ProgramFile::open(out.join(v["pte"].as_str().unwrap())).unwrap();
         let program = pteron::Runtime::new().load_program(&file).unwrap();
         let want = ids(&v["generated_ids"]);
