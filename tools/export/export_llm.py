@@ -254,7 +254,8 @@ def run_metadata(method_names, program):
 
 def eager_greedy(cfg, prompt_ids, new_tokens, chunk):
     """Greedy ids of the recipe's eager model after its source transforms (quantization
-    included): the prompt in chunks, then one token a call, as greedy_with_et_runtime."""
+    included): the prompt in chunks, then one token a call, as greedy_with_et_runtime. Returns
+    (ids, top-1 minus top-2 logit margin per step)."""
     from executorch.examples.models.llama.export_llama_lib import _prepare_for_llama_export
 
     model = _prepare_for_llama_export(cfg).model.eval()
@@ -269,12 +270,14 @@ def eager_greedy(cfg, prompt_ids, new_tokens, chunk):
         for s in range(0, len(prompt_ids), chunk):
             last = call(prompt_ids[s : s + chunk], pos)
             pos += len(prompt_ids[s : s + chunk])
-        gen = []
+        gen, margins = [], []
         for _ in range(new_tokens):
+            top2 = torch.topk(last, 2).values
+            margins.append(float(top2[0] - top2[1]))
             gen.append(int(torch.argmax(last)))
             last = call([gen[-1]], pos)
             pos += 1
-    return gen
+    return gen, margins
 
 
 def greedy_with_et_runtime(pte: Path, prompt_ids, new_tokens, eos_ids=()):
@@ -676,7 +679,9 @@ def export_smollm2(args):
                 "golden_variant": ref,
             }
             if qmode:
-                entry["eager_generated_ids"] = eager_greedy(cfg, prompt_ids, TINY_NEW_TOKENS, max_seq - 1)
+                entry["eager_generated_ids"], entry["eager_top2_margins"] = eager_greedy(
+                    cfg, prompt_ids, TINY_NEW_TOKENS, max_seq - 1
+                )
                 print(f"  eager quantized model: {tok.decode(entry['eager_generated_ids'])!r}")
             golden["variants"][name] = entry
             gold_path.write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")

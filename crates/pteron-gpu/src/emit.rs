@@ -151,7 +151,14 @@ pub(crate) fn contiguous_product(
 }
 
 pub(crate) fn product(b: &mut impl Steps, p: Product) -> Option<()> {
-    let grid = [p.n.div_ceil(16), p.m.div_ceil(16), p.batch];
+    // One row: a workgroup per output (the tiles would leave 15 of 16 rows idle).
+    let gemv = p.m == 1 && p.n <= u64::from(MAX_GROUPS) * u64::from(MAX_GROUPS);
+    let grid = if gemv {
+        let [x, y, _] = groups_2d(p.n)?;
+        [u64::from(x), u64::from(y), p.batch]
+    } else {
+        [p.n.div_ceil(16), p.m.div_ceil(16), p.batch]
+    };
     if grid.iter().any(|&g| g > u64::from(MAX_GROUPS)) {
         return None;
     }
@@ -179,7 +186,7 @@ pub(crate) fn product(b: &mut impl Steps, p: Product) -> Option<()> {
     push_all(&mut w, &p.a.1)?;
     push_all(&mut w, &p.b.1)?;
     push_all(&mut w, &bias_s)?;
-    b.step(Kernel::Matmul, w, grid);
+    b.step(if gemv { Kernel::Gemv } else { Kernel::Matmul }, w, grid);
     Some(())
 }
 

@@ -21,6 +21,7 @@ pub(crate) enum Kernel {
     Rope,
     Attend,
     Linear4,
+    Gemv,
 }
 
 impl Kernel {
@@ -40,6 +41,7 @@ impl Kernel {
             Kernel::Rope => "rope",
             Kernel::Attend => "attend",
             Kernel::Linear4 => "linear4",
+            Kernel::Gemv => "gemv",
         }
     }
 
@@ -60,6 +62,7 @@ impl Kernel {
             Kernel::Rope => include_str!("shaders/rope.wgsl"),
             Kernel::Attend => include_str!("shaders/attend.wgsl"),
             Kernel::Linear4 => include_str!("shaders/linear4.wgsl"),
+            Kernel::Gemv => include_str!("shaders/gemv.wgsl"),
         };
         format!("{PRELUDE}\n{body}")
     }

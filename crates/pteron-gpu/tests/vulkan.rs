@@ -342,7 +342,7 @@ fn vulkan_llm_chunked_prompt_and_bad_positions() {
 /// vulkan_fp32 vulkan_8da4w`): greedy ids of the chat prompt on the GPU against ExecuTorch's
 /// runtime on the same model's portable (fp32) export and against the recipe's eager
 /// quantized model (8da4w; ExecuTorch's own 8da4w golden is its XNNPACK export, whose dynamic
-/// quantization differs). Run with `cargo test --release -p pteron-gpu --test vulkan --
+/// quantization differs; 8da4w compares up to the eager model's first near tie). Run with `cargo test --release -p pteron-gpu --test vulkan --
 /// --ignored` after the export.
 #[test]
 #[ignore]
@@ -387,7 +387,15 @@ fn smollm2_vulkan_exports_match() {
         let xnn = ids(&variants[reference]["generated_ids"]);
         let with_et = got.iter().zip(&xnn).take_while(|(a, b)| a == b).count();
         println!("{name}: the first {with_et} equal ExecuTorch's {reference} export's");
-        assert_eq!(got, want, "{name}");
+        // 8da4w: up to the eager model's first step whose top two are within 0.5 (a last-bit
+        // difference before an activation's int8 rounding moves logits by that much; there
+        // ExecuTorch's own 8da4w ids also change with MKL's code path).
+        let need = v["eager_top2_margins"].as_array().map_or(want.len(), |m| {
+            m.iter()
+                .position(|x| x.as_f64().unwrap() < 0.5)
+                .unwrap_or(want.len())
+        });
+        assert!(same >= need, "{name}: {same} ids equal, {need} needed");
         ran += 1;
     }
     assert!(ran > 0, "no Vulkan variant in goldens.json");
