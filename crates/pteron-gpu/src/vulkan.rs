@@ -11,6 +11,7 @@
 //! (`emit.rs`); an operator without a lowering is a load error naming it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use pteron_core::{
     ArgView, Backend, BackendInit, DelegateHandle, KernelContext, KernelError, ScalarType,
@@ -238,7 +239,8 @@ type Key = (usize, usize);
 /// takes several); a value an operator reads in a later segment than the one that holds it is
 /// copied there between the segments' passes.
 struct VkBuild<'d> {
-    vals: Vec<Val<'d>>,
+    /// Shared with the delegate, which lowers the graph again at every run's sizes.
+    vals: Arc<Vec<Val<'d>>>,
     /// Each operator's segment, and each segment's first and last operator.
     seg_of: Vec<usize>,
     bounds: Vec<(usize, usize)>,
@@ -258,7 +260,7 @@ struct VkBuild<'d> {
     current: usize,
     life: HashMap<Key, (usize, usize)>,
     /// Offsets of non-constant homes (second pass).
-    plan: Option<HashMap<Key, u64>>,
+    plan: Option<Arc<HashMap<Key, u64>>>,
     /// This run's sizes of tensors whose sizes are not their declared ones (dynamic shapes:
     /// declared sizes are upper bounds), and its symbolic ints.
     now: HashMap<usize, Vec<usize>>,
@@ -1548,8 +1550,9 @@ impl Backend for VulkanBackend {
         let seg_of = assign_segments(&vals, &chain, self.gpu.max_buffer_bytes() / 4);
         // First pass: every tensor its own words, and when each is used; second pass: tensors
         // never alive together share words.
+        let vals = Arc::new(vals);
         let first = lower_graph(vals.clone(), &chain, &io, None, &env, &seg_of)?;
-        let plan = first.0.plan();
+        let plan = Arc::new(first.0.plan());
         let (b, inputs, outputs) =
             lower_graph(vals.clone(), &chain, &io, Some(plan.clone()), &env, &seg_of)?;
         let specs: Vec<SegmentSpec<'_, '_>> = (0..b.words.len())
@@ -1661,10 +1664,10 @@ struct VkDelegate<'p> {
 }
 
 struct Dynamic<'p> {
-    vals: Vec<Val<'p>>,
+    vals: Arc<Vec<Val<'p>>>,
     chain: Vec<(&'p str, Vec<i32>)>,
     io: (Vec<i32>, Vec<i32>),
-    plan: HashMap<Key, u64>,
+    plan: Arc<HashMap<Key, u64>>,
     seg_of: Vec<usize>,
 }
 
@@ -1740,10 +1743,10 @@ type Homes = Vec<(usize, Slot, Dt)>;
 /// One pass over the chain (see [`VulkanBackend::init`]) at the sizes of `env`'s inputs, in
 /// the segments of `seg_of`; with the homes of the graph's inputs and outputs.
 fn lower_graph<'d>(
-    vals: Vec<Val<'d>>,
+    vals: Arc<Vec<Val<'d>>>,
     chain: &[(&str, Vec<i32>)],
     (input_ids, output_ids): &(Vec<i32>, Vec<i32>),
-    plan: Option<HashMap<Key, u64>>,
+    plan: Option<Arc<HashMap<Key, u64>>>,
     env: &Env,
     seg_of: &[usize],
 ) -> Result<(VkBuild<'d>, Homes, Homes), KernelError> {
