@@ -119,12 +119,31 @@ fn without_the_backend_a_vulkan_program_is_refused() {
 }
 
 /// Hostile payloads: seeded byte changes anywhere in a Vulkan program end in a load or run
-/// error or in a run, never in a panic (every offset, size and id is checked).
+/// error or in a run, never in a panic (every offset, size and id is checked). The MLP, and
+/// the LLM export (symbolic sizes, attention with its cache, several buffers when capped).
 #[test]
 fn mutated_vulkan_programs_fail_cleanly() {
     let Some(rt) = runtime() else { return };
-    let bytes = std::fs::read(vulkan_dir().join("mlp/model.pte")).unwrap();
     let input = pteron::npy::read(vulkan_dir().join("mlp/input0.npy")).unwrap();
+    mutate("mlp", &rt, 600, &[input]);
+    let options = pteron_gpu::GpuOptions {
+        max_buffer_bytes: Some(256 << 10),
+        ..Default::default()
+    };
+    let Some(small) = runtime_with(options) else {
+        return;
+    };
+    let tokens: Vec<i64> = (0..6).map(|k| 30 + 7 * k).collect();
+    let llm_inputs = [
+        pteron::Tensor::from_i64(&[1, 6], &tokens),
+        pteron::Tensor::from_i64(&[1], &[3]),
+    ];
+    mutate("llm_tiny", &rt, 150, &llm_inputs);
+    mutate("llm_tiny_8da4w", &small, 150, &llm_inputs);
+}
+
+fn mutate(name: &str, rt: &pteron::Runtime, rounds: usize, inputs: &[pteron::Tensor]) {
+    let bytes = std::fs::read(vulkan_dir().join(name).join("model.pte")).unwrap();
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         state ^= state << 13;
@@ -137,7 +156,7 @@ fn mutated_vulkan_programs_fail_cleanly() {
     let fb_len = u32::from_le_bytes(bytes[vh + 14..vh + 18].try_into().unwrap()) as usize;
     let payload = vh..(vh + 32 + fb_len).min(bytes.len());
     let (mut loaded, mut ran) = (0, 0);
-    for round in 0..600 {
+    for round in 0..rounds {
         let mut m = bytes.clone();
         for _ in 0..1 + next() % 4 {
             let at = if round % 4 == 0 {
@@ -156,11 +175,11 @@ fn mutated_vulkan_programs_fail_cleanly() {
         };
         loaded += 1;
         use pteron::RunMethod;
-        if method.run(std::slice::from_ref(&input)).is_ok() {
+        if method.run(inputs).is_ok() {
             ran += 1;
         }
     }
-    println!("{loaded} mutated programs loaded, {ran} ran");
+    println!("{name}: {loaded} mutated programs loaded, {ran} ran");
 }
 
 fn floats(path: PathBuf) -> (usize, Vec<f32>) {
@@ -172,7 +191,6 @@ fn floats(path: PathBuf) -> (usize, Vec<f32>) {
         .collect();
     (t.sizes[1], v)
 }
-
 /// The largest difference of two rows, relative to the largest magnitude of `want`.
 fn rel_err(got: &[f32], want: &[f32]) -> f32 {
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
