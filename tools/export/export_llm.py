@@ -19,8 +19,13 @@ Two targets:
   ExecuTorch's llama checkpoint layout and exported with KV cache + sdpa_with_kv_cache in
   the variants of SMOL_VARIANTS: `fp32` (portable), `xnnpack_8da4w` (XNNPACK, dynamic int8
   activations, 4-bit weights in groups of 32: 576 is not a multiple of 128) and, on request,
-  `xnnpack_fp32`. goldens.json: 64 greedy ids per variant from ExecuTorch's runtime for a chat
-  prompt, the text of ExecuTorch's C++ runner up to EOS, and eager transformers' ids.
+  `xnnpack_fp32`, `vulkan_fp32` and `vulkan_8da4w` (the recipe's Vulkan backend,
+  `backend.vulkan.enabled=True`: the KV cache inside the delegate; pteron runs them with
+  `--device gpu`). goldens.json: 64 greedy ids per variant from ExecuTorch's runtime for a chat
+  prompt, the text of ExecuTorch's C++ runner up to EOS, and eager transformers' ids; the
+  Vulkan variants (which the pip runtime cannot run) name the variant whose ids are their
+  golden (`golden_variant`), and vulkan_8da4w adds the eager quantized model's greedy ids and
+  margins.
 
 * `stories` (not committed, tools/export/out/stories15m/ or stories110m/): random-weight Llamas
   with the shapes of llama2.c's "stories" models (15M: dim 288, 6 layers, 6 heads, hidden 768;
@@ -34,7 +39,7 @@ Two targets:
 Usage (from the repository root):
 
     /opt/etvenv/bin/python tools/export/export_llm.py tiny
-    /opt/etvenv/bin/python tools/export/export_llm.py smollm2 [--variants fp32 xnnpack_8da4w]
+    /opt/etvenv/bin/python tools/export/export_llm.py smollm2 [--variants fp32 xnnpack_8da4w vulkan_fp32 vulkan_8da4w]
     /opt/etvenv/bin/python tools/export/export_llm.py stories --size 15m|110m
 """
 
