@@ -3,6 +3,8 @@
 //! region's steps differ only in pipeline, parameter offset and grid.
 
 const PRELUDE: &str = include_str!("shaders/prelude.wgsl");
+/// Workgroup tree reductions, for the kernels with a workgroup per row or output.
+const TREE: &str = include_str!("shaders/tree.wgsl");
 
 /// A compute kernel of the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -45,7 +47,8 @@ impl Kernel {
         }
     }
 
-    /// The kernel's full WGSL module (the shared prelude, then its own body).
+    /// The kernel's full WGSL module (the shared prelude, the reductions where it uses them,
+    /// then its own body).
     pub(crate) fn source(self) -> String {
         let body = match self {
             Kernel::Binary => include_str!("shaders/binary.wgsl"),
@@ -64,7 +67,11 @@ impl Kernel {
             Kernel::Linear4 => include_str!("shaders/linear4.wgsl"),
             Kernel::Gemv => include_str!("shaders/gemv.wgsl"),
         };
-        format!("{PRELUDE}\n{body}")
+        let tree = match self {
+            Kernel::Rows | Kernel::Attend | Kernel::Gemv => TREE,
+            _ => "",
+        };
+        format!("{PRELUDE}\n{tree}\n{body}")
     }
 }
 

@@ -4,8 +4,6 @@
 // h / (H / KVH). The scores go through the region's scratch words (row stride: ctx).
 // p: rows (T * H), H, KVH, D, start, keys (start + T), q_off, k_off, v_off, out_off,
 //    scratch_off, ctx, scale, causal
-var<workgroup> red: array<f32, 64>;
-
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let row = wid.x + wid.y * nwg.x;
@@ -39,13 +37,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     red[tid] = mx;
     workgroupBarrier();
-    for (var w = 32u; w > 0u; w = w >> 1u) {
-        if (tid < w) {
-            let o = red[tid + w];
-            red[tid] = select(max(red[tid], o), nan(), is_nan(red[tid]) || is_nan(o));
-        }
-        workgroupBarrier();
-    }
+    reduce_max(tid);
     mx = red[0];
     workgroupBarrier();
     var sum = 0.0;
@@ -56,12 +48,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     red[tid] = sum;
     workgroupBarrier();
-    for (var w = 32u; w > 0u; w = w >> 1u) {
-        if (tid < w) {
-            red[tid] = red[tid] + red[tid + w];
-        }
-        workgroupBarrier();
-    }
+    reduce_sum(tid);
     sum = red[0];
     storageBarrier();
     let o = p[9] + row * d;

@@ -2,8 +2,6 @@
 // workgroup per output, its threads splitting the K products, then a tree sum.
 // p: as matmul.wgsl (M = 1): M, N, K, a_off, b_off, c_off, bias_off, has_bias, alpha, beta,
 //    a_sb, a_sm, a_sk, b_sb, b_sk, b_sn, bias_sm, bias_sn
-var<workgroup> red: array<f32, 64>;
-
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let o = wid.x + wid.y * nwg.x;
@@ -21,12 +19,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     red[t] = acc;
     workgroupBarrier();
-    for (var s = 32u; s > 0u; s = s >> 1u) {
-        if (t < s) {
-            red[t] = red[t] + red[t + s];
-        }
-        workgroupBarrier();
-    }
+    reduce_sum(t);
     if (t == 0u) {
         var y = pf(8u) * red[0];
         if (p[7] != 0u) {

@@ -4,37 +4,6 @@
 // RMS norm p: rows, M, 0, x_off, out_off, eps, kind=2, w_off, has_w
 // int8 parameters of each row (torchao's choose_qparams_affine, asymmetric, one block per row):
 //   p: rows, M, 0, x_off, scale_off, zero_point_off, kind=3, quant_min (i32), quant_max (i32)
-var<workgroup> red: array<f32, 64>;
-
-fn reduce_min(t: u32) {
-    for (var s = 32u; s > 0u; s = s >> 1u) {
-        if (t < s) {
-            let o = red[t + s];
-            red[t] = select(min(red[t], o), nan(), is_nan(red[t]) || is_nan(o));
-        }
-        workgroupBarrier();
-    }
-}
-
-fn reduce_max(t: u32) {
-    for (var s = 32u; s > 0u; s = s >> 1u) {
-        if (t < s) {
-            let o = red[t + s];
-            red[t] = select(max(red[t], o), nan(), is_nan(red[t]) || is_nan(o));
-        }
-        workgroupBarrier();
-    }
-}
-
-fn reduce_sum(t: u32) {
-    for (var s = 32u; s > 0u; s = s >> 1u) {
-        if (t < s) {
-            red[t] = red[t] + red[t + s];
-        }
-        workgroupBarrier();
-    }
-}
-
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let row = wid.x + wid.y * nwg.x;
