@@ -700,6 +700,8 @@ pub(crate) fn linear4(b: &mut impl Steps, l: Linear4) -> Option<()> {
     let total = l.rows.checked_mul(l.n)?;
     let (b_off, has_b) = l.bias.map_or((0, 0), |s| (s.off, 1));
     let (dq, xs, xz) = l.dq.map_or((0, 0, 0), |(s, z)| (1, s.off, z.off));
+    // the kernel's group loop steps by the group: no u32 wrap
+    u32of(l.k.checked_add(l.group)?)?;
     // byte addresses of the weights are u32 in the kernel
     u32of(
         l.w.off
