@@ -63,6 +63,8 @@ pub struct ServeArgs {
     pub repetition_penalty: f32,
     #[command(flatten)]
     pub speculate: SpeculateArgs,
+    #[command(flatten)]
+    pub device: crate::device::DeviceArgs,
 }
 
 pub fn serve(args: &ServeArgs) -> pteron::Result<()> {
@@ -85,6 +87,7 @@ pub fn serve(args: &ServeArgs) -> pteron::Result<()> {
         },
         threads: args.threads,
         speculation: args.speculate.speculation(),
+        runtime: Some(crate::device::runtime(&args.device)?.0),
         ..ServerConfig::default()
     };
     let files = ModelFiles {

@@ -286,12 +286,27 @@ fn long_form_tiny_en_matches_faster_whisper() {
 #[cfg(unix)]
 #[test]
 fn serve_answers_and_stops_on_ctrl_c() {
+    serve_session("testdata/llm/tiny/fp32.pte", &[]);
+}
+
+/// The same on the GPU: the tiny Llama's Vulkan export with `--device gpu`.
+#[cfg(all(unix, feature = "gpu"))]
+#[test]
+fn serve_on_the_gpu() {
+    if std::env::var("PTERON_GPU_TESTS").as_deref() == Ok("skip") {
+        return;
+    }
+    serve_session("testdata/vulkan/llm_tiny/model.pte", &["--device", "gpu"]);
+}
+
+#[cfg(unix)]
+fn serve_session(model: &str, extra: &[&str]) {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::process::Stdio;
     let mut child = command()
         .args([
             "serve",
-            "testdata/llm/tiny/fp32.pte",
+            model,
             "--tokenizer",
             "testdata/llm/tiny/tokenizer.json",
             "--port",
@@ -301,6 +316,7 @@ fn serve_answers_and_stops_on_ctrl_c() {
             "--model-name",
             "tiny",
         ])
+        .args(extra)
         .current_dir(root())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -36,6 +36,9 @@ pub struct ServerConfig {
     pub speculation: Speculation,
     /// After a shutdown request, how long open connections may take to finish.
     pub shutdown_grace: Duration,
+    /// The runtime the model is loaded with (its backends and partitioners: e.g. the GPU
+    /// engine); `None`: `pteron::Runtime::new()`.
+    pub runtime: Option<pteron::Runtime>,
 }
 
 /// The default `max_body_bytes`: 1 MiB.
@@ -65,6 +68,7 @@ impl Default for ServerConfig {
             threads: 0,
             speculation: Speculation::Off,
             shutdown_grace: Duration::from_secs(10),
+            runtime: None,
         }
     }
 }

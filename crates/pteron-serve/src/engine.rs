@@ -265,6 +265,7 @@ impl Engine {
         let setup = Setup {
             threads: config.threads,
             speculation: config.speculation,
+            runtime: config.runtime.clone(),
         };
         std::thread::Builder::new()
             .name("pteron-serve-model".into())
@@ -336,10 +337,11 @@ impl Engine {
 }
 
 /// What the model thread takes from the server's settings.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Setup {
     threads: usize,
     speculation: Speculation,
+    runtime: Option<pteron::Runtime>,
 }
 
 /// The model thread: loads, reports ready, then serves the queue until every sender is gone.
@@ -384,7 +386,7 @@ fn model_thread(
             return;
         }
     };
-    let runtime = pteron::Runtime::new();
+    let runtime = setup.runtime.clone().unwrap_or_default();
     let program = match runtime.load_program(&file) {
         Ok(p) => p,
         Err(e) => {
