@@ -28,6 +28,7 @@ speed comparison (bench/llm.py) and the memory check.
 
     /opt/etvenv/bin/python tools/export/export_families.py [--only qwen3_5 lfm2] [--goldens-only]
     /opt/etvenv/bin/python tools/export/export_families.py --full qwen3_5 --layers 8
+    /opt/etvenv/bin/python tools/export/export_families.py --vulkan   # vulkan_fp32.pte (VULKAN)
 """
 
 import argparse
@@ -84,6 +85,12 @@ Q8DA4W = {"qwen3_5", "llama3_2", "qwen2_5"}
 # (`quantize_kv_cache=True`: llama::custom_quantized_sdpa over int8 caches).
 Q8DA8W = {"qwen3"}
 KV8 = {"qwen3"}
+# The recipe's Vulkan backend (`vulkan_fp32.pte`, run by pteron's GPU engine): Qwen 3 (QK-norm,
+# Hugging Face RoPE, head_dim != dim / n_heads) and Phi-4-mini (RoPE on 3/4 of each head). The
+# pip runtime has no Vulkan backend: their goldens are the xnnpack_fp32 program's ids (same
+# weights). LFM2's Vulkan export drops its convolution state (the graph outputs it, the
+# program does not keep it), which pteron refuses by name.
+VULKAN = {"qwen3", "phi_4_mini"}
 
 # Full-size configs (ExecuTorch's config/*.json; Llama 3.2 1B from Meta's params.json).
 FULL = {
@@ -182,6 +189,35 @@ def goldens(pte, tok, xnnpack, qmode, kv8=False):
     return entry
 
 
+def export_vulkan(family, tok, seed):
+    """vulkan_fp32.pte for a family of VULKAN, merged into its committed goldens.json."""
+    params = FAMILIES[family][1]
+    work = WORK / family
+    work.mkdir(parents=True, exist_ok=True)
+    ckpt = work / "checkpoint.pth"
+    torch.save(checkpoint(params, seed), ckpt)
+    (work / "params.json").write_text(json.dumps(params))
+    eos = tok.token_to_id("<|endoftext|>")
+    metadata = {"get_bos_id": tok.token_to_id("<|im_start|>"), "get_eos_ids": [eos]}
+    out = OUT / family
+    gold_path = out / "goldens.json"
+    golden = json.loads(gold_path.read_text())
+    if golden.get("seed") != seed:
+        raise SystemExit(f"{family}: goldens.json has seed {golden.get('seed')}, not {seed}")
+    cfg = config(family, ckpt, work / "params.json", work, "vulkan_fp32", metadata, False, None)
+    cfg.backend.vulkan.enabled = True
+    dst = out / "vulkan_fp32.pte"
+    dst.write_bytes(Path(L.export(cfg)).read_bytes())
+    ops, methods, bound = L.program_info(dst)
+    golden["variants"]["vulkan_fp32"] = {
+        "pte": dst.name, "pte_bytes": dst.stat().st_size, "operators": ops, "methods": methods,
+        "tokens_input_bound": bound, "backend": "vulkan", "qmode": None,
+        "golden_variant": "xnnpack_fp32",
+    }
+    gold_path.write_text(json.dumps(golden, indent=1) + "\n")
+    print(f"wrote {dst} and {gold_path}")
+
+
 def export_family(family, tok, seed, goldens_only=False):
     params = FAMILIES[family][1]
     work = WORK / family
@@ -270,6 +306,8 @@ def main():
     ap.add_argument("--variants", nargs="*", default=["xnnpack_fp32", "xnnpack_8da4w"])
     ap.add_argument("--goldens-only", action="store_true",
                     help="recompute goldens.json from the committed programs")
+    ap.add_argument("--vulkan", action="store_true",
+                    help="only the Vulkan programs (VULKAN), added to the committed goldens")
     args = ap.parse_args()
     L.load_custom_ops()
     from tokenizers import Tokenizer
@@ -279,7 +317,12 @@ def main():
         export_full(args.full, args.variants, args.layers, args.goldens_only)
         return
     for family in args.only or FAMILIES:
-        export_family(family, tok, 100 + list(FAMILIES).index(family), args.goldens_only)
+        seed = 100 + list(FAMILIES).index(family)
+        if args.vulkan:
+            if family in VULKAN:
+                export_vulkan(family, tok, seed)
+            continue
+        export_family(family, tok, seed, args.goldens_only)
 
 
 if __name__ == "__main__":

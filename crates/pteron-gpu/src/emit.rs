@@ -623,9 +623,35 @@ pub(crate) fn rope(
     let mut p = Vec::new();
     push_all(
         &mut p,
-        &[pairs, heads, half, x.off, o.off, cos.off, sin.off],
+        &[pairs, heads, half, x.off, o.off, cos.off, sin.off, 0],
     )?;
     b.step(Kernel::Rope, p, elementwise_grid(pairs)?);
+    Some(())
+}
+
+/// Hugging Face's rotary embedding (rotate-half) of the first `rotary` values of each of
+/// `heads` heads of `dim` values, `tokens` rows at table rows `start..` (see
+/// `shaders/rope.wgsl`).
+pub(crate) fn rope_halves(
+    b: &mut impl Steps,
+    (tokens, heads, dim): (u64, u64, u64),
+    (rotary, start): (u64, u64),
+    x: Slot,
+    o: Slot,
+    (cos, sin): (Slot, Slot),
+) -> Option<()> {
+    let n = tokens.checked_mul(heads)?.checked_mul(dim)?;
+    if rotary > dim || !rotary.is_multiple_of(2) {
+        return None;
+    }
+    let mut p = Vec::new();
+    push_all(
+        &mut p,
+        &[
+            n, heads, dim, x.off, o.off, cos.off, sin.off, 1, rotary, start,
+        ],
+    )?;
+    b.step(Kernel::Rope, p, elementwise_grid(n)?);
     Some(())
 }
 

@@ -285,6 +285,11 @@ impl GpuRegion {
         })
     }
 
+    /// How many inputs and outputs the region takes.
+    pub(crate) fn io_counts(&self) -> (usize, usize) {
+        (self.inputs.len(), self.outputs.len())
+    }
+
     /// Lets inputs hold fewer values than their homes (a graph with dynamic shapes).
     pub(crate) fn set_dynamic(&mut self) {
         self.dynamic = true;

@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use pteron_core::{
-    ArgView, Backend, BackendInit, DelegateHandle, KernelContext, KernelError, ScalarType,
+    ArgAccess, ArgView, Backend, BackendInit, DelegateHandle, KernelContext, KernelError,
+    ScalarType,
 };
 
 use crate::device::Gpu;
@@ -1069,6 +1070,35 @@ impl<'d> VkBuild<'d> {
                 }
                 Ok(())
             }
+            "et_vk.apply_rotary_emb_hf.default" => {
+                need(6)?;
+                let outs = self.pair(a[5])?;
+                let (c, cd) = self.tensor(a[2])?;
+                let (sn, sd) = self.tensor(a[3])?;
+                let start = self.int(a[4])?;
+                let &[rows, rotary] = cd.as_slice() else {
+                    return Err(bad(format!("rotary tables {cd:?}")));
+                };
+                for (x_id, o_id) in [(a[0], outs[0]), (a[1], outs[1])] {
+                    let (x, xd) = self.tensor(x_id)?;
+                    let &[1, t, h, d] = xd.as_slice() else {
+                        return Err(bad(format!("rotary embedding of {xd:?}")));
+                    };
+                    let end = start.checked_add(t as i64);
+                    if sd != cd || rotary > d || start < 0 || end.is_none_or(|e| e > rows as i64) {
+                        return Err(bad(format!("rotary tables {cd:?} at {start} for {xd:?}")));
+                    }
+                    let o = self.out(o_id, &xd, Dt::F32)?;
+                    let dims = (t as u64, h as u64, d as u64);
+                    emit::rope_halves(self, dims, (rotary as u64, start as u64), x, o, (c, sn))
+                        .ok_or_else(|| bad("rotary shapes"))?;
+                }
+                Ok(())
+            }
+            "aten.cat.default" => {
+                need(3)?;
+                self.cat(a)
+            }
             "sdpa_with_kv_cache.default" | "llama.sdpa_with_kv_cache.default" => {
                 need(12)?;
                 self.sdpa_with_kv_cache(a)
@@ -1162,6 +1192,54 @@ impl<'d> VkBuild<'d> {
             },
         )
         .ok_or_else(|| bad("attention shapes"))
+    }
+
+    /// `cat(tensors, dim)`: each piece copied into its place along `dim`.
+    fn cat(&mut self, a: &[i32]) -> Lowered {
+        let ids = match self.val(a[0])? {
+            Val::Values(v) => v.clone(),
+            v => return Err(bad(format!("cat of {}", v.describe()))),
+        };
+        let mut pieces = Vec::with_capacity(ids.len());
+        let mut dt = None;
+        for id in ids {
+            let id = i32::try_from(id).map_err(|_| bad("value id"))?;
+            let (s, d, t) = self.any_tensor(id)?;
+            if *dt.get_or_insert(t) != t {
+                return Err(Refusal::Op);
+            }
+            pieces.push((s, d));
+        }
+        let Some(dt) = dt else {
+            return Err(bad("cat of nothing"));
+        };
+        let rank = pieces[0].1.len();
+        let dim = pteron_core::normalize_dim(self.int(a[1])?, rank.max(1))
+            .map_err(|e| bad(e.to_string()))?;
+        let mut want = pieces[0].1.clone();
+        want[dim] = 0;
+        for (_, d) in &pieces {
+            let same = d.len() == rank && (0..rank).all(|k| k == dim || d[k] == want[k]);
+            if !same {
+                return Err(bad(format!("cat of {:?} along {dim}", pieces[0].1)));
+            }
+            want[dim] += d[dim];
+        }
+        let o = self.out(a[2], &want, dt)?;
+        let dst = emit::strides(&want);
+        let mut at = 0u64;
+        for (s, d) in pieces {
+            let shape: Vec<u64> = d.iter().map(|&v| v as u64).collect();
+            emit::copy_step(
+                self,
+                &shape,
+                (s.off, &emit::strides(&d)),
+                (o.off + at * dst[dim], &dst),
+            )
+            .ok_or_else(|| bad("copy too large"))?;
+            at += d[dim] as u64;
+        }
+        Ok(())
     }
 
     /// `choose_qparams_affine(input, mapping, block_size, target_dtype, quant_min, quant_max,
@@ -1721,6 +1799,17 @@ impl Dynamic<'_> {
 
 impl DelegateHandle for VkDelegate<'_> {
     fn check(&self, args: &ArgView<'_, '_>) -> Result<(), KernelError> {
+        let (ins, outs) = self.region.io_counts();
+        if args.num_args() != ins + outs {
+            // e.g. LFM2's convolution state: the graph outputs the new state, the program
+            // drops it, so the next call would start from the old one.
+            return Err(KernelError::unsupported(format!(
+                "Vulkan delegate: the graph has {ins} inputs and {outs} outputs, the program \
+                 passes {} values (a graph output the program does not keep, such as a \
+                 state to carry to the next call, is not supported)",
+                args.num_args()
+            )));
+        }
         self.region.check(args)
     }
 

@@ -418,3 +418,42 @@ fn smollm2_vulkan_exports_match() {
     }
     assert!(ran > 0, "no Vulkan variant in goldens.json");
 }
+
+/// The LLM families' Vulkan exports (`tools/export/export_families.py --vulkan`: Qwen 3 with
+/// QK-norm, Hugging Face RoPE and a wider head; Phi-4-mini with RoPE on 3/4 of each head)
+/// give ExecuTorch's greedy ids of the same weights (its XNNPACK fp32 export; the pip runtime
+/// has no Vulkan backend) for both prompts, 40 tokens each.
+#[test]
+fn family_vulkan_exports_match_executorch() {
+    let Some(rt) = runtime() else { return };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/llm/families");
+    let tok = pteron_llm::Tokenizer::from_file(dir.join("../tiny/tokenizer.json")).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let mut checked = 0;
+    for family in ["qwen3", "phi_4_mini"] {
+        let g: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join(family).join("goldens.json")).unwrap())
+                .unwrap();
+        let v = &g["variants"]["vulkan_fp32"];
+        let reference = &g["variants"][v["golden_variant"].as_str().unwrap()];
+        let file =
+            pteron::ProgramFile::open(dir.join(family).join(v["pte"].as_str().unwrap())).unwrap();
+        let program = rt.load_program(&file).unwrap();
+        let model =
+            pteron_llm::Model::load(&program, pteron::MethodOptions::new().threads(1)).unwrap();
+        let mut gen = pteron_llm::Generator::new(model, &tok);
+        for (pname, p) in reference["prompts"].as_object().unwrap() {
+            let want = ids(&p["generated_ids"]);
+            let got = gen.greedy_ids(&ids(&p["prompt_ids"]), want.len()).unwrap();
+            assert_eq!(got, want, "{family}/{pname}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 4);
+}
