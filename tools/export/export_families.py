@@ -189,8 +189,9 @@ def goldens(pte, tok, xnnpack, qmode, kv8=False):
     return entry
 
 
-def export_vulkan(family, tok, seed):
-    """vulkan_fp32.pte for a family of VULKAN, merged into its committed goldens.json."""
+def prepare(family, tok, seed):
+    """The family's seeded checkpoint and params.json in its work folder, and the metadata
+    methods' values: (work folder, checkpoint path, metadata)."""
     params = FAMILIES[family][1]
     work = WORK / family
     work.mkdir(parents=True, exist_ok=True)
@@ -198,7 +199,12 @@ def export_vulkan(family, tok, seed):
     torch.save(checkpoint(params, seed), ckpt)
     (work / "params.json").write_text(json.dumps(params))
     eos = tok.token_to_id("<|endoftext|>")
-    metadata = {"get_bos_id": tok.token_to_id("<|im_start|>"), "get_eos_ids": [eos]}
+    return work, ckpt, {"get_bos_id": tok.token_to_id("<|im_start|>"), "get_eos_ids": [eos]}
+
+
+def export_vulkan(family, tok, seed):
+    """vulkan_fp32.pte for a family of VULKAN, merged into its committed goldens.json."""
+    work, ckpt, metadata = prepare(family, tok, seed)
     out = OUT / family
     gold_path = out / "goldens.json"
     golden = json.loads(gold_path.read_text())
@@ -220,13 +226,7 @@ def export_vulkan(family, tok, seed):
 
 def export_family(family, tok, seed, goldens_only=False):
     params = FAMILIES[family][1]
-    work = WORK / family
-    work.mkdir(parents=True, exist_ok=True)
-    ckpt = work / "checkpoint.pth"
-    torch.save(checkpoint(params, seed), ckpt)
-    (work / "params.json").write_text(json.dumps(params))
-    eos = tok.token_to_id("<|endoftext|>")
-    metadata = {"get_bos_id": tok.token_to_id("<|im_start|>"), "get_eos_ids": [eos]}
+    work, ckpt, metadata = prepare(family, tok, seed)
     out = OUT / family
     out.mkdir(parents=True, exist_ok=True)
     # name: (XNNPACK, qmode, int8 KV cache)

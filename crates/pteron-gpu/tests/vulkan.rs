@@ -182,6 +182,15 @@ fn mutate(name: &str, rt: &pteron::Runtime, rounds: usize, inputs: &[pteron::Ten
     println!("{name}: {loaded} mutated programs loaded, {ran} ran");
 }
 
+/// A JSON list of token ids.
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
 fn floats(path: PathBuf) -> (usize, Vec<f32>) {
     let t = pteron::npy::read(path).unwrap();
     let v = t
@@ -371,13 +380,6 @@ fn smollm2_vulkan_exports_match() {
         &std::fs::read(out.join("goldens.json")).expect("run tools/export/export_llm.py smollm2"),
     )
     .unwrap();
-    let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
-    };
     let tok = pteron_llm::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
     let prompt = ids(&g["prompt_ids"]);
     let variants = g["variants"].as_object().unwrap();
@@ -428,13 +430,6 @@ fn family_vulkan_exports_match_executorch() {
     let Some(rt) = runtime() else { return };
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/llm/families");
     let tok = pteron_llm::Tokenizer::from_file(dir.join("../tiny/tokenizer.json")).unwrap();
-    let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
-    };
     let mut checked = 0;
     for family in ["qwen3", "phi_4_mini"] {
         let g: serde_json::Value =
