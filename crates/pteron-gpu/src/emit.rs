@@ -369,10 +369,37 @@ pub(crate) fn layer_norm(
     o: Slot,
     w: Option<Slot>,
     bias: Option<Slot>,
-    (mean, rstd): (Slot, Slot),
+    stats: (Slot, Slot),
+) -> Option<()> {
+    norm(b, 1, (rows, m), eps, (x, o), (w, bias), Some(stats))
+}
+
+/// RMS normalization of `rows` rows of `m` elements, times an optional weight: the layer
+/// norm's step with the mean taken as 0.
+pub(crate) fn rms_norm(
+    b: &mut impl Steps,
+    (rows, m): (u64, u64),
+    eps: f64,
+    x: Slot,
+    o: Slot,
+    w: Option<Slot>,
+) -> Option<()> {
+    norm(b, 2, (rows, m), eps, (x, o), (w, None), None)
+}
+
+/// A row-normalization step of `shaders/rows.wgsl` (`kind` 1: layer norm, 2: RMS norm).
+fn norm(
+    b: &mut impl Steps,
+    kind: u64,
+    (rows, m): (u64, u64),
+    eps: f64,
+    (x, o): (Slot, Slot),
+    (w, bias): (Option<Slot>, Option<Slot>),
+    stats: Option<(Slot, Slot)>,
 ) -> Option<()> {
     let (w_off, has_w) = w.map_or((0, 0), |s| (s.off, 1));
     let (b_off, has_b) = bias.map_or((0, 0), |s| (s.off, 1));
+    let (mean, rstd) = stats.map_or((0, 0), |(m, r)| (m.off, r.off));
     let mut p = Vec::new();
     push_all(
         &mut p,
@@ -383,13 +410,13 @@ pub(crate) fn layer_norm(
             x.off,
             o.off,
             u64::from(f32bits(eps)),
-            1,
+            kind,
             w_off,
             has_w,
             b_off,
             has_b,
-            mean.off,
-            rstd.off,
+            mean,
+            rstd,
         ],
     )?;
     b.step(Kernel::Rows, p, groups_2d(rows)?);
@@ -562,35 +589,6 @@ pub(crate) fn gather(
     push_all(&mut p, &strides(src_sizes))?;
     push_all(&mut p, &[src_sizes[dim] as u64])?;
     b.step(Kernel::Gather, p, elementwise_grid(n)?);
-    Some(())
-}
-
-/// RMS normalization of `rows` rows of `m` elements, times an optional weight.
-pub(crate) fn rms_norm(
-    b: &mut impl Steps,
-    (rows, m): (u64, u64),
-    eps: f64,
-    x: Slot,
-    o: Slot,
-    w: Option<Slot>,
-) -> Option<()> {
-    let (w_off, has_w) = w.map_or((0, 0), |s| (s.off, 1));
-    let mut p = Vec::new();
-    push_all(
-        &mut p,
-        &[
-            rows,
-            m,
-            0,
-            x.off,
-            o.off,
-            u64::from(f32bits(eps)),
-            2,
-            w_off,
-            has_w,
-        ],
-    )?;
-    b.step(Kernel::Rows, p, groups_2d(rows)?);
     Some(())
 }
 

@@ -7,6 +7,7 @@ use std::sync::{mpsc, Arc};
 use pteron_core::{ArgAccess, ArgView, DelegateHandle, KernelContext, KernelError, ScalarType};
 
 use crate::device::{Gpu, Inner};
+use crate::kernels::Kernel;
 use crate::words::{Dt, Slot, Step};
 
 /// Why a region was not made: the device cannot hold it (it stays on the CPU), or the device
@@ -38,7 +39,7 @@ struct Segment {
     /// The steps' parameter words (bound at each step's offset).
     params: wgpu::Buffer,
     bind_group: wgpu::BindGroup,
-    steps: Vec<(Arc<wgpu::ComputePipeline>, u32, [u32; 3])>,
+    steps: Vec<(Kernel, Arc<wgpu::ComputePipeline>, u32, [u32; 3])>,
     transfers: Vec<Transfer>,
     /// The parameter buffer's bytes and the binding each step sees (steps may be replaced).
     params_bytes: u64,
@@ -164,12 +165,28 @@ impl Segment {
         inner
             .queue
             .write_buffer(&self.params, 0, bytemuck::cast_slice(&words_out));
-        let mut new_steps = Vec::with_capacity(steps.len());
-        for (s, o) in steps.iter().zip(offsets) {
-            let pipeline = inner.pipeline(s.kernel).map_err(device_err)?;
-            new_steps.push((pipeline, o, s.grid));
+        // A run lowered again has the same kernels in the same order: keep their pipelines.
+        self.steps.truncate(steps.len());
+        for (k, (s, o)) in steps.iter().zip(offsets).enumerate() {
+            match self.steps.get_mut(k) {
+                Some(old) if old.0 == s.kernel => {
+                    old.2 = o;
+                    old.3 = s.grid;
+                }
+                slot => {
+                    let step = (
+                        s.kernel,
+                        inner.pipeline(s.kernel).map_err(device_err)?,
+                        o,
+                        s.grid,
+                    );
+                    match slot {
+                        Some(old) => *old = step,
+                        None => self.steps.push(step),
+                    }
+                }
+            }
         }
-        self.steps = new_steps;
         Ok(())
     }
 }
@@ -285,11 +302,6 @@ impl GpuRegion {
         })
     }
 
-    /// How many inputs and outputs the region takes.
-    pub(crate) fn io_counts(&self) -> (usize, usize) {
-        (self.inputs.len(), self.outputs.len())
-    }
-
     /// Lets inputs hold fewer values than their homes (a graph with dynamic shapes).
     pub(crate) fn set_dynamic(&mut self) {
         self.dynamic = true;
@@ -358,7 +370,7 @@ impl GpuRegion {
                 label: None,
                 timestamp_writes: None,
             });
-            for (pipeline, offset, [x, y, z]) in &seg.steps {
+            for (_, pipeline, offset, [x, y, z]) in &seg.steps {
                 if *x == 0 || *y == 0 || *z == 0 {
                     continue;
                 }
@@ -425,6 +437,17 @@ impl GpuRegion {
 
 impl DelegateHandle for GpuRegion {
     fn check(&self, args: &ArgView<'_, '_>) -> Result<(), KernelError> {
+        let (ins, outs) = (self.inputs.len(), self.outputs.len());
+        if args.num_args() != ins + outs {
+            // e.g. LFM2's Vulkan export: the graph outputs its new convolution state, the
+            // program drops it, so the next call would start from the old one.
+            return Err(KernelError::unsupported(format!(
+                "GPU region: {ins} inputs and {outs} outputs, the call passes {} values (an \
+                 output the program does not keep, such as a state to carry to the next \
+                 call, is not supported)",
+                args.num_args()
+            )));
+        }
         let slots = self.inputs.iter().chain(&self.outputs);
         for (k, &(_, slot, dt)) in slots.enumerate() {
             let t = args.tensor(k)?;

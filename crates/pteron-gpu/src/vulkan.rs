@@ -14,8 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use pteron_core::{
-    ArgAccess, ArgView, Backend, BackendInit, DelegateHandle, KernelContext, KernelError,
-    ScalarType,
+    ArgView, Backend, BackendInit, DelegateHandle, KernelContext, KernelError, ScalarType,
 };
 
 use crate::device::Gpu;
@@ -1799,17 +1798,6 @@ impl Dynamic<'_> {
 
 impl DelegateHandle for VkDelegate<'_> {
     fn check(&self, args: &ArgView<'_, '_>) -> Result<(), KernelError> {
-        let (ins, outs) = self.region.io_counts();
-        if args.num_args() != ins + outs {
-            // e.g. LFM2's convolution state: the graph outputs the new state, the program
-            // drops it, so the next call would start from the old one.
-            return Err(KernelError::unsupported(format!(
-                "Vulkan delegate: the graph has {ins} inputs and {outs} outputs, the program \
-                 passes {} values (a graph output the program does not keep, such as a \
-                 state to carry to the next call, is not supported)",
-                args.num_args()
-            )));
-        }
         self.region.check(args)
     }
 

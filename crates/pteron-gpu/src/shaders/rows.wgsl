@@ -1,7 +1,7 @@
 // One workgroup per row: softmax / log-softmax along a dim, and layer normalization.
 // softmax p: rows, dim, inner, x_off, out_off, log, kind=0
 // layer norm p: rows, M, 0, x_off, out_off, eps, kind=1, w_off, has_w, b_off, has_b, mean_off, rstd_off
-// RMS norm p: rows, M, 0, x_off, out_off, eps, kind=2, w_off, has_w
+// RMS norm: the same words with kind=2: the mean taken as 0, no statistics written
 // int8 parameters of each row (torchao's choose_qparams_affine, asymmetric, one block per row):
 //   p: rows, M, 0, x_off, scale_off, zero_point_off, kind=3, quant_min (i32), quant_max (i32)
 @compute @workgroup_size(64)
@@ -40,25 +40,6 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             let d = ld(x + j * inner) - mx;
             st(o + j * inner, select(exp(d) / s, d - ls, p[5] != 0u));
         }
-    } else if (p[6] == 2u) {
-        let x = p[3] + row * dim;
-        let o = p[4] + row * dim;
-        var q = 0.0;
-        for (var j = t; j < dim; j += 64u) {
-            let v = ld(x + j);
-            q += v * v;
-        }
-        red[t] = q;
-        workgroupBarrier();
-        reduce_sum(t);
-        let r = 1.0 / sqrt(red[0] / f32(dim) + pf(5u));
-        for (var j = t; j < dim; j += 64u) {
-            var y = ld(x + j) * r;
-            if (p[8] != 0u) {
-                y = y * ld(p[7] + j);
-            }
-            st(o + j, y);
-        }
     } else if (p[6] == 3u) {
         let x = p[3] + row * dim;
         var lo = 0.0;
@@ -89,15 +70,19 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     } else {
         let x = p[3] + row * dim;
         let o = p[4] + row * dim;
-        var s = 0.0;
-        for (var j = t; j < dim; j += 64u) {
-            s += ld(x + j);
+        let centered = p[6] == 1u;
+        var mean = 0.0;
+        if (centered) {
+            var s = 0.0;
+            for (var j = t; j < dim; j += 64u) {
+                s += ld(x + j);
+            }
+            red[t] = s;
+            workgroupBarrier();
+            reduce_sum(t);
+            mean = red[0] / f32(dim);
+            workgroupBarrier();
         }
-        red[t] = s;
-        workgroupBarrier();
-        reduce_sum(t);
-        let mean = red[0] / f32(dim);
-        workgroupBarrier();
         var q = 0.0;
         for (var j = t; j < dim; j += 64u) {
             let d = ld(x + j) - mean;
@@ -117,7 +102,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             }
             st(o + j, y);
         }
-        if (t == 0u) {
+        if (t == 0u && centered) {
             st(p[11] + row, mean);
             st(p[12] + row, rstd);
         }
