@@ -18,7 +18,11 @@ Configurations (each a weight format):
 
 For each round and thread count, every engine runs in a fresh process, interleaved:
 
-  * `pteron generate MODEL --json --ignore-eos` (prefill and decode tok/s from its stats);
+  * `pteron generate MODEL --json --ignore-eos --warmup 1` (prefill and decode tok/s from its
+    stats): one warm-up generation of the same length in the same process first, as for
+    ExecuTorch's runner below (a binary older than `--warmup` runs without it, after a warm-up
+    process). Without it the first prefill pays for first-touching its freshly planned
+    memory: on a KVM guest (2 vCPUs) the 85-token prefill took 1.7× as long as a warm one;
   * ExecuTorch's C++ runner through its Python bindings
     (`executorch.extension.llm.runner.TextLLMRunner`, temperature 0, the wheel's threadpool
     resized with `_unsafe_reset_threadpool`), rates from the runner's own `Stats`
@@ -253,10 +257,13 @@ def run_et(pte, tok, threads, new_tokens) -> dict:
 
 def run_pteron(binary, pte, tok, threads, new_tokens) -> dict:
     base = [str(binary), "generate", pte, "--tokenizer", tok, "--prompt", PROMPT,
-            "--threads", str(threads), "--json", "--ignore-eos"]
-    # Warm-up (page cache), then the measured run.
-    subprocess.run(base + ["--max-new-tokens", "4"], capture_output=True, check=True)
-    p = subprocess.run(base + ["--max-new-tokens", str(new_tokens)], capture_output=True, text=True)
+            "--threads", str(threads), "--json", "--ignore-eos", "--max-new-tokens", str(new_tokens)]
+    # One warm-up generation in the measured process (as ExecuTorch's runner gets one).
+    p = subprocess.run(base + ["--warmup", "1"], capture_output=True, text=True)
+    if p.returncode != 0 and "--warmup" in p.stderr:
+        # An older binary: warm the page cache in a process of its own instead.
+        subprocess.run(base, capture_output=True, check=True)
+        p = subprocess.run(base, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(p.stderr[-2000:])
     d = json.loads(p.stdout)

@@ -152,6 +152,10 @@ pub struct GenerateArgs {
     /// Do not stop at end-of-sequence tokens (generate exactly --max-new-tokens).
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Generate this many times first, discarding the results (benchmarks: the measured
+    /// generation then finds its memory planned and touched, as after a warm-up request).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub warmup: usize,
     #[command(flatten)]
     pub sample: SampleArgs,
 }
@@ -329,6 +333,10 @@ fn generate_inner(args: &GenerateArgs) -> Res<()> {
     }
     if args.ignore_eos {
         opts.eos_ids = Some(Vec::new());
+    }
+    for _ in 0..args.warmup {
+        gen.rewind(0);
+        gen.generate_parts(&parts, &opts, &mut |_| {})?;
     }
     gen.rewind(0);
     if args.json {

@@ -493,8 +493,18 @@ pub fn qgemm(
     };
     // Chunks of one tile each (`for_chunks_mut` groups them into tasks): every tile streams
     // all the weights anyway, and 85 prompt rows in 32-row chunks were 3 chunks, 64 rows on
-    // one thread and 21 on the other.
-    let rows_per_task = MR;
+    // one thread and 21 on the other. The AVX-512 blockwise tiles (8da4w prefill) take one
+    // chunk per thread instead: they go panels outer, tiles inner, so that a panel pair's
+    // weights serve all the chunk's tiles from L1.
+    let blockwise_vnni = vnni
+        && w.block != 0
+        && w.one_row_ready()
+        && matches!((epi, &out), (Epilogue::Dequant { .. }, Out::F32(_)));
+    let rows_per_task = if blockwise_vnni {
+        m.div_ceil(MR).div_ceil(par.num_threads().max(1)) * MR
+    } else {
+        MR
+    };
     match out {
         Out::I8(o) => {
             let o = &mut o[..(m - 1) * ldc + w.n];

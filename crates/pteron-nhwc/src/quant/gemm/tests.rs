@@ -410,8 +410,9 @@ fn qgemm_matches_scalar() {
         (7, 17, 13, 0),
         (9, 33, 64, 32),
         (13, 40, 96, 0),
+        (37, 80, 96, 32),
     ] {
-        let w = QWeights::new(n, k, block, |j, kk| ((j * 31 + kk * 7) % 255) as i8).unwrap();
+        let mut w = QWeights::new(n, k, block, |j, kk| ((j * 31 + kk * 7) % 255) as i8).unwrap();
         let kp = w.quads * 4;
         let a: Vec<u8> = (0..m * kp).map(|_| rng(&mut seed) as u8).collect();
         let blocks = if block == 0 { 1 } else { k / block };
@@ -419,6 +420,11 @@ fn qgemm_matches_scalar() {
         let scale: Vec<f32> = (0..n * blocks).map(|j| 1e-3 * (1 + j % 7) as f32).collect();
         let rows: Vec<f32> = (0..m).map(|r| 0.01 * (r + 1) as f32).collect();
         let zps: Vec<i32> = (0..m).map(|r| r as i32 * 9 - 20).collect();
+        if m > 16 && block != 0 {
+            // Scales kept panel by panel: the blockwise tiles (8da4w prefill), rows split in
+            // one chunk per thread.
+            w.set_block_scales(&scale).unwrap();
+        }
         if block == 0 {
             let epi = Epilogue::Requant {
                 bias: &bias,

@@ -327,7 +327,8 @@ unsafe fn nibble_blocks<const S: usize>(
 
 /// Output rows `r0 .. r0 + rows` with `vpdpbusd`: tiles of MR rows by three panels (each
 /// broadcast activation feeds three products; one panel at a time the loads outnumbered
-/// them), two or one for the last panels, one for blockwise weights.
+/// them), two or one for the last panels, one for blockwise weights; blockwise weights with
+/// their scales kept panel by panel (8da4w prefill) in `blockwise_rows`' tiles.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI must be available; `a` holds rows `r0 .. r0 + rows` of `lda`
@@ -345,11 +346,15 @@ pub unsafe fn rows(
     ldc: usize,
 ) {
     let panels = w.n.div_ceil(NR);
-    // Blockwise weights with their scales panel by panel (8da4w prefill) take two panels per
-    // tile: each broadcast activation feeds two products, twice the independent chains.
+    // Blockwise weights with their scales panel by panel (8da4w prefill).
     let panel_major = w.block != 0
         && w.one_row_ready()
         && matches!((epi, &o), (Epilogue::Dequant { .. }, Out::F32(_)));
+    if panel_major {
+        // Safety: the caller's operands; `panel_major` checked the scales' layout.
+        unsafe { blockwise_rows::<BR, BP>(a, lda, r0, rows, w, epi, o, ldc) };
+        return;
+    }
     let mut t = 0;
     while t < rows {
         let mr = MR.min(rows - t);
@@ -373,7 +378,7 @@ pub unsafe fn rows(
                 if w.block == 0 && p + 2 < panels {
                     group::<3>(&tile, w, epi, &mut o, ldc);
                     p += 3;
-                } else if (w.block == 0 || panel_major) && p + 1 < panels {
+                } else if w.block == 0 && p + 1 < panels {
                     group::<2>(&tile, w, epi, &mut o, ldc);
                     p += 2;
                 } else {
@@ -413,23 +418,17 @@ unsafe fn group<const NP: usize>(
     let blocks = if w.block == 0 { 1 } else { w.k / w.block };
     let bq = if w.block == 0 { w.quads } else { w.block / 4 };
     let wp = w.data.as_ptr();
-    // Blockwise scales and zero-point terms kept panel by panel (`set_block_scales`).
-    let panel_major = w.block != 0 && w.one_row_ready();
     let mut facc = [[_mm512_setzero_ps(); NP]; MR];
     if let Epilogue::Dequant { zps, scale, .. } = epi {
         if w.block != 0 {
             // XNNPACK's start: the packed zero-point term times the row's zero point
-            // (`QWeights::ksum_scaled`; NP > 1 only panel by panel).
+            // (`QWeights::ksum_scaled`).
             for j in 0..NP {
                 let mut ks = [0f32; NR];
                 for (jj, k) in ks.iter_mut().enumerate() {
                     let c = (p + j) * NR + jj;
                     if c < w.n {
-                        *k = if panel_major {
-                            w.pkscaled()[c]
-                        } else {
-                            w.ksum_scaled(scale, c)
-                        };
+                        *k = w.ksum_scaled(scale, c);
                     }
                 }
                 let ksv = _mm512_loadu_ps(ks.as_ptr());
@@ -462,18 +461,6 @@ unsafe fn group<const NP: usize>(
             }
         }
         match epi {
-            Epilogue::Dequant { .. } if panel_major => {
-                // Per block: float(acc) · scale[j][b] added (the zero point is in the start),
-                // the scales one vector load per panel.
-                for j in 0..NP {
-                    // Safety: `one_row_ready`: panels·blocks·16 scales.
-                    let scv = unsafe { block_scales(w, ((p + j) * blocks + b) * NR) };
-                    for i in 0..MR {
-                        facc[i][j] =
-                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j]), scv, facc[i][j]);
-                    }
-                }
-            }
             Epilogue::Dequant { scale, .. } if w.block != 0 => {
                 // Per block: float(acc) · scale[j][b] added (NP is 1 here).
                 let nv = NR.min(w.n - p * NR);
@@ -564,5 +551,136 @@ unsafe fn group<const NP: usize>(
             }
             _ => {}
         }
+    }
+}
+
+/// Rows and panels per tile of the blockwise (8da4w prefill) product: each broadcast
+/// activation feeds two products. 8 × 2 was the fastest of 3–16 rows × 1–4 panels on
+/// SmolLM2's shapes (`q4prefill`), though its 32 float accumulators spill.
+const BR: usize = MR;
+const BP: usize = 2;
+
+/// Rows `r0 .. r0 + rows` of a blockwise product with a `Dequant` epilogue and the scales
+/// kept panel by panel (`one_row_ready`), in tiles of `R` rows × `P` panels. Arithmetic as
+/// `group`'s: the packed zero-point term times the row's zero point, then block by block
+/// `float(acc_b) · scale_b` fused in, then the row's scale, the bias and the clamps.
+///
+/// # Safety
+/// As [`rows`]; `w.one_row_ready()` and `w.block != 0`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn blockwise_rows<const R: usize, const P: usize>(
+    a: &[u8],
+    lda: usize,
+    r0: usize,
+    rows: usize,
+    w: &QWeights,
+    epi: &Epilogue<'_>,
+    o: Out<'_>,
+    ldc: usize,
+) {
+    let (
+        Epilogue::Dequant {
+            rows: rp,
+            zps,
+            bias,
+            lo,
+            hi,
+            ..
+        },
+        Out::F32(o),
+    ) = (epi, o)
+    else {
+        return;
+    };
+    let panels = w.n.div_ceil(NR);
+    let blocks = w.k / w.block;
+    let bq = w.block / 4;
+    let wp = w.data.as_ptr();
+    let (lov, hiv) = (_mm512_set1_ps(*lo), _mm512_set1_ps(*hi));
+    // Panels outer, row tiles inner: a panel group's weights stay in L1 for every tile of
+    // the task's rows.
+    let mut p = 0;
+    while p < panels {
+        let np = P.min(panels - p);
+        let mut t = 0;
+        while t < rows {
+            let mr = R.min(rows - t);
+            // Row pointers (rows past `mr` repeat the last one; their results are dropped).
+            let mut ap = [a.as_ptr(); R];
+            let mut zf = [0f32; R];
+            for i in 0..R {
+                let r = r0 + t + i.min(mr - 1);
+                // Safety: row r < r0 + rows lies in `a`.
+                ap[i] = unsafe { a.as_ptr().add(r * lda) };
+                zf[i] = (zps[r] + 128) as f32;
+            }
+            {
+                let mut facc = [[_mm512_setzero_ps(); P]; R];
+                for j in 0..P {
+                    // Panels past the last repeat it (their results are dropped).
+                    let pj = p + j.min(np - 1);
+                    let ksv = _mm512_loadu_ps(w.pkscaled()[pj * NR..].as_ptr());
+                    for i in 0..R {
+                        facc[i][j] = _mm512_mul_ps(ksv, _mm512_set1_ps(zf[i]));
+                    }
+                }
+                let mut pw = [wp; P];
+                for (j, x) in pw.iter_mut().enumerate() {
+                    // Safety: panel p + min(j, np − 1) exists.
+                    *x = unsafe { wp.add((p + j.min(np - 1)) * w.quads * NR * 4) };
+                }
+                for b in 0..blocks {
+                    let mut acc = [[_mm512_setzero_si512(); P]; R];
+                    for q in b * bq..(b + 1) * bq {
+                        let mut wv = [_mm512_setzero_si512(); P];
+                        for j in 0..P {
+                            // Safety: quad q < quads of the panel lies inside `data`.
+                            wv[j] =
+                                unsafe { _mm512_loadu_si512(pw[j].add(q * NR * 4) as *const _) };
+                        }
+                        for i in 0..R {
+                            // Safety: 4 bytes at 4q < 4·quads ≤ lda of a row of `a`.
+                            let av = unsafe {
+                                _mm512_set1_epi32(core::ptr::read_unaligned(
+                                    ap[i].add(q * 4) as *const i32
+                                ))
+                            };
+                            for j in 0..P {
+                                acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, wv[j]);
+                            }
+                        }
+                    }
+                    for j in 0..P {
+                        let pj = p + j.min(np - 1);
+                        // Safety: `one_row_ready`: panels·blocks·16 scales.
+                        let scv = unsafe { block_scales(w, (pj * blocks + b) * NR) };
+                        for i in 0..R {
+                            facc[i][j] =
+                                _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j]), scv, facc[i][j]);
+                        }
+                    }
+                }
+                for j in 0..np {
+                    let c0 = (p + j) * NR;
+                    let nv = NR.min(w.n - c0);
+                    let mask: __mmask16 = if nv == NR { !0 } else { (1u16 << nv) - 1 };
+                    let bv = match bias {
+                        Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
+                        None => _mm512_setzero_ps(),
+                    };
+                    for i in 0..mr {
+                        let s_row = rp[r0 + t + i];
+                        let y = _mm512_add_ps(_mm512_mul_ps(facc[i][j], _mm512_set1_ps(s_row)), bv);
+                        let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
+                        let dst = o[(t + i) * ldc + c0..].as_mut_ptr();
+                        // Safety: `nv` floats of row t + i from column c0 lie inside `o`.
+                        unsafe { _mm512_mask_storeu_ps(dst, mask, y) };
+                    }
+                }
+            }
+            t += R;
+        }
+        p += P;
     }
 }
