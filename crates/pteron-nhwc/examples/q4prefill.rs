@@ -2,7 +2,9 @@
 //! SmolLM2-135M's layer shapes, `ROWS` prompt rows at a time: the time of one layer's seven
 //! products, and the rate of `vpdpbusd`-sized steps (64 multiply-adds) it reaches. Median of
 //! the passes, one thread.
-//! `cargo run --release -p pteron-nhwc --example q4prefill [ROWS] [PASSES] [avx2]`
+//! `cargo run --release -p pteron-nhwc --example q4prefill [ROWS] [PASSES] [LAYERS] [avx2]`
+//! (LAYERS 30: the model's 30 layers in turn, their int8 weights read from memory or L3 as in
+//! a prefill; the time printed is per layer)
 
 use std::time::Instant;
 
@@ -32,16 +34,20 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let m: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(85);
     let passes: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(50);
+    let layers: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1).max(1);
     if args.next().as_deref() == Some("avx2") {
         pteron_kernels_cpu::cpu::set_max_level(pteron_kernels_cpu::cpu::Level::Avx2);
     }
     let (d, h, kv) = (576, 1536, 192);
-    let model: Vec<Layer> = [(d, d), (d, kv), (d, kv), (d, d), (d, h), (d, h), (h, d)]
-        .into_iter()
-        .enumerate()
-        .map(|(i, (k, n))| layer(k, n, i))
+    let model: Vec<Layer> = (0..layers)
+        .flat_map(|l| {
+            [(d, d), (d, kv), (d, kv), (d, d), (d, h), (d, h), (h, d)]
+                .into_iter()
+                .enumerate()
+                .map(move |(i, (k, n))| layer(k, n, l * 7 + i))
+        })
         .collect();
-    let macs: usize = model.iter().map(|l| l.w.k * l.w.n * m).sum();
+    let macs: usize = model.iter().map(|l| l.w.k * l.w.n * m).sum::<usize>() / layers;
     let a: Vec<u8> = (0..m * h).map(|i| (i * 7919 % 251) as u8).collect();
     let mut out = vec![0f32; m * h];
     let rows = vec![0.02f32; m];
@@ -71,7 +77,7 @@ fn main() {
             )
             .unwrap();
         }
-        times.push(t.elapsed().as_secs_f64());
+        times.push(t.elapsed().as_secs_f64() / layers as f64);
     }
     times.sort_by(|x, y| x.partial_cmp(y).unwrap());
     let t = times[passes / 2];

@@ -397,28 +397,125 @@ pub unsafe fn rows_nibbles(
         return;
     };
     let kp = w.quads * 4;
+    let blocks = w.k / w.block;
     let row = |i: usize| &a[(r0 + i) * lda..][..kp];
-    for p in 0..w.n.div_ceil(NR) {
-        let mut i = 0;
-        while i < rows {
-            if i + ROWS <= rows {
-                let ra: [&[u8]; ROWS] = core::array::from_fn(|j| row(i + j));
-                let zs: [__m256; ROWS] = core::array::from_fn(|j| out.zero_point(r0 + i + j));
-                // Safety: panel p exists; the caller's operands.
-                let f = unsafe { nibble_tile::<ROWS, 1>(&ra, &zs, w, p) };
-                for (j, f) in f.iter().enumerate() {
-                    out.put(r0 + i + j, p, &f[0], &mut o[(i + j) * ldc + p * NR..]);
+    // 8·Σa of each row's blocks (the `w + 8` offset's share), once per row for all panels.
+    let mut offs = vec![0i32; ROWS * blocks];
+    let mut i = 0;
+    while i < rows {
+        if i + ROWS <= rows {
+            let ra: [&[u8]; ROWS] = core::array::from_fn(|j| row(i + j));
+            for (b, o) in offs.chunks_exact_mut(ROWS).enumerate() {
+                for (o, r) in o.iter_mut().zip(&ra) {
+                    *o = offset(&r[b * w.block..][..w.block]);
                 }
-                i += ROWS;
-            } else {
-                let zs = [out.zero_point(r0 + i)];
+            }
+            let zs: [__m256; ROWS] = core::array::from_fn(|j| out.zero_point(r0 + i + j));
+            for p in 0..w.n.div_ceil(NR) {
+                // Safety: panel p exists; the caller's operands; `offs` holds ROWS · blocks.
+                let f = unsafe { nibble_rows::<ROWS>(&ra, &zs, &offs, w, p) };
+                for (j, f) in f.iter().enumerate() {
+                    out.put(r0 + i + j, p, f, &mut o[(i + j) * ldc + p * NR..]);
+                }
+            }
+            i += ROWS;
+        } else {
+            let zs = [out.zero_point(r0 + i)];
+            for p in 0..w.n.div_ceil(NR) {
                 // Safety: as above, one row.
                 let f = unsafe { nibble_tile::<1, 1>(&[row(i)], &zs, w, p) };
                 out.put(r0 + i, p, &f[0][0], &mut o[i * ldc + p * NR..]);
-                i += 1;
+            }
+            i += 1;
+        }
+    }
+}
+
+/// Panel `p` of `R` rows' blockwise product before the row scales, as [`nibble_tile`] (the
+/// same sums, the same float order) for several rows: four quads at a time (two 32-byte
+/// loads of nibbles per half panel, unpacked once for the R rows), their four `vpmaddubsw`
+/// pair sums added in i16 (each at most 2·255·15, four below 2¹⁵) before one `vpmaddwd`;
+/// each block's `8·Σa` from `offs[b·R + r]`. The row's accumulators stay in registers.
+///
+/// # Safety
+/// AVX2 and FMA ([`nibbles_apply`]: blocks of a multiple of 32 inputs); each row holds
+/// 4·quads bytes; panel `p` exists; `offs` holds R · blocks values.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn nibble_rows<const R: usize>(
+    rows: &[&[u8]; R],
+    zf: &[__m256; R],
+    offs: &[i32],
+    w: &QWeights,
+    p: usize,
+) -> [[__m256; 2]; R] {
+    let blocks = w.k / w.block;
+    let pairs = w.quads.div_ceil(2);
+    let (low, flip, ones) = (
+        _mm256_set1_epi8(0x0F),
+        _mm256_set1_epi8(0x88u8 as i8),
+        _mm256_set1_epi16(1),
+    );
+    let mut facc = [[_mm256_setzero_ps(); 2]; R];
+    for (f, z) in facc.iter_mut().zip(zf) {
+        for (h, fh) in f.iter_mut().enumerate() {
+            let ks = &w.pkscaled()[p * NR + 8 * h..][..8];
+            *fh = _mm256_mul_ps(_mm256_loadu_ps(ks.as_ptr()), *z);
+        }
+    }
+    let nib = &w.nib[p * pairs * 64..][..pairs * 64];
+    let ptrs: [*const u8; R] = core::array::from_fn(|r| rows[r].as_ptr());
+    for b in 0..blocks {
+        let mut acc = [[_mm256_setzero_si256(); 2]; R];
+        // Four quads (two pairs of nibbles) per step; a block has a multiple of eight.
+        for u in b * w.block / 16..(b + 1) * w.block / 16 {
+            let src = &nib[u * 128..][..128];
+            prefetch(src.as_ptr().wrapping_add(PREFETCH));
+            for h in 0..2 {
+                // Safety: 32 bytes at 32h and 64 + 32h of `src`.
+                let (v0, v1) = unsafe {
+                    (
+                        _mm256_loadu_si256(src[32 * h..].as_ptr() as *const _),
+                        _mm256_loadu_si256(src[64 + 32 * h..].as_ptr() as *const _),
+                    )
+                };
+                let (v0, v1) = (_mm256_xor_si256(v0, flip), _mm256_xor_si256(v1, flip));
+                let w0 = _mm256_and_si256(v0, low);
+                let w1 = _mm256_and_si256(_mm256_srli_epi16::<4>(v0), low);
+                let w2 = _mm256_and_si256(v1, low);
+                let w3 = _mm256_and_si256(_mm256_srli_epi16::<4>(v1), low);
+                for r in 0..R {
+                    // Quads 4u .. 4u + 4 of row r, each broadcast (4·quads bytes: checked by
+                    // the caller's row length).
+                    let quad = |l: usize| {
+                        // Safety: 4·(4u + l) + 4 ≤ 4·quads bytes of the row.
+                        _mm256_set1_epi32(unsafe {
+                            core::ptr::read_unaligned(ptrs[r].add(16 * u + 4 * l) as *const i32)
+                        })
+                    };
+                    let s01 = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(quad(0), w0),
+                        _mm256_maddubs_epi16(quad(1), w1),
+                    );
+                    let s23 = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(quad(2), w2),
+                        _mm256_maddubs_epi16(quad(3), w3),
+                    );
+                    let pr = _mm256_madd_epi16(_mm256_add_epi16(s01, s23), ones);
+                    acc[r][h] = _mm256_add_epi32(acc[r][h], pr);
+                }
+            }
+        }
+        let at = (p * blocks + b) * NR;
+        for h in 0..2 {
+            let scv = block_scales8(w, at + 8 * h);
+            for r in 0..R {
+                let sum = _mm256_sub_epi32(acc[r][h], _mm256_set1_epi32(offs[b * R + r]));
+                facc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scv, facc[r][h]);
             }
         }
     }
+    facc
 }
 
 /// A `Dequant` epilogue's per-row and per-output parameters for the nibble kernels.
@@ -524,7 +621,7 @@ unsafe fn nibble_tile<const R: usize, const S: usize>(
     }
     for b in 0..blocks {
         let off: [__m256i; R] =
-            core::array::from_fn(|r| offset(&rows[r][b * w.block..][..w.block]));
+            core::array::from_fn(|r| _mm256_set1_epi32(offset(&rows[r][b * w.block..][..w.block])));
         let mut acc = [[[_mm256_setzero_si256(); 2]; S]; R];
         for t in b * w.block / 8..(b + 1) * w.block / 8 {
             // The quads 2t (low nibbles) and 2t + 1 (high) of each row, broadcast.
@@ -569,11 +666,11 @@ unsafe fn nibble_tile<const R: usize, const S: usize>(
     facc
 }
 
-/// 8·Σa over a block of activations (a multiple of 32 bytes), broadcast: the `w + 8`
-/// offset's share of every channel's sum.
+/// 8·Σa over a block of activations (a multiple of 32 bytes): the `w + 8` offset's share of
+/// every channel's sum.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn offset(ab: &[u8]) -> __m256i {
+fn offset(ab: &[u8]) -> i32 {
     let mut sad = _mm256_setzero_si256();
     for c in ab.chunks_exact(32) {
         // Safety: 32 bytes of `c`.
@@ -583,7 +680,7 @@ fn offset(ab: &[u8]) -> __m256i {
     let mut parts = [0i64; 4];
     // Safety: `parts` holds four i64.
     unsafe { _mm256_storeu_si256(parts.as_mut_ptr() as *mut _, sad) };
-    _mm256_set1_epi32(8 * parts.iter().sum::<i64>() as i32)
+    8 * parts.iter().sum::<i64>() as i32
 }
 
 /// Eight panel-major block scales from `at` (`set_block_scales`: bf16 bits or f32).

@@ -253,8 +253,9 @@ fn avx2_nibbles_match_scalar() {
 }
 
 /// The AVX2 rows over nibbles (prefill on CPUs without AVX-512 VNNI, called directly) give
-/// the plain integer rows' results bit for bit: 1 to 7 rows (groups of four and the rest),
-/// each row with its own scale and zero point, a padded row stride.
+/// the plain integer rows' results bit for bit: 1 to 9 rows (groups of four and the rest),
+/// each row with its own scale and zero point, a padded row stride; and at the extremes
+/// (activations 255 against weights 7, the largest i16 pair sums).
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn avx2_nibble_rows_match_scalar() {
@@ -264,9 +265,21 @@ fn avx2_nibble_rows_match_scalar() {
         (4, 16, 256, 128),
         (1, 33, 96, 32),
         (5, 90, 192, 64),
+        (9, 32, 128, 32),
     ] {
-        let mut w =
-            QWeights::new_int4(n, k, block, |j, kk| ((j * 7 + kk * 5) % 16) as i8 - 8).unwrap();
+        let extreme = m == 9;
+        let mut w = QWeights::new_int4(n, k, block, |j, kk| {
+            if extreme {
+                if (j + kk / 64) % 2 == 0 {
+                    7
+                } else {
+                    -8
+                }
+            } else {
+                ((j * 7 + kk * 5) % 16) as i8 - 8
+            }
+        })
+        .unwrap();
         let blocks = k / block;
         let scale: Vec<f32> = (0..n * blocks)
             .map(|j| f32::from_bits((1e-3 * (1 + j % 5) as f32).to_bits() & 0xFFFF_0000))
@@ -276,7 +289,15 @@ fn avx2_nibble_rows_match_scalar() {
             return;
         }
         let (lda, ldc) = (k + 8, n + 3);
-        let a: Vec<u8> = (0..m * lda).map(|_| rng(&mut seed) as u8).collect();
+        let a: Vec<u8> = (0..m * lda)
+            .map(|i| {
+                if extreme && i % 3 != 0 {
+                    255
+                } else {
+                    rng(&mut seed) as u8
+                }
+            })
+            .collect();
         let rows: Vec<f32> = (0..m).map(|i| 0.01 + i as f32 * 1e-3).collect();
         let zps: Vec<i32> = (0..m).map(|i| i as i32 * 37 - 128).collect();
         let fb: Vec<f32> = (0..n).map(|j| j as f32 * 0.5 - 7.0).collect();

@@ -34,6 +34,13 @@ pub(super) fn prefetch<T>(p: *const T) {
     unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
 }
 
+/// Hints the cache line at `p` into L2.
+#[inline(always)]
+fn l2_prefetch<T>(p: *const T) {
+    // Safety: as `prefetch`'s.
+    unsafe { _mm_prefetch::<_MM_HINT_T1>(p as *const i8) }
+}
+
 /// The 16 panel-major block scales at `at`.
 ///
 /// # Safety
@@ -633,6 +640,13 @@ unsafe fn blockwise_rows<const R: usize, const P: usize>(
                 for b in 0..blocks {
                     let mut acc = [[_mm512_setzero_si512(); P]; R];
                     for q in b * bq..(b + 1) * bq {
+                        if t == 0 {
+                            // The next panels' weights into L2 while this tile reads these
+                            // (the first tile of a panel group otherwise waits on L3).
+                            for x in &pw {
+                                l2_prefetch(x.wrapping_add((P * w.quads + q) * NR * 4));
+                            }
+                        }
                         let mut wv = [_mm512_setzero_si512(); P];
                         for j in 0..P {
                             // Safety: quad q < quads of the panel lies inside `data`.
