@@ -5,7 +5,7 @@
 //! zero-point correction since the activations stay unsigned.
 
 use super::x86::{prefetch, PREFETCH};
-use super::{Epilogue, Out, QWeights, SumsIn, TileSums, NR, TR};
+use super::{Epilogue, Out, QWeights, SumsIn, TileSums, NIB_STRIDE, NR, TR};
 use core::arch::x86_64::*;
 
 /// The kernel, when the CPU has AVX2 and the process's SIMD level allows it.
@@ -329,6 +329,23 @@ pub fn nibbles_apply(w: &QWeights) -> bool {
         && best().is_some()
 }
 
+/// Block offsets kept on the stack (more go to the heap).
+const OFFS_ON_STACK: usize = 1024;
+
+/// `n` zeroed values in `stack` when they fit, else in `heap`.
+fn offsets_buffer<'b>(
+    stack: &'b mut [i32; OFFS_ON_STACK],
+    heap: &'b mut Vec<i32>,
+    n: usize,
+) -> &'b mut [i32] {
+    if n <= OFFS_ON_STACK {
+        &mut stack[..n]
+    } else {
+        *heap = vec![0; n];
+        heap
+    }
+}
+
 /// Panels one row reads side by side (each panel's nibbles are their own run of pages).
 const STREAMS: usize = 4;
 /// Rows that share each unpacked group of weights in [`rows_nibbles`].
@@ -354,11 +371,18 @@ pub unsafe fn gemv_nibbles(
     };
     let col0 = panels.start * NR;
     let (row, zf) = ([a], [out.zero_point(0)]);
+    let blocks = w.k / w.block;
+    let (mut stack, mut heap) = ([0i32; OFFS_ON_STACK], Vec::new());
+    let offs = offsets_buffer(&mut stack, &mut heap, blocks);
+    for (b, o) in offs.iter_mut().enumerate() {
+        *o = offset(&a[b * w.block..][..w.block]);
+    }
     let mut p = panels.start;
     while p < panels.end {
         if p + STREAMS <= panels.end {
-            // Safety: panels p .. p + STREAMS exist; the caller's operands.
-            let f = unsafe { nibble_tile::<1, STREAMS>(&row, &zf, w, p) };
+            // Safety: panels p .. p + STREAMS exist; the caller's operands; `offs` holds
+            // `blocks` values.
+            let f = unsafe { nibble_rows::<1, STREAMS>(&row, &zf, offs, w, p) };
             for (s, halves) in f[0].iter().enumerate() {
                 out.put(0, p + s, halves, &mut o[(p + s) * NR - col0..]);
             }
@@ -400,7 +424,8 @@ pub unsafe fn rows_nibbles(
     let blocks = w.k / w.block;
     let row = |i: usize| &a[(r0 + i) * lda..][..kp];
     // 8·Σa of each row's blocks (the `w + 8` offset's share), once per row for all panels.
-    let mut offs = vec![0i32; ROWS * blocks];
+    let (mut stack, mut heap) = ([0i32; OFFS_ON_STACK], Vec::new());
+    let offs = offsets_buffer(&mut stack, &mut heap, ROWS * blocks);
     let mut i = 0;
     while i < rows {
         if i + ROWS <= rows {
@@ -413,9 +438,9 @@ pub unsafe fn rows_nibbles(
             let zs: [__m256; ROWS] = core::array::from_fn(|j| out.zero_point(r0 + i + j));
             for p in 0..w.n.div_ceil(NR) {
                 // Safety: panel p exists; the caller's operands; `offs` holds ROWS · blocks.
-                let f = unsafe { nibble_rows::<ROWS>(&ra, &zs, &offs, w, p) };
+                let f = unsafe { nibble_rows::<ROWS, 1>(&ra, &zs, offs, w, p) };
                 for (j, f) in f.iter().enumerate() {
-                    out.put(r0 + i + j, p, f, &mut o[(i + j) * ldc + p * NR..]);
+                    out.put(r0 + i + j, p, &f[0], &mut o[(i + j) * ldc + p * NR..]);
                 }
             }
             i += ROWS;
@@ -442,76 +467,85 @@ pub unsafe fn rows_nibbles(
 /// 4·quads bytes; panel `p` exists; `offs` holds R · blocks values.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn nibble_rows<const R: usize>(
+unsafe fn nibble_rows<const R: usize, const S: usize>(
     rows: &[&[u8]; R],
     zf: &[__m256; R],
     offs: &[i32],
     w: &QWeights,
     p: usize,
-) -> [[__m256; 2]; R] {
+) -> [[[__m256; 2]; S]; R] {
     let blocks = w.k / w.block;
-    let pairs = w.quads.div_ceil(2);
     let (low, flip, ones) = (
         _mm256_set1_epi8(0x0F),
         _mm256_set1_epi8(0x88u8 as i8),
         _mm256_set1_epi16(1),
     );
-    let mut facc = [[_mm256_setzero_ps(); 2]; R];
+    let mut facc = [[[_mm256_setzero_ps(); 2]; S]; R];
     for (f, z) in facc.iter_mut().zip(zf) {
-        for (h, fh) in f.iter_mut().enumerate() {
-            let ks = &w.pkscaled()[p * NR + 8 * h..][..8];
-            *fh = _mm256_mul_ps(_mm256_loadu_ps(ks.as_ptr()), *z);
+        for (s, fs) in f.iter_mut().enumerate() {
+            for (h, fh) in fs.iter_mut().enumerate() {
+                let ks = &w.pkscaled()[(p + s) * NR + 8 * h..][..8];
+                *fh = _mm256_mul_ps(_mm256_loadu_ps(ks.as_ptr()), *z);
+            }
         }
     }
-    let nib = &w.nib[p * pairs * 64..][..pairs * 64];
+    let nib: [&[u8]; S] = core::array::from_fn(|s| &w.nib[w.nib_at(p + s, 0)..]);
     let ptrs: [*const u8; R] = core::array::from_fn(|r| rows[r].as_ptr());
     for b in 0..blocks {
-        let mut acc = [[_mm256_setzero_si256(); 2]; R];
+        let mut acc = [[[_mm256_setzero_si256(); 2]; S]; R];
         // Four quads (two pairs of nibbles) per step; a block has a multiple of eight.
         for u in b * w.block / 16..(b + 1) * w.block / 16 {
-            let src = &nib[u * 128..][..128];
-            prefetch(src.as_ptr().wrapping_add(PREFETCH));
-            for h in 0..2 {
-                // Safety: 32 bytes at 32h and 64 + 32h of `src`.
-                let (v0, v1) = unsafe {
-                    (
-                        _mm256_loadu_si256(src[32 * h..].as_ptr() as *const _),
-                        _mm256_loadu_si256(src[64 + 32 * h..].as_ptr() as *const _),
-                    )
-                };
-                let (v0, v1) = (_mm256_xor_si256(v0, flip), _mm256_xor_si256(v1, flip));
-                let w0 = _mm256_and_si256(v0, low);
-                let w1 = _mm256_and_si256(_mm256_srli_epi16::<4>(v0), low);
-                let w2 = _mm256_and_si256(v1, low);
-                let w3 = _mm256_and_si256(_mm256_srli_epi16::<4>(v1), low);
-                for r in 0..R {
-                    // Quads 4u .. 4u + 4 of row r, each broadcast (4·quads bytes: checked by
-                    // the caller's row length).
-                    let quad = |l: usize| {
-                        // Safety: 4·(4u + l) + 4 ≤ 4·quads bytes of the row.
-                        _mm256_set1_epi32(unsafe {
-                            core::ptr::read_unaligned(ptrs[r].add(16 * u + 4 * l) as *const i32)
-                        })
+            for (s, nib) in nib.iter().enumerate() {
+                // Pairs 2u and 2u + 1 of the panel.
+                let (p0, p1) = (
+                    &nib[2 * u * NIB_STRIDE..][..64],
+                    &nib[(2 * u + 1) * NIB_STRIDE..][..64],
+                );
+                prefetch(p0.as_ptr().wrapping_add(PREFETCH));
+                prefetch(p1.as_ptr().wrapping_add(PREFETCH));
+                for h in 0..2 {
+                    // Safety: 32 bytes at 32h of `p0` and of `p1`.
+                    let (v0, v1) = unsafe {
+                        (
+                            _mm256_loadu_si256(p0[32 * h..].as_ptr() as *const _),
+                            _mm256_loadu_si256(p1[32 * h..].as_ptr() as *const _),
+                        )
                     };
-                    let s01 = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(quad(0), w0),
-                        _mm256_maddubs_epi16(quad(1), w1),
-                    );
-                    let s23 = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(quad(2), w2),
-                        _mm256_maddubs_epi16(quad(3), w3),
-                    );
-                    let pr = _mm256_madd_epi16(_mm256_add_epi16(s01, s23), ones);
-                    acc[r][h] = _mm256_add_epi32(acc[r][h], pr);
+                    let (v0, v1) = (_mm256_xor_si256(v0, flip), _mm256_xor_si256(v1, flip));
+                    let w0 = _mm256_and_si256(v0, low);
+                    let w1 = _mm256_and_si256(_mm256_srli_epi16::<4>(v0), low);
+                    let w2 = _mm256_and_si256(v1, low);
+                    let w3 = _mm256_and_si256(_mm256_srli_epi16::<4>(v1), low);
+                    for r in 0..R {
+                        // Quads 4u .. 4u + 4 of row r, each broadcast.
+                        let quad = |l: usize| {
+                            // Safety: 4·(4u + l) + 4 ≤ 4·quads bytes of the row.
+                            _mm256_set1_epi32(unsafe {
+                                core::ptr::read_unaligned(ptrs[r].add(16 * u + 4 * l) as *const i32)
+                            })
+                        };
+                        let s01 = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(quad(0), w0),
+                            _mm256_maddubs_epi16(quad(1), w1),
+                        );
+                        let s23 = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(quad(2), w2),
+                            _mm256_maddubs_epi16(quad(3), w3),
+                        );
+                        let pr = _mm256_madd_epi16(_mm256_add_epi16(s01, s23), ones);
+                        acc[r][s][h] = _mm256_add_epi32(acc[r][s][h], pr);
+                    }
                 }
             }
         }
-        let at = (p * blocks + b) * NR;
-        for h in 0..2 {
-            let scv = block_scales8(w, at + 8 * h);
-            for r in 0..R {
-                let sum = _mm256_sub_epi32(acc[r][h], _mm256_set1_epi32(offs[b * R + r]));
-                facc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scv, facc[r][h]);
+        for s in 0..S {
+            let at = ((p + s) * blocks + b) * NR;
+            for h in 0..2 {
+                let scv = block_scales8(w, at + 8 * h);
+                for r in 0..R {
+                    let sum = _mm256_sub_epi32(acc[r][s][h], _mm256_set1_epi32(offs[b * R + r]));
+                    facc[r][s][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scv, facc[r][s][h]);
+                }
             }
         }
     }
@@ -604,7 +638,6 @@ unsafe fn nibble_tile<const R: usize, const S: usize>(
     p: usize,
 ) -> [[[__m256; 2]; S]; R] {
     let blocks = w.k / w.block;
-    let pairs = w.quads.div_ceil(2);
     let (low, flip, ones) = (
         _mm256_set1_epi8(0x0F),
         _mm256_set1_epi8(0x88u8 as i8),
@@ -633,7 +666,7 @@ unsafe fn nibble_tile<const R: usize, const S: usize>(
             let a0: [__m256i; R] = core::array::from_fn(|r| quad(r, 2 * t));
             let a1: [__m256i; R] = core::array::from_fn(|r| quad(r, 2 * t + 1));
             for s in 0..S {
-                let src = &w.nib[((p + s) * pairs + t) * 64..][..64];
+                let src = &w.nib[w.nib_at(p + s, t)..][..64];
                 // A hint into L1 a few KiB ahead; it may point past the weights.
                 prefetch(src.as_ptr().wrapping_add(PREFETCH));
                 for h in 0..2 {

@@ -122,6 +122,11 @@ fn scalar_sums(t: &SumsIn<'_>, acc: &mut [[i32; NR]; TR]) {
 /// at most 4·255·128 per quad in magnitude: 2^14 quads stay within i32).
 const NIB_MAX_QUADS: usize = 1 << 14;
 
+/// Panels whose nibbles interleave pair by pair (`QWeights::nib`).
+const NIB_GROUP: usize = 4;
+/// Bytes from one pair of a panel's nibbles to its next.
+const NIB_STRIDE: usize = NIB_GROUP * 64;
+
 /// Packed int8 weights of `n` outputs over `k` inputs.
 pub struct QWeights {
     pub n: usize,
@@ -148,10 +153,12 @@ pub struct QWeights {
     /// set with the block scales.
     pkscaled: Vec<f32>,
     /// 4-bit weights (`new_int4`), two quads per 64 bytes: quads `2t`, `2t + 1` of panel `p`
-    /// at `(p·pairs + t)·64`, byte `i` holding byte `i` of quad `2t` (low nibble) and of quad
-    /// `2t + 1` (high nibble; zero past the last quad) as 4-bit two's complement, where
-    /// `pairs = ⌈quads / 2⌉`. The one-row path streams these: half the bytes per token, and
-    /// one 64-byte load, two masks and a shift give both quads as `16·w` in signed bytes (a
+    /// at `nib_at(p, t)`, byte `i` holding byte `i` of quad `2t` (low nibble) and of quad
+    /// `2t + 1` (high nibble; zero past the last quad) as 4-bit two's complement. Panels go
+    /// in groups of [`NIB_GROUP`] whose pairs interleave (pair t of the group's panels side
+    /// by side, then pair t + 1): the one-row products compute a group's panels together and
+    /// so read one sequential stream. They stream these: half the bytes per token, and one
+    /// 64-byte load, two masks and a shift give both quads as `16·w` in signed bytes (a
     /// nibble in the high half of a byte), whose sums are 16 times the weights' (exact).
     nib: Vec<u8>,
 }
@@ -223,11 +230,11 @@ impl QWeights {
         }
         let (panels, quads) = (w.n.div_ceil(NR), w.quads);
         let pairs = quads.div_ceil(2);
-        let mut nib = vec![0u8; panels * pairs * 64];
+        let mut nib = vec![0u8; panels.div_ceil(NIB_GROUP) * pairs * NIB_STRIDE];
         for p in 0..panels {
             for q in 0..quads {
                 let src = &w.data[(p * quads + q) * 64..][..64];
-                let dst = &mut nib[(p * pairs + q / 2) * 64..][..64];
+                let dst = &mut nib[w.nib_at(p, q / 2)..][..64];
                 for (d, &v) in dst.iter_mut().zip(src) {
                     *d |= ((v as u8) & 0x0F) << (4 * (q % 2));
                 }
@@ -235,6 +242,13 @@ impl QWeights {
         }
         w.nib = nib;
         Ok(w)
+    }
+
+    /// Where pair `t` of panel `p`'s nibbles starts in `nib`; the panel's next pair is
+    /// [`NIB_STRIDE`] bytes further.
+    fn nib_at(&self, p: usize, t: usize) -> usize {
+        let pairs = self.quads.div_ceil(2);
+        ((p / NIB_GROUP) * pairs + t) * NIB_STRIDE + (p % NIB_GROUP) * 64
     }
 
     /// Keeps blockwise scales (`[j·blocks + b]`, as the epilogue takes them) panel by panel

@@ -1,7 +1,7 @@
 //! The AVX-512 VNNI int8 products: tiles of 8 rows × 3 panels of 16 channels, one row as
 //! a matrix-vector product over 4-bit or 8-bit weights.
 
-use super::{Epilogue, Out, QWeights, MR, NR};
+use super::{Epilogue, Out, QWeights, MR, NIB_STRIDE, NR};
 use core::arch::x86_64::*;
 
 /// The 64 weight bytes of panel `p`, quad `q` (int8 weights).
@@ -24,7 +24,7 @@ unsafe fn aquad(a: *const u8, q: usize) -> __m512i {
 /// Bytes ahead of the weight being read that the one-row paths (here and AVX2's) prefetch:
 /// the hardware prefetcher alone leaves the weight stream latency-bound (SmolLM2 8da4w
 /// decode on one thread ~70 -> ~130 tok/s).
-pub(super) const PREFETCH: usize = 4096;
+pub(super) const PREFETCH: usize = 8192;
 
 /// Hints the cache line at `p` into L1.
 #[inline(always)]
@@ -88,13 +88,13 @@ unsafe fn dot(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m
             step(&mut x, q, unsafe { wquad(w, p, q) });
         }
     } else {
-        let pairs = w.quads.div_ceil(2);
-        let base = w.nib[p * pairs * 64..].as_ptr();
+        let base = w.nib[w.nib_at(p, 0)..].as_ptr();
         // A nibble in a byte's high half is 16·w as a signed byte: the high quad needs a
         // mask, the low one a shift into place first (bits shifted across bytes are masked).
         let m = _mm512_set1_epi8(0xF0u8 as i8);
         // Safety (all loads): pair q/2 < pairs of panel p lies inside `nib` (64 bytes).
-        let pair = |q: usize| unsafe { _mm512_loadu_si512(base.add(q / 2 * 64) as *const _) };
+        let pair =
+            |q: usize| unsafe { _mm512_loadu_si512(base.add(q / 2 * NIB_STRIDE) as *const _) };
         let lo = |v: __m512i| _mm512_and_si512(_mm512_slli_epi16::<4>(v), m);
         let hi = |v: __m512i| _mm512_and_si512(v, m);
         if q % 2 == 1 && q < q1 {
@@ -102,7 +102,7 @@ unsafe fn dot(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m
             q += 1;
         }
         while q + 2 <= q1 {
-            prefetch(base.wrapping_add(q / 2 * 64 + PREFETCH));
+            prefetch(base.wrapping_add(q / 2 * NIB_STRIDE + PREFETCH));
             let v = pair(q);
             step(&mut x, q, lo(v));
             step(&mut y, q + 1, hi(v));
@@ -294,13 +294,12 @@ unsafe fn nibble_blocks<const S: usize>(
 ) -> [__m512; S] {
     let blocks = w.k / w.block;
     let eights = w.block / 32;
-    let pairs = w.quads.div_ceil(2);
     let m = _mm512_set1_epi8(0xF0u8 as i8);
     // Safety: the caller's.
     let mut facc = unsafe { starts::<S>(w, p, zf) };
     // Safety: panel p + s's nibbles start inside `nib` (the caller's).
     let base: [*const u8; S] =
-        core::array::from_fn(|s| unsafe { w.nib.as_ptr().add((p + s) * pairs * 64) });
+        core::array::from_fn(|s| unsafe { w.nib.as_ptr().add(w.nib_at(p + s, 0)) });
     for b in 0..blocks {
         let mut acc = [[_mm512_setzero_si512(); 2]; S];
         for e in 0..eights {
@@ -309,11 +308,11 @@ unsafe fn nibble_blocks<const S: usize>(
             let av: [__m512i; 8] = core::array::from_fn(|i| unsafe { aquad(ap, q0 + i) });
             for s in 0..S {
                 // Safety: pairs q0/2 .. q0/2 + 4 of panel p + s lie inside `nib`.
-                let wb = unsafe { base[s].add(q0 / 2 * 64) };
+                let wb = unsafe { base[s].add(q0 / 2 * NIB_STRIDE) };
                 for t in 0..4 {
-                    prefetch(wb.wrapping_add(t * 64 + PREFETCH));
+                    prefetch(wb.wrapping_add(t * NIB_STRIDE + PREFETCH));
                     // Safety: as above.
-                    let v = unsafe { _mm512_loadu_si512(wb.add(t * 64) as *const _) };
+                    let v = unsafe { _mm512_loadu_si512(wb.add(t * NIB_STRIDE) as *const _) };
                     let lo = _mm512_and_si512(_mm512_slli_epi16::<4>(v), m);
                     let hi = _mm512_and_si512(v, m);
                     acc[s][0] = _mm512_dpbusd_epi32(acc[s][0], av[2 * t], lo);
