@@ -347,22 +347,50 @@ impl SimdOp for Scores<'_> {
     #[inline(always)]
     fn run<S: Simd>(self, s: S) {
         let (l, d) = (S::LANES, self.d);
-        let full = d - d % l;
-        for j in 0..self.n {
+        // Each score is one vector of fused multiply-adds over the head dimension, then its
+        // horizontal sum. Keys go LANES at a time, their sums taken together
+        // (`reduce_add_each`: the same additions as one `reduce_add` per key).
+        let mut j = 0;
+        while j + l <= self.n && l <= 16 {
+            for k in j..j + l {
+                prefetch_row(self.k, (k + PREFETCH_ROWS) * self.stride, d);
+            }
+            for (i, qr) in self.q.chunks_exact(d).enumerate() {
+                let mut sums = [s.zero(); 16];
+                for (k, x) in sums[..l].iter_mut().enumerate() {
+                    *x = dot(s, qr, &self.k[(j + k) * self.stride..][..d]);
+                }
+                s.st(
+                    &mut self.s[i * KV_BLOCK + j..],
+                    s.reduce_add_each(&sums[..l]),
+                );
+            }
+            j += l;
+        }
+        for j in j..self.n {
             prefetch_row(self.k, (j + PREFETCH_ROWS) * self.stride, d);
             let kr = &self.k[j * self.stride..j * self.stride + d];
             for (i, qr) in self.q.chunks_exact(d).enumerate() {
-                let mut acc = s.zero();
-                for c in (0..full).step_by(l) {
-                    acc = s.fma(s.ld(&qr[c..]), s.ld(&kr[c..]), acc);
-                }
-                if full < d {
-                    acc = s.fma(s.ld_tail(&qr[full..]), s.ld_tail(&kr[full..]), acc);
-                }
-                self.s[i * KV_BLOCK + j] = s.reduce_add(acc);
+                self.s[i * KV_BLOCK + j] = s.reduce_add(dot(s, qr, kr));
             }
         }
     }
+}
+
+/// `q · k` as one vector of fused multiply-adds over the `d` elements, before its horizontal
+/// sum.
+#[inline(always)]
+fn dot<S: Simd>(s: S, q: &[f32], k: &[f32]) -> S::V {
+    let (l, d) = (S::LANES, q.len());
+    let full = d - d % l;
+    let mut acc = s.zero();
+    for c in (0..full).step_by(l) {
+        acc = s.fma(s.ld(&q[c..]), s.ld(&k[c..]), acc);
+    }
+    if full < d {
+        acc = s.fma(s.ld_tail(&q[full..]), s.ld_tail(&k[full..]), acc);
+    }
+    acc
 }
 
 /// `acc_i += Σ_j p[i][j] · v_j` over the first `n` value rows (row `j` at `j * stride`); rows
@@ -379,25 +407,82 @@ struct WeightedValues<'a> {
 impl SimdOp for WeightedValues<'_> {
     type Output = ();
     #[inline(always)]
-    fn run<S: Simd>(self, s: S) {
+    fn run<S: Simd>(mut self, s: S) {
         let (l, d) = (S::LANES, self.d);
-        let full = d - d % l;
+        let rows = self.acc.len() / d;
+        // Columns in chunks of a few vectors whose running sums, for every row, stay in
+        // registers over the keys (each value row loaded once per chunk for all rows). Each
+        // sum is the same chain of fused multiply-adds over the keys as one row at a time.
+        let vc = if l >= 16 { 4 } else { 2 };
+        let mut c0 = 0;
+        while c0 + vc * l <= d && rows <= Q_BLOCK {
+            match (vc, rows) {
+                (4, 1) => self.chunk::<S, 1, 4>(s, c0),
+                (4, 2) => self.chunk::<S, 2, 4>(s, c0),
+                (4, 3) => self.chunk::<S, 3, 4>(s, c0),
+                (4, _) => self.chunk::<S, 4, 4>(s, c0),
+                (_, 1) => self.chunk::<S, 1, 2>(s, c0),
+                (_, 2) => self.chunk::<S, 2, 2>(s, c0),
+                (_, 3) => self.chunk::<S, 3, 2>(s, c0),
+                _ => self.chunk::<S, 4, 2>(s, c0),
+            }
+            c0 += vc * l;
+        }
+        if c0 < d {
+            self.rest(s, c0);
+        }
+    }
+}
+
+impl WeightedValues<'_> {
+    /// Columns `c0 .. c0 + V·LANES` of `R` rows (`R` = the rows of `acc`).
+    #[inline(always)]
+    fn chunk<S: Simd, const R: usize, const V: usize>(&mut self, s: S, c0: usize) {
+        let (l, d) = (S::LANES, self.d);
+        let mut acc = [[s.zero(); V]; R];
+        for (i, a) in acc.iter_mut().enumerate() {
+            for (v, x) in a.iter_mut().enumerate() {
+                *x = s.ld(&self.acc[i * d + c0 + v * l..]);
+            }
+        }
         for j in 0..self.n {
-            prefetch_row(self.v, (j + PREFETCH_ROWS) * self.stride, d);
+            if c0 == 0 {
+                prefetch_row(self.v, (j + PREFETCH_ROWS) * self.stride, d);
+            }
+            let vr = &self.v[j * self.stride + c0..][..V * l];
+            let vv: [S::V; V] = core::array::from_fn(|v| s.ld(&vr[v * l..]));
+            for (i, a) in acc.iter_mut().enumerate() {
+                // A zero weight (a masked key) adds zero: the sum is unchanged.
+                let pv = s.splat(self.p[i * KV_BLOCK + j]);
+                for (x, v) in a.iter_mut().zip(&vv) {
+                    *x = s.fma(pv, *v, *x);
+                }
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            for (v, x) in a.iter().enumerate() {
+                s.st(&mut self.acc[i * d + c0 + v * l..], *x);
+            }
+        }
+    }
+
+    /// Columns `c0 ..` (fewer than a chunk), row by row.
+    #[inline(always)]
+    fn rest<S: Simd>(&mut self, s: S, c0: usize) {
+        let (l, d) = (S::LANES, self.d);
+        for j in 0..self.n {
             let vr = &self.v[j * self.stride..j * self.stride + d];
             for (i, a) in self.acc.chunks_exact_mut(d).enumerate() {
-                let p = self.p[i * KV_BLOCK + j];
-                if p == 0.0 {
-                    continue;
-                }
-                let pv = s.splat(p);
-                for c in (0..full).step_by(l) {
+                let pv = s.splat(self.p[i * KV_BLOCK + j]);
+                let mut c = c0;
+                while c + l <= d {
                     let x = s.fma(pv, s.ld(&vr[c..]), s.ld(&a[c..]));
                     s.st(&mut a[c..], x);
+                    c += l;
                 }
-                if full < d {
-                    let x = s.fma(pv, s.ld_tail(&vr[full..]), s.ld_tail(&a[full..]));
-                    s.st_tail(&mut a[full..], x);
+                if c < d {
+                    let x = s.fma(pv, s.ld_tail(&vr[c..]), s.ld_tail(&a[c..]));
+                    s.st_tail(&mut a[c..], x);
                 }
             }
         }

@@ -103,6 +103,16 @@ pub trait Simd: Copy + Send + Sync + 'static {
     /// `a` with the sign of `s`.
     fn copysign(self, a: Self::V, s: Self::V) -> Self::V;
     fn reduce_add(self, a: Self::V) -> f32;
+    /// `LANES` horizontal sums at once: lane `k` is `reduce_add(a[k])`, bit for bit (the
+    /// same additions in the same tree), for `a` of `LANES` vectors.
+    #[inline(always)]
+    fn reduce_add_each(self, a: &[Self::V]) -> Self::V {
+        let mut lanes = [0.0f32; 16];
+        for (x, v) in lanes.iter_mut().zip(&a[..Self::LANES]) {
+            *x = self.reduce_add(*v);
+        }
+        self.ld(&lanes)
+    }
     fn reduce_max(self, a: Self::V) -> f32;
     /// The even and the odd elements of the `2 * LANES` elements `a, b`.
     fn deinterleave(self, a: Self::V, b: Self::V) -> (Self::V, Self::V);
@@ -498,6 +508,47 @@ mod x86 {
             // Safety: see the impl comment.
             unsafe { _mm512_reduce_add_ps(a) }
         }
+        /// `_mm512_reduce_add_ps`'s tree (`x[i] + x[i+8]`, then `+4`, `+2`, `+1`) on 16
+        /// vectors at once, two vectors' halves per addition; the last step leaves key k
+        /// in lane 4·(k mod 4) + k / 4, put back in order by one permutation.
+        #[inline(always)]
+        fn reduce_add_each(self, a: &[__m512]) -> __m512 {
+            let a = &a[..16];
+            // Safety: see the impl comment. (Plain loops: a closure would be compiled without
+            // the target features, and the intrinsics in it called, not inlined.)
+            unsafe {
+                let mut t = [_mm512_setzero_ps(); 8];
+                for m in 0..8 {
+                    let (x, y) = (a[2 * m], a[2 * m + 1]);
+                    t[m] = _mm512_add_ps(
+                        _mm512_shuffle_f32x4::<0x44>(x, y),
+                        _mm512_shuffle_f32x4::<0xEE>(x, y),
+                    );
+                }
+                let mut u = [_mm512_setzero_ps(); 4];
+                for m in 0..4 {
+                    let (x, y) = (t[2 * m], t[2 * m + 1]);
+                    u[m] = _mm512_add_ps(
+                        _mm512_shuffle_f32x4::<0x88>(x, y),
+                        _mm512_shuffle_f32x4::<0xDD>(x, y),
+                    );
+                }
+                let mut w = [_mm512_setzero_ps(); 2];
+                for m in 0..2 {
+                    let (x, y) = (u[2 * m], u[2 * m + 1]);
+                    w[m] = _mm512_add_ps(
+                        _mm512_shuffle_ps::<0x44>(x, y),
+                        _mm512_shuffle_ps::<0xEE>(x, y),
+                    );
+                }
+                let r = _mm512_add_ps(
+                    _mm512_shuffle_ps::<0x88>(w[0], w[1]),
+                    _mm512_shuffle_ps::<0xDD>(w[0], w[1]),
+                );
+                let idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+                _mm512_permutexvar_ps(idx, r)
+            }
+        }
         #[inline(always)]
         fn reduce_max(self, a: __m512) -> f32 {
             // Safety: see the impl comment.
@@ -661,6 +712,36 @@ mod x86 {
                 let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
                 let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
                 _mm_cvtss_f32(s)
+            }
+        }
+        /// `reduce_add`'s tree (`x[i] + x[i+4]`, then `+2`, `+1`) on 8 vectors at once; the
+        /// last step leaves key k in lane 4·(k mod 2) + k / 2, put back in order.
+        #[inline(always)]
+        fn reduce_add_each(self, a: &[__m256]) -> __m256 {
+            let a = &a[..8];
+            // Safety: see the impl comment. (Plain loops, as in the AVX-512 one.)
+            unsafe {
+                let mut t = [_mm256_setzero_ps(); 4];
+                for m in 0..4 {
+                    let (x, y) = (a[2 * m], a[2 * m + 1]);
+                    t[m] = _mm256_add_ps(
+                        _mm256_permute2f128_ps::<0x20>(x, y),
+                        _mm256_permute2f128_ps::<0x31>(x, y),
+                    );
+                }
+                let mut u = [_mm256_setzero_ps(); 2];
+                for m in 0..2 {
+                    let (x, y) = (t[2 * m], t[2 * m + 1]);
+                    u[m] = _mm256_add_ps(
+                        _mm256_shuffle_ps::<0x44>(x, y),
+                        _mm256_shuffle_ps::<0xEE>(x, y),
+                    );
+                }
+                let r = _mm256_add_ps(
+                    _mm256_shuffle_ps::<0x88>(u[0], u[1]),
+                    _mm256_shuffle_ps::<0xDD>(u[0], u[1]),
+                );
+                _mm256_permutevar8x32_ps(r, _mm256_set_epi32(7, 3, 6, 2, 5, 1, 4, 0))
             }
         }
         #[inline(always)]

@@ -20,6 +20,28 @@ fn grid(lo: f32, hi: f32, n: usize) -> Vec<f32> {
 }
 
 fn check<S: Simd>(s: S) {
+    // reduce_add_each: every lane is reduce_add of its vector, bit for bit (values of mixed
+    // magnitudes and signs, so that the order of the additions shows in the last bits).
+    let l = S::LANES;
+    for seed in 0..20u32 {
+        let vals: Vec<f32> = (0..l * l)
+            .map(|i| {
+                let h = (i as u32 ^ seed.wrapping_mul(0x9E37_79B9)).wrapping_mul(0x85EB_CA6B);
+                let m = (h >> 8) as f32 / (1 << 24) as f32 - 0.5;
+                m * [1e-3f32, 1.0, 7e3, 3e-7][(h % 4) as usize]
+            })
+            .collect();
+        let vs: Vec<S::V> = vals.chunks(l).map(|c| s.ld(c)).collect();
+        let mut got = vec![0.0f32; l];
+        s.st(&mut got, s.reduce_add_each(&vs));
+        for (k, v) in vs.iter().enumerate() {
+            assert_eq!(
+                got[k].to_bits(),
+                s.reduce_add(*v).to_bits(),
+                "lane {k} seed {seed}"
+            );
+        }
+    }
     // clamp: aten::clamp's max-then-min bit for bit, NaN kept, zeros keeping their sign.
     let x = [
         f32::NAN,
