@@ -369,7 +369,8 @@ fn serve_session(model: &str, extra: &[&str]) {
 
 /// `pteron generate --speculate lookup:K` and `--draft DRAFT.pte` give ExecuTorch's greedy
 /// tokens on the speculative-decoding fixtures, with the speculation numbers in the JSON; a
-/// program without full logits is refused with the export settings that allow it.
+/// program without full logits is refused with the export settings that allow it; warm-up
+/// generations (`--warmup`) leave the answer and the stats as they are.
 #[test]
 fn generate_with_speculation() {
     let g = json_file("testdata/llm/spec/goldens.json");
@@ -398,6 +399,11 @@ fn generate_with_speculation() {
     assert_eq!(plain["stats"]["speculation"], Value::Null);
     assert_eq!(plain["stats"]["drafted_tokens"], 0);
     assert_eq!(plain["stats"]["decode_calls"], 63);
+    // Warm-up generations first (benchmarks): the same answer, and the stats of the last one.
+    let warm = generate(&["--warmup", "2"]);
+    assert_eq!(ids(&warm["tokens"]), ids(&p["generated_ids"]));
+    assert_eq!(warm["stats"]["decode_calls"], 63);
+    assert_eq!(warm["stats"]["generated_tokens"], plain["stats"]["generated_tokens"]);
     for (extra, name) in [
         (&["--speculate", "lookup:8"][..], "lookup:8"),
         (&["--speculate", "lookup"][..], "lookup:4"),
