@@ -168,6 +168,9 @@ pub(crate) struct ChatMessage {
 /// The sampling and length fields both endpoints take.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct Common {
+    /// The model asked for: absent, or this server's model name (else 404).
+    #[serde(default)]
+    pub model: Option<String>,
     #[serde(default)]
     pub max_tokens: Option<u64>,
     #[serde(default)]

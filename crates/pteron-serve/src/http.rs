@@ -119,8 +119,19 @@ async fn models(State(s): State<Shared>) -> Response {
 
 async fn model(State(s): State<Shared>, id: Result<Path<String>, PathRejection>) -> Response {
     match id {
-        Ok(Path(id)) if id == s.model => json_response(StatusCode::OK, &model_object(&s)),
-        Ok(Path(id)) => ApiError::new(
+        Ok(Path(id)) => match served(&s, Some(&id)) {
+            Ok(()) => json_response(StatusCode::OK, &model_object(&s)),
+            Err(e) => e.into_response(),
+        },
+        Err(e) => ApiError::invalid(e.body_text()).into_response(),
+    }
+}
+
+/// A request's model is this server's (or not named): else 404 `model_not_found`, as OpenAI
+/// answers a model it does not have.
+fn served(s: &AppState, model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        Some(id) if id != s.model => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "invalid_request_error",
             format!(
@@ -128,9 +139,8 @@ async fn model(State(s): State<Shared>, id: Result<Path<String>, PathRejection>)
                 s.model
             ),
         )
-        .with_code("model_not_found")
-        .into_response(),
-        Err(e) => ApiError::invalid(e.body_text()).into_response(),
+        .with_code("model_not_found")),
+        _ => Ok(()),
     }
 }
 
@@ -180,7 +190,10 @@ async fn chat_completions(
     State(s): State<Shared>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let checked = parse::<ChatRequest>(body, s.max_body_bytes).and_then(|r| r.check(&s.limits));
+    let checked = parse::<ChatRequest>(body, s.max_body_bytes).and_then(|r| {
+        served(&s, r.common.model.as_deref())?;
+        r.check(&s.limits)
+    });
     match checked {
         Ok(c) => answer(&s, Kind::Chat, c).await,
         Err(e) => e.into_response(),
@@ -188,8 +201,10 @@ async fn chat_completions(
 }
 
 async fn completions(State(s): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    let checked =
-        parse::<CompletionRequest>(body, s.max_body_bytes).and_then(|r| r.check(&s.limits));
+    let checked = parse::<CompletionRequest>(body, s.max_body_bytes).and_then(|r| {
+        served(&s, r.common.model.as_deref())?;
+        r.check(&s.limits)
+    });
     match checked {
         Ok(c) => answer(&s, Kind::Text, c).await,
         Err(e) => e.into_response(),

@@ -439,6 +439,24 @@ fn invalid_requests_get_openai_errors() {
         None,
         Some("model_not_found"),
     );
+    // A request naming another model than the served one (naming none is fine).
+    assert_error(
+        &chat(json!({"model": "gpt-4"})),
+        404,
+        None,
+        Some("model_not_found"),
+    );
+    assert_error(
+        &post(
+            addr,
+            "/v1/completions",
+            &json!({"model": "gpt-4", "prompt": "x"}),
+        ),
+        404,
+        None,
+        Some("model_not_found"),
+    );
+    assert_eq!(chat(json!({"model": "fp32", "max_tokens": 2})).status, 200);
     let m = get(addr, "/v1/models/fp32");
     assert_eq!(m.status, 200);
     assert_eq!(m.json()["id"], "fp32");

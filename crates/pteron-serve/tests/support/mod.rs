@@ -289,13 +289,13 @@ impl Reference {
     }
 }
 
-/// A chat request body.
+/// A chat request body (no `model`: the served one).
 pub fn chat_body(messages: &[(&str, &str)], extra: Value) -> Value {
     let msgs: Vec<Value> = messages
         .iter()
         .map(|(r, c)| serde_json::json!({"role": r, "content": c}))
         .collect();
-    let mut body = serde_json::json!({"model": "anything", "messages": msgs});
+    let mut body = serde_json::json!({"messages": msgs});
     for (k, v) in extra.as_object().unwrap() {
         body[k] = v.clone();
     }
