@@ -518,6 +518,10 @@ def main():
     ap.add_argument("--skip-convert", action="store_true", help="smollm2: reuse checkpoint.pth")
     ap.add_argument("--max-seq-len", type=int, default=256, help="smollm2: tokens per call bound")
     ap.add_argument("--max-context-len", type=int, default=2048, help="smollm2: KV cache length")
+    ap.add_argument("--full-logits", action="store_true",
+                    help="smollm2: export with debug.generate_full_logits=True (logits of every "
+                         "row of a call: what speculative decoding verifies drafts with), as "
+                         "smollm2_<variant>_full_logits.pte; no goldens (benchmark files)")
     args = ap.parse_args()
     if args.target == "tiny":
         export_tiny(args)
@@ -662,7 +666,10 @@ def export_smollm2(args):
     for name in args.variants or SMOL_DEFAULT:
         qmode, backend = SMOL_VARIANTS[name]
         print(f"smollm2/{name}")
-        cfg = llm_config(ckpt, out / "params.json", out, f"smollm2_{name}", max_seq, max_ctx, metadata)
+        stem = f"smollm2_{name}" + ("_full_logits" if args.full_logits else "")
+        cfg = llm_config(ckpt, out / "params.json", out, stem, max_seq, max_ctx, metadata)
+        if args.full_logits:
+            cfg.debug.generate_full_logits = True
         if backend == "xnnpack":
             cfg.backend.xnnpack.enabled = True
         if backend == "vulkan":
@@ -673,6 +680,9 @@ def export_smollm2(args):
         pte = Path(export(cfg))
         ops, methods, bound = program_info(pte)
         print(f"  ops: {ops}")
+        if args.full_logits:
+            # For bench/speculation.py: the goldens of the same weights are the plain export's.
+            continue
         if backend == "vulkan":
             ref = VULKAN_GOLDEN_OF[name]
             entry = {

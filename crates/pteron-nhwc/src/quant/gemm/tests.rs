@@ -85,6 +85,58 @@ fn vnni_matches_scalar() {
     }
 }
 
+/// Calls of at most one tile of rows over 4-bit blockwise weights (verifying drafts) read the
+/// nibbles on AVX-512: the plain integer rows' results bit for bit, 1 to 8 rows, panel
+/// counts odd and even, blocks of one and two pairs of 16 inputs, weights and activations at
+/// their extremes.
+#[test]
+fn vnni_nibble_rows_match_scalar() {
+    if !has_vnni() {
+        return;
+    }
+    let mut seed = 0x5eed_0f4b_17u64;
+    for &(n, k, block) in &[(48, 64, 32), (80, 128, 64), (33, 96, 32), (16, 256, 128)] {
+        let mut w = QWeights::new_int4(n, k, block, |j, kk| match (j + kk) % 5 {
+            0 => -8,
+            1 => 7,
+            _ => ((j * 7 + kk * 3) % 16) as i8 - 8,
+        })
+        .unwrap();
+        let blocks = k / block;
+        let scale: Vec<f32> = (0..n * blocks)
+            .map(|j| f32::from_bits((1e-3 * (1 + j % 5) as f32).to_bits() & 0xFFFF_0000))
+            .collect();
+        w.set_block_scales(&scale).unwrap();
+        assert!(!w.nib.is_empty() && w.one_row_ready());
+        for m in 1..=8 {
+            let a: Vec<u8> = (0..m * k)
+                .map(|i| {
+                    if i % 7 == 0 {
+                        255
+                    } else {
+                        rng(&mut seed) as u8
+                    }
+                })
+                .collect();
+            let rows: Vec<f32> = (0..m).map(|r| 0.01 * (r + 1) as f32).collect();
+            let zps: Vec<i32> = (0..m).map(|r| r as i32 * 31 - 128).collect();
+            let epi = Epilogue::Dequant {
+                rows: &rows,
+                zps: &zps,
+                scale: &scale,
+                bias: None,
+                lo: f32::NEG_INFINITY,
+                hi: f32::INFINITY,
+            };
+            let (mut f1, mut f2) = (vec![0f32; m * n], vec![0f32; m * n]);
+            scalar_rows(&a, k, 0, m, &w, &epi, Out::F32(&mut f1), n);
+            // Safety: has_vnni() above; operand sizes as `qgemm` checks them.
+            unsafe { x86::rows(&a, k, 0, m, &w, &epi, Out::F32(&mut f2), n) };
+            assert_eq!(f1, f2, "m {m} n {n} k {k} block {block}");
+        }
+    }
+}
+
 /// Long blocks (sums past 2^24 in float, as XNNPACK rounds them too) give the scalar
 /// results on the one-row path.
 #[test]

@@ -357,8 +357,24 @@ pub unsafe fn rows(
         && w.one_row_ready()
         && matches!((epi, &o), (Epilogue::Dequant { .. }, Out::F32(_)));
     if panel_major {
-        // Safety: the caller's operands; `panel_major` checked the scales' layout.
-        unsafe { blockwise_rows::<BR, BP>(a, lda, r0, rows, w, epi, o, ldc) };
+        // A call of one tile's rows (verifying drafts, a short chunk) is bound by the weight
+        // stream: it reads the nibbles (half the bytes) where there are.
+        let nib = rows <= BR && !w.nib.is_empty() && w.block.is_multiple_of(32);
+        // Safety: the caller's operands; `panel_major` checked the scales' layout, `nib` that
+        // the nibbles are there in blocks of whole pairs.
+        // Such a call's tile has exactly its rows (a tile of 8 computes 8 whatever it keeps).
+        unsafe {
+            match (nib, rows) {
+                (true, 2) => blockwise_rows::<2, BP, true>(a, lda, r0, rows, w, epi, o, ldc),
+                (true, 3) => blockwise_rows::<3, BP, true>(a, lda, r0, rows, w, epi, o, ldc),
+                (true, 4) => blockwise_rows::<4, BP, true>(a, lda, r0, rows, w, epi, o, ldc),
+                (true, 5) => blockwise_rows::<5, BP, true>(a, lda, r0, rows, w, epi, o, ldc),
+                (true, 6) => blockwise_rows::<6, BP, true>(a, lda, r0, rows, w, epi, o, ldc),
+                (true, 7) => blockwise_rows::<7, BP, true>(a, lda, r0, rows, w, epi, o, ldc),
+                (true, _) => blockwise_rows::<BR, BP, true>(a, lda, r0, rows, w, epi, o, ldc),
+                _ => blockwise_rows::<BR, BP, false>(a, lda, r0, rows, w, epi, o, ldc),
+            }
+        };
         return;
     }
     let mut t = 0;
@@ -569,13 +585,16 @@ const BP: usize = 2;
 /// Rows `r0 .. r0 + rows` of a blockwise product with a `Dequant` epilogue and the scales
 /// kept panel by panel (`one_row_ready`), in tiles of `R` rows × `P` panels. Arithmetic as
 /// `group`'s: the packed zero-point term times the row's zero point, then block by block
-/// `float(acc_b) · scale_b` fused in, then the row's scale, the bias and the clamps.
+/// `float(acc_b) · scale_b` fused in, then the row's scale, the bias and the clamps. With
+/// `NIB` the weights come from the nibbles (two quads per 64-byte load, as `16·w`; the block
+/// sums shifted back exactly), else from the int8 copy.
 ///
 /// # Safety
-/// As [`rows`]; `w.one_row_ready()` and `w.block != 0`.
+/// As [`rows`]; `w.one_row_ready()` and `w.block != 0`; with `NIB`, nibbles kept and blocks
+/// of a multiple of 32 inputs.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn blockwise_rows<const R: usize, const P: usize>(
+unsafe fn blockwise_rows<const R: usize, const P: usize, const NIB: bool>(
     a: &[u8],
     lda: usize,
     r0: usize,
@@ -636,9 +655,51 @@ unsafe fn blockwise_rows<const R: usize, const P: usize>(
                     // Safety: panel p + min(j, np − 1) exists.
                     *x = unsafe { wp.add((p + j.min(np - 1)) * w.quads * NR * 4) };
                 }
+                let nibs: [*const u8; P] = core::array::from_fn(|j| {
+                    // Safety (NIB): panel p + min(j, np − 1)'s nibbles start inside `nib`.
+                    unsafe { w.nib.as_ptr().add(w.nib_at(p + j.min(np - 1), 0)) }
+                });
+                let m4 = _mm512_set1_epi8(0xF0u8 as i8);
                 for b in 0..blocks {
                     let mut acc = [[_mm512_setzero_si512(); P]; R];
-                    for q in b * bq..(b + 1) * bq {
+                    if NIB {
+                        // Pairs of quads from the nibbles (half the bytes: calls of a few
+                        // rows are bound by the weight stream), as 16·w: sums 16 times the
+                        // int8 path's, exact, shifted back below.
+                        for u in b * bq / 2..(b + 1) * bq / 2 {
+                            let mut lo = [_mm512_setzero_si512(); P];
+                            let mut hi = [_mm512_setzero_si512(); P];
+                            for j in 0..P {
+                                let src = nibs[j].wrapping_add(u * NIB_STRIDE);
+                                prefetch(src.wrapping_add(PREFETCH));
+                                // Safety: pair u < pairs of the panel lies inside `nib`.
+                                let v = unsafe { _mm512_loadu_si512(src as *const _) };
+                                lo[j] = _mm512_and_si512(_mm512_slli_epi16::<4>(v), m4);
+                                hi[j] = _mm512_and_si512(v, m4);
+                            }
+                            for i in 0..R {
+                                // Safety: quads 2u, 2u + 1 < quads: 8 bytes at 8u in the row.
+                                let (a0, a1) = unsafe {
+                                    (
+                                        _mm512_set1_epi32(core::ptr::read_unaligned(
+                                            ap[i].add(8 * u) as *const i32,
+                                        )),
+                                        _mm512_set1_epi32(core::ptr::read_unaligned(
+                                            ap[i].add(8 * u + 4) as *const i32,
+                                        )),
+                                    )
+                                };
+                                for j in 0..P {
+                                    acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], a0, lo[j]);
+                                    acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], a1, hi[j]);
+                                }
+                            }
+                        }
+                        for a in acc.iter_mut().flatten() {
+                            *a = _mm512_srai_epi32::<4>(*a);
+                        }
+                    }
+                    for q in (b * bq..(b + 1) * bq).filter(|_| !NIB) {
                         if t == 0 {
                             // The next panels' weights into L2 while this tile reads these
                             // (the first tile of a panel group otherwise waits on L3).
