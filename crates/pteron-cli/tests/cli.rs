@@ -403,7 +403,10 @@ fn generate_with_speculation() {
     let warm = generate(&["--warmup", "2"]);
     assert_eq!(ids(&warm["tokens"]), ids(&p["generated_ids"]));
     assert_eq!(warm["stats"]["decode_calls"], 63);
-    assert_eq!(warm["stats"]["generated_tokens"], plain["stats"]["generated_tokens"]);
+    assert_eq!(
+        warm["stats"]["generated_tokens"],
+        plain["stats"]["generated_tokens"]
+    );
     for (extra, name) in [
         (&["--speculate", "lookup:8"][..], "lookup:8"),
         (&["--speculate", "lookup"][..], "lookup:4"),

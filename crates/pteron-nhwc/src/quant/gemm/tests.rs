@@ -94,7 +94,7 @@ fn vnni_nibble_rows_match_scalar() {
     if !has_vnni() {
         return;
     }
-    let mut seed = 0x5eed_0f4b_17u64;
+    let mut seed = 0x005e_ed0f_4b17_u64;
     for &(n, k, block) in &[(48, 64, 32), (80, 128, 64), (33, 96, 32), (16, 256, 128)] {
         let mut w = QWeights::new_int4(n, k, block, |j, kk| match (j + kk) % 5 {
             0 => -8,
