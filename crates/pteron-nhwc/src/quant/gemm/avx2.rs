@@ -389,7 +389,7 @@ pub unsafe fn gemv_nibbles(
             p += STREAMS;
         } else {
             // Safety: as above, one panel.
-            let f = unsafe { nibble_tile::<1, 1>(&row, &zf, w, p) };
+            let f = unsafe { nibble_rows::<1, 1>(&row, &zf, offs, w, p) };
             out.put(0, p, &f[0][0], &mut o[p * NR - col0..]);
             p += 1;
         }
@@ -445,10 +445,14 @@ pub unsafe fn rows_nibbles(
             }
             i += ROWS;
         } else {
+            let ra = [row(i)];
+            for (b, o) in offs[..blocks].iter_mut().enumerate() {
+                *o = offset(&ra[0][b * w.block..][..w.block]);
+            }
             let zs = [out.zero_point(r0 + i)];
             for p in 0..w.n.div_ceil(NR) {
-                // Safety: as above, one row.
-                let f = unsafe { nibble_tile::<1, 1>(&[row(i)], &zs, w, p) };
+                // Safety: as above, one row (`offs` starts with its `blocks` values).
+                let f = unsafe { nibble_rows::<1, 1>(&ra, &zs, offs, w, p) };
                 out.put(r0 + i, p, &f[0][0], &mut o[i * ldc + p * NR..]);
             }
             i += 1;
@@ -456,11 +460,15 @@ pub unsafe fn rows_nibbles(
     }
 }
 
-/// Panel `p` of `R` rows' blockwise product before the row scales, as [`nibble_tile`] (the
-/// same sums, the same float order) for several rows: four quads at a time (two 32-byte
-/// loads of nibbles per half panel, unpacked once for the R rows), their four `vpmaddubsw`
-/// pair sums added in i16 (each at most 2·255·15, four below 2¹⁵) before one `vpmaddwd`;
-/// each block's `8·Σa` from `offs[b·R + r]`. The row's accumulators stay in registers.
+/// Panels `p .. p + S` of `R` rows' blockwise product before the row scales, two halves of
+/// eight channels each: the packed zero-point term times the row's zero point `zf`, then
+/// float(acc) · scale block by block (`QWeights::ksum_scaled`'s order). Four quads at a time
+/// (two 32-byte loads of nibbles per half panel, unpacked once for the R rows).
+/// `vpmaddubsw` multiplies unsigned activations by signed bytes into saturating i16 pairs,
+/// so the weights go in as `w + 8` (0..15, a nibble XOR 8): a pair of products is at most
+/// 2·255·15, and the four quads' pair sums added in i16 stay below 2¹⁵ before one
+/// `vpmaddwd`; each block's sum then loses its `8·Σa`, `offs[b·R + r]`. The rows'
+/// accumulators stay in registers.
 ///
 /// # Safety
 /// AVX2 and FMA ([`nibbles_apply`]: blocks of a multiple of 32 inputs); each row holds
@@ -617,86 +625,6 @@ impl<'e> Store<'e> {
         }
         dst[..nv].copy_from_slice(&y[..nv]);
     }
-}
-
-/// Panels `p .. p + S` of `R` rows' blockwise product before the row scales, two halves of
-/// eight channels each: the packed zero-point term times the row's zero point `zf`, then
-/// float(acc) · scale block by block (`QWeights::ksum_scaled`'s order). Each 32-byte group
-/// of nibbles is unpacked once for the R rows. `vpmaddubsw` multiplies unsigned activations
-/// by signed bytes into saturating i16 pairs, so the weights go in as `w + 8` (0..15, a
-/// nibble XOR 8): a pair of products is at most 2·255·15, two quads' pairs added stay below
-/// 2¹⁵; each block's sum then loses 8·Σa.
-///
-/// # Safety
-/// AVX2 and FMA ([`nibbles_apply`]); each row holds 4·quads bytes; panels `p .. p + S` exist.
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-unsafe fn nibble_tile<const R: usize, const S: usize>(
-    rows: &[&[u8]; R],
-    zf: &[__m256; R],
-    w: &QWeights,
-    p: usize,
-) -> [[[__m256; 2]; S]; R] {
-    let blocks = w.k / w.block;
-    let (low, flip, ones) = (
-        _mm256_set1_epi8(0x0F),
-        _mm256_set1_epi8(0x88u8 as i8),
-        _mm256_set1_epi16(1),
-    );
-    let mut facc = [[[_mm256_setzero_ps(); 2]; S]; R];
-    for (f, z) in facc.iter_mut().zip(zf) {
-        for (s, fs) in f.iter_mut().enumerate() {
-            for (h, fh) in fs.iter_mut().enumerate() {
-                let ks = &w.pkscaled()[(p + s) * NR + 8 * h..][..8];
-                *fh = _mm256_mul_ps(_mm256_loadu_ps(ks.as_ptr()), *z);
-            }
-        }
-    }
-    for b in 0..blocks {
-        let off: [__m256i; R] =
-            core::array::from_fn(|r| _mm256_set1_epi32(offset(&rows[r][b * w.block..][..w.block])));
-        let mut acc = [[[_mm256_setzero_si256(); 2]; S]; R];
-        for t in b * w.block / 8..(b + 1) * w.block / 8 {
-            // The quads 2t (low nibbles) and 2t + 1 (high) of each row, broadcast.
-            let quad = |r: usize, q: usize| {
-                let mut v = [0u8; 4];
-                v.copy_from_slice(&rows[r][4 * q..4 * q + 4]);
-                _mm256_set1_epi32(i32::from_le_bytes(v))
-            };
-            let a0: [__m256i; R] = core::array::from_fn(|r| quad(r, 2 * t));
-            let a1: [__m256i; R] = core::array::from_fn(|r| quad(r, 2 * t + 1));
-            for s in 0..S {
-                let src = &w.nib[w.nib_at(p + s, t)..][..64];
-                // A hint into L1 a few KiB ahead; it may point past the weights.
-                prefetch(src.as_ptr().wrapping_add(PREFETCH));
-                for h in 0..2 {
-                    // Safety: 32 bytes of `src`.
-                    let v = unsafe { _mm256_loadu_si256(src[32 * h..].as_ptr() as *const _) };
-                    let v = _mm256_xor_si256(v, flip);
-                    let wl = _mm256_and_si256(v, low);
-                    let wh = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-                    for r in 0..R {
-                        let pr = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(a0[r], wl),
-                            _mm256_maddubs_epi16(a1[r], wh),
-                        );
-                        acc[r][s][h] = _mm256_add_epi32(acc[r][s][h], _mm256_madd_epi16(pr, ones));
-                    }
-                }
-            }
-        }
-        for s in 0..S {
-            let at = ((p + s) * blocks + b) * NR;
-            for h in 0..2 {
-                let scv = block_scales8(w, at + 8 * h);
-                for r in 0..R {
-                    let sum = _mm256_sub_epi32(acc[r][s][h], off[r]);
-                    facc[r][s][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scv, facc[r][s][h]);
-                }
-            }
-        }
-    }
-    facc
 }
 
 /// 8·Σa over a block of activations (a multiple of 32 bytes): the `w + 8` offset's share of

@@ -655,9 +655,10 @@ unsafe fn blockwise_rows<const R: usize, const P: usize, const NIB: bool>(
                     // Safety: panel p + min(j, np − 1) exists.
                     *x = unsafe { wp.add((p + j.min(np - 1)) * w.quads * NR * 4) };
                 }
+                // Where panel p + min(j, np − 1)'s nibbles start (read only with NIB, when
+                // they are there).
                 let nibs: [*const u8; P] = core::array::from_fn(|j| {
-                    // Safety (NIB): panel p + min(j, np − 1)'s nibbles start inside `nib`.
-                    unsafe { w.nib.as_ptr().add(w.nib_at(p + j.min(np - 1), 0)) }
+                    w.nib.as_ptr().wrapping_add(w.nib_at(p + j.min(np - 1), 0))
                 });
                 let m4 = _mm512_set1_epi8(0xF0u8 as i8);
                 for b in 0..blocks {
