@@ -89,6 +89,7 @@ fn vnni_matches_scalar() {
 /// nibbles on AVX-512: the plain integer rows' results bit for bit, 1 to 8 rows, panel
 /// counts odd and even, blocks of one and two pairs of 16 inputs, weights and activations at
 /// their extremes.
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn vnni_nibble_rows_match_scalar() {
     if !has_vnni() {
