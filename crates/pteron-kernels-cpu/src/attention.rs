@@ -471,6 +471,9 @@ impl WeightedValues<'_> {
     fn rest<S: Simd>(&mut self, s: S, c0: usize) {
         let (l, d) = (S::LANES, self.d);
         for j in 0..self.n {
+            if c0 == 0 {
+                prefetch_row(self.v, (j + PREFETCH_ROWS) * self.stride, d);
+            }
             let vr = &self.v[j * self.stride..j * self.stride + d];
             for (i, a) in self.acc.chunks_exact_mut(d).enumerate() {
                 let pv = s.splat(self.p[i * KV_BLOCK + j]);

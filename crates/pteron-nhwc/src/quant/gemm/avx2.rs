@@ -330,10 +330,10 @@ pub fn nibbles_apply(w: &QWeights) -> bool {
 }
 
 /// Block offsets kept on the stack (more go to the heap).
-const OFFS_ON_STACK: usize = 1024;
+pub(super) const OFFS_ON_STACK: usize = 1024;
 
 /// `n` zeroed values in `stack` when they fit, else in `heap`.
-fn offsets_buffer<'b>(
+pub(super) fn offsets_buffer<'b>(
     stack: &'b mut [i32; OFFS_ON_STACK],
     heap: &'b mut Vec<i32>,
     n: usize,
@@ -346,6 +346,18 @@ fn offsets_buffer<'b>(
     }
 }
 
+/// `out[b]` = the `w + 8` offset's share of block `b` of `row` (8·Σa), for every block of
+/// `w`'s inputs (`out` holds them).
+///
+/// # Safety
+/// AVX2 ([`nibbles_apply`]).
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn block_offsets(row: &[u8], w: &QWeights, out: &mut [i32]) {
+    for (b, o) in out[..w.k / w.block].iter_mut().enumerate() {
+        *o = offset(&row[b * w.block..][..w.block]);
+    }
+}
+
 /// Panels one row reads side by side (each panel's nibbles are their own run of pages).
 const STREAMS: usize = 4;
 /// Rows that share each unpacked group of weights in [`rows_nibbles`].
@@ -354,15 +366,17 @@ const ROWS: usize = 4;
 /// One row's blockwise 4-bit product with a `Dequant` epilogue over `panels` into `o`
 /// (columns from `16·panels.start`), streaming the nibbles: the AVX-512 one-row path's
 /// arithmetic for CPUs without it (the tile path read the int8 copy, twice the bytes).
+/// `offs` holds the row's [`block_offsets`], computed once for every task.
 ///
 /// # Safety
 /// AVX2 and FMA ([`nibbles_apply`]); `a` holds 4·quads bytes; the epilogue's slices as
-/// `qgemm` checks them; `o` holds the columns of `panels`.
+/// `qgemm` checks them; `offs` holds the row's blocks; `o` holds the columns of `panels`.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn gemv_nibbles(
     a: &[u8],
     w: &QWeights,
     epi: &Epilogue<'_>,
+    offs: &[i32],
     panels: core::ops::Range<usize>,
     o: &mut [f32],
 ) {
@@ -371,17 +385,10 @@ pub unsafe fn gemv_nibbles(
     };
     let col0 = panels.start * NR;
     let (row, zf) = ([a], [out.zero_point(0)]);
-    let blocks = w.k / w.block;
-    let (mut stack, mut heap) = ([0i32; OFFS_ON_STACK], Vec::new());
-    let offs = offsets_buffer(&mut stack, &mut heap, blocks);
-    for (b, o) in offs.iter_mut().enumerate() {
-        *o = offset(&a[b * w.block..][..w.block]);
-    }
     let mut p = panels.start;
     while p < panels.end {
         if p + STREAMS <= panels.end {
-            // Safety: panels p .. p + STREAMS exist; the caller's operands; `offs` holds
-            // `blocks` values.
+            // Safety: panels p .. p + STREAMS exist; the caller's operands (`offs` included).
             let f = unsafe { nibble_rows::<1, STREAMS>(&row, &zf, offs, w, p) };
             for (s, halves) in f[0].iter().enumerate() {
                 out.put(0, p + s, halves, &mut o[(p + s) * NR - col0..]);
@@ -446,9 +453,8 @@ pub unsafe fn rows_nibbles(
             i += ROWS;
         } else {
             let ra = [row(i)];
-            for (b, o) in offs[..blocks].iter_mut().enumerate() {
-                *o = offset(&ra[0][b * w.block..][..w.block]);
-            }
+            // Safety: AVX2 (`nibbles_apply`); `offs` holds at least `blocks` values.
+            unsafe { block_offsets(ra[0], w, offs) };
             let zs = [out.zero_point(r0 + i)];
             for p in 0..w.n.div_ceil(NR) {
                 // Safety: as above, one row (`offs` starts with its `blocks` values).

@@ -553,6 +553,21 @@ fn gemv(
     out: &mut [f32],
 ) {
     let panels = w.n.div_ceil(NR);
+    // AVX2 over nibbles: the row's block offsets once, for every task.
+    #[cfg(target_arch = "x86_64")]
+    let nibbles = !vnni && avx2::nibbles_apply(w);
+    #[cfg(target_arch = "x86_64")]
+    let (mut stack, mut heap) = ([0i32; avx2::OFFS_ON_STACK], Vec::new());
+    #[cfg(target_arch = "x86_64")]
+    let offs: &[i32] = if nibbles {
+        let offs = avx2::offsets_buffer(&mut stack, &mut heap, w.k / w.block);
+        // Safety: AVX2 (`nibbles_apply`); `offs` holds the blocks; `qgemm` checked that `a`
+        // holds 4·quads bytes.
+        unsafe { avx2::block_offsets(a, w, offs) };
+        offs
+    } else {
+        &[]
+    };
     for_chunks_mut(par, out, GEMV_PANELS * NR, 1, &|t, c| {
         let p0 = t * GEMV_PANELS;
         if vnni {
@@ -566,10 +581,10 @@ fn gemv(
         } else {
             let panels = p0..(p0 + GEMV_PANELS).min(panels);
             #[cfg(target_arch = "x86_64")]
-            if avx2::nibbles_apply(w) {
-                // Safety: AVX2 and FMA (`nibbles_apply`); `qgemm` checked the operands; `c`
-                // is the columns of `panels`.
-                unsafe { avx2::gemv_nibbles(a, w, epi, panels, c) };
+            if nibbles {
+                // Safety: AVX2 and FMA (`nibbles_apply`); `qgemm` checked the operands; `offs`
+                // holds the row's blocks; `c` is the columns of `panels`.
+                unsafe { avx2::gemv_nibbles(a, w, epi, offs, panels, c) };
                 return;
             }
             #[cfg(target_arch = "x86_64")]

@@ -293,11 +293,13 @@ fn avx2_nibbles_match_scalar() {
                 // Two calls, as two tasks would split the panels.
                 let (panels, cut) = (n.div_ceil(NR), 5.min(n.div_ceil(NR)));
                 let (x, y) = f2.split_at_mut((cut * NR).min(n));
-                // Safety: `nibbles_apply` (AVX2, FMA); one row of k bytes; `x` and `y` are
-                // the columns of their panels.
+                let mut offs = vec![0i32; k / block];
+                // Safety: `nibbles_apply` (AVX2, FMA); one row of k bytes; `offs` holds its
+                // blocks; `x` and `y` are the columns of their panels.
                 unsafe {
-                    avx2::gemv_nibbles(&a, &w, &epi, 0..cut, x);
-                    avx2::gemv_nibbles(&a, &w, &epi, cut..panels, y);
+                    avx2::block_offsets(&a, &w, &mut offs);
+                    avx2::gemv_nibbles(&a, &w, &epi, &offs, 0..cut, x);
+                    avx2::gemv_nibbles(&a, &w, &epi, &offs, cut..panels, y);
                 }
                 assert_eq!(f1, f2, "n {n} k {k} block {block} bf16 {bf16}");
             }

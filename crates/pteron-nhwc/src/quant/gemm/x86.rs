@@ -41,6 +41,16 @@ fn l2_prefetch<T>(p: *const T) {
     unsafe { _mm_prefetch::<_MM_HINT_T1>(p as *const i8) }
 }
 
+/// The lanes of a panel of `len` ≤ 16 outputs.
+#[inline(always)]
+fn lanes(len: usize) -> __mmask16 {
+    if len >= NR {
+        !0
+    } else {
+        (1u16 << len) - 1
+    }
+}
+
 /// The 16 panel-major block scales at `at`.
 ///
 /// # Safety
@@ -145,14 +155,7 @@ pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mu
     let zpv = _mm512_set1_epi32(zp);
     let (lov, hiv) = (_mm512_set1_ps(*lo), _mm512_set1_ps(*hi));
     let ap = a.as_ptr();
-    // The lanes of a panel of `len` ≤ 16 outputs, and its bias.
-    let mask_of = |len: usize| -> __mmask16 {
-        if len == NR {
-            !0
-        } else {
-            (1u16 << len) - 1
-        }
-    };
+    // The bias of a panel's lanes.
     let bias_at = |c0: usize, mask: __mmask16| match bias {
         Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
         None => _mm512_setzero_ps(),
@@ -165,14 +168,14 @@ pub unsafe fn gemv(a: &[u8], w: &QWeights, epi: &Epilogue<'_>, p0: usize, o: &mu
     };
     // Panel p0 + i's results `y` (row scale applied), biased, clamped, stored.
     let store = |i: usize, oc: &mut [f32], y: __m512| {
-        let mask = mask_of(oc.len());
+        let mask = lanes(oc.len());
         clamp_store(oc, mask, _mm512_add_ps(y, bias_at((p0 + i) * NR, mask)));
     };
     if w.block == 0 {
         for (i, oc) in o.chunks_mut(NR).enumerate() {
             let p = p0 + i;
             let c0 = p * NR;
-            let mask = mask_of(oc.len());
+            let mask = lanes(oc.len());
             // Safety: quads 0 .. quads of panel p (p < panels since `o` lies before n).
             let acc = unsafe { dot(ap, w, p, 0, w.quads) };
             let cs = _mm512_maskz_loadu_epi32(mask, w.colsum[c0..].as_ptr());
@@ -360,9 +363,9 @@ pub unsafe fn rows(
         // A call of one tile's rows (verifying drafts, a short chunk) is bound by the weight
         // stream: it reads the nibbles (half the bytes) where there are.
         let nib = rows <= BR && !w.nib.is_empty() && w.block.is_multiple_of(32);
+        // Such a call's tile has exactly its rows (a tile of 8 computes 8 whatever it keeps).
         // Safety: the caller's operands; `panel_major` checked the scales' layout, `nib` that
         // the nibbles are there in blocks of whole pairs.
-        // Such a call's tile has exactly its rows (a tile of 8 computes 8 whatever it keeps).
         unsafe {
             match (nib, rows) {
                 (true, 2) => blockwise_rows::<2, BP, true>(a, lda, r0, rows, w, epi, o, ldc),
@@ -507,7 +510,7 @@ unsafe fn group<const NP: usize>(
     for j in 0..NP {
         let c0 = (p + j) * NR;
         let nv = NR.min(w.n - c0);
-        let mask: __mmask16 = if nv == NR { !0 } else { (1u16 << nv) - 1 };
+        let mask = lanes(nv);
         match (epi, &mut *o) {
             (
                 Epilogue::Requant {
@@ -640,67 +643,66 @@ unsafe fn blockwise_rows<const R: usize, const P: usize, const NIB: bool>(
                 ap[i] = unsafe { a.as_ptr().add(r * lda) };
                 zf[i] = (zps[r] + 128) as f32;
             }
-            {
-                let mut facc = [[_mm512_setzero_ps(); P]; R];
-                for j in 0..P {
-                    // Panels past the last repeat it (their results are dropped).
-                    let pj = p + j.min(np - 1);
-                    let ksv = _mm512_loadu_ps(w.pkscaled()[pj * NR..].as_ptr());
-                    for i in 0..R {
-                        facc[i][j] = _mm512_mul_ps(ksv, _mm512_set1_ps(zf[i]));
-                    }
+            let mut facc = [[_mm512_setzero_ps(); P]; R];
+            for j in 0..P {
+                // Panels past the last repeat it (their results are dropped).
+                let pj = p + j.min(np - 1);
+                let ksv = _mm512_loadu_ps(w.pkscaled()[pj * NR..].as_ptr());
+                for i in 0..R {
+                    facc[i][j] = _mm512_mul_ps(ksv, _mm512_set1_ps(zf[i]));
                 }
-                let mut pw = [wp; P];
-                for (j, x) in pw.iter_mut().enumerate() {
-                    // Safety: panel p + min(j, np − 1) exists.
-                    *x = unsafe { wp.add((p + j.min(np - 1)) * w.quads * NR * 4) };
-                }
-                // Where panel p + min(j, np − 1)'s nibbles start (read only with NIB, when
-                // they are there).
-                let nibs: [*const u8; P] = core::array::from_fn(|j| {
-                    w.nib.as_ptr().wrapping_add(w.nib_at(p + j.min(np - 1), 0))
-                });
-                let m4 = _mm512_set1_epi8(0xF0u8 as i8);
-                for b in 0..blocks {
-                    let mut acc = [[_mm512_setzero_si512(); P]; R];
-                    if NIB {
-                        // Pairs of quads from the nibbles (half the bytes: calls of a few
-                        // rows are bound by the weight stream), as 16·w: sums 16 times the
-                        // int8 path's, exact, shifted back below.
-                        for u in b * bq / 2..(b + 1) * bq / 2 {
-                            let mut lo = [_mm512_setzero_si512(); P];
-                            let mut hi = [_mm512_setzero_si512(); P];
+            }
+            let mut pw = [wp; P];
+            for (j, x) in pw.iter_mut().enumerate() {
+                // Safety: panel p + min(j, np − 1) exists.
+                *x = unsafe { wp.add((p + j.min(np - 1)) * w.quads * NR * 4) };
+            }
+            // Where panel p + min(j, np − 1)'s nibbles start (read only with NIB, when
+            // they are there).
+            let nibs: [*const u8; P] = core::array::from_fn(|j| {
+                w.nib.as_ptr().wrapping_add(w.nib_at(p + j.min(np - 1), 0))
+            });
+            let m4 = _mm512_set1_epi8(0xF0u8 as i8);
+            for b in 0..blocks {
+                let mut acc = [[_mm512_setzero_si512(); P]; R];
+                if NIB {
+                    // Pairs of quads from the nibbles (half the bytes: calls of a few
+                    // rows are bound by the weight stream), as 16·w: sums 16 times the
+                    // int8 path's, exact, shifted back below.
+                    for u in b * bq / 2..(b + 1) * bq / 2 {
+                        let mut lo = [_mm512_setzero_si512(); P];
+                        let mut hi = [_mm512_setzero_si512(); P];
+                        for j in 0..P {
+                            let src = nibs[j].wrapping_add(u * NIB_STRIDE);
+                            prefetch(src.wrapping_add(PREFETCH));
+                            // Safety: pair u < pairs of the panel lies inside `nib`.
+                            let v = unsafe { _mm512_loadu_si512(src as *const _) };
+                            lo[j] = _mm512_and_si512(_mm512_slli_epi16::<4>(v), m4);
+                            hi[j] = _mm512_and_si512(v, m4);
+                        }
+                        for i in 0..R {
+                            // Safety: quads 2u, 2u + 1 < quads: 8 bytes at 8u in the row.
+                            let (a0, a1) = unsafe {
+                                (
+                                    _mm512_set1_epi32(core::ptr::read_unaligned(
+                                        ap[i].add(8 * u) as *const i32
+                                    )),
+                                    _mm512_set1_epi32(core::ptr::read_unaligned(
+                                        ap[i].add(8 * u + 4) as *const i32,
+                                    )),
+                                )
+                            };
                             for j in 0..P {
-                                let src = nibs[j].wrapping_add(u * NIB_STRIDE);
-                                prefetch(src.wrapping_add(PREFETCH));
-                                // Safety: pair u < pairs of the panel lies inside `nib`.
-                                let v = unsafe { _mm512_loadu_si512(src as *const _) };
-                                lo[j] = _mm512_and_si512(_mm512_slli_epi16::<4>(v), m4);
-                                hi[j] = _mm512_and_si512(v, m4);
+                                acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], a0, lo[j]);
+                                acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], a1, hi[j]);
                             }
-                            for i in 0..R {
-                                // Safety: quads 2u, 2u + 1 < quads: 8 bytes at 8u in the row.
-                                let (a0, a1) = unsafe {
-                                    (
-                                        _mm512_set1_epi32(core::ptr::read_unaligned(
-                                            ap[i].add(8 * u) as *const i32,
-                                        )),
-                                        _mm512_set1_epi32(core::ptr::read_unaligned(
-                                            ap[i].add(8 * u + 4) as *const i32,
-                                        )),
-                                    )
-                                };
-                                for j in 0..P {
-                                    acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], a0, lo[j]);
-                                    acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], a1, hi[j]);
-                                }
-                            }
-                        }
-                        for a in acc.iter_mut().flatten() {
-                            *a = _mm512_srai_epi32::<4>(*a);
                         }
                     }
-                    for q in (b * bq..(b + 1) * bq).filter(|_| !NIB) {
+                    for a in acc.iter_mut().flatten() {
+                        *a = _mm512_srai_epi32::<4>(*a);
+                    }
+                } else {
+                    for q in b * bq..(b + 1) * bq {
                         if t == 0 {
                             // The next panels' weights into L2 while this tile reads these
                             // (the first tile of a panel group otherwise waits on L3).
@@ -726,32 +728,32 @@ unsafe fn blockwise_rows<const R: usize, const P: usize, const NIB: bool>(
                             }
                         }
                     }
-                    for j in 0..P {
-                        let pj = p + j.min(np - 1);
-                        // Safety: `one_row_ready`: panels·blocks·16 scales.
-                        let scv = unsafe { block_scales(w, (pj * blocks + b) * NR) };
-                        for i in 0..R {
-                            facc[i][j] =
-                                _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j]), scv, facc[i][j]);
-                        }
+                }
+                for j in 0..P {
+                    let pj = p + j.min(np - 1);
+                    // Safety: `one_row_ready`: panels·blocks·16 scales.
+                    let scv = unsafe { block_scales(w, (pj * blocks + b) * NR) };
+                    for i in 0..R {
+                        facc[i][j] =
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j]), scv, facc[i][j]);
                     }
                 }
-                for j in 0..np {
-                    let c0 = (p + j) * NR;
-                    let nv = NR.min(w.n - c0);
-                    let mask: __mmask16 = if nv == NR { !0 } else { (1u16 << nv) - 1 };
-                    let bv = match bias {
-                        Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
-                        None => _mm512_setzero_ps(),
-                    };
-                    for i in 0..mr {
-                        let s_row = rp[r0 + t + i];
-                        let y = _mm512_add_ps(_mm512_mul_ps(facc[i][j], _mm512_set1_ps(s_row)), bv);
-                        let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
-                        let dst = o[(t + i) * ldc + c0..].as_mut_ptr();
-                        // Safety: `nv` floats of row t + i from column c0 lie inside `o`.
-                        unsafe { _mm512_mask_storeu_ps(dst, mask, y) };
-                    }
+            }
+            for j in 0..np {
+                let c0 = (p + j) * NR;
+                let nv = NR.min(w.n - c0);
+                let mask = lanes(nv);
+                let bv = match bias {
+                    Some(b) => _mm512_maskz_loadu_ps(mask, b[c0..].as_ptr()),
+                    None => _mm512_setzero_ps(),
+                };
+                for i in 0..mr {
+                    let s_row = rp[r0 + t + i];
+                    let y = _mm512_add_ps(_mm512_mul_ps(facc[i][j], _mm512_set1_ps(s_row)), bv);
+                    let y = _mm512_min_ps(_mm512_max_ps(y, lov), hiv);
+                    let dst = o[(t + i) * ldc + c0..].as_mut_ptr();
+                    // Safety: `nv` floats of row t + i from column c0 lie inside `o`.
+                    unsafe { _mm512_mask_storeu_ps(dst, mask, y) };
                 }
             }
             t += R;
