@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use pteron_core::INLINE;
 use pteron_kernels_cpu::simd::{level, run_op_at, Simd, SimdOp};
-use pteron_nhwc::quant::gemm::{qgemm, Epilogue, Out, QWeights};
+use pteron_nhwc::quant::gemm::{qgemm, Epilogue, Out};
 
 /// Sums the bytes as floats in eight vector accumulators (a read at the bandwidth).
 struct StreamSum<'a>(&'a [f32]);
@@ -36,24 +36,9 @@ impl SimdOp for StreamSum<'_> {
     }
 }
 
-struct Layer {
-    w: QWeights,
-    scale: Vec<f32>,
-}
-
-fn layer(k: usize, n: usize, seed: usize) -> Layer {
-    const BLOCK: usize = 32;
-    let mut w = QWeights::new_int4(n, k, BLOCK, |j, kk| {
-        ((j * 31 + kk * 17 + seed) % 16) as i8 - 8
-    })
-    .unwrap();
-    // bf16 values, as the 8da4w recipe stores them.
-    let scale: Vec<f32> = (0..n * k / BLOCK)
-        .map(|i| f32::from_bits((0.01f32 + (i % 97) as f32 * 1e-4).to_bits() & 0xFFFF_0000))
-        .collect();
-    w.set_block_scales(&scale).unwrap();
-    Layer { w, scale }
-}
+#[path = "common/q4layer.rs"]
+mod q4layer;
+use q4layer::layer;
 
 fn main() {
     let mut args = std::env::args().skip(1);
