@@ -340,8 +340,8 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
     );
     if plan.regions > 0 {
         let kind = match &adapter {
-            Some(name) => format!("GPU region(s) on {name}"),
-            None => "channels-last region(s)".to_string(),
+            Some(name) => format!("region(s) (GPU on {name}, fused blocks)"),
+            None => "region(s) (channels-last, fused blocks)".to_string(),
         };
         println!(
             "{} {kind} of {} calls, holding {} bytes of packed weights and buffers",

@@ -2,9 +2,11 @@
 //! (inputs, outputs, state, moves, jumps, delegate arguments, lists), recomputed before each
 //! planning or partitioning pass.
 
+use alloc::boxed::Box;
 use alloc::vec;
 use alloc::vec::Vec;
 
+use crate::backend::DelegateHandle;
 use crate::graph::{Call, Uses};
 use crate::instr::{Code, Instr, Op};
 use crate::source::PageRelease;
@@ -35,11 +37,12 @@ pub(crate) fn analyze_calls(
     args: &[u32],
     chains: &[Vec<Instr>],
     boundary: Boundary<'_>,
+    delegates: &[Box<dyn DelegateHandle + '_>],
 ) -> Analysis {
     let (calls, chain_jumps) = kernel_calls(chains);
     let mut uses = call_references(values.len(), args, &calls);
     pin_boundary(&mut uses, boundary);
-    pin_instruction_operands(&mut uses, args, chains);
+    pin_instruction_operands(&mut uses, args, chains, delegates);
     let return_list = tuple_returns(values, pool, args, &calls, &mut uses);
     pin_list_items(values, pool, &return_list, &mut uses);
     Analysis {
@@ -110,10 +113,18 @@ fn pin_boundary(uses: &mut [Uses], b: Boundary<'_>) {
 }
 
 /// Values that moves, jumps and delegate calls read or write outside the kernel calls.
-fn pin_instruction_operands(uses: &mut [Uses], args: &[u32], chains: &[Vec<Instr>]) {
+fn pin_instruction_operands(
+    uses: &mut [Uses],
+    args: &[u32],
+    chains: &[Vec<Instr>],
+    delegates: &[Box<dyn DelegateHandle + '_>],
+) {
+    // Kernel calls before the instruction, in `kernel_calls`' order.
+    let mut calls_before: u32 = 0;
     for chain in chains.iter() {
         for ins in chain {
             match *ins {
+                Instr::Kernel { .. } => calls_before = calls_before.saturating_add(1),
                 Instr::Move { from, to } => {
                     uses[from as usize].pinned = true;
                     uses[to as usize].pinned = true;
@@ -126,11 +137,14 @@ fn pin_instruction_operands(uses: &mut [Uses], args: &[u32], chains: &[Vec<Instr
                     uses[cond as usize].observed = true;
                 }
                 // A delegate reads and writes its arguments outside the kernel calls.
-                Instr::Delegate { args: a, .. } => {
-                    for &v in &args[a.range()] {
-                        uses[v as usize].pinned = true;
-                        uses[v as usize].observed = true;
-                        uses[v as usize].written = true;
+                Instr::Delegate { index, args: a } => {
+                    let handle = delegates.get(index as usize);
+                    for (i, &v) in args[a.range()].iter().enumerate() {
+                        let u = &mut uses[v as usize];
+                        u.pinned = true;
+                        u.written = true;
+                        u.delegate_after = calls_before.saturating_add(1);
+                        u.delegate_writes |= handle.and_then(|h| h.writes_arg(i)) == Some(true);
                     }
                 }
                 _ => {}
@@ -182,15 +196,30 @@ fn tuple_returns(
     return_list
 }
 
-/// Items of any list other than a tuple return are pinned.
+/// Items of a list that one call alone names (`cat`'s tensors) are referenced by that call;
+/// items of any other list but a tuple return are pinned.
 fn pin_list_items(values: &[Value<'_>], pool: &ListPool, return_list: &[bool], uses: &mut [Uses]) {
     for (l, v) in values.iter().enumerate() {
         if let Value::TensorList(r) | Value::OptionalTensorList(r) = v {
             if return_list[l] {
                 continue;
             }
+            let list = uses[l];
+            let one_call = list.calls == 1 && !list.pinned && list.returned_by == 0;
             for &i in pool.indices.get(r.range()).unwrap_or(&[]) {
-                if let Some(u) = uses.get_mut(i as usize) {
+                let Some(u) = uses.get_mut(i as usize) else {
+                    continue;
+                };
+                if one_call {
+                    let k = list.first;
+                    if u.calls == 0 {
+                        (u.first, u.last) = (k, k);
+                        u.calls = 1;
+                    } else if u.last != k && u.first != k {
+                        u.calls += 1;
+                        (u.first, u.last) = (u.first.min(k), u.last.max(k));
+                    }
+                } else {
                     u.pinned = true;
                     u.observed = true;
                 }
@@ -212,13 +241,16 @@ pub(crate) struct Pass<'a, 'p> {
 
 impl<'a, 'p> Pass<'a, 'p> {
     /// The use analysis of the method's code as it stands.
-    pub fn analyze(&self, code: &Code) -> Analysis {
+    /// The analysis of `code`; `delegates` (the handles its delegate calls name, when they
+    /// exist) tell which of their arguments they write.
+    pub fn analyze(&self, code: &Code, delegates: &[Box<dyn DelegateHandle + '_>]) -> Analysis {
         analyze_calls(
             self.values,
             self.pool,
             &code.args,
             &code.chains,
             self.boundary,
+            delegates,
         )
     }
 

@@ -108,6 +108,13 @@ pub trait DelegateHandle: Send + Sync {
     /// input tensors, resizes and writes the output tensors. Should not allocate once it has
     /// run with the largest shapes it will see.
     fn execute(&mut self, ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError>;
+    /// Whether `execute` writes argument `arg` of its span (`None`: not known). Values a
+    /// delegate writes are not taken for views the exporter planned without an instruction,
+    /// which lets partitioners take calls that reuse their memory.
+    fn writes_arg(&self, arg: usize) -> Option<bool> {
+        let _ = arg;
+        None
+    }
     /// Bytes this handle holds (packed weights, buffers), for statistics.
     fn memory_bytes(&self) -> usize {
         0

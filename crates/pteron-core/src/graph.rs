@@ -30,10 +30,15 @@ pub(crate) struct Uses {
     /// Method input or output, Move source/target, jump condition, list item, or mutable state:
     /// its contents are observable or set outside the calls that name it.
     pub pinned: bool,
-    /// Pinned for a reason other than being a method input: its contents are read outside
-    /// the calls that name it (method output, Move, jump condition, list item, state,
-    /// delegate argument).
+    /// Pinned for a reason other than being a method input or a delegate argument: its
+    /// contents are read outside the calls that name it (method output, Move, jump
+    /// condition, list item, state).
     pub observed: bool,
+    /// Delegate calls name it: 1 + the number of kernel calls before the last of them (0:
+    /// none), so that a region of calls before that delegate knows the value is read later.
+    pub delegate_after: u32,
+    /// A delegate call writes it (as its handle reports).
+    pub delegate_writes: bool,
     /// Target of a Move (a scalar or tensor that can change at run time).
     pub written: bool,
     /// The first and last calls referencing it (meaningful when `calls > 0`).

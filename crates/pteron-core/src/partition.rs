@@ -140,6 +140,12 @@ impl<'g, 'p> CallGraph<'g, 'p> {
     pub fn num_threads(&self) -> usize {
         self.graph.num_threads
     }
+    /// The checks the method makes on every region a partitioner returns (but the overlap
+    /// with earlier regions): a partitioner that finds a region by pattern may leave out one
+    /// that fails them, where returning it would fail the load.
+    pub fn check(&self, region: &Region<'_>) -> Result<(), String> {
+        check_region(self.graph, region, 0)
+    }
 }
 
 /// The planned bytes of tensor `v`: (arena, start, end).
@@ -347,8 +353,11 @@ pub(crate) fn needed_outputs(
     let bytes = |v: usize| tensor_bytes(graph, v);
     let mut aliases = 0;
     for (w, u) in graph.uses.iter().enumerate() {
-        let read_after = u.observed || (u.calls > 0 && u.last as usize >= r.end);
-        if u.returned_by > 0 || !read_after {
+        let read_after = u.observed
+            || u.delegate_after as usize > r.end
+            || (u.calls > 0 && u.last as usize >= r.end);
+        // Written by a call or a delegate: not a view planned without an instruction.
+        if u.returned_by > 0 || u.delegate_writes || !read_after {
             continue;
         }
         let Some((a, lo, hi)) = bytes(w) else {
@@ -400,7 +409,7 @@ pub(crate) fn partition_calls<'p>(
             calls,
             uses,
             chain_jumps,
-        } = pass.analyze(code);
+        } = pass.analyze(code, &delegates.handles);
         let hidden = vec![false; pass.values.len()];
         let constants_read = RefCell::new(Vec::new());
         let graph = Graph {

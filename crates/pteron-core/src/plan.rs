@@ -96,7 +96,7 @@ pub(crate) fn plan_calls(pass: &Pass<'_, '_>, code: &mut Code) -> Result<Planned
     if !pass.ops.iter().any(|o| o.kernel.prepare.is_some()) {
         return Ok(Planned::default());
     }
-    let analysis = pass.analyze(code);
+    let analysis = pass.analyze(code, &[]);
     let Rounds {
         states,
         fused_into,

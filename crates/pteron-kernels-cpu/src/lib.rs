@@ -13,6 +13,7 @@
 
 pub mod aligned;
 pub mod attention;
+pub mod blocks;
 pub mod conv;
 pub mod copy;
 pub mod cpu;

@@ -84,7 +84,8 @@ impl Default for Runtime {
 impl Runtime {
     /// The default runtime: every kernel pteron ships (portable, with the fast CPU kernels
     /// over them), the XNNPACK backend, channels-last regions for portable convolution
-    /// networks, a thread per physical core, default limits. Built once per process and shared.
+    /// networks, fused blocks (`pteron_kernels_cpu::blocks`), a thread per physical core,
+    /// default limits. Built once per process and shared.
     pub fn new() -> Runtime {
         static DEFAULT: OnceLock<Runtime> = OnceLock::new();
         DEFAULT
@@ -165,6 +166,10 @@ impl Runtime {
             let nhwc = NhwcPartitioner::new(b.engine.clone());
             partitioners.push(Arc::new(nhwc) as Arc<dyn Partitioner>);
         }
+        if b.blocks.unwrap_or(!portable) {
+            let blocks = pteron_kernels_cpu::blocks::BlockPartitioner;
+            partitioners.push(Arc::new(blocks) as Arc<dyn Partitioner>);
+        }
         partitioners.extend(b.partitioners);
         Runtime {
             inner: Arc::new(Inner {
@@ -186,6 +191,7 @@ pub struct RuntimeBuilder {
     kernels_portable: bool,
     backends: Option<Arc<BackendRegistry>>,
     channels_last: Option<bool>,
+    blocks: Option<bool>,
     partitioners: Vec<Arc<dyn Partitioner>>,
     threads: Option<usize>,
     pool: Option<Arc<ThreadPool>>,
@@ -221,6 +227,15 @@ impl RuntimeBuilder {
     /// NHWC engine (on by default, except with [`Self::portable`]). Needs preparation.
     pub fn channels_last(mut self, on: bool) -> Self {
         self.channels_last = Some(on);
+        self
+    }
+
+    /// Whether runs of portable calls that compute a block the fast kernels know (the
+    /// interleaved rotary embedding of Llama exports) run as one kernel, with the same bits
+    /// (`pteron_kernels_cpu::blocks`; on by default, except with [`Self::portable`]). Needs
+    /// preparation.
+    pub fn blocks(mut self, on: bool) -> Self {
+        self.blocks = Some(on);
         self
     }
 

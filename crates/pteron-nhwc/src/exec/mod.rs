@@ -279,6 +279,10 @@ impl DelegateHandle for Executable {
         self.run(ctx)
     }
 
+    fn writes_arg(&self, arg: usize) -> Option<bool> {
+        Some(self.outputs.iter().any(|&(ext, _)| ext as usize == arg))
+    }
+
     fn memory_bytes(&self) -> usize {
         self.bytes()
     }
