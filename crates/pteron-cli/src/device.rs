@@ -77,9 +77,9 @@ pub fn gpu_partitioner(args: &DeviceArgs) -> Result<Option<GpuParts>> {
     }
 }
 
-/// Adds the GPU engine of `args` to `builder` (the channels-last CPU engine off, so that the
-/// GPU sees the convolutions; Vulkan delegates run on it); returns the adapter's name when
-/// there is one.
+/// Adds the GPU engine of `args` to `builder` (the channels-last CPU engine and the fused CPU
+/// blocks off, so that the GPU sees the convolutions and the calls around them; Vulkan
+/// delegates run on it); returns the adapter's name when there is one.
 pub fn install(
     builder: pteron::RuntimeBuilder,
     args: &DeviceArgs,
@@ -88,6 +88,7 @@ pub fn install(
         Some(parts) => (
             builder
                 .channels_last(false)
+                .blocks(false)
                 .partitioner(parts.partitioner)
                 .backends(parts.backends),
             Some(parts.name),

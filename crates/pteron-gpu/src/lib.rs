@@ -9,8 +9,9 @@
 //! - The kernels are WGSL (`src/shaders/`), one entry point each, written from the portable
 //!   kernels' definitions; `lower.rs` maps each call onto them.
 //!
-//! Install it with `pteron::RuntimeBuilder::partitioner` (with `channels_last(false)`, so the
-//! convolutions are not taken by the CPU's channels-last engine first).
+//! Install it with `pteron::RuntimeBuilder::partitioner` (with `channels_last(false)` and
+//! `blocks(false)`, so the convolutions and the rotary blocks are not taken by the CPU's
+//! channels-last engine or fused blocks first).
 
 mod builder;
 mod device;

@@ -112,17 +112,29 @@ pub struct Sampler {
     seen: Vec<u64>,
 }
 
-/// Index of the largest value (the first of equal maxima; NaN never wins).
+/// Index of the largest value (the first of equal maxima; NaN never wins; 0 when no value
+/// exceeds −∞). The maximum first, over 16 running lanes (a loop the compiler vectorizes: a
+/// vocabulary of 50 k took ~50 µs a token as one compare-and-branch loop), then the first
+/// index holding it.
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    let mut bv = f32::NEG_INFINITY;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > bv {
-            bv = v;
-            best = i;
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let chunks = logits.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = if v > *m { v } else { *m };
         }
     }
-    best as u32
+    for (m, &v) in lanes.iter_mut().zip(rest) {
+        *m = if v > *m { v } else { *m };
+    }
+    let best = lanes
+        .iter()
+        .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+    if best == f32::NEG_INFINITY {
+        return 0;
+    }
+    logits.iter().position(|&v| v == best).unwrap_or(0) as u32
 }
 
 impl Sampler {
@@ -288,6 +300,48 @@ mod tests {
 
     fn logits() -> Vec<f32> {
         vec![1.0, 3.0, 2.0, -1.0, 0.5, 3.0, 2.5, -4.0]
+    }
+
+    /// The definition: the first index whose value exceeds every earlier one.
+    fn first_max(v: &[f32]) -> u32 {
+        let (mut best, mut bv) = (0, f32::NEG_INFINITY);
+        for (i, &x) in v.iter().enumerate() {
+            if x > bv {
+                (best, bv) = (i, x);
+            }
+        }
+        best as u32
+    }
+
+    #[test]
+    fn argmax_is_the_first_maximum() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for len in [0usize, 1, 2, 15, 16, 17, 31, 33, 100, 1000] {
+            for case in 0..20 {
+                let v: Vec<f32> = (0..len)
+                    .map(|_| match next() % 16 {
+                        // Ties, signed zeros, NaN and infinities among ordinary values.
+                        0 => f32::NAN,
+                        1 => f32::NEG_INFINITY,
+                        2 if case % 5 == 0 => f32::INFINITY,
+                        3 => 0.0,
+                        4 => -0.0,
+                        5 => 2.5,
+                        r => (r as f32 - 8.0) * 0.37,
+                    })
+                    .collect();
+                assert_eq!(argmax(&v), first_max(&v), "{v:?}");
+            }
+        }
+        assert_eq!(argmax(&[f32::NAN, f32::NEG_INFINITY, 1.0]), 2);
+        assert_eq!(argmax(&[f32::NAN; 40]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY, f32::NAN]), 0);
     }
 
     #[test]

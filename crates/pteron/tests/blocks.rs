@@ -1,6 +1,7 @@
-//! Fused blocks (`pteron_kernels_cpu::blocks`): the rotary embeddings of exported Llama layers
-//! run as one kernel per layer, and the logits stay bit for bit those of the portable calls,
-//! over a prompt and the decode steps after it (the KV cache filled by each in turn).
+//! Fused blocks (`pteron_kernels_cpu::blocks`): the rotary embeddings, RMSNorms and SiLU
+//! gates of exported Llama layers run as one kernel each, and the logits stay bit for bit
+//! those of the portable calls, over a prompt and the decode steps after it (the KV cache
+//! filled by each in turn).
 
 use std::path::{Path, PathBuf};
 
@@ -53,8 +54,10 @@ fn rotary_blocks_keep_the_bits() {
         let path = llm_dir().join(rel);
         let (a, ra) = generate(&path, &fused);
         let (b, rb) = generate(&path, &plain);
-        // One region per layer: the queries' and the keys' rotations together.
-        assert_eq!(ra, rb + layers, "{rel}: rotary regions");
+        // Per layer: the queries' and the keys' rotations together, the MLP's gate and the
+        // RMSNorm before it, the attention's RMSNorm but for the first layer's (the exporter
+        // moved its calls apart) and with the final one.
+        assert_eq!(ra, rb + 4 * layers, "{rel}: fused blocks");
         assert_eq!(a.len(), b.len());
         for (k, (x, y)) in a.iter().zip(&b).enumerate() {
             assert!(x.iter().any(|&v| v != 0), "{rel}: step {k} has zero logits");
@@ -67,11 +70,26 @@ fn rotary_blocks_keep_the_bits() {
 }
 
 #[test]
-fn other_rotations_stay_with_the_calls() {
-    // Qwen's exports rotate halves (`rotate_half`), not interleaved pairs: nothing is taken.
-    let path = llm_dir().join("families/qwen3/xnnpack_fp32.pte");
-    let (a, ra) = generate(&path, &Runtime::new());
-    let (b, rb) = generate(&path, &Runtime::builder().blocks(false).build().unwrap());
-    assert_eq!(ra, rb);
-    assert!(a == b);
+fn other_families_keep_the_bits() {
+    // Qwen's exports rotate halves (`rotate_half`), not interleaved pairs, and normalize the
+    // queries and keys too; Phi's and LFM2's differ in other ways: whatever is taken, the
+    // logits stay the calls'.
+    for rel in [
+        "families/qwen3/xnnpack_fp32.pte",
+        "families/qwen2_5/xnnpack_8da4w.pte",
+        "families/phi_4_mini/xnnpack_fp32.pte",
+        "families/lfm2/xnnpack_fp32.pte",
+        "families/qwen3_5/xnnpack_8da4w.pte",
+        "tiny/fp32.pte",
+    ] {
+        let path = llm_dir().join(rel);
+        let (a, _) = generate(&path, &Runtime::new());
+        let (b, _) = generate(&path, &Runtime::builder().blocks(false).build().unwrap());
+        for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                x == y,
+                "{rel}: step {k}: the fused logits differ from the calls'"
+            );
+        }
+    }
 }

@@ -1,18 +1,30 @@
-//! Blocks: runs of portable calls that together compute something known (the interleaved
-//! rotary embedding of a Llama layer), found at load time and run as one kernel.
+//! Blocks: runs of portable calls that together compute something known, found at load
+//! time and run as one kernel: the interleaved rotary embedding ([`rope`]), RMSNorm
+//! ([`norm`]) and the SiLU gate of a Llama MLP ([`gate`]).
 //!
 //! An exported decoder layer spends most of its small calls on such blocks: the rotary
 //! embedding of the queries and keys alone is 26 calls (slices, squeezes, eight products, a
 //! difference and a sum, unsqueezes, concatenations) over a few hundred floats, each costing
-//! far more to dispatch than to compute. [`BlockPartitioner`] reads a run of such calls
-//! symbolically; when every call of the run is part of a block it recognises and nothing
-//! after the run reads an intermediate value, the run becomes one region whose kernel
-//! computes each block's result directly, with the same float operations in the same order
-//! (so the same bits). Anything it does not recognise stays with the portable calls.
+//! far more to dispatch than to compute. [`BlockPartitioner`] matches the calls against each
+//! block's pattern; when every call of a run is part of a block and nothing after the run
+//! reads an intermediate value, the run becomes one region whose kernel computes each
+//! block's result directly, with the same float operations in the same order as the calls'
+//! kernels (so the same bits). Anything it does not recognise stays with the portable calls.
+//!
+//! A region's kernel first copies its inputs: the exporter may have planned a result over the
+//! bytes of any input the calls had finished reading.
 
+mod gate;
+mod norm;
 mod rope;
 
-use pteron_core::{CallGraph, KernelError, Partitioner, Region};
+use std::ops::Range;
+use std::vec::Vec;
+
+use pteron_core::{
+    ArgAccess, CallGraph, KernelContext, KernelError, Partitioner, PrepareContext, Region,
+    ScalarType, TensorInfo, Value,
+};
 
 /// Finds the blocks of this module in a method's calls (see the module's description).
 #[derive(Debug, Default, Clone, Copy)]
@@ -26,21 +38,138 @@ impl Partitioner for BlockPartitioner {
     fn partition<'p>(&self, g: &CallGraph<'_, 'p>) -> Result<Vec<Region<'p>>, KernelError> {
         let mut regions = Vec::new();
         let mut k = 0;
+
         while k < g.len() {
-            // The longest run of consecutive calls from k whose operators a block may use.
-            let mut end = k;
-            while end < g.len() && (end == k || g.follows(end - 1)) && rope::takes(g, end) {
-                end += 1;
-            }
-            if end > k {
-                if let Some(r) = rope::region(g, k..end) {
+            let found = rope::find(g, k)
+                .or_else(|| norm::find(g, k))
+                .or_else(|| gate::find(g, k));
+            match found {
+                Some(r) => {
+                    k = r.calls.end;
                     regions.push(r);
                 }
-                k = end;
-            } else {
-                k += 1;
+                None => k += 1,
             }
         }
         Ok(regions)
     }
+}
+
+/// Calls `k .. k + n` when they follow each other in one chain and run `ops` in that order.
+fn calls<'g, 'p>(
+    g: &CallGraph<'g, 'p>,
+    k: usize,
+    ops: &[&str],
+) -> Option<Vec<PrepareContext<'g, 'p>>> {
+    let mut v = Vec::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        if i > 0 && !g.follows(k + i - 1) {
+            return None;
+        }
+        let c = g.call(k + i)?;
+        if c.op_name() != *op {
+            return None;
+        }
+        v.push(c);
+    }
+    Some(v)
+}
+
+/// The float32 tensor that value `v` is at load time (planned, upper-bound sizes).
+fn f32_tensor<'g>(g: &CallGraph<'g, '_>, v: usize) -> Option<&'g TensorInfo> {
+    match g.value(v)? {
+        Value::Tensor(t) if t.info.dtype() == ScalarType::Float => Some(&t.info),
+        _ => None,
+    }
+}
+
+/// A rank-`rank` dim `d` (negative from the end) as an index.
+fn dim(d: i64, rank: usize) -> Option<usize> {
+    let r = i64::try_from(rank).ok()?;
+    let d = if d < 0 { d.checked_add(r)? } else { d };
+    (0..r).contains(&d).then_some(d as usize)
+}
+
+/// The float32 elements of argument `i` of call `c` when it is an immutable constant: a copy
+/// (the file's pages stay, as the calls read them in place should the region be refused).
+fn constant_f32(c: &PrepareContext<'_, '_>, i: usize) -> Option<Vec<f32>> {
+    let t = c.constant_in_place(i)?;
+    (t.info.dtype() == ScalarType::Float && t.info.is_contiguous()).then_some(())?;
+    Some(
+        t.bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    )
+}
+
+/// `(a, b)` or `(b, a)`: the two arguments of a commutative call, the one `first` accepts
+/// first.
+fn either<T>(a: T, b: T, first: impl Fn(&T) -> bool) -> Option<(T, T)> {
+    if first(&a) {
+        Some((a, b))
+    } else if first(&b) {
+        Some((b, a))
+    } else {
+        None
+    }
+}
+
+/// The region's calls `range` with `inputs`, when `outputs` are exactly the values the calls
+/// write that anything after them reads, and the method would take the region.
+fn checked<'p>(
+    g: &CallGraph<'_, 'p>,
+    range: Range<usize>,
+    inputs: Vec<usize>,
+    outputs: Vec<usize>,
+    handle: Box<dyn pteron_core::DelegateHandle + 'p>,
+) -> Option<Region<'p>> {
+    if g.needed_outputs(&range).ok()? != outputs {
+        return None;
+    }
+    let region = Region {
+        calls: range,
+        inputs,
+        outputs,
+        handle,
+    };
+    // Constant inputs, run-time scalars and the like: left to the portable calls.
+    g.check(&region).ok()?;
+    Some(region)
+}
+
+/// Copies of a region's float32 inputs (arguments `0 .. n`), reused from run to run.
+#[derive(Default)]
+struct Inputs {
+    copy: Vec<f32>,
+    spans: Vec<Range<usize>>,
+}
+
+impl Inputs {
+    fn load(&mut self, ctx: &mut KernelContext<'_, '_>, n: usize) -> Result<(), KernelError> {
+        self.copy.clear();
+        self.spans.clear();
+        for i in 0..n {
+            let ([t], []) = ctx.io([i], [])?;
+            let start = self.copy.len();
+            self.copy.extend_from_slice(t.as_slice::<f32>()?);
+            self.spans.push(start..self.copy.len());
+        }
+        Ok(())
+    }
+
+    fn get(&self, i: usize) -> &[f32] {
+        &self.copy[self.spans[i].clone()]
+    }
+}
+
+/// Argument `i`'s metadata, which must be a float32 contiguous tensor's.
+fn f32_arg(ctx: &KernelContext<'_, '_>, i: usize) -> Result<TensorInfo, KernelError> {
+    let t = *ctx.tensor(i)?;
+    if t.dtype() != ScalarType::Float || !t.is_contiguous() {
+        return Err(KernelError::unsupported(
+            "fused block over a non-float32 or strided tensor",
+        ));
+    }
+    Ok(t)
 }

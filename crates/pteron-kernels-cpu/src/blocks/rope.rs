@@ -12,10 +12,9 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::vec::Vec;
 
-use pteron_core::{
-    ArgAccess, CallGraph, DelegateHandle, KernelContext, KernelError, Region, ScalarType,
-    TensorInfo, Value,
-};
+use pteron_core::{ArgAccess, CallGraph, DelegateHandle, KernelContext, KernelError, Region};
+
+use super::{checked, dim, f32_arg, f32_tensor, Inputs};
 
 /// The operators a rotary embedding is exported with.
 const OPS: [&str; 9] = [
@@ -31,8 +30,17 @@ const OPS: [&str; 9] = [
 ];
 
 /// Call `k` runs an operator a rotary embedding uses.
-pub(super) fn takes(g: &CallGraph<'_, '_>, k: usize) -> bool {
+fn takes(g: &CallGraph<'_, '_>, k: usize) -> bool {
     g.call(k).is_some_and(|c| OPS.contains(&c.op_name()))
+}
+
+/// The rotary embeddings of the run of calls from `k` whose operators they use.
+pub(super) fn find<'p>(g: &CallGraph<'_, 'p>, k: usize) -> Option<Region<'p>> {
+    let mut end = k;
+    while end < g.len() && (end == k || g.follows(end - 1)) && takes(g, end) {
+        end += 1;
+    }
+    (end > k).then(|| region(g, k..end)).flatten()
 }
 
 /// One rotary embedding: value indices of the pairs, the four coefficients and the result.
@@ -83,7 +91,7 @@ enum Sym {
 
 /// The region computing the rotary embeddings of calls `range`, when every call there is part
 /// of one and only their results are read after the run.
-pub(super) fn region<'p>(g: &CallGraph<'_, 'p>, range: Range<usize>) -> Option<Region<'p>> {
+fn region<'p>(g: &CallGraph<'_, 'p>, range: Range<usize>) -> Option<Region<'p>> {
     let mut syms: BTreeMap<usize, Sym> = BTreeMap::new();
     // Values from outside the run that its calls read, in order of first read.
     let mut reads: Vec<usize> = Vec::new();
@@ -103,14 +111,14 @@ pub(super) fn region<'p>(g: &CallGraph<'_, 'p>, range: Range<usize>) -> Option<R
     let mut ropes = Vec::with_capacity(needed.len());
     for &o in &needed {
         match syms.get(&o) {
-            Some(Sym::Rope(r)) if fits(g, r, o).is_some() => ropes.push((*r, o)),
+            Some(Sym::Rope(r)) if fits(g, r, o).is_some() => ropes.push(*r),
             _ => return None,
         }
     }
     // Arguments: `reads ++ needed`; each rope as positions in them.
     let pos = |v: usize| reads.iter().position(|&r| r == v);
     let mut specs = Vec::with_capacity(ropes.len());
-    for (i, (r, _)) in ropes.iter().enumerate() {
+    for (i, r) in ropes.iter().enumerate() {
         specs.push([
             pos(r.x)?,
             pos(r.a)?,
@@ -120,36 +128,12 @@ pub(super) fn region<'p>(g: &CallGraph<'_, 'p>, range: Range<usize>) -> Option<R
             reads.len() + i,
         ]);
     }
-    let n_inputs = reads.len();
-    let region = Region {
-        calls: range,
-        inputs: reads,
-        outputs: needed,
-        handle: Box::new(RopeRegion {
-            inputs: n_inputs,
-            specs,
-            copy: Vec::new(),
-            spans: Vec::new(),
-        }),
-    };
-    // Constant inputs, run-time scalars and the like: left to the portable calls.
-    g.check(&region).ok()?;
-    Some(region)
-}
-
-/// The float32 tensor that value `v` is at load time (planned, upper-bound sizes).
-fn f32_tensor<'g>(g: &CallGraph<'g, '_>, v: usize) -> Option<&'g TensorInfo> {
-    match g.value(v)? {
-        Value::Tensor(t) if t.info.dtype() == ScalarType::Float => Some(&t.info),
-        _ => None,
-    }
-}
-
-/// A rank-`rank` dim `d` (negative from the end) as an index.
-fn dim(d: i64, rank: usize) -> Option<usize> {
-    let r = i64::try_from(rank).ok()?;
-    let d = if d < 0 { d.checked_add(r)? } else { d };
-    (0..r).contains(&d).then_some(d as usize)
+    let handle = Box::new(RopeRegion {
+        inputs: reads.len(),
+        specs,
+        copies: Inputs::default(),
+    });
+    checked(g, range, reads, needed, handle)
 }
 
 /// Pairs `x` (float32, rank ≥ 2, last dim 2) from outside the run: their rank.
@@ -325,11 +309,7 @@ struct RopeRegion {
     /// Arguments before the outputs.
     inputs: usize,
     specs: Vec<[usize; 6]>,
-    /// The inputs, copied first: the exporter may have planned a result over the bytes of
-    /// any input (the calls read them all before writing a result).
-    copy: Vec<f32>,
-    /// Each input's elements in `copy`.
-    spans: Vec<Range<usize>>,
+    copies: Inputs,
 }
 
 impl DelegateHandle for RopeRegion {
@@ -338,17 +318,10 @@ impl DelegateHandle for RopeRegion {
     }
 
     fn execute(&mut self, ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
-        self.copy.clear();
-        self.spans.clear();
-        for i in 0..self.inputs {
-            let ([t], []) = ctx.io([i], [])?;
-            let start = self.copy.len();
-            self.copy.extend_from_slice(t.as_slice::<f32>()?);
-            self.spans.push(start..self.copy.len());
-        }
+        self.copies.load(ctx, self.inputs)?;
         for &[x, a, b, c, d, o] in &self.specs {
-            let ins = [x, a, b, c, d].map(|i| &self.copy[self.spans[i].clone()]);
-            rotate(ctx, [x, a, b, c, d], ins, o)?;
+            let data = [x, a, b, c, d].map(|i| self.copies.get(i));
+            rotate(ctx, [x, a, b, c, d], data, o)?;
         }
         Ok(())
     }
@@ -391,14 +364,9 @@ fn rotate(
     data: [&[f32]; 5],
     o: usize,
 ) -> Result<(), KernelError> {
-    let xi = *ctx.tensor(args[0])?;
+    let xi = f32_arg(ctx, args[0])?;
     let r = xi.rank();
-    if xi.dtype() != ScalarType::Float || !xi.is_contiguous() || !(2..=MAX_RANK + 1).contains(&r) {
-        return Err(KernelError::unsupported(
-            "rotary embedding of non-float32 or strided pairs",
-        ));
-    }
-    if xi.sizes()[r - 1] != 2 {
+    if !(2..=MAX_RANK + 1).contains(&r) || xi.sizes()[r - 1] != 2 {
         return Err(KernelError::shape(format!(
             "rotary pairs of shape {:?}",
             xi.sizes()
@@ -408,13 +376,7 @@ fn rotate(
     let p = rows[r - 2];
     let mut strides = [[0usize; MAX_RANK]; 4];
     for (s, &ci) in strides.iter_mut().zip(&args[1..]) {
-        let t = ctx.tensor(ci)?;
-        if t.dtype() != ScalarType::Float || !t.is_contiguous() {
-            return Err(KernelError::unsupported(
-                "rotary coefficients not float32 contiguous",
-            ));
-        }
-        *s = coefficient_strides(t.sizes(), rows)?;
+        *s = coefficient_strides(f32_arg(ctx, ci)?.sizes(), rows)?;
     }
     let outer: usize = rows[..r - 2].iter().product();
     let mut dims = [0usize; MAX_RANK];

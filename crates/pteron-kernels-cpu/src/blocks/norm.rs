@@ -1,0 +1,149 @@
+//! RMSNorm as ExecuTorch's Llama exports decompose it: `x · rsqrt(mean(x·x, −1, keepdim) +
+//! eps) · w` in six calls (`mul`, `mean`, `add`, `rsqrt`, `mul`, `mul`). Each row's squares
+//! are summed in index order and divided in float32 (the `mean.out` kernel's arithmetic),
+//! `rsqrt` is `1 / sqrt` in float32, the products are rounded one at a time: the calls' bits.
+
+use std::boxed::Box;
+use std::vec;
+use std::vec::Vec;
+
+use pteron_core::{ArgAccess, CallGraph, DelegateHandle, KernelContext, KernelError, Region};
+
+use super::{calls, checked, constant_f32, dim, either, f32_arg, f32_tensor, Inputs};
+
+const OPS: [&str; 6] = [
+    "aten::mul.out",
+    "aten::mean.out",
+    "aten::add.out",
+    "aten::rsqrt.out",
+    "aten::mul.out",
+    "aten::mul.out",
+];
+
+/// The RMSNorm computed by calls `k .. k + 6`, if they compute one.
+pub(super) fn find<'p>(g: &CallGraph<'_, 'p>, k: usize) -> Option<Region<'p>> {
+    let c = calls(g, k, &OPS)?;
+    let arg = |i: usize, j: usize| c[i].value_index(j).ok();
+    let out = |i: usize| g.output(k + i);
+    // x · x
+    let x = arg(0, 0)?;
+    let xt = f32_tensor(g, x)?;
+    let r = xt.rank();
+    if arg(0, 1)? != x || r == 0 {
+        return None;
+    }
+    let d = xt.sizes()[r - 1];
+    // Its mean over the last dim, kept, in float32.
+    let dims = c[1].int_list(1).ok()?;
+    let float = c[1].opt_dtype(3).ok()?.is_none();
+    if arg(1, 0)? != out(0)? || dims.len() != 1 || !float || !c[1].bool(2).ok()? {
+        return None;
+    }
+    if dim(dims.get(0).ok()?, r)? != r - 1 {
+        return None;
+    }
+    // + eps (a constant of one element), alpha 1.
+    let m = out(1)?;
+    let (_, e) = either(arg(2, 0)?, arg(2, 1)?, |&v| v == m)?;
+    let eps = match constant_f32(&c[2], if arg(2, 0)? == e { 0 } else { 1 })?[..] {
+        [eps] => eps,
+        _ => return None,
+    };
+    if c[2].scalar(2).ok()?.to_f64() != 1.0 {
+        return None;
+    }
+    // rsqrt, x times it, times the weight.
+    let rs = out(3)?;
+    let n = out(4)?;
+    if arg(3, 0)? != out(2)? || either(arg(4, 0)?, arg(4, 1)?, |&v| v == rs)?.1 != x {
+        return None;
+    }
+    let (_, w) = either(arg(5, 0)?, arg(5, 1)?, |&v| v == n)?;
+    let wt = f32_tensor(g, w)?;
+    let o = out(5)?;
+    if wt.numel() != d || wt.sizes().last() != Some(&d) || f32_tensor(g, o)?.sizes() != xt.sizes() {
+        return None;
+    }
+    let (weight, inputs) = match constant_f32(&c[5], if arg(5, 0)? == w { 0 } else { 1 }) {
+        Some(w) => (Weight::Const(w), vec![x]),
+        None => (Weight::Arg, vec![x, w]),
+    };
+    let handle = Box::new(NormRegion {
+        eps,
+        weight,
+        inputs: inputs.len(),
+        copies: Inputs::default(),
+        means: Vec::new(),
+    });
+    checked(g, k..k + 6, inputs, vec![o], handle)
+}
+
+/// The weight: copied at load, or argument 1.
+enum Weight {
+    Const(Vec<f32>),
+    Arg,
+}
+
+struct NormRegion {
+    eps: f32,
+    weight: Weight,
+    /// Arguments before the output (x, and the weight when it is not a constant).
+    inputs: usize,
+    copies: Inputs,
+    means: Vec<f32>,
+}
+
+impl DelegateHandle for NormRegion {
+    fn writes_arg(&self, arg: usize) -> Option<bool> {
+        Some(arg >= self.inputs)
+    }
+
+    fn execute(&mut self, ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
+        let xi = f32_arg(ctx, 0)?;
+        let d = xi.sizes().last().copied().unwrap_or(0);
+        let o = self.inputs;
+        self.copies.load(ctx, self.inputs)?;
+        let x = self.copies.get(0);
+        let w = match &self.weight {
+            Weight::Const(w) => &w[..],
+            Weight::Arg => self.copies.get(1),
+        };
+        if d == 0 || w.len() != d || x.len() != xi.numel() {
+            return Err(KernelError::shape(format!(
+                "RMSNorm of {:?} with {} weights",
+                xi.sizes(),
+                w.len()
+            )));
+        }
+        let rows = x.len() / d;
+        // mean(x·x) per row, as the calls compute it.
+        self.means.clear();
+        self.means.resize(rows, 0.0);
+        for (row, m) in x.chunks_exact(d).zip(self.means.iter_mut()) {
+            let mut acc = 0f32;
+            for &v in row {
+                acc += v * v;
+            }
+            *m = acc / d as f32;
+        }
+        ctx.resize(o, xi.sizes())?;
+        let ([], [mut out]) = ctx.io([], [o])?;
+        let out = out.as_mut_slice::<f32>()?;
+        if out.len() < x.len() {
+            return Err(KernelError::invalid(
+                "RMSNorm output shorter than its shape",
+            ));
+        }
+        for ((orow, row), &m) in out
+            .chunks_exact_mut(d)
+            .zip(x.chunks_exact(d))
+            .zip(&self.means)
+        {
+            let r = 1.0 / (m + self.eps).sqrt();
+            for ((y, &v), &wv) in orow.iter_mut().zip(row).zip(w) {
+                *y = (v * r) * wv;
+            }
+        }
+        Ok(())
+    }
+}
