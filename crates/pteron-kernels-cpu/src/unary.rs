@@ -151,7 +151,7 @@ simple!(sigmoid_out, "aten::sigmoid.out", LibcSigmoid);
 /// [`math::sigmoid_libc`] lane by lane (compiled for each SIMD level, so its fused
 /// multiply-adds are instructions there, not calls).
 #[derive(Clone, Copy)]
-struct LibcSigmoid;
+pub(crate) struct LibcSigmoid;
 
 impl UnaryFn for LibcSigmoid {
     #[inline(always)]

@@ -1,15 +1,17 @@
 //! The SiLU gate of a Llama MLP as ExecuTorch's exports decompose it: `(g · sigmoid(g)) · u`
 //! in three calls (`sigmoid`, `mul`, `mul`), the sigmoid as the `sigmoid.out` kernel computes
-//! it ([`math::sigmoid_libc`]), each product rounded: the calls' bits.
+//! it (`crate::math::sigmoid_libc`), each product rounded: the calls' bits.
 
 use std::boxed::Box;
 use std::vec;
 
-use pteron_core::{ArgAccess, CallGraph, DelegateHandle, KernelContext, KernelError, Region};
+use pteron_core::{
+    ArgAccess, CallGraph, DelegateHandle, KernelContext, KernelError, Parallel, Region,
+};
 
-use super::{calls, checked, either, f32_arg, f32_tensor, Inputs};
-use crate::math;
+use super::{calls, checked, either, f32_arg, f32_tensor, with_copies};
 use crate::simd::{level, run_op_at, Simd, SimdOp};
+use crate::unary::{self, LibcSigmoid};
 
 const OPS: [&str; 3] = ["aten::sigmoid.out", "aten::mul.out", "aten::mul.out"];
 
@@ -29,16 +31,12 @@ pub(super) fn find<'p>(g: &CallGraph<'_, 'p>, k: usize) -> Option<Region<'p>> {
     if f32_tensor(g, u)?.sizes() != shape || f32_tensor(g, o)?.sizes() != shape || u == x {
         return None;
     }
-    let handle = Box::new(GateRegion {
-        copies: Inputs::default(),
-    });
+    let handle = Box::new(GateRegion);
     checked(g, k..k + 3, vec![x, u], vec![o], handle)
 }
 
 /// Arguments `[g, u, out]`.
-struct GateRegion {
-    copies: Inputs,
-}
+struct GateRegion;
 
 impl DelegateHandle for GateRegion {
     fn writes_arg(&self, arg: usize) -> Option<bool> {
@@ -54,23 +52,36 @@ impl DelegateHandle for GateRegion {
                 ui.sizes()
             )));
         }
-        self.copies.load(ctx, 2)?;
         ctx.resize(2, gi.sizes())?;
-        let ([], [mut out]) = ctx.io([], [2])?;
-        let out = out.as_mut_slice::<f32>()?;
-        let (g, u) = (self.copies.get(0), self.copies.get(1));
-        if out.len() < g.len() || u.len() != g.len() {
-            return Err(KernelError::invalid(
-                "SiLU gate buffers shorter than their shape",
-            ));
+        let par = ctx.parallel();
+        // In place when the result's bytes are apart from the inputs' (the usual plan), else
+        // from copies.
+        match ctx.io([0, 1], [2]) {
+            Ok(([g, u], [mut out])) => gate(par, g.as_slice()?, u.as_slice()?, out.as_mut_slice()?),
+            Err(KernelError::Aliasing { .. }) => with_copies(ctx, 2, |ctx, [g, u, ..]| {
+                let ([], [mut out]) = ctx.io([], [2])?;
+                gate(par, g, u, out.as_mut_slice()?)
+            }),
+            Err(e) => Err(e),
         }
-        run_op_at(level(), Gate { g, u, out });
-        Ok(())
     }
 }
 
-/// `out = (g · sigmoid(g)) · u`, compiled for each SIMD level so that the C library `expf`'s
-/// fused multiply-adds are instructions.
+/// `out = (g · sigmoid(g)) · u`: the sigmoid by the `sigmoid.out` kernel's own loop (threads
+/// on long prompts), then the two products.
+fn gate(par: &dyn Parallel, g: &[f32], u: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    if out.len() < g.len() || u.len() != g.len() {
+        return Err(KernelError::invalid(
+            "SiLU gate buffers shorter than their shape",
+        ));
+    }
+    let out = &mut out[..g.len()];
+    unary::map(par, LibcSigmoid, g, out);
+    run_op_at(level(), Gate { g, u, out });
+    Ok(())
+}
+
+/// `out = (g · out) · u`, `out` holding `sigmoid(g)`: each product rounded.
 struct Gate<'a> {
     g: &'a [f32],
     u: &'a [f32],
@@ -82,23 +93,15 @@ impl SimdOp for Gate<'_> {
     #[inline(always)]
     fn run<S: Simd>(self, s: S) {
         let l = S::LANES;
-        let n = self.g.len().min(self.u.len()).min(self.out.len());
+        let n = self.out.len().min(self.g.len()).min(self.u.len());
         let mut i = 0;
-        // The sigmoid lane by lane over a fixed count (which the compiler vectorizes), the
-        // products as vectors (each rounded, as the calls round them).
-        while i + l <= n && l <= 16 {
-            let mut lanes = [0f32; 16];
-            lanes[..l].copy_from_slice(&self.g[i..i + l]);
-            for v in &mut lanes[..l] {
-                *v = math::sigmoid_libc(*v);
-            }
-            let gs = s.mul(s.ld(&self.g[i..]), s.ld(&lanes));
+        while i + l <= n {
+            let gs = s.mul(s.ld(&self.g[i..]), s.ld(&self.out[i..]));
             s.st(&mut self.out[i..], s.mul(gs, s.ld(&self.u[i..])));
             i += l;
         }
         for j in i..n {
-            let g = self.g[j];
-            self.out[j] = (g * math::sigmoid_libc(g)) * self.u[j];
+            self.out[j] = (self.g[j] * self.out[j]) * self.u[j];
         }
     }
 }

@@ -18,6 +18,7 @@ mod gate;
 mod norm;
 mod rope;
 
+use std::cell::RefCell;
 use std::ops::Range;
 use std::vec::Vec;
 
@@ -138,29 +139,42 @@ fn checked<'p>(
     Some(region)
 }
 
-/// Copies of a region's float32 inputs (arguments `0 .. n`), reused from run to run.
-#[derive(Default)]
-struct Inputs {
-    copy: Vec<f32>,
-    spans: Vec<Range<usize>>,
+/// The most inputs a region copies.
+const MAX_INPUTS: usize = 16;
+
+std::thread_local! {
+    /// Copies of a region's inputs: one buffer for every region run on this thread, so that
+    /// it stays in the cache (per region, a prompt's copies were megabytes of cold memory).
+    static COPIES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-impl Inputs {
-    fn load(&mut self, ctx: &mut KernelContext<'_, '_>, n: usize) -> Result<(), KernelError> {
-        self.copy.clear();
-        self.spans.clear();
-        for i in 0..n {
+/// Runs `f` with copies of the region's float32 inputs (arguments `0 .. n`, at most
+/// [`MAX_INPUTS`]): for a region whose results may be planned over its inputs' bytes.
+fn with_copies<R>(
+    ctx: &mut KernelContext<'_, '_>,
+    n: usize,
+    f: impl FnOnce(&mut KernelContext<'_, '_>, [&[f32]; MAX_INPUTS]) -> Result<R, KernelError>,
+) -> Result<R, KernelError> {
+    if n > MAX_INPUTS {
+        return Err(KernelError::unsupported(format!(
+            "fused block with {n} inputs"
+        )));
+    }
+    COPIES.with(|cell| {
+        let mut buf = cell
+            .try_borrow_mut()
+            .map_err(|_| KernelError::invalid("fused blocks run inside each other"))?;
+        buf.clear();
+        let mut spans = [(0usize, 0usize); MAX_INPUTS];
+        for (i, span) in spans.iter_mut().enumerate().take(n) {
             let ([t], []) = ctx.io([i], [])?;
-            let start = self.copy.len();
-            self.copy.extend_from_slice(t.as_slice::<f32>()?);
-            self.spans.push(start..self.copy.len());
+            let start = buf.len();
+            buf.extend_from_slice(t.as_slice::<f32>()?);
+            *span = (start, buf.len());
         }
-        Ok(())
-    }
-
-    fn get(&self, i: usize) -> &[f32] {
-        &self.copy[self.spans[i].clone()]
-    }
+        let buf = &*buf;
+        f(ctx, spans.map(|(a, b)| &buf[a..b]))
+    })
 }
 
 /// Argument `i`'s metadata, which must be a float32 contiguous tensor's.

@@ -9,7 +9,7 @@ use std::vec::Vec;
 
 use pteron_core::{ArgAccess, CallGraph, DelegateHandle, KernelContext, KernelError, Region};
 
-use super::{calls, checked, constant_f32, dim, either, f32_arg, f32_tensor, Inputs};
+use super::{calls, checked, constant_f32, dim, either, f32_arg, f32_tensor, with_copies};
 
 const OPS: [&str; 6] = [
     "aten::mul.out",
@@ -72,7 +72,6 @@ pub(super) fn find<'p>(g: &CallGraph<'_, 'p>, k: usize) -> Option<Region<'p>> {
         eps,
         weight,
         inputs: inputs.len(),
-        copies: Inputs::default(),
         means: Vec::new(),
     });
     checked(g, k..k + 6, inputs, vec![o], handle)
@@ -89,7 +88,6 @@ struct NormRegion {
     weight: Weight,
     /// Arguments before the output (x, and the weight when it is not a constant).
     inputs: usize,
-    copies: Inputs,
     means: Vec<f32>,
 }
 
@@ -100,50 +98,93 @@ impl DelegateHandle for NormRegion {
 
     fn execute(&mut self, ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
         let xi = f32_arg(ctx, 0)?;
-        let d = xi.sizes().last().copied().unwrap_or(0);
         let o = self.inputs;
-        self.copies.load(ctx, self.inputs)?;
-        let x = self.copies.get(0);
-        let w = match &self.weight {
-            Weight::Const(w) => &w[..],
-            Weight::Arg => self.copies.get(1),
-        };
-        if d == 0 || w.len() != d || x.len() != xi.numel() {
-            return Err(KernelError::shape(format!(
-                "RMSNorm of {:?} with {} weights",
-                xi.sizes(),
-                w.len()
-            )));
-        }
-        let rows = x.len() / d;
-        // mean(x·x) per row, as the calls compute it.
-        self.means.clear();
-        self.means.resize(rows, 0.0);
-        for (row, m) in x.chunks_exact(d).zip(self.means.iter_mut()) {
-            let mut acc = 0f32;
-            for &v in row {
-                acc += v * v;
-            }
-            *m = acc / d as f32;
-        }
         ctx.resize(o, xi.sizes())?;
-        let ([], [mut out]) = ctx.io([], [o])?;
-        let out = out.as_mut_slice::<f32>()?;
-        if out.len() < x.len() {
-            return Err(KernelError::invalid(
-                "RMSNorm output shorter than its shape",
-            ));
+        let (eps, means) = (self.eps, &mut self.means);
+        // In place when the result's bytes are apart from the inputs' (the usual plan), else
+        // from copies.
+        match (&self.weight, o) {
+            (Weight::Const(w), 1) => match ctx.io([0], [1]) {
+                Ok(([x], [mut out])) => norm(x.as_slice()?, w, eps, means, out.as_mut_slice()?),
+                Err(KernelError::Aliasing { .. }) => with_copies(ctx, 1, |ctx, [x, ..]| {
+                    let ([], [mut out]) = ctx.io([], [1])?;
+                    norm(x, w, eps, means, out.as_mut_slice()?)
+                }),
+                Err(e) => Err(e),
+            },
+            (Weight::Arg, 2) => match ctx.io([0, 1], [2]) {
+                Ok(([x, w], [mut out])) => norm(
+                    x.as_slice()?,
+                    w.as_slice()?,
+                    eps,
+                    means,
+                    out.as_mut_slice()?,
+                ),
+                Err(KernelError::Aliasing { .. }) => with_copies(ctx, 2, |ctx, [x, w, ..]| {
+                    let ([], [mut out]) = ctx.io([], [2])?;
+                    norm(x, w, eps, means, out.as_mut_slice()?)
+                }),
+                Err(e) => Err(e),
+            },
+            _ => Err(KernelError::invalid("RMSNorm region's arguments")),
         }
-        for ((orow, row), &m) in out
-            .chunks_exact_mut(d)
-            .zip(x.chunks_exact(d))
-            .zip(&self.means)
-        {
-            let r = 1.0 / (m + self.eps).sqrt();
-            for ((y, &v), &wv) in orow.iter_mut().zip(row).zip(w) {
-                *y = (v * r) * wv;
+    }
+}
+
+/// `out = x · rsqrt(mean(x·x) + eps) · w` row by row (rows of `w.len()`).
+fn norm(
+    x: &[f32],
+    w: &[f32],
+    eps: f32,
+    means: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let d = w.len();
+    if d == 0 || !x.len().is_multiple_of(d) || out.len() < x.len() {
+        return Err(KernelError::shape(format!(
+            "RMSNorm of {} values with {d} weights",
+            x.len()
+        )));
+    }
+    means.clear();
+    means.resize(x.len() / d, 0.0);
+    mean_squares(x, means, d);
+    for ((orow, row), &m) in out
+        .chunks_exact_mut(d)
+        .zip(x.chunks_exact(d))
+        .zip(means.iter())
+    {
+        let r = 1.0 / (m + eps).sqrt();
+        for ((y, &v), &wv) in orow.iter_mut().zip(row).zip(w) {
+            *y = (v * r) * wv;
+        }
+    }
+    Ok(())
+}
+
+/// Means of the squares of rows of `d` floats, as `mean.out` over the `mul` call's squares:
+/// each square rounded, summed in float32 in index order, divided by `d` in float32. Rows go
+/// four at a time, each still in order, so that their additions overlap.
+fn mean_squares(x: &[f32], means: &mut [f32], d: usize) {
+    let n = d as f32;
+    let mut rows = x.chunks_exact(d).zip(means.iter_mut());
+    loop {
+        let batch: [_; 4] = core::array::from_fn(|_| rows.next());
+        if batch[0].is_none() {
+            return;
+        }
+        let mut acc = [0f32; 4];
+        for i in 0..d {
+            for (a, r) in acc.iter_mut().zip(&batch) {
+                if let Some((x, _)) = r {
+                    *a += x[i] * x[i];
+                }
             }
         }
-        Ok(())
+        for (a, r) in acc.iter().zip(batch) {
+            if let Some((_, m)) = r {
+                *m = a / n;
+            }
+        }
     }
 }

@@ -14,7 +14,7 @@ use std::vec::Vec;
 
 use pteron_core::{ArgAccess, CallGraph, DelegateHandle, KernelContext, KernelError, Region};
 
-use super::{checked, dim, f32_arg, f32_tensor, Inputs};
+use super::{checked, dim, f32_arg, f32_tensor, with_copies, MAX_INPUTS};
 
 /// The operators a rotary embedding is exported with.
 const OPS: [&str; 9] = [
@@ -115,6 +115,9 @@ fn region<'p>(g: &CallGraph<'_, 'p>, range: Range<usize>) -> Option<Region<'p>> 
             _ => return None,
         }
     }
+    if reads.len() > MAX_INPUTS {
+        return None;
+    }
     // Arguments: `reads ++ needed`; each rope as positions in them.
     let pos = |v: usize| reads.iter().position(|&r| r == v);
     let mut specs = Vec::with_capacity(ropes.len());
@@ -131,7 +134,6 @@ fn region<'p>(g: &CallGraph<'_, 'p>, range: Range<usize>) -> Option<Region<'p>> 
     let handle = Box::new(RopeRegion {
         inputs: reads.len(),
         specs,
-        copies: Inputs::default(),
     });
     checked(g, range, reads, needed, handle)
 }
@@ -309,7 +311,6 @@ struct RopeRegion {
     /// Arguments before the outputs.
     inputs: usize,
     specs: Vec<[usize; 6]>,
-    copies: Inputs,
 }
 
 impl DelegateHandle for RopeRegion {
@@ -318,12 +319,15 @@ impl DelegateHandle for RopeRegion {
     }
 
     fn execute(&mut self, ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
-        self.copies.load(ctx, self.inputs)?;
-        for &[x, a, b, c, d, o] in &self.specs {
-            let data = [x, a, b, c, d].map(|i| self.copies.get(i));
-            rotate(ctx, [x, a, b, c, d], data, o)?;
-        }
-        Ok(())
+        // From copies: the exporter plans a rotation's result over the pairs' bytes.
+        let specs = &self.specs;
+        with_copies(ctx, self.inputs, |ctx, ins| {
+            for &[x, a, b, c, d, o] in specs {
+                let data = [x, a, b, c, d].map(|i| ins[i]);
+                rotate(ctx, [x, a, b, c, d], data, o)?;
+            }
+            Ok(())
+        })
     }
 }
 
