@@ -295,6 +295,13 @@ fn layer_norm_out(ctx: &mut KernelContext<'_, '_>) -> Result<(), KernelError> {
 /// spread) and other greedy tokens than ExecuTorch's. Rows go four at a time, each still in
 /// order, so that their additions overlap.
 fn mean_rows(x: &[f32], out: &mut [f32], inner: usize) {
+    mean_rows_of(x, out, inner, |v| v);
+}
+
+/// [`mean_rows`] of `f(x)` (each value rounded to float32 before it is added): the fused
+/// RMSNorm's mean of squares (`crate::blocks`) is `mean.out` over the `mul` call's squares.
+#[inline(always)]
+pub(crate) fn mean_rows_of(x: &[f32], out: &mut [f32], inner: usize, f: impl Fn(f32) -> f32) {
     let n = inner as f32;
     let mut rows = x.chunks_exact(inner).zip(out.iter_mut());
     loop {
@@ -307,7 +314,7 @@ fn mean_rows(x: &[f32], out: &mut [f32], inner: usize) {
         for i in 0..inner {
             for (a, r) in acc.iter_mut().zip(&batch) {
                 if let Some((x, _)) = r {
-                    *a += x[i];
+                    *a += f(x[i]);
                 }
             }
         }

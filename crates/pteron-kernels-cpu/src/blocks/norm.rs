@@ -10,6 +10,7 @@ use std::vec::Vec;
 use pteron_core::{ArgAccess, CallGraph, DelegateHandle, KernelContext, KernelError, Region};
 
 use super::{calls, checked, constant_f32, dim, either, f32_arg, f32_tensor, with_copies};
+use crate::norm::mean_rows_of;
 
 const OPS: [&str; 6] = [
     "aten::mul.out",
@@ -148,7 +149,7 @@ fn norm(
     }
     means.clear();
     means.resize(x.len() / d, 0.0);
-    mean_squares(x, means, d);
+    mean_rows_of(x, means, d, |v| v * v);
     for ((orow, row), &m) in out
         .chunks_exact_mut(d)
         .zip(x.chunks_exact(d))
@@ -160,31 +161,4 @@ fn norm(
         }
     }
     Ok(())
-}
-
-/// Means of the squares of rows of `d` floats, as `mean.out` over the `mul` call's squares:
-/// each square rounded, summed in float32 in index order, divided by `d` in float32. Rows go
-/// four at a time, each still in order, so that their additions overlap.
-fn mean_squares(x: &[f32], means: &mut [f32], d: usize) {
-    let n = d as f32;
-    let mut rows = x.chunks_exact(d).zip(means.iter_mut());
-    loop {
-        let batch: [_; 4] = core::array::from_fn(|_| rows.next());
-        if batch[0].is_none() {
-            return;
-        }
-        let mut acc = [0f32; 4];
-        for i in 0..d {
-            for (a, r) in acc.iter_mut().zip(&batch) {
-                if let Some((x, _)) = r {
-                    *a += x[i] * x[i];
-                }
-            }
-        }
-        for (a, r) in acc.iter().zip(batch) {
-            if let Some((_, m)) = r {
-                *m = a / n;
-            }
-        }
-    }
 }
