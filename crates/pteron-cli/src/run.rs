@@ -340,7 +340,7 @@ pub fn run(args: &RunArgs) -> pteron::Result<()> {
     );
     if plan.regions > 0 {
         let kind = match &adapter {
-            Some(name) => format!("region(s) (GPU on {name}, fused blocks)"),
+            Some(name) => format!("GPU region(s) on {name}"),
             None => "region(s) (channels-last, fused blocks)".to_string(),
         };
         println!(
