@@ -20,6 +20,10 @@ pub(super) fn find<'p>(g: &CallGraph<'_, 'p>, k: usize) -> Option<Region<'p>> {
     let c = calls(g, k, &OPS)?;
     let arg = |i: usize, j: usize| c[i].value_index(j).ok();
     let out = |i: usize| g.output(k + i);
+    // Every call computes in float32 (no rounding to another type on the way).
+    for i in 0..OPS.len() {
+        f32_tensor(g, out(i)?)?;
+    }
     let x = arg(0, 0)?;
     let (s, h) = (out(0)?, out(1)?);
     if either(arg(1, 0)?, arg(1, 1)?, |&v| v == s)?.1 != x {

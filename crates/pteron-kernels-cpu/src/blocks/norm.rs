@@ -26,6 +26,10 @@ pub(super) fn find<'p>(g: &CallGraph<'_, 'p>, k: usize) -> Option<Region<'p>> {
     let c = calls(g, k, &OPS)?;
     let arg = |i: usize, j: usize| c[i].value_index(j).ok();
     let out = |i: usize| g.output(k + i);
+    // Every call computes in float32 (no rounding to another type on the way).
+    for i in 0..OPS.len() {
+        f32_tensor(g, out(i)?)?;
+    }
     // x · x
     let x = arg(0, 0)?;
     let xt = f32_tensor(g, x)?;
