@@ -240,9 +240,8 @@ pub(crate) struct Pass<'a, 'p> {
 }
 
 impl<'a, 'p> Pass<'a, 'p> {
-    /// The use analysis of the method's code as it stands.
-    /// The analysis of `code`; `delegates` (the handles its delegate calls name, when they
-    /// exist) tell which of their arguments they write.
+    /// The use analysis of the method's code as it stands; `delegates` (the handles its
+    /// delegate calls name, when they exist) tell which of their arguments they write.
     pub fn analyze(&self, code: &Code, delegates: &[Box<dyn DelegateHandle + '_>]) -> Analysis {
         analyze_calls(
             self.values,

@@ -231,7 +231,8 @@ impl RuntimeBuilder {
     }
 
     /// Whether runs of portable calls that compute a block the fast kernels know (the
-    /// interleaved rotary embedding of Llama exports) run as one kernel, with the same bits
+    /// interleaved rotary embedding, RMSNorm and the SiLU gate of Llama exports) run as one
+    /// kernel each, with the same bits
     /// (`pteron_kernels_cpu::blocks`; on by default, except with [`Self::portable`]). Needs
     /// preparation.
     pub fn blocks(mut self, on: bool) -> Self {

@@ -9,7 +9,7 @@ use pteron_core::{
     ArgAccess, CallGraph, DelegateHandle, KernelContext, KernelError, Parallel, Region,
 };
 
-use super::{calls, checked, either, f32_arg, f32_tensor, with_copies};
+use super::{calls, checked, f32_arg, f32_tensor, in_place_or_copies, other_operand};
 use crate::simd::{level, run_op_at, Simd, SimdOp};
 use crate::unary::{self, LibcSigmoid};
 
@@ -18,19 +18,13 @@ const OPS: [&str; 3] = ["aten::sigmoid.out", "aten::mul.out", "aten::mul.out"];
 /// The gate computed by calls `k .. k + 3`, if they compute one.
 pub(super) fn find<'p>(g: &CallGraph<'_, 'p>, k: usize) -> Option<Region<'p>> {
     let c = calls(g, k, &OPS)?;
-    let arg = |i: usize, j: usize| c[i].value_index(j).ok();
-    let out = |i: usize| g.output(k + i);
-    // Every call computes in float32 (no rounding to another type on the way).
-    for i in 0..OPS.len() {
-        f32_tensor(g, out(i)?)?;
-    }
-    let x = arg(0, 0)?;
-    let (s, h) = (out(0)?, out(1)?);
-    if either(arg(1, 0)?, arg(1, 1)?, |&v| v == s)?.1 != x {
+    let x = c[0].value_index(0).ok()?;
+    let [s, h, o] = [0, 1, 2].map(|i| g.output(k + i));
+    if other_operand(&c[1], s?)?.1 != x {
         return None;
     }
-    let (_, u) = either(arg(2, 0)?, arg(2, 1)?, |&v| v == h)?;
-    let o = out(2)?;
+    let (_, u) = other_operand(&c[2], h?)?;
+    let o = o?;
     let shape = f32_tensor(g, x)?.sizes();
     if f32_tensor(g, u)?.sizes() != shape || f32_tensor(g, o)?.sizes() != shape || u == x {
         return None;
@@ -58,16 +52,7 @@ impl DelegateHandle for GateRegion {
         }
         ctx.resize(2, gi.sizes())?;
         let par = ctx.parallel();
-        // In place when the result's bytes are apart from the inputs' (the usual plan), else
-        // from copies.
-        match ctx.io([0, 1], [2]) {
-            Ok(([g, u], [mut out])) => gate(par, g.as_slice()?, u.as_slice()?, out.as_mut_slice()?),
-            Err(KernelError::Aliasing { .. }) => with_copies(ctx, 2, |ctx, [g, u, ..]| {
-                let ([], [mut out]) = ctx.io([], [2])?;
-                gate(par, g, u, out.as_mut_slice()?)
-            }),
-            Err(e) => Err(e),
-        }
+        in_place_or_copies(ctx, |[g, u], out| gate(par, g, u, out))
     }
 }
 

@@ -56,7 +56,8 @@ impl Partitioner for BlockPartitioner {
     }
 }
 
-/// Calls `k .. k + n` when they follow each other in one chain and run `ops` in that order.
+/// Calls `k .. k + n` when they follow each other in one chain, run `ops` in that order and
+/// each return float32 (no rounding to another type on the way).
 fn calls<'g, 'p>(
     g: &CallGraph<'g, 'p>,
     k: usize,
@@ -71,6 +72,7 @@ fn calls<'g, 'p>(
         if c.op_name() != *op {
             return None;
         }
+        f32_tensor(g, g.output(k + i)?)?;
         v.push(c);
     }
     Some(v)
@@ -104,13 +106,14 @@ fn constant_f32(c: &PrepareContext<'_, '_>, i: usize) -> Option<Vec<f32>> {
     )
 }
 
-/// `(a, b)` or `(b, a)`: the two arguments of a commutative call, the one `first` accepts
-/// first.
-fn either<T>(a: T, b: T, first: impl Fn(&T) -> bool) -> Option<(T, T)> {
-    if first(&a) {
-        Some((a, b))
-    } else if first(&b) {
-        Some((b, a))
+/// The other operand of a commutative binary call `c` one of whose first two arguments is
+/// value `v`: (its argument position, its value index).
+fn other_operand(c: &PrepareContext<'_, '_>, v: usize) -> Option<(usize, usize)> {
+    let (a, b) = (c.value_index(0).ok()?, c.value_index(1).ok()?);
+    if a == v {
+        Some((1, b))
+    } else if b == v {
+        Some((0, a))
     } else {
         None
     }
@@ -175,6 +178,30 @@ fn with_copies<R>(
         let buf = &*buf;
         f(ctx, spans.map(|(a, b)| &buf[a..b]))
     })
+}
+
+/// Runs `f` over the region's float32 inputs (arguments `0 .. N`) and its output (argument
+/// `N`): in place when the output's bytes are apart from the inputs' (the usual plan), else
+/// from copies of the inputs.
+fn in_place_or_copies<const N: usize, R>(
+    ctx: &mut KernelContext<'_, '_>,
+    f: impl FnOnce([&[f32]; N], &mut [f32]) -> Result<R, KernelError>,
+) -> Result<R, KernelError> {
+    let ins: [usize; N] = core::array::from_fn(|i| i);
+    match ctx.io(ins, [N]) {
+        Ok((ins, [mut out])) => {
+            let mut xs: [&[f32]; N] = [&[]; N];
+            for (x, t) in xs.iter_mut().zip(&ins) {
+                *x = t.as_slice()?;
+            }
+            f(xs, out.as_mut_slice()?)
+        }
+        Err(KernelError::Aliasing { .. }) => with_copies(ctx, N, |ctx, copies| {
+            let ([], [mut out]) = ctx.io([], [N])?;
+            f(core::array::from_fn(|i| copies[i]), out.as_mut_slice()?)
+        }),
+        Err(e) => Err(e),
+    }
 }
 
 /// Argument `i`'s metadata, which must be a float32 contiguous tensor's.

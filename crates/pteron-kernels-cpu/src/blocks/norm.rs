@@ -9,7 +9,9 @@ use std::vec::Vec;
 
 use pteron_core::{ArgAccess, CallGraph, DelegateHandle, KernelContext, KernelError, Region};
 
-use super::{calls, checked, constant_f32, dim, either, f32_arg, f32_tensor, with_copies};
+use super::{
+    calls, checked, constant_f32, dim, f32_arg, f32_tensor, in_place_or_copies, other_operand,
+};
 use crate::norm::mean_rows_of;
 
 const OPS: [&str; 6] = [
@@ -26,10 +28,6 @@ pub(super) fn find<'p>(g: &CallGraph<'_, 'p>, k: usize) -> Option<Region<'p>> {
     let c = calls(g, k, &OPS)?;
     let arg = |i: usize, j: usize| c[i].value_index(j).ok();
     let out = |i: usize| g.output(k + i);
-    // Every call computes in float32 (no rounding to another type on the way).
-    for i in 0..OPS.len() {
-        f32_tensor(g, out(i)?)?;
-    }
     // x · x
     let x = arg(0, 0)?;
     let xt = f32_tensor(g, x)?;
@@ -48,9 +46,8 @@ pub(super) fn find<'p>(g: &CallGraph<'_, 'p>, k: usize) -> Option<Region<'p>> {
         return None;
     }
     // + eps (a constant of one element), alpha 1.
-    let m = out(1)?;
-    let (_, e) = either(arg(2, 0)?, arg(2, 1)?, |&v| v == m)?;
-    let eps = match constant_f32(&c[2], if arg(2, 0)? == e { 0 } else { 1 })?[..] {
+    let (e, _) = other_operand(&c[2], out(1)?)?;
+    let eps = match constant_f32(&c[2], e)?[..] {
         [eps] => eps,
         _ => return None,
     };
@@ -58,18 +55,16 @@ pub(super) fn find<'p>(g: &CallGraph<'_, 'p>, k: usize) -> Option<Region<'p>> {
         return None;
     }
     // rsqrt, x times it, times the weight.
-    let rs = out(3)?;
-    let n = out(4)?;
-    if arg(3, 0)? != out(2)? || either(arg(4, 0)?, arg(4, 1)?, |&v| v == rs)?.1 != x {
+    if arg(3, 0)? != out(2)? || other_operand(&c[4], out(3)?)?.1 != x {
         return None;
     }
-    let (_, w) = either(arg(5, 0)?, arg(5, 1)?, |&v| v == n)?;
+    let (wi, w) = other_operand(&c[5], out(4)?)?;
     let wt = f32_tensor(g, w)?;
     let o = out(5)?;
     if wt.numel() != d || wt.sizes().last() != Some(&d) || f32_tensor(g, o)?.sizes() != xt.sizes() {
         return None;
     }
-    let (weight, inputs) = match constant_f32(&c[5], if arg(5, 0)? == w { 0 } else { 1 }) {
+    let (weight, inputs) = match constant_f32(&c[5], wi) {
         Some(w) => (Weight::Const(w), vec![x]),
         None => (Weight::Arg, vec![x, w]),
     };
@@ -106,31 +101,11 @@ impl DelegateHandle for NormRegion {
         let o = self.inputs;
         ctx.resize(o, xi.sizes())?;
         let (eps, means) = (self.eps, &mut self.means);
-        // In place when the result's bytes are apart from the inputs' (the usual plan), else
-        // from copies.
         match (&self.weight, o) {
-            (Weight::Const(w), 1) => match ctx.io([0], [1]) {
-                Ok(([x], [mut out])) => norm(x.as_slice()?, w, eps, means, out.as_mut_slice()?),
-                Err(KernelError::Aliasing { .. }) => with_copies(ctx, 1, |ctx, [x, ..]| {
-                    let ([], [mut out]) = ctx.io([], [1])?;
-                    norm(x, w, eps, means, out.as_mut_slice()?)
-                }),
-                Err(e) => Err(e),
-            },
-            (Weight::Arg, 2) => match ctx.io([0, 1], [2]) {
-                Ok(([x, w], [mut out])) => norm(
-                    x.as_slice()?,
-                    w.as_slice()?,
-                    eps,
-                    means,
-                    out.as_mut_slice()?,
-                ),
-                Err(KernelError::Aliasing { .. }) => with_copies(ctx, 2, |ctx, [x, w, ..]| {
-                    let ([], [mut out]) = ctx.io([], [2])?;
-                    norm(x, w, eps, means, out.as_mut_slice()?)
-                }),
-                Err(e) => Err(e),
-            },
+            (Weight::Const(w), 1) => {
+                in_place_or_copies(ctx, |[x], out| norm(x, w, eps, means, out))
+            }
+            (Weight::Arg, 2) => in_place_or_copies(ctx, |[x, w], out| norm(x, w, eps, means, out)),
             _ => Err(KernelError::invalid("RMSNorm region's arguments")),
         }
     }

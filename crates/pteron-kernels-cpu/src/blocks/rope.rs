@@ -383,8 +383,6 @@ fn rotate(
         *s = coefficient_strides(f32_arg(ctx, ci)?.sizes(), rows)?;
     }
     let outer: usize = rows[..r - 2].iter().product();
-    let mut dims = [0usize; MAX_RANK];
-    dims[..r - 2].copy_from_slice(&rows[..r - 2]);
     ctx.resize(o, xi.sizes())?;
     let ([], [mut out]) = ctx.io([], [o])?;
     let out = out.as_mut_slice::<f32>()?;
@@ -401,8 +399,8 @@ fn rotate(
         let mut off = [0usize; 4];
         let mut rem = row;
         for dd in (0..r - 2).rev() {
-            let i = rem % dims[dd];
-            rem /= dims[dd];
+            let i = rem % rows[dd];
+            rem /= rows[dd];
             for (o, s) in off.iter_mut().zip(&strides) {
                 *o += i * s[dd];
             }
