@@ -348,18 +348,18 @@ impl SimdOp for Scores<'_> {
     fn run<S: Simd>(self, s: S) {
         let (l, d) = (S::LANES, self.d);
         // Each score is one vector of fused multiply-adds over the head dimension, then its
-        // horizontal sum. Keys go LANES at a time, their sums taken together
-        // (`reduce_add_each`: the same additions as one `reduce_add` per key).
+        // horizontal sum. Keys go LANES at a time: their chains advance together, one column
+        // vector of every key per step (independent chains, not one latency-bound chain
+        // after another), and their sums are taken together (`reduce_add_each`: the same
+        // additions as one `reduce_add` per key).
         let mut j = 0;
         while j + l <= self.n && l <= 16 {
             for k in j..j + l {
                 prefetch_row(self.k, (k + PREFETCH_ROWS) * self.stride, d);
             }
+            let keys = &self.k[j * self.stride..(j + l - 1) * self.stride + d];
             for (i, qr) in self.q.chunks_exact(d).enumerate() {
-                let mut sums = [s.zero(); 16];
-                for (k, x) in sums[..l].iter_mut().enumerate() {
-                    *x = dot(s, qr, &self.k[(j + k) * self.stride..][..d]);
-                }
+                let sums = dots::<S>(s, qr, keys, self.stride);
                 s.st(
                     &mut self.s[i * KV_BLOCK + j..],
                     s.reduce_add_each(&sums[..l]),
@@ -375,6 +375,30 @@ impl SimdOp for Scores<'_> {
             }
         }
     }
+}
+
+/// [`dot`] of `q` with `LANES` keys at once (key `k` at `k * stride` in `keys`), each key's
+/// chain the same fused multiply-adds in the same order as [`dot`]'s.
+#[inline(always)]
+fn dots<S: Simd>(s: S, q: &[f32], keys: &[f32], stride: usize) -> [S::V; 16] {
+    let (l, d) = (S::LANES, q.len());
+    let full = d - d % l;
+    let mut sums = [s.zero(); 16];
+    let mut c = 0;
+    while c < full {
+        let qv = s.ld(&q[c..c + l]);
+        for (k, x) in sums[..l].iter_mut().enumerate() {
+            *x = s.fma(qv, s.ld(&keys[k * stride + c..k * stride + c + l]), *x);
+        }
+        c += l;
+    }
+    if full < d {
+        let qv = s.ld_tail(&q[full..]);
+        for (k, x) in sums[..l].iter_mut().enumerate() {
+            *x = s.fma(qv, s.ld_tail(&keys[k * stride + full..k * stride + d]), *x);
+        }
+    }
+    sums
 }
 
 /// `q · k` as one vector of fused multiply-adds over the `d` elements, before its horizontal

@@ -35,9 +35,10 @@ mod generated {
 /// The verified flatbuffer tables of an XNNPACK payload (namespace `fb_xnnpack`).
 pub use generated::fb_xnnpack as schema;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pteron_core::{Backend, BackendInit, BackendRegistry, DelegateHandle, KernelError};
+use pteron_nhwc::quant::gemm::StreamLink;
 use pteron_nhwc::{EngineOptions, Executable};
 
 /// The id programs name the backend by.
@@ -52,6 +53,9 @@ pub struct XnnpackBackend {
     pub unfused: bool,
     /// How the engine runs the graph (fusion of chains, per-node profile).
     pub engine: EngineOptions,
+    /// The weight stream of the delegate loaded last, which the next one loaded continues
+    /// (a program's delegates load in run order): see [`StreamLink`].
+    pub stream_chain: Arc<Mutex<Option<StreamLink>>>,
 }
 
 impl Backend for XnnpackBackend {
@@ -74,6 +78,13 @@ impl Backend for XnnpackBackend {
             init.num_threads,
             &self.engine,
         )?;
+        if let Some((first, last)) = d.weight_stream_ends() {
+            // A poisoned lock only held a hint.
+            let mut chain = self.stream_chain.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(prev) = chain.replace(last) {
+                prev.point_to(first);
+            }
+        }
         Ok(Box::new(d))
     }
 }

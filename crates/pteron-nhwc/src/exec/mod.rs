@@ -21,6 +21,7 @@ use crate::graph::{DType, Graph, Node};
 use crate::kernels::gemm::{ConvWeights, FcFilter};
 use crate::kernels::spatial::DwWeights;
 use crate::quant::exec::QPrep;
+use crate::quant::gemm::{QWeights, StreamLink};
 use crate::util::{Buf, Shape, MAX_DIMS};
 
 mod fuse;
@@ -215,6 +216,7 @@ impl Executable {
             d.fuse_residuals();
         }
         d.plan()?;
+        d.link_weight_streams();
         if let Some(sink) = &options.profile {
             d.profile = Some(Profiling {
                 graph: sink.add_graph(&d.names),
@@ -223,6 +225,35 @@ impl Executable {
             });
         }
         Ok(d)
+    }
+
+    /// The products that stream 4-bit weights, in run order.
+    fn streamed_weights(&self) -> impl Iterator<Item = &QWeights> {
+        self.steps.iter().filter_map(|s| match &s.prep {
+            Prep::Q(q) => q.streamed_weights(),
+            _ => None,
+        })
+    }
+
+    /// Points each streamed product's weight stream at the next one's weights
+    /// ([`StreamLink`]).
+    fn link_weight_streams(&self) {
+        let mut prev: Option<&QWeights> = None;
+        for w in self.streamed_weights() {
+            if let Some(p) = prev {
+                p.link_stream().point_to(w);
+            }
+            prev = Some(w);
+        }
+    }
+
+    /// The weights its first streamed product reads and the link of its last one's stream,
+    /// for chaining the streams of executables that run one after another (a program's
+    /// delegates); `None` without such products.
+    pub fn weight_stream_ends(&self) -> Option<(&QWeights, StreamLink)> {
+        let first = self.streamed_weights().next()?;
+        let last = self.streamed_weights().last()?;
+        Some((first, last.link_stream()))
     }
 
     /// Bytes held: packed weights, copied constants, the arena and scratch.

@@ -160,6 +160,16 @@ pub enum QPrep {
 }
 
 impl QPrep {
+    /// The weights of a product whose one-row path streams 4-bit nibbles.
+    pub fn streamed_weights(&self) -> Option<&QWeights> {
+        match self {
+            QPrep::Dynamic(p) if p.w.streams_nibbles() => Some(&p.w),
+            _ => None,
+        }
+    }
+}
+
+impl QPrep {
     pub fn bytes(&self) -> usize {
         match self {
             QPrep::Product(p) => p.w.bytes() + p.bias.len() * 8,

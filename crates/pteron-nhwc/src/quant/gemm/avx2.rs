@@ -4,7 +4,7 @@
 //! exact for every byte value (unlike `vpmaddubsw`, whose i16 sums saturate), and no
 //! zero-point correction since the activations stay unsigned.
 
-use super::x86::{prefetch, PREFETCH};
+use super::x86::{prefetch, PREFETCH, SCALE_AHEAD};
 use super::{Epilogue, Out, QWeights, SumsIn, TileSums, NIB_STRIDE, NR, TR};
 use core::arch::x86_64::*;
 
@@ -503,7 +503,9 @@ unsafe fn nibble_rows<const R: usize, const S: usize>(
             }
         }
     }
-    let nib: [&[u8]; S] = core::array::from_fn(|s| &w.nib[w.nib_at(p + s, 0)..]);
+    let start: [usize; S] = core::array::from_fn(|s| w.nib_at(p + s, 0));
+    let nib: [&[u8]; S] = core::array::from_fn(|s| &w.nib[start[s]..]);
+    let next = w.next_stream();
     let ptrs: [*const u8; R] = core::array::from_fn(|r| rows[r].as_ptr());
     for b in 0..blocks {
         let mut acc = [[[_mm256_setzero_si256(); 2]; S]; R];
@@ -515,8 +517,9 @@ unsafe fn nibble_rows<const R: usize, const S: usize>(
                     &nib[2 * u * NIB_STRIDE..][..64],
                     &nib[(2 * u + 1) * NIB_STRIDE..][..64],
                 );
-                prefetch(p0.as_ptr().wrapping_add(PREFETCH));
-                prefetch(p1.as_ptr().wrapping_add(PREFETCH));
+                let ahead = start[s] + 2 * u * NIB_STRIDE + PREFETCH;
+                prefetch(w.nib_ahead(ahead, next));
+                prefetch(w.nib_ahead(ahead + NIB_STRIDE, next));
                 for h in 0..2 {
                     // Safety: 32 bytes at 32h of `p0` and of `p1`.
                     let (v0, v1) = unsafe {
@@ -554,6 +557,7 @@ unsafe fn nibble_rows<const R: usize, const S: usize>(
         }
         for s in 0..S {
             let at = ((p + s) * blocks + b) * NR;
+            prefetch(w.scales_ahead(at + SCALE_AHEAD));
             for h in 0..2 {
                 let scv = block_scales8(w, at + 8 * h);
                 for r in 0..R {

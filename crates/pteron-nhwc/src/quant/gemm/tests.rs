@@ -734,3 +734,49 @@ fn requant16_matches_requant() {
         }
     }
 }
+
+/// A linked weight stream runs its read-ahead on into the next product's nibbles, and the
+/// link changes no result (it only steers prefetches).
+#[test]
+fn linked_streams_continue_into_the_next_weights() {
+    let at = |j: usize, kk: usize| ((j * 5 + kk * 3) % 16) as i8 - 8;
+    let mut first = QWeights::new_int4(64, 64, 32, at).unwrap();
+    let second = QWeights::new_int4(32, 64, 32, at).unwrap();
+    let len = first.nib.len();
+    assert!(first.streams_nibbles() && second.streams_nibbles());
+    // Unlinked: past the end is past the allocation.
+    let unlinked = first.nib_ahead(len + 64, first.next_stream());
+    assert_eq!(unlinked, first.nib.as_ptr().wrapping_add(len + 64));
+    let scale = vec![1e-3f32; 64 * 2];
+    first.set_block_scales(&scale).unwrap();
+    let epi = Epilogue::Dequant {
+        rows: &[0.02],
+        zps: &[-7],
+        scale: &scale,
+        bias: None,
+        lo: f32::NEG_INFINITY,
+        hi: f32::INFINITY,
+    };
+    let a: Vec<u8> = (0..first.quads * 4).map(|i| (i * 37 % 256) as u8).collect();
+    let (plain, before) = one_row(&a, &first, &epi);
+    first.link_stream().point_to(&second);
+    let next = first.next_stream();
+    assert_eq!(next, second.nib.as_ptr() as usize);
+    // Inside the nibbles nothing moves; past them the stream goes on in `second`.
+    assert_eq!(
+        first.nib_ahead(64, next),
+        first.nib.as_ptr().wrapping_add(64)
+    );
+    assert_eq!(first.nib_ahead(len, next), second.nib.as_ptr());
+    assert_eq!(
+        first.nib_ahead(len + 128, next),
+        second.nib.as_ptr().wrapping_add(128)
+    );
+    let (_, after) = one_row(&a, &first, &epi);
+    assert_eq!(before, after);
+    assert_eq!(plain, after);
+    // Weights without nibbles point nowhere.
+    let int8 = QWeights::new(4, 8, 0, |_, _| 1).unwrap();
+    first.link_stream().point_to(&int8);
+    assert_eq!(first.next_stream(), 0);
+}
