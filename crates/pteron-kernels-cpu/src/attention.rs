@@ -345,29 +345,52 @@ struct Scores<'a> {
 impl SimdOp for Scores<'_> {
     type Output = ();
     #[inline(always)]
-    fn run<S: Simd>(self, s: S) {
-        let (l, d) = (S::LANES, self.d);
+    fn run<S: Simd>(mut self, s: S) {
+        let l = S::LANES;
+        if l > 16 {
+            return self.one_by_one(s);
+        }
         // Each score is one vector of fused multiply-adds over the head dimension, then its
-        // horizontal sum. Keys go LANES at a time: their chains advance together, one column
-        // vector of every key per step (independent chains, not one latency-bound chain
-        // after another), and their sums are taken together (`reduce_add_each`: the same
-        // additions as one `reduce_add` per key).
+        // horizontal sum. Keys go LANES at a time (the last few together too): their chains
+        // advance together, one column vector of every key per step (independent chains,
+        // not one latency-bound chain after another), and their sums are taken together
+        // (`reduce_add_each`: the same additions as one `reduce_add` per key).
         let mut j = 0;
-        while j + l <= self.n && l <= 16 {
-            for k in j..j + l {
-                prefetch_row(self.k, (k + PREFETCH_ROWS) * self.stride, d);
-            }
-            let keys = &self.k[j * self.stride..(j + l - 1) * self.stride + d];
-            for (i, qr) in self.q.chunks_exact(d).enumerate() {
-                let sums = dots::<S>(s, qr, keys, self.stride);
-                s.st(
-                    &mut self.s[i * KV_BLOCK + j..],
-                    s.reduce_add_each(&sums[..l]),
-                );
-            }
+        while j + l <= self.n {
+            self.group(s, j, l);
             j += l;
         }
-        for j in j..self.n {
+        if j < self.n {
+            self.group(s, j, self.n - j);
+        }
+    }
+}
+
+impl Scores<'_> {
+    /// The scores of keys `j .. j + r` (r ≤ LANES), every row.
+    #[inline(always)]
+    fn group<S: Simd>(&mut self, s: S, j: usize, r: usize) {
+        let (l, d) = (S::LANES, self.d);
+        for k in j..j + r {
+            prefetch_row(self.k, (k + PREFETCH_ROWS) * self.stride, d);
+        }
+        let keys = &self.k[j * self.stride..(j + r - 1) * self.stride + d];
+        for (i, qr) in self.q.chunks_exact(d).enumerate() {
+            let sums = dots::<S>(s, qr, keys, self.stride, r);
+            let row = &mut self.s[i * KV_BLOCK + j..];
+            let v = s.reduce_add_each(&sums[..l]);
+            if r == l {
+                s.st(row, v);
+            } else {
+                s.st_tail(&mut row[..r], v);
+            }
+        }
+    }
+
+    /// Key by key (vectors wider than the key groups).
+    fn one_by_one<S: Simd>(self, s: S) {
+        let d = self.d;
+        for j in 0..self.n {
             prefetch_row(self.k, (j + PREFETCH_ROWS) * self.stride, d);
             let kr = &self.k[j * self.stride..j * self.stride + d];
             for (i, qr) in self.q.chunks_exact(d).enumerate() {
@@ -377,24 +400,25 @@ impl SimdOp for Scores<'_> {
     }
 }
 
-/// [`dot`] of `q` with `LANES` keys at once (key `k` at `k * stride` in `keys`), each key's
-/// chain the same fused multiply-adds in the same order as [`dot`]'s.
+/// [`dot`] of `q` with `r` ≤ `LANES` ≤ 16 keys at once (key `k` at `k * stride` in `keys`),
+/// each key's chain the same fused multiply-adds in the same order as [`dot`]'s; the sums
+/// past `r` are zero.
 #[inline(always)]
-fn dots<S: Simd>(s: S, q: &[f32], keys: &[f32], stride: usize) -> [S::V; 16] {
+fn dots<S: Simd>(s: S, q: &[f32], keys: &[f32], stride: usize, r: usize) -> [S::V; 16] {
     let (l, d) = (S::LANES, q.len());
     let full = d - d % l;
     let mut sums = [s.zero(); 16];
     let mut c = 0;
     while c < full {
         let qv = s.ld(&q[c..c + l]);
-        for (k, x) in sums[..l].iter_mut().enumerate() {
+        for (k, x) in sums[..r].iter_mut().enumerate() {
             *x = s.fma(qv, s.ld(&keys[k * stride + c..k * stride + c + l]), *x);
         }
         c += l;
     }
     if full < d {
         let qv = s.ld_tail(&q[full..]);
-        for (k, x) in sums[..l].iter_mut().enumerate() {
+        for (k, x) in sums[..r].iter_mut().enumerate() {
             *x = s.fma(qv, s.ld_tail(&keys[k * stride + full..k * stride + d]), *x);
         }
     }
