@@ -25,7 +25,15 @@ fn main() {
         ("prefill 128 causal", 128, 128, 0, true, 6, 6),
         ("llama decode at 200 (12 heads)", 1, 1024, 200, true, 12, 12),
         // SmolLM2-135M's decode: grouped-query attention, 150 keys of a 2048-row cache.
-        ("smollm2 decode at 150 (9 heads, 3 kv)", 1, 2048, 149, true, 9, 3),
+        (
+            "smollm2 decode at 150 (9 heads, 3 kv)",
+            1,
+            2048,
+            149,
+            true,
+            9,
+            3,
+        ),
     ] {
         let width = heads * 64;
         let kv_width = kv_heads * 64;

@@ -4,7 +4,7 @@
 //! exact for every byte value (unlike `vpmaddubsw`, whose i16 sums saturate), and no
 //! zero-point correction since the activations stay unsigned.
 
-use super::x86::{prefetch, PREFETCH, SCALE_AHEAD};
+use super::x86::{prefetch, PREFETCH, SCALE_AHEAD, STARTS_AHEAD};
 use super::{Epilogue, Out, QWeights, SumsIn, TileSums, NIB_STRIDE, NR, TR};
 use core::arch::x86_64::*;
 
@@ -505,7 +505,10 @@ unsafe fn nibble_rows<const R: usize, const S: usize>(
     }
     let start: [usize; S] = core::array::from_fn(|s| w.nib_at(p + s, 0));
     let nib: [&[u8]; S] = core::array::from_fn(|s| &w.nib[start[s]..]);
-    let next = w.next_stream();
+    let next = w.next_streams();
+    for s in 0..S {
+        prefetch(w.starts_ahead((p + s) * NR + STARTS_AHEAD, &next));
+    }
     let ptrs: [*const u8; R] = core::array::from_fn(|r| rows[r].as_ptr());
     for b in 0..blocks {
         let mut acc = [[[_mm256_setzero_si256(); 2]; S]; R];
@@ -518,8 +521,8 @@ unsafe fn nibble_rows<const R: usize, const S: usize>(
                     &nib[(2 * u + 1) * NIB_STRIDE..][..64],
                 );
                 let ahead = start[s] + 2 * u * NIB_STRIDE + PREFETCH;
-                prefetch(w.nib_ahead(ahead, next));
-                prefetch(w.nib_ahead(ahead + NIB_STRIDE, next));
+                prefetch(w.nib_ahead(ahead, &next));
+                prefetch(w.nib_ahead(ahead + NIB_STRIDE, &next));
                 for h in 0..2 {
                     // Safety: 32 bytes at 32h of `p0` and of `p1`.
                     let (v0, v1) = unsafe {
@@ -557,7 +560,7 @@ unsafe fn nibble_rows<const R: usize, const S: usize>(
         }
         for s in 0..S {
             let at = ((p + s) * blocks + b) * NR;
-            prefetch(w.scales_ahead(at + SCALE_AHEAD));
+            prefetch(w.scales_ahead(at + SCALE_AHEAD, &next));
             for h in 0..2 {
                 let scv = block_scales8(w, at + 8 * h);
                 for r in 0..R {

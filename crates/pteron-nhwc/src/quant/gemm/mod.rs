@@ -168,29 +168,64 @@ pub struct QWeights {
     next: StreamLink,
 }
 
-/// Where a one-row product's weight stream goes on after its own nibbles: the address of
-/// the nibbles of the product that runs next (0: unknown), set at load by whoever knows the
-/// run order ([`QWeights::link_stream`]). The prefetches that run ahead of the stream
-/// (`PREFETCH` bytes) go there once they pass the end of these weights, instead of past
-/// the allocation: the next product then starts on weights already on their way rather than
-/// waiting for its first lines (SmolLM2-135M 8da4w decode: ~210 products a token, most
+/// Where a one-row product's streams go on after its own: the addresses of the nibbles,
+/// block scales and packed zero-point terms of the product that runs next (0: unknown), set
+/// at load by whoever knows the run order ([`QWeights::link_stream`]). The prefetches that
+/// run ahead of each stream go there once they pass the end of this product's bytes, instead
+/// of past the allocation: the next product then starts on bytes already on their way rather
+/// than waiting for its first lines (SmolLM2-135M 8da4w decode: ~210 products a token, most
 /// under 0.5 MB). Only a hint: a prefetch never faults, so a stale address is harmless.
 #[derive(Clone, Debug, Default)]
-pub struct StreamLink(Arc<AtomicUsize>);
+pub struct StreamLink(Arc<[AtomicUsize; 3]>);
+
+/// The linked product's streams ([`StreamLink`]), read once per call.
+#[derive(Clone, Copy, Default)]
+pub(super) struct NextStreams {
+    nib: usize,
+    scales: usize,
+    starts: usize,
+}
 
 impl StreamLink {
-    /// Makes the stream continue at `w`'s nibbles (nothing when `w` keeps none).
+    /// Makes the streams continue at `w`'s (nothing where `w` keeps none).
     pub fn point_to(&self, w: &QWeights) {
-        let at = if w.nib.is_empty() {
-            0
-        } else {
-            w.nib.as_ptr() as usize
-        };
-        self.0.store(at, Ordering::Relaxed);
+        let spans = [Span::of(&w.nib), w.scale_span(), Span::of(&w.pkscaled)];
+        for (slot, at) in self.0.iter().zip(spans.map(|s| s.0)) {
+            slot.store(at, Ordering::Relaxed);
+        }
     }
 
-    fn get(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
+    fn get(&self) -> NextStreams {
+        let [nib, scales, starts] = &*self.0;
+        NextStreams {
+            nib: nib.load(Ordering::Relaxed),
+            scales: scales.load(Ordering::Relaxed),
+            starts: starts.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A stream's bytes: its address and length (0, 0 when empty).
+#[derive(Clone, Copy)]
+struct Span(usize, usize);
+
+impl Span {
+    fn of<T>(v: &[T]) -> Span {
+        if v.is_empty() {
+            Span(0, 0)
+        } else {
+            Span(v.as_ptr() as usize, core::mem::size_of_val(v))
+        }
+    }
+
+    /// Where the stream reads at byte `off`: inside it, or past its end in the stream at
+    /// `next` (or past the allocation when `next` is 0). Never dereferenced.
+    #[inline(always)]
+    fn ahead(self, off: usize, next: usize) -> *const u8 {
+        match off.checked_sub(self.1) {
+            Some(past) if next != 0 => next.wrapping_add(past) as *const u8,
+            _ => self.0.wrapping_add(off) as *const u8,
+        }
     }
 }
 
@@ -287,31 +322,40 @@ impl QWeights {
         self.next.clone()
     }
 
-    /// Where the stream reads at `off` bytes from the start of the nibbles: inside them, or
-    /// past their end at the linked product's nibbles (or past the allocation when none is
-    /// linked). For prefetch hints only: the address is never dereferenced.
+    /// The linked product's streams (`StreamLink`), read once per call.
     #[inline(always)]
-    pub(super) fn nib_ahead(&self, off: usize, next: usize) -> *const u8 {
-        match off.checked_sub(self.nib.len()) {
-            Some(past) if next != 0 => next.wrapping_add(past) as *const u8,
-            _ => self.nib.as_ptr().wrapping_add(off),
-        }
-    }
-
-    /// The linked product's nibbles (0: none), read once per call.
-    #[inline(always)]
-    pub(super) fn next_stream(&self) -> usize {
+    pub(super) fn next_streams(&self) -> NextStreams {
         self.next.get()
     }
 
-    /// Where the block scales at `at` (panel-major, `set_block_scales`) lie, bf16 or f32.
-    /// For prefetch hints only: the address is never dereferenced.
+    /// Where the nibble stream reads at byte `off` (past the end: the linked product's).
+    /// For prefetch hints only.
     #[inline(always)]
-    pub(super) fn scales_ahead(&self, at: usize) -> *const u8 {
+    pub(super) fn nib_ahead(&self, off: usize, next: &NextStreams) -> *const u8 {
+        Span::of(&self.nib).ahead(off, next.nib)
+    }
+
+    /// Where the block scale stream (panel-major, `set_block_scales`; bf16 or f32) reads at
+    /// scale `at` (past the end: the linked product's). For prefetch hints only.
+    #[inline(always)]
+    pub(super) fn scales_ahead(&self, at: usize, next: &NextStreams) -> *const u8 {
+        let size = if self.pscale16.is_empty() { 4 } else { 2 };
+        self.scale_span().ahead(at * size, next.scales)
+    }
+
+    /// Where the packed zero-point terms read at output `at` (past the end: the linked
+    /// product's). For prefetch hints only.
+    #[inline(always)]
+    pub(super) fn starts_ahead(&self, at: usize, next: &NextStreams) -> *const u8 {
+        Span::of(&self.pkscaled).ahead(at * 4, next.starts)
+    }
+
+    /// The block scales the one-row path reads.
+    fn scale_span(&self) -> Span {
         if self.pscale16.is_empty() {
-            self.pscale.as_ptr().wrapping_add(at) as *const u8
+            Span::of(&self.pscale)
         } else {
-            self.pscale16.as_ptr().wrapping_add(at) as *const u8
+            Span::of(&self.pscale16)
         }
     }
 

@@ -735,20 +735,28 @@ fn requant16_matches_requant() {
     }
 }
 
-/// A linked weight stream runs its read-ahead on into the next product's nibbles, and the
-/// link changes no result (it only steers prefetches).
+/// A linked product's streams (nibbles, block scales, packed zero-point terms) run their
+/// read-ahead on into the next product's, and the link changes no result (it only steers
+/// prefetches).
 #[test]
 fn linked_streams_continue_into_the_next_weights() {
     let at = |j: usize, kk: usize| ((j * 5 + kk * 3) % 16) as i8 - 8;
     let mut first = QWeights::new_int4(64, 64, 32, at).unwrap();
-    let second = QWeights::new_int4(32, 64, 32, at).unwrap();
+    let mut second = QWeights::new_int4(32, 64, 32, at).unwrap();
     let len = first.nib.len();
     assert!(first.streams_nibbles() && second.streams_nibbles());
-    // Unlinked: past the end is past the allocation.
-    let unlinked = first.nib_ahead(len + 64, first.next_stream());
-    assert_eq!(unlinked, first.nib.as_ptr().wrapping_add(len + 64));
-    let scale = vec![1e-3f32; 64 * 2];
+    // bf16 scales for the first, f32 for the second.
+    let bf16 = f32::from_bits(1e-3f32.to_bits() & 0xFFFF_0000);
+    let scale = vec![bf16; 64 * 2];
     first.set_block_scales(&scale).unwrap();
+    second.set_block_scales(&[1e-3f32; 32 * 2]).unwrap();
+    assert!(!first.pscale16.is_empty() && second.pscale16.is_empty());
+    // Unlinked: past the end is past the allocation.
+    let none = first.next_streams();
+    assert_eq!(
+        first.nib_ahead(len + 64, &none),
+        first.nib.as_ptr().wrapping_add(len + 64)
+    );
     let epi = Epilogue::Dequant {
         rows: &[0.02],
         zps: &[-7],
@@ -760,23 +768,35 @@ fn linked_streams_continue_into_the_next_weights() {
     let a: Vec<u8> = (0..first.quads * 4).map(|i| (i * 37 % 256) as u8).collect();
     let (plain, before) = one_row(&a, &first, &epi);
     first.link_stream().point_to(&second);
-    let next = first.next_stream();
-    assert_eq!(next, second.nib.as_ptr() as usize);
-    // Inside the nibbles nothing moves; past them the stream goes on in `second`.
+    let next = first.next_streams();
+    // Inside each stream nothing moves; past it the stream goes on in `second`'s.
     assert_eq!(
-        first.nib_ahead(64, next),
+        first.nib_ahead(64, &next),
         first.nib.as_ptr().wrapping_add(64)
     );
-    assert_eq!(first.nib_ahead(len, next), second.nib.as_ptr());
+    assert_eq!(first.nib_ahead(len, &next), second.nib.as_ptr());
+    let past = first.nib_ahead(len + 128, &next);
+    assert_eq!(past, second.nib.as_ptr().wrapping_add(128));
+    // Two-byte scales here, four-byte ones in `second`: the stream goes on byte for byte.
+    let scales = first.pscale16.len();
+    let at = |p: *const u8, bytes: usize| p.wrapping_add(bytes);
     assert_eq!(
-        first.nib_ahead(len + 128, next),
-        second.nib.as_ptr().wrapping_add(128)
+        first.scales_ahead(1, &next),
+        at(first.pscale16.as_ptr() as _, 2)
     );
+    let past = first.scales_ahead(scales + 3, &next);
+    assert_eq!(past, at(second.pscale.as_ptr() as _, 6));
+    let starts = first.pkscaled.len();
+    let past = first.starts_ahead(starts + 2, &next);
+    assert_eq!(past, at(second.pkscaled.as_ptr() as _, 8));
     let (_, after) = one_row(&a, &first, &epi);
     assert_eq!(before, after);
     assert_eq!(plain, after);
     // Weights without nibbles point nowhere.
     let int8 = QWeights::new(4, 8, 0, |_, _| 1).unwrap();
     first.link_stream().point_to(&int8);
-    assert_eq!(first.next_stream(), 0);
+    assert_eq!(
+        first.nib_ahead(len, &first.next_streams()),
+        first.nib.as_ptr().wrapping_add(len)
+    );
 }

@@ -28,6 +28,9 @@ pub(super) const PREFETCH: usize = 8192;
 /// Block scales ahead of the one being read that the one-row paths prefetch (1 KiB of bf16
 /// scales: the scale stream runs at an eighth of the nibbles' rate).
 pub(super) const SCALE_AHEAD: usize = 512;
+/// Packed zero-point terms ahead (outputs) that the one-row paths prefetch: four groups of
+/// panels.
+pub(super) const STARTS_AHEAD: usize = 256;
 
 /// Hints the cache line at `p` into L1.
 #[inline(always)]
@@ -306,7 +309,10 @@ unsafe fn nibble_blocks<const S: usize>(
     let start: [usize; S] = core::array::from_fn(|s| w.nib_at(p + s, 0));
     // Safety: panel p + s's nibbles start inside `nib` (the caller's).
     let base: [*const u8; S] = core::array::from_fn(|s| unsafe { w.nib.as_ptr().add(start[s]) });
-    let next = w.next_stream();
+    let next = w.next_streams();
+    for s in 0..S {
+        prefetch(w.starts_ahead((p + s) * NR + STARTS_AHEAD, &next));
+    }
     for b in 0..blocks {
         let mut acc = [[_mm512_setzero_si512(); 2]; S];
         for e in 0..eights {
@@ -318,7 +324,7 @@ unsafe fn nibble_blocks<const S: usize>(
                 let wb = unsafe { base[s].add(q0 / 2 * NIB_STRIDE) };
                 for t in 0..4 {
                     let ahead = start[s] + (q0 / 2 + t) * NIB_STRIDE + PREFETCH;
-                    prefetch(w.nib_ahead(ahead, next));
+                    prefetch(w.nib_ahead(ahead, &next));
                     // Safety: as above.
                     let v = unsafe { _mm512_loadu_si512(wb.add(t * NIB_STRIDE) as *const _) };
                     let lo = _mm512_and_si512(_mm512_slli_epi16::<4>(v), m);
@@ -329,7 +335,7 @@ unsafe fn nibble_blocks<const S: usize>(
             }
         }
         for s in 0..S {
-            prefetch(w.scales_ahead(((p + s) * blocks + b) * NR + SCALE_AHEAD));
+            prefetch(w.scales_ahead(((p + s) * blocks + b) * NR + SCALE_AHEAD, &next));
             // Sums of 16·w: exact, and a multiple of 16.
             let sum = _mm512_srai_epi32::<4>(_mm512_add_epi32(acc[s][0], acc[s][1]));
             // Safety: the scales hold panels·blocks·16 values (`one_row_ready`).
