@@ -14,12 +14,28 @@ torch.ops.llama.custom_sdpa on random inputs (prefill and decode shapes): equal 
 it compares MKL's sgemm with a sequential fused-multiply-add chain over k (one rounding a step),
 per row count M of the call, for both products:
 
-    /opt/etvenv/bin/python tools/export/et_sdpa_order.py
+    /opt/etvenv/bin/python tools/export/et_sdpa_order.py [--trees]
 
 On an AVX-512 host (session 22): P·V equals the sequential chain from M = 2, Q·Kᵀ from M = 3
 (head_dim 64) or M = 6 (head_dim 128); one-row calls (decode) use another MKL kernel whose order
 a search over lane widths, accumulator counts and reduction trees did not find. MKL's AVX2 and
 SSE4.2 paths order differently again (llm_et_spread.py).
+
+`--trees` reads the one-row kernels' addition trees off MKL directly (session 30): a call whose
+only nonzero terms are +2^30 at i, -2^30 at j and 1 at l returns 1 exactly when l joins after i
+and j cancel, so the number of l that return 0 is the size of the subtree where i and j meet;
+those sizes give the tree. On this AVX-512 host, single-threaded MKL:
+  * P·V, one row (y = Σ_j p_j·v_j per column): keys in blocks of 8; in a block b..b+7 four
+    chains x2→x0, x3→x1, x7→x5 and PREV→x6→x4 (fused multiply-adds; PREV the sum of the blocks
+    before), then (c0 + c1) + (c2 + c3); the keys past the last whole block are fused in one
+    by one. Reproduced bit for bit (`pv_one_row`) for 1-159 keys.
+  * Q·Kᵀ, one row, head_dim 64: 16-lane chains over elements 1-48 (x0 joins x1's lane first),
+    a tree over the 16 lanes, then elements 49-63 in two 8-lane parts; see the printed tree.
+MKL's own threads change the one-row P·V: from ~119 keys, with 2 OpenMP threads (this host's
+default), part of the columns come out in another order (`MKL_NUM_THREADS=1` or
+`OMP_NUM_THREADS=1` gives `pv_one_row`'s bits). So ExecuTorch's decode attention, and its
+greedy ids, depend on its BLAS's thread count as well as on the CPU (llm_et_spread.py runs it
+both ways).
 """
 import ctypes
 import sys
@@ -121,7 +137,89 @@ def custom_sdpa(q, k_cache, v_cache, start_pos, qk=mkl_qk, pv=mkl_pv):
     return out
 
 
+def pv_one_row(p, v):
+    """MKL's one-row P·V (single-threaded, AVX-512), as `--trees` reads it: [N] · [N, D]."""
+    f64 = np.float64
+
+    def fma(a, b, c):
+        return (f64(a) * v[b].astype(f64) + c.astype(f64)).astype(np.float32)
+
+    n, d = v.shape
+    prev = np.zeros(d, np.float32)
+    full = n // 8 * 8
+    for b in range(0, full, 8):
+        c0 = fma(p[b], b, fma(p[b + 2], b + 2, np.zeros(d, np.float32)))
+        c1 = fma(p[b + 1], b + 1, fma(p[b + 3], b + 3, np.zeros(d, np.float32)))
+        c2 = fma(p[b + 5], b + 5, fma(p[b + 7], b + 7, np.zeros(d, np.float32)))
+        c3 = fma(p[b + 4], b + 4, fma(p[b + 6], b + 6, prev))
+        prev = ((c0 + c1).astype(np.float32) + (c2 + c3).astype(np.float32)).astype(np.float32)
+    for j in range(full, n):
+        prev = fma(p[j], j, prev)
+    return prev
+
+
+def reduction_tree(call, n):
+    """The addition tree of `call(values)` (a sum of `n` terms, each value one term), read off
+    with +2^30 / -2^30 / 1 probes; as a nested string."""
+    big, small = np.float32(2.0 ** 30), np.float32(1.0)
+    size = np.full((n, n), 2)
+    for i in range(n):
+        for j in range(i + 1, n):
+            for l in range(n):
+                if l in (i, j):
+                    continue
+                x = np.zeros(n, np.float32)
+                x[i], x[j], x[l] = big, -big, small
+                if call(x) == 0:
+                    size[i, j] += 1
+                    size[j, i] += 1
+    groups = {i: (frozenset([i]), str(i)) for i in range(n)}
+    while len(groups) > 1:
+        keys = list(groups)
+        pairs = [(max(size[i, j] for i in groups[a][0] for j in groups[b][0]), a, b)
+                 for x, a in enumerate(keys) for b in keys[x + 1:]]
+        fits = [t for t in pairs
+                if t[0] == len(groups[t[1]][0]) + len(groups[t[2]][0])]
+        if not fits:
+            return "not one binary tree"
+        _, a, b = min(fits)
+        (sa, ea), (sb, eb) = groups.pop(a), groups.pop(b)
+        groups[a] = (sa | sb, f"({ea}+{eb})")
+    return next(iter(groups.values()))[1]
+
+
+def trees():
+    n_keys, d = 150, 64
+    k = np.zeros((n_keys, d), np.float32)
+
+    def qk_row(x):
+        k[0] = x
+        return mkl_qk(np.ones((1, d), np.float32), k)[0, 0]
+
+    print(f"Q·Kᵀ one row, head_dim {d} ({n_keys} keys), elements 0-{d - 1}:")
+    print("  " + reduction_tree(qk_row, d))
+    for n in (20, 37):
+        v = np.zeros((n, d), np.float32)
+
+        def pv_col(x):
+            v[:, 0] = x
+            return mkl_pv(np.ones((1, n), np.float32), v)[0, 0]
+
+        print(f"P·V one row, {n} keys:\n  " + reduction_tree(pv_col, n))
+    rng = np.random.default_rng(0)
+    bad = 0
+    for n in range(1, 160):
+        p = rng.random(n).astype(np.float32)
+        v = rng.standard_normal((n, d)).astype(np.float32)
+        bad += int((pv_one_row(p, v) != mkl_pv(p[None], v)[0]).sum())
+    print(f"pv_one_row against MKL, 1-159 keys: {bad} mismatching elements"
+          " (0 with MKL_NUM_THREADS=1)")
+
+
 def main():
+    if "--trees" in sys.argv:
+        trees()
+        return
     export_llm.load_custom_ops()
     rng = np.random.default_rng(0)
     print("custom_sdpa reproduced with MKL's sgemm (mismatching elements):")
