@@ -178,7 +178,9 @@ pub struct QWeights {
 #[derive(Clone, Debug, Default)]
 pub struct StreamLink(Arc<[AtomicUsize; 3]>);
 
-/// The linked product's streams ([`StreamLink`]), read once per call.
+/// The linked product's streams ([`StreamLink`]), read once per call (by the x86-64
+/// one-row kernels, the ones that prefetch).
+#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Default)]
 pub(super) struct NextStreams {
     nib: usize,
@@ -195,6 +197,7 @@ impl StreamLink {
         }
     }
 
+    #[cfg(target_arch = "x86_64")]
     fn get(&self) -> NextStreams {
         let [nib, scales, starts] = &*self.0;
         NextStreams {
@@ -207,6 +210,7 @@ impl StreamLink {
 
 /// A stream's bytes: its address and length (0, 0 when empty).
 #[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct Span(usize, usize);
 
 impl Span {
@@ -220,6 +224,7 @@ impl Span {
 
     /// Where the stream reads at byte `off`: inside it, or past its end in the stream at
     /// `next` (or past the allocation when `next` is 0). Never dereferenced.
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn ahead(self, off: usize, next: usize) -> *const u8 {
         match off.checked_sub(self.1) {
@@ -323,6 +328,7 @@ impl QWeights {
     }
 
     /// The linked product's streams (`StreamLink`), read once per call.
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub(super) fn next_streams(&self) -> NextStreams {
         self.next.get()
@@ -330,6 +336,7 @@ impl QWeights {
 
     /// Where the nibble stream reads at byte `off` (past the end: the linked product's).
     /// For prefetch hints only.
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub(super) fn nib_ahead(&self, off: usize, next: &NextStreams) -> *const u8 {
         Span::of(&self.nib).ahead(off, next.nib)
@@ -337,6 +344,7 @@ impl QWeights {
 
     /// Where the block scale stream (panel-major, `set_block_scales`; bf16 or f32) reads at
     /// scale `at` (past the end: the linked product's). For prefetch hints only.
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub(super) fn scales_ahead(&self, at: usize, next: &NextStreams) -> *const u8 {
         let size = if self.pscale16.is_empty() { 4 } else { 2 };
@@ -345,6 +353,7 @@ impl QWeights {
 
     /// Where the packed zero-point terms read at output `at` (past the end: the linked
     /// product's). For prefetch hints only.
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub(super) fn starts_ahead(&self, at: usize, next: &NextStreams) -> *const u8 {
         Span::of(&self.pkscaled).ahead(at * 4, next.starts)

@@ -738,6 +738,7 @@ fn requant16_matches_requant() {
 /// A linked product's streams (nibbles, block scales, packed zero-point terms) run their
 /// read-ahead on into the next product's, and the link changes no result (it only steers
 /// prefetches).
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn linked_streams_continue_into_the_next_weights() {
     let at = |j: usize, kk: usize| ((j * 5 + kk * 3) % 16) as i8 - 8;
