@@ -31,6 +31,9 @@ those sizes give the tree. On this AVX-512 host, single-threaded MKL:
     by one. Reproduced bit for bit (`pv_one_row`) for 1-159 keys.
   * Q·Kᵀ, one row, head_dim 64: 16-lane chains over elements 1-48 (x0 joins x1's lane first),
     a tree over the 16 lanes, then elements 49-63 in two 8-lane parts; see the printed tree.
+    With the chains fused and the tail's products rounded before they are added, 31 of 450
+    scores still differ from MKL's: where the fused multiply-adds sit (or whether the peeled
+    first element follows an operand's alignment) is not settled.
 MKL's own threads change the one-row P·V: from ~119 keys, with 2 OpenMP threads (this host's
 default), part of the columns come out in another order (`MKL_NUM_THREADS=1` or
 `OMP_NUM_THREADS=1` gives `pv_one_row`'s bits). So ExecuTorch's decode attention, and its
