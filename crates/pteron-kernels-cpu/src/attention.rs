@@ -346,10 +346,9 @@ impl SimdOp for Scores<'_> {
     type Output = ();
     #[inline(always)]
     fn run<S: Simd>(mut self, s: S) {
+        // Key groups are held in 16 vectors (`dots`); no instruction set has wider ones.
+        const { assert!(S::LANES <= 16) };
         let l = S::LANES;
-        if l > 16 {
-            return self.one_by_one(s);
-        }
         // Each score is one vector of fused multiply-adds over the head dimension, then its
         // horizontal sum. Keys go LANES at a time (the last few together too): their chains
         // advance together, one column vector of every key per step (independent chains,
@@ -386,23 +385,11 @@ impl Scores<'_> {
             }
         }
     }
-
-    /// Key by key (vectors wider than the key groups).
-    fn one_by_one<S: Simd>(self, s: S) {
-        let d = self.d;
-        for j in 0..self.n {
-            prefetch_row(self.k, (j + PREFETCH_ROWS) * self.stride, d);
-            let kr = &self.k[j * self.stride..j * self.stride + d];
-            for (i, qr) in self.q.chunks_exact(d).enumerate() {
-                self.s[i * KV_BLOCK + j] = s.reduce_add(dot(s, qr, kr));
-            }
-        }
-    }
 }
 
-/// [`dot`] of `q` with `r` ≤ `LANES` ≤ 16 keys at once (key `k` at `k * stride` in `keys`),
-/// each key's chain the same fused multiply-adds in the same order as [`dot`]'s; the sums
-/// past `r` are zero.
+/// `q · k` for `r` ≤ `LANES` ≤ 16 keys at once (key `k` at `k * stride` in `keys`), before
+/// their horizontal sums: each key's one vector of fused multiply-adds over the `d` elements,
+/// in column order; the sums past `r` are zero.
 #[inline(always)]
 fn dots<S: Simd>(s: S, q: &[f32], keys: &[f32], stride: usize, r: usize) -> [S::V; 16] {
     let (l, d) = (S::LANES, q.len());
@@ -423,22 +410,6 @@ fn dots<S: Simd>(s: S, q: &[f32], keys: &[f32], stride: usize, r: usize) -> [S::
         }
     }
     sums
-}
-
-/// `q · k` as one vector of fused multiply-adds over the `d` elements, before its horizontal
-/// sum.
-#[inline(always)]
-fn dot<S: Simd>(s: S, q: &[f32], k: &[f32]) -> S::V {
-    let (l, d) = (S::LANES, q.len());
-    let full = d - d % l;
-    let mut acc = s.zero();
-    for c in (0..full).step_by(l) {
-        acc = s.fma(s.ld(&q[c..]), s.ld(&k[c..]), acc);
-    }
-    if full < d {
-        acc = s.fma(s.ld_tail(&q[full..]), s.ld_tail(&k[full..]), acc);
-    }
-    acc
 }
 
 /// `acc_i += Σ_j p[i][j] · v_j` over the first `n` value rows (row `j` at `j * stride`); rows

@@ -167,9 +167,7 @@ impl QPrep {
             _ => None,
         }
     }
-}
 
-impl QPrep {
     pub fn bytes(&self) -> usize {
         match self {
             QPrep::Product(p) => p.w.bytes() + p.bias.len() * 8,

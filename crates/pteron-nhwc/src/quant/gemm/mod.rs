@@ -191,7 +191,7 @@ pub(super) struct NextStreams {
 impl StreamLink {
     /// Makes the streams continue at `w`'s (nothing where `w` keeps none).
     pub fn point_to(&self, w: &QWeights) {
-        let spans = [Span::of(&w.nib), w.scale_span(), Span::of(&w.pkscaled)];
+        let spans = [Span::of(&w.nib), w.scale_span().0, Span::of(&w.pkscaled)];
         for (slot, at) in self.0.iter().zip(spans.map(|s| s.0)) {
             slot.store(at, Ordering::Relaxed);
         }
@@ -347,8 +347,8 @@ impl QWeights {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub(super) fn scales_ahead(&self, at: usize, next: &NextStreams) -> *const u8 {
-        let size = if self.pscale16.is_empty() { 4 } else { 2 };
-        self.scale_span().ahead(at * size, next.scales)
+        let (span, size) = self.scale_span();
+        span.ahead(at * size, next.scales)
     }
 
     /// Where the packed zero-point terms read at output `at` (past the end: the linked
@@ -359,12 +359,12 @@ impl QWeights {
         Span::of(&self.pkscaled).ahead(at * 4, next.starts)
     }
 
-    /// The block scales the one-row path reads.
-    fn scale_span(&self) -> Span {
+    /// The block scales the one-row path reads, and the bytes of one.
+    fn scale_span(&self) -> (Span, usize) {
         if self.pscale16.is_empty() {
-            Span::of(&self.pscale)
+            (Span::of(&self.pscale), 4)
         } else {
-            Span::of(&self.pscale16)
+            (Span::of(&self.pscale16), 2)
         }
     }
 
