@@ -395,11 +395,17 @@ fn dots<S: Simd>(s: S, q: &[f32], keys: &[f32], stride: usize, r: usize) -> [S::
     let (l, d) = (S::LANES, q.len());
     let full = d - d % l;
     let mut sums = [s.zero(); 16];
+    // Every key row lies inside `keys`: one check for the group instead of two per load
+    // (the checks were most of the instructions of a decode step's scores).
+    assert!(r <= 16 && (r == 0 || (r - 1) * stride + d <= keys.len()));
+    let kp = keys.as_ptr();
     let mut c = 0;
     while c < full {
         let qv = s.ld(&q[c..c + l]);
         for (k, x) in sums[..r].iter_mut().enumerate() {
-            *x = s.fma(qv, s.ld(&keys[k * stride + c..k * stride + c + l]), *x);
+            // Safety: k < r and c + l ≤ d, so the vector lies inside key k's row, inside
+            // `keys` (checked above).
+            *x = s.fma(qv, unsafe { s.load(kp.add(k * stride + c)) }, *x);
         }
         c += l;
     }
@@ -464,15 +470,27 @@ impl WeightedValues<'_> {
                 *x = s.ld(&self.acc[i * d + c0 + v * l..]);
             }
         }
-        for j in 0..self.n {
+        // Value rows 0 .. n (columns c0 .. c0 + V·LANES) and R rows of weights lie inside
+        // `v` and `p`: checked once here instead of at every key's loads.
+        let n = self.n;
+        assert!(
+            n == 0
+                || ((n - 1) * self.stride + c0 + V * l <= self.v.len()
+                    && (R - 1) * KV_BLOCK + n <= self.p.len())
+        );
+        let (vp, pp) = (self.v.as_ptr(), self.p.as_ptr());
+        for j in 0..n {
             if c0 == 0 {
                 prefetch_row(self.v, (j + PREFETCH_ROWS) * self.stride, d);
+                if j % 16 == 15 {}
             }
-            let vr = &self.v[j * self.stride + c0..][..V * l];
-            let vv: [S::V; V] = core::array::from_fn(|v| s.ld(&vr[v * l..]));
+            // Safety: j < n and v < V: inside `v` (checked above).
+            let vv: [S::V; V] =
+                core::array::from_fn(|v| unsafe { s.load(vp.add(j * self.stride + c0 + v * l)) });
             for (i, a) in acc.iter_mut().enumerate() {
                 // A zero weight (a masked key) adds zero: the sum is unchanged.
-                let pv = s.splat(self.p[i * KV_BLOCK + j]);
+                // Safety: i < R and j < n: inside `p` (checked above).
+                let pv = s.splat(unsafe { *pp.add(i * KV_BLOCK + j) });
                 for (x, v) in a.iter_mut().zip(&vv) {
                     *x = s.fma(pv, *v, *x);
                 }

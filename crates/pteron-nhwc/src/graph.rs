@@ -555,13 +555,170 @@ impl Graph<'_> {
             }
             fold[c] = true;
         }
-        let folded = fold.iter().filter(|&&f| f).count();
-        if folded > 0 {
-            let mut keep = fold.iter().map(|&f| !f);
+        self.drop_nodes(&fold)
+    }
+
+    /// Runs each dynamic quantization once: a conversion of a float32 value to a dynamically
+    /// quantized type (`qdint8` rows) that an earlier node already converted it to computes
+    /// the same bytes (every value is written once), so its readers read the earlier result
+    /// and the repeat is dropped. The exporter converts a layer's input once per linear layer
+    /// that reads it (a decode step of an 8da4w LLM: query, key and value projections three
+    /// times, gate and up twice). Repeats whose result is an external output stay. Returns
+    /// how many conversions were dropped.
+    pub fn share_dynamic_quantization(&mut self) -> usize {
+        let nv = self.values.len();
+        // The value each repeat's readers read instead.
+        let mut same = vec![usize::MAX; nv];
+        let mut first: Vec<(usize, DType, usize)> = Vec::new();
+        let mut drop = vec![false; self.nodes.len()];
+        for (j, node) in self.nodes.iter_mut().enumerate() {
+            redirect(node, &same);
+            let Node::Unary {
+                op: UnaryOp::Copy,
+                x,
+                out,
+            } = *node
+            else {
+                continue;
+            };
+            let (Some(vx), Some(vo)) = (self.values.get(x), self.values.get(out)) else {
+                continue;
+            };
+            if vx.dtype != DType::F32
+                || !matches!(vo.dtype, DType::QD8 { .. })
+                || !matches!(vo.kind, Kind::Internal)
+            {
+                continue;
+            }
+            match first.iter().find(|&&(fx, ft, _)| fx == x && ft == vo.dtype) {
+                Some(&(_, _, o)) => {
+                    same[out] = o;
+                    drop[j] = true;
+                }
+                None => first.push((x, vo.dtype, out)),
+            }
+        }
+        self.drop_nodes(&drop)
+    }
+
+    /// Removes the nodes marked in `drop`; returns how many.
+    fn drop_nodes(&mut self, drop: &[bool]) -> usize {
+        let n = drop.iter().filter(|&&f| f).count();
+        if n > 0 {
+            let mut keep = drop.iter().map(|&f| !f);
             self.nodes.retain(|_| keep.next().unwrap_or(true));
-            let mut keep = fold.iter().map(|&f| !f);
+            let mut keep = drop.iter().map(|&f| !f);
             self.node_names.retain(|_| keep.next().unwrap_or(true));
         }
-        folded
+        n
+    }
+}
+
+/// Makes `node` read `same[v]` wherever it reads a value `v` that has one.
+fn redirect(node: &mut Node, same: &[usize]) {
+    let swap = |v: &mut usize| {
+        if let Some(&o) = same.get(*v).filter(|&&o| o != usize::MAX) {
+            *v = o;
+        }
+    };
+    match node {
+        Node::Binary { a, b, .. } | Node::Bmm { a, b, .. } => {
+            swap(a);
+            swap(b);
+        }
+        Node::FullyConnected { x, w, bias, .. } | Node::Conv { x, w, bias, .. } => {
+            swap(x);
+            swap(w);
+            if let Some(b) = bias {
+                swap(b);
+            }
+        }
+        Node::Concat { inputs, n, .. } => {
+            for i in inputs.iter_mut().take(*n) {
+                swap(i);
+            }
+        }
+        Node::Unary { x, .. }
+        | Node::Pool { x, .. }
+        | Node::GlobalAvgPool { x, .. }
+        | Node::Softmax { x, .. }
+        | Node::Transpose { x, .. }
+        | Node::Reshape { x, .. }
+        | Node::Slice { x, .. }
+        | Node::Pad { x, .. }
+        | Node::Resize { x, .. } => swap(x),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_dynamic_quantizations_run_once() {
+        static W: [u8; 16] = [1; 16];
+        let v = |dtype, kind| Value {
+            dtype,
+            shape: Shape::new(&[1, 4]).unwrap(),
+            kind,
+        };
+        let qd = DType::QD8 { nonbatch: 1 };
+        // x, three conversions of it, a weight, three products, a fourth conversion that is an
+        // output of the graph.
+        let mut values = vec![v(DType::F32, Kind::Input(0))];
+        values.extend([
+            v(qd, Kind::Internal),
+            v(qd, Kind::Internal),
+            v(qd, Kind::Internal),
+        ]);
+        values.push(v(DType::F32, Kind::Constant(&W)));
+        values.extend([3, 4, 5].map(|e| v(DType::F32, Kind::Output(e))));
+        values.push(v(qd, Kind::Output(6)));
+        let convert = |out| Node::Unary {
+            op: UnaryOp::Copy,
+            x: 0,
+            out,
+        };
+        let fc = |x, out| Node::FullyConnected {
+            x,
+            w: 4,
+            bias: None,
+            out,
+            clamp: None,
+            transpose_w: false,
+        };
+        let nodes = vec![
+            convert(1),
+            fc(1, 5),
+            convert(2),
+            convert(3),
+            fc(2, 6),
+            fc(3, 7),
+            convert(8),
+        ];
+        let mut g = Graph {
+            values,
+            node_names: vec!["node"; nodes.len()],
+            nodes,
+            inputs: vec![(0, 0)],
+            outputs: vec![(3, 5), (4, 6), (5, 7), (6, 8)],
+            scales: vec![],
+        };
+        assert_eq!(g.share_dynamic_quantization(), 2);
+        assert_eq!(g.nodes.len(), 5);
+        assert_eq!(g.node_names.len(), 5);
+        let reads: Vec<usize> = g
+            .nodes
+            .iter()
+            .filter_map(|n| match *n {
+                Node::FullyConnected { x, .. } => Some(x),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reads, [1, 1, 1]);
+        // The conversion whose result leaves the graph still runs.
+        assert!(matches!(g.nodes[4], Node::Unary { out: 8, .. }));
+        // Nothing is left to share.
+        assert_eq!(g.share_dynamic_quantization(), 0);
     }
 }

@@ -49,7 +49,9 @@ pub const BACKEND_ID: &str = "XnnpackBackend";
 pub struct XnnpackBackend {
     pub limits: blob::Limits,
     /// Run every node as the graph has it: no folding of int8 clamps into the nodes that
-    /// produce their inputs ([`pteron_nhwc::graph::Graph::fuse_int8_clamps`]). For comparisons.
+    /// produce their inputs ([`pteron_nhwc::graph::Graph::fuse_int8_clamps`]), no sharing of
+    /// repeated dynamic quantizations ([`pteron_nhwc::graph::Graph::share_dynamic_quantization`]).
+    /// For comparisons.
     pub unfused: bool,
     /// How the engine runs the graph (fusion of chains, per-node profile).
     pub engine: EngineOptions,
@@ -71,6 +73,7 @@ impl Backend for XnnpackBackend {
         let mut g = convert::build(&blob, init.named_data)?;
         if !self.unfused {
             g.fuse_int8_clamps();
+            g.share_dynamic_quantization();
         }
         let d = Executable::new(
             g,
