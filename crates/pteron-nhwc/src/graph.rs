@@ -407,30 +407,25 @@ pub enum Node {
     },
 }
 
-impl Node {
-    /// The values this node reads, in order (`None` for absent optional inputs).
-    pub fn inputs(&self) -> ([usize; 5], usize) {
-        let mut v = [0usize; 5];
-        let mut n = 0;
-        let mut push = |x: usize| {
-            v[n] = x;
-            n += 1;
-        };
-        match *self {
+/// Calls `$f` on each input field of `$node` (a `&Node` or a `&mut Node`: the fields come as
+/// references of the same kind), in order; absent optional inputs are skipped.
+macro_rules! for_each_input {
+    ($node:expr, $f:ident) => {
+        match $node {
             Node::Binary { a, b, .. } | Node::Bmm { a, b, .. } => {
-                push(a);
-                push(b);
+                $f(a);
+                $f(b);
             }
             Node::FullyConnected { x, w, bias, .. } | Node::Conv { x, w, bias, .. } => {
-                push(x);
-                push(w);
+                $f(x);
+                $f(w);
                 if let Some(b) = bias {
-                    push(b);
+                    $f(b);
                 }
             }
-            Node::Concat { inputs, n: k, .. } => {
-                for &i in &inputs[..k] {
-                    push(i);
+            Node::Concat { inputs, n, .. } => {
+                for i in IntoIterator::into_iter(inputs).take(*n) {
+                    $f(i);
                 }
             }
             Node::Unary { x, .. }
@@ -441,9 +436,33 @@ impl Node {
             | Node::Reshape { x, .. }
             | Node::Slice { x, .. }
             | Node::Pad { x, .. }
-            | Node::Resize { x, .. } => push(x),
+            | Node::Resize { x, .. } => $f(x),
         }
+    };
+}
+
+impl Node {
+    /// The values this node reads, in order (`None` for absent optional inputs).
+    pub fn inputs(&self) -> ([usize; 5], usize) {
+        let mut v = [0usize; 5];
+        let mut n = 0;
+        let mut push = |x: &usize| {
+            v[n] = *x;
+            n += 1;
+        };
+        for_each_input!(self, push);
         (v, n)
+    }
+
+    /// Makes the node read `same[v]` wherever it reads a value `v` that has one
+    /// (`usize::MAX`: none).
+    fn redirect(&mut self, same: &[usize]) {
+        let swap = |v: &mut usize| {
+            if let Some(&o) = same.get(*v).filter(|&&o| o != usize::MAX) {
+                *v = o;
+            }
+        };
+        for_each_input!(self, swap);
     }
 
     pub fn output(&self) -> usize {
@@ -572,7 +591,7 @@ impl Graph<'_> {
         let mut first: Vec<(usize, DType, usize)> = Vec::new();
         let mut drop = vec![false; self.nodes.len()];
         for (j, node) in self.nodes.iter_mut().enumerate() {
-            redirect(node, &same);
+            node.redirect(&same);
             let Node::Unary {
                 op: UnaryOp::Copy,
                 x,
@@ -611,42 +630,6 @@ impl Graph<'_> {
             self.node_names.retain(|_| keep.next().unwrap_or(true));
         }
         n
-    }
-}
-
-/// Makes `node` read `same[v]` wherever it reads a value `v` that has one.
-fn redirect(node: &mut Node, same: &[usize]) {
-    let swap = |v: &mut usize| {
-        if let Some(&o) = same.get(*v).filter(|&&o| o != usize::MAX) {
-            *v = o;
-        }
-    };
-    match node {
-        Node::Binary { a, b, .. } | Node::Bmm { a, b, .. } => {
-            swap(a);
-            swap(b);
-        }
-        Node::FullyConnected { x, w, bias, .. } | Node::Conv { x, w, bias, .. } => {
-            swap(x);
-            swap(w);
-            if let Some(b) = bias {
-                swap(b);
-            }
-        }
-        Node::Concat { inputs, n, .. } => {
-            for i in inputs.iter_mut().take(*n) {
-                swap(i);
-            }
-        }
-        Node::Unary { x, .. }
-        | Node::Pool { x, .. }
-        | Node::GlobalAvgPool { x, .. }
-        | Node::Softmax { x, .. }
-        | Node::Transpose { x, .. }
-        | Node::Reshape { x, .. }
-        | Node::Slice { x, .. }
-        | Node::Pad { x, .. }
-        | Node::Resize { x, .. } => swap(x),
     }
 }
 
