@@ -482,7 +482,6 @@ impl WeightedValues<'_> {
         for j in 0..n {
             if c0 == 0 {
                 prefetch_row(self.v, (j + PREFETCH_ROWS) * self.stride, d);
-                if j % 16 == 15 {}
             }
             // Safety: j < n and v < V: inside `v` (checked above).
             let vv: [S::V; V] =
