@@ -3,6 +3,8 @@
 //! payload reader (`pteron-xnnpack`) from a verified flatbuffer, [`crate::partition`] from a
 //! portable program's calls — and [`crate::Executable::new`] checks, prepares and plans it.
 
+use std::collections::btree_map::{BTreeMap, Entry};
+
 use pteron_core::KernelError;
 
 use crate::util::Shape;
@@ -588,7 +590,9 @@ impl Graph<'_> {
         let nv = self.values.len();
         // The value each repeat's readers read instead.
         let mut same = vec![usize::MAX; nv];
-        let mut first: Vec<(usize, DType, usize)> = Vec::new();
+        // The first conversion of each (float value, row layout): a map, so that a graph of
+        // many conversions is not searched once per conversion.
+        let mut first = BTreeMap::new();
         let mut drop = vec![false; self.nodes.len()];
         for (j, node) in self.nodes.iter_mut().enumerate() {
             node.redirect(&same);
@@ -603,18 +607,20 @@ impl Graph<'_> {
             let (Some(vx), Some(vo)) = (self.values.get(x), self.values.get(out)) else {
                 continue;
             };
-            if vx.dtype != DType::F32
-                || !matches!(vo.dtype, DType::QD8 { .. })
-                || !matches!(vo.kind, Kind::Internal)
-            {
+            let DType::QD8 { nonbatch } = vo.dtype else {
+                continue;
+            };
+            if vx.dtype != DType::F32 || !matches!(vo.kind, Kind::Internal) {
                 continue;
             }
-            match first.iter().find(|&&(fx, ft, _)| fx == x && ft == vo.dtype) {
-                Some(&(_, _, o)) => {
-                    same[out] = o;
+            match first.entry((x, nonbatch)) {
+                Entry::Occupied(o) => {
+                    same[out] = *o.get();
                     drop[j] = true;
                 }
-                None => first.push((x, vo.dtype, out)),
+                Entry::Vacant(e) => {
+                    e.insert(out);
+                }
             }
         }
         self.drop_nodes(&drop)
