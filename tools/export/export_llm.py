@@ -701,8 +701,9 @@ def export_smollm2(args):
             golden["variants"][name] = entry
             gold_path.write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
             continue
+        started = time.time()
         gen, margins, meta = greedy_with_et_runtime(pte, prompt_ids, TINY_NEW_TOKENS)
-        print(f"  ExecuTorch greedy ({time.time() - t:.1f} s): {tok.decode(gen)!r}")
+        print(f"  ExecuTorch greedy ({time.time() - started:.1f} s): {tok.decode(gen)!r}")
         same = next((i for i, (a, b) in enumerate(zip(gen, hf_out)) if a != b), len(gen))
         print(f"  transformers eager agrees on the first {same} of {len(gen)} tokens")
         runner_text, err = et_runner_text(pte, out / "tokenizer.json", prompt, TINY_NEW_TOKENS)

@@ -256,7 +256,13 @@ fn one_row_matches_scalar() {
 #[test]
 fn avx2_nibbles_match_scalar() {
     let mut seed = 0xfeed_beef_0bad_f00du64;
-    for &(n, k, block) in &[(200, 64, 32), (9, 256, 128), (90, 192, 64), (64, 32, 32)] {
+    for &(n, k, block) in &[
+        (200, 64, 32),
+        (9, 256, 128),
+        (90, 192, 64),
+        (64, 32, 32),
+        (130, 256, 128),
+    ] {
         let mut w =
             QWeights::new_int4(n, k, block, |j, kk| ((j * 5 + kk * 3) % 16) as i8 - 8).unwrap();
         let blocks = k / block;
