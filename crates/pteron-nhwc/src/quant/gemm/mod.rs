@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use pteron_core::{KernelError, Parallel};
+use pteron_kernels_cpu::aligned::StreamBuf;
 use pteron_kernels_cpu::par::for_chunks_mut;
 
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
@@ -150,11 +151,11 @@ pub struct QWeights {
     /// (set by `set_block_scales`; empty until): as bf16 bits in `pscale16` when every scale
     /// is a bf16 value (the 8da4w recipe's), else as f32 here. Half the bytes streamed per
     /// block.
-    pscale: Vec<f32>,
-    pscale16: Vec<u16>,
+    pscale: StreamBuf<f32>,
+    pscale16: StreamBuf<u16>,
     /// XNNPACK's packed zero-point term per output (`ksum_scaled`), padded to whole panels,
     /// set with the block scales.
-    pkscaled: Vec<f32>,
+    pkscaled: StreamBuf<f32>,
     /// 4-bit weights (`new_int4`), two quads per 64 bytes: quads `2t`, `2t + 1` of panel `p`
     /// at `nib_at(p, t)`, byte `i` holding byte `i` of quad `2t` (low nibble) and of quad
     /// `2t + 1` (high nibble; zero past the last quad) as 4-bit two's complement. Panels go
@@ -163,7 +164,7 @@ pub struct QWeights {
     /// so read one sequential stream. They stream these: half the bytes per token, and one
     /// 64-byte load, two masks and a shift give both quads as `16·w` in signed bytes (a
     /// nibble in the high half of a byte), whose sums are 16 times the weights' (exact).
-    nib: Vec<u8>,
+    nib: StreamBuf<u8>,
     /// Where the weight stream continues: see [`StreamLink`].
     next: StreamLink,
 }
@@ -277,10 +278,10 @@ impl QWeights {
             colsum,
             blocksum,
             block,
-            pscale: Vec::new(),
-            pscale16: Vec::new(),
-            pkscaled: Vec::new(),
-            nib: Vec::new(),
+            pscale: StreamBuf::default(),
+            pscale16: StreamBuf::default(),
+            pkscaled: StreamBuf::default(),
+            nib: StreamBuf::default(),
             next: StreamLink::default(),
         })
     }
@@ -302,7 +303,7 @@ impl QWeights {
         }
         let (panels, quads) = (w.n.div_ceil(NR), w.quads);
         let pairs = quads.div_ceil(2);
-        let mut nib = vec![0u8; panels.div_ceil(NIB_GROUP) * pairs * NIB_STRIDE];
+        let mut nib = StreamBuf::zeroed(panels.div_ceil(NIB_GROUP) * pairs * NIB_STRIDE);
         for p in 0..panels {
             for q in 0..quads {
                 let src = &w.data[(p * quads + q) * 64..][..64];
@@ -391,7 +392,7 @@ impl QWeights {
                 ps[((j / NR) * blocks + b) * NR + j % NR] = scale[j * blocks + b];
             }
         }
-        self.pkscaled = (0..self.n.div_ceil(NR) * NR)
+        let ks: Vec<f32> = (0..self.n.div_ceil(NR) * NR)
             .map(|c| {
                 if c < self.n {
                     self.ksum_scaled(scale, c)
@@ -400,12 +401,14 @@ impl QWeights {
                 }
             })
             .collect();
+        self.pkscaled = StreamBuf::from_slice(&ks);
         if ps.iter().all(|v| v.to_bits() & 0xFFFF == 0) {
-            self.pscale16 = ps.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
-            self.pscale = Vec::new();
+            let ps16: Vec<u16> = ps.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
+            self.pscale16 = StreamBuf::from_slice(&ps16);
+            self.pscale = StreamBuf::default();
         } else {
-            self.pscale = ps;
-            self.pscale16 = Vec::new();
+            self.pscale = StreamBuf::from_slice(&ps);
+            self.pscale16 = StreamBuf::default();
         }
         Ok(())
     }
