@@ -113,7 +113,10 @@ pub struct StreamBuf<T: bytemuck::Pod> {
 enum StreamStore<T> {
     Heap(Vec<T>),
     /// `len` elements at byte `at` of the chunk, which no other buffer overlaps.
-    Pooled { chunk: Arc<Chunk>, at: usize },
+    Pooled {
+        chunk: Arc<Chunk>,
+        at: usize,
+    },
 }
 
 /// The bytes of one shared map (from a 2 MiB boundary).
@@ -174,7 +177,10 @@ static POOL: Mutex<Pool> = Mutex::new(Pool {
 fn carve(bytes: usize) -> Option<(Arc<Chunk>, usize)> {
     let bytes = bytes.checked_next_multiple_of(64)?;
     if bytes > CHUNK / 4 {
-        return Some((Arc::new(Chunk::map(bytes.checked_next_multiple_of(HUGE)?)?), 0));
+        return Some((
+            Arc::new(Chunk::map(bytes.checked_next_multiple_of(HUGE)?)?),
+            0,
+        ));
     }
     let mut pool = POOL.lock().ok()?;
     if let Some(chunk) = pool.chunk.upgrade() {

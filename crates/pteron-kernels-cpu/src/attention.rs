@@ -181,6 +181,11 @@ impl Job<'_> {
         let keys = at.limit((r0 + nr - 1) / self.reps);
         let kv_stride = at.kv_heads * d;
         let kv_base = b * at.kv_rows * kv_stride + hk * d;
+        // The first kv head's task prefetches whole cache rows (every head's keys and
+        // values): a decode step's caches come from memory (the weights streamed through
+        // the caches since the last step), and rows of one head, `kv_stride` apart, left
+        // each task waiting on them; the other heads' tasks then find them cached.
+        let ahead = if hk == 0 && blk == 0 { kv_stride } else { d };
         let mut j0 = 0;
         while j0 < keys {
             let n = (keys - j0).min(KV_BLOCK);
@@ -195,6 +200,7 @@ impl Job<'_> {
                     stride: kv_stride,
                     n,
                     s: buf.s,
+                    ahead,
                 },
             );
             for i in 0..nr {
@@ -236,6 +242,7 @@ impl Job<'_> {
                     stride: kv_stride,
                     n,
                     acc: &mut buf.acc[..nr * d],
+                    ahead,
                 },
             );
             j0 += n;
@@ -340,6 +347,8 @@ struct Scores<'a> {
     stride: usize,
     n: usize,
     s: &'a mut [f32],
+    /// Floats of each key row ahead to prefetch from its start (see `Job::item`).
+    ahead: usize,
 }
 
 impl SimdOp for Scores<'_> {
@@ -371,7 +380,7 @@ impl Scores<'_> {
     fn group<S: Simd>(&mut self, s: S, j: usize, r: usize) {
         let (l, d) = (S::LANES, self.d);
         for k in j..j + r {
-            prefetch_row(self.k, (k + PREFETCH_ROWS) * self.stride, d);
+            prefetch_row(self.k, (k + PREFETCH_ROWS) * self.stride, self.ahead);
         }
         let keys = &self.k[j * self.stride..(j + r - 1) * self.stride + d];
         for (i, qr) in self.q.chunks_exact(d).enumerate() {
@@ -427,6 +436,8 @@ struct WeightedValues<'a> {
     stride: usize,
     n: usize,
     acc: &'a mut [f32],
+    /// Floats of each value row ahead to prefetch from its start (see `Job::item`).
+    ahead: usize,
 }
 
 impl SimdOp for WeightedValues<'_> {
@@ -481,7 +492,7 @@ impl WeightedValues<'_> {
         let (vp, pp) = (self.v.as_ptr(), self.p.as_ptr());
         for j in 0..n {
             if c0 == 0 {
-                prefetch_row(self.v, (j + PREFETCH_ROWS) * self.stride, d);
+                prefetch_row(self.v, (j + PREFETCH_ROWS) * self.stride, self.ahead);
             }
             // Safety: j < n and v < V: inside `v` (checked above).
             let vv: [S::V; V] =
@@ -508,7 +519,7 @@ impl WeightedValues<'_> {
         let (l, d) = (S::LANES, self.d);
         for j in 0..self.n {
             if c0 == 0 {
-                prefetch_row(self.v, (j + PREFETCH_ROWS) * self.stride, d);
+                prefetch_row(self.v, (j + PREFETCH_ROWS) * self.stride, self.ahead);
             }
             let vr = &self.v[j * self.stride..j * self.stride + d];
             for (i, a) in self.acc.chunks_exact_mut(d).enumerate() {
