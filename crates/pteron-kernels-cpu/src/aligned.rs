@@ -106,18 +106,25 @@ impl fmt::Debug for AlignedVec {
 /// 0.5 MB) share maps of [`CHUNK`] bytes, so that they lie on huge pages too; a map is
 /// unmapped when the last buffer carved from it drops.
 pub struct StreamBuf<T: bytemuck::Pod> {
-    store: StreamStore<T>,
+    /// The first element (read through without a branch on where the bytes live: the
+    /// kernels index these buffers in their inner loops).
+    ptr: core::ptr::NonNull<T>,
     len: usize,
+    _owner: Owner<T>,
 }
 
-enum StreamStore<T> {
-    Heap(Vec<T>),
-    /// `len` elements at byte `at` of the chunk, which no other buffer overlaps.
-    Pooled {
-        chunk: Arc<Chunk>,
-        at: usize,
-    },
+/// What holds a [`StreamBuf`]'s elements: its own `Vec`, or a chunk of which they are a
+/// range no other buffer overlaps (then the `Vec` is empty).
+struct Owner<T> {
+    _heap: Vec<T>,
+    _chunk: Option<Arc<Chunk>>,
 }
+
+// Safety: a `StreamBuf` owns its elements (its own `Vec`, or a range of a chunk no other
+// buffer reaches) like a `Vec<T>`: sending or sharing it sends or shares `T`s.
+unsafe impl<T: bytemuck::Pod + Send> Send for StreamBuf<T> {}
+// Safety: as for `Send`; `&StreamBuf` gives only shared access to the elements.
+unsafe impl<T: bytemuck::Pod + Sync> Sync for StreamBuf<T> {}
 
 /// The bytes of one shared map (from a 2 MiB boundary).
 struct Chunk {
@@ -202,15 +209,30 @@ impl<T: bytemuck::Pod> StreamBuf<T> {
         let size = core::mem::size_of::<T>();
         if len > 0 && size > 0 && core::mem::align_of::<T>() <= 64 {
             if let Some((chunk, at)) = len.checked_mul(size).and_then(carve) {
-                return StreamBuf {
-                    store: StreamStore::Pooled { chunk, at },
-                    len,
-                };
+                // Safety: `carve` gave `len · size` bytes at `at` inside the chunk.
+                let first = unsafe { chunk.base.add(at) } as *mut T;
+                if let Some(ptr) = core::ptr::NonNull::new(first) {
+                    return StreamBuf {
+                        ptr,
+                        len,
+                        _owner: Owner {
+                            _heap: Vec::new(),
+                            _chunk: Some(chunk),
+                        },
+                    };
+                }
             }
         }
+        let mut v = vec![T::zeroed(); len];
         StreamBuf {
-            store: StreamStore::Heap(vec![T::zeroed(); len]),
+            // A `Vec`'s pointer is never null (dangling when empty, fine for no elements);
+            // moving the `Vec` into the buffer does not move its elements.
+            ptr: core::ptr::NonNull::new(v.as_mut_ptr()).unwrap_or(core::ptr::NonNull::dangling()),
             len,
+            _owner: Owner {
+                _heap: v,
+                _chunk: None,
+            },
         }
     }
 
@@ -224,10 +246,7 @@ impl<T: bytemuck::Pod> StreamBuf<T> {
 
 impl<T: bytemuck::Pod> Default for StreamBuf<T> {
     fn default() -> Self {
-        StreamBuf {
-            store: StreamStore::Heap(Vec::new()),
-            len: 0,
-        }
+        Self::zeroed(0)
     }
 }
 
@@ -240,27 +259,17 @@ impl<T: bytemuck::Pod> Clone for StreamBuf<T> {
 impl<T: bytemuck::Pod> Deref for StreamBuf<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        match &self.store {
-            StreamStore::Heap(v) => v,
-            // Safety: the chunk holds `len` elements at `at` for this buffer alone (`carve`
-            // hands out disjoint ranges), on a 64-byte boundary (≥ T's alignment), zeroed
-            // when mapped; the `Arc` keeps the map alive while the slice is borrowed.
-            StreamStore::Pooled { chunk, at } => unsafe {
-                core::slice::from_raw_parts(chunk.base.add(*at) as *const T, self.len)
-            },
-        }
+        // Safety: `ptr` starts `len` initialized elements that this buffer owns (its `Vec`,
+        // or a range of a chunk that `carve` handed out to it alone, zeroed when mapped, on
+        // a 64-byte boundary, at least T's alignment), alive while `_owner` is.
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
 
 impl<T: bytemuck::Pod> DerefMut for StreamBuf<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        match &mut self.store {
-            StreamStore::Heap(v) => v,
-            // Safety: as in `deref`; `&mut self` makes this the only borrow of these bytes.
-            StreamStore::Pooled { chunk, at } => unsafe {
-                core::slice::from_raw_parts_mut(chunk.base.add(*at) as *mut T, self.len)
-            },
-        }
+        // Safety: as in `deref`; `&mut self` makes this the only borrow of the elements.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 
