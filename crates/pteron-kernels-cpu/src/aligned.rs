@@ -101,10 +101,12 @@ impl fmt::Debug for AlignedVec {
 ///
 /// A decode step streams every weight once: on 4 KiB pages that is a page walk every
 /// 4 KiB (SmolLM2-135M 8da4w: 18 000 a token, most missing the TLB), and the hardware
-/// prefetchers stop at each page's end. On an AVX2-only Zen 4 the 8da4w products took 11 %
-/// less time on huge pages. The weights of a model's many small products (most under
-/// 0.5 MB) share maps of [`CHUNK`] bytes, so that they lie on huge pages too; a map is
-/// unmapped when the last buffer carved from it drops.
+/// prefetchers stop at each page's end. On an AVX2-only Zen 4 the 8da4w products of
+/// `malloc`'d weights took 11 % less time on huge pages; these buffers (side by side, on
+/// 64-byte boundaries) gained as much there with huge pages switched off, so the layout
+/// and the pages each pay on their own. The weights of a model's many small products (most
+/// under 0.5 MB) share maps of [`CHUNK`] bytes, so that they lie on huge pages too; a map
+/// is unmapped when the last buffer carved from it drops.
 pub struct StreamBuf<T: bytemuck::Pod> {
     /// The first element (read through without a branch on where the bytes live: the
     /// kernels index these buffers in their inner loops).

@@ -632,6 +632,8 @@ unsafe fn group_row(
     let (sp, ap) = (stream.as_ptr(), row.as_ptr());
     // Steps of four quads (two pairs of each panel); a block has a whole number of them.
     let steps = w.block / 16;
+    // Bytes of a group's block scales for one block (two lines of bf16, four of f32).
+    let scale_bytes = NIB_GROUP * NR * w.scale_span().1;
     for (b, &off_b) in offs.iter().enumerate() {
         let mut acc = [[_mm256_setzero_si256(); 2]; NIB_GROUP];
         for u in b * steps..(b + 1) * steps {
@@ -660,11 +662,11 @@ unsafe fn group_row(
                 group_step(&mut acc[3], l0.add(192), l1.add(192), &q, low, flip, ones);
             }
         }
-        // The next group's block scales, two lines (bf16) a block: its four panels' scales
-        // lie side by side, and a stream per panel a block apart left the third and fourth
+        // The next group's block scales, a block's worth: its four panels' scales lie side
+        // by side, and a stream per panel a block apart left the third and fourth
         // panels' lines unfetched until read.
         let ahead = w.scales_ahead(((p + NIB_GROUP) * blocks + NIB_GROUP * b) * NR, &next);
-        for line in (0..NIB_GROUP * NR * w.scale_span().1).step_by(64) {
+        for line in (0..scale_bytes).step_by(64) {
             prefetch(ahead.wrapping_add(line));
         }
         for (s, (fs, acc)) in facc.iter_mut().zip(&acc).enumerate() {

@@ -392,19 +392,18 @@ impl QWeights {
                 ps[((j / NR) * blocks + b) * NR + j % NR] = scale[j * blocks + b];
             }
         }
-        let ks: Vec<f32> = (0..self.n.div_ceil(NR) * NR)
-            .map(|c| {
-                if c < self.n {
-                    self.ksum_scaled(scale, c)
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        self.pkscaled = StreamBuf::from_slice(&ks);
+        // Padded to whole panels with zeros.
+        let mut ks = StreamBuf::zeroed(self.n.div_ceil(NR) * NR);
+        for (c, k) in ks.iter_mut().enumerate().take(self.n) {
+            *k = self.ksum_scaled(scale, c);
+        }
+        self.pkscaled = ks;
         if ps.iter().all(|v| v.to_bits() & 0xFFFF == 0) {
-            let ps16: Vec<u16> = ps.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
-            self.pscale16 = StreamBuf::from_slice(&ps16);
+            let mut ps16 = StreamBuf::zeroed(ps.len());
+            for (h, v) in ps16.iter_mut().zip(&ps) {
+                *h = (v.to_bits() >> 16) as u16;
+            }
+            self.pscale16 = ps16;
             self.pscale = StreamBuf::default();
         } else {
             self.pscale = StreamBuf::from_slice(&ps);
