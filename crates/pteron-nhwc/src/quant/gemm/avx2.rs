@@ -5,7 +5,7 @@
 //! zero-point correction since the activations stay unsigned.
 
 use super::x86::{prefetch, PREFETCH, SCALE_AHEAD, STARTS_AHEAD};
-use super::{Epilogue, Out, QWeights, SumsIn, TileSums, NIB_GROUP, NIB_STRIDE, NR, TR};
+use super::{pair_off, Epilogue, Out, QWeights, SumsIn, TileSums, NIB_BLOCK, NIB_GROUP, NR, TR};
 use core::arch::x86_64::*;
 
 /// The kernel, when the CPU has AVX2 and the process's SIMD level allows it.
@@ -524,12 +524,12 @@ unsafe fn nibble_rows<const R: usize, const S: usize>(
             for (s, nib) in nib.iter().enumerate() {
                 // Pairs 2u and 2u + 1 of the panel.
                 let (p0, p1) = (
-                    &nib[2 * u * NIB_STRIDE..][..64],
-                    &nib[(2 * u + 1) * NIB_STRIDE..][..64],
+                    &nib[pair_off(2 * u)..][..64],
+                    &nib[pair_off(2 * u + 1)..][..64],
                 );
-                let ahead = start[s] + 2 * u * NIB_STRIDE + PREFETCH;
+                let ahead = start[s] + pair_off(2 * u) + PREFETCH;
                 prefetch(w.nib_ahead(ahead, &next));
-                prefetch(w.nib_ahead(ahead + NIB_STRIDE, &next));
+                prefetch(w.nib_ahead(ahead + 64, &next));
                 for h in 0..2 {
                     // Safety: 32 bytes at 32h of `p0` and of `p1`.
                     let (v0, v1) = unsafe {
@@ -566,7 +566,7 @@ unsafe fn nibble_rows<const R: usize, const S: usize>(
             }
         }
         for s in 0..S {
-            let at = ((p + s) * blocks + b) * NR;
+            let at = w.scale_at(p + s, b);
             prefetch(w.scales_ahead(at + SCALE_AHEAD, &next));
             for h in 0..2 {
                 let scv = block_scales8(w, at + 8 * h);
@@ -580,15 +580,17 @@ unsafe fn nibble_rows<const R: usize, const S: usize>(
     facc
 }
 
-/// Bytes ahead that [`group_row`] prefetches its nibbles, as non-temporal hints (read once
-/// per token). On a Zen 4 (AVX2 only) the decode step's products were fastest at 4 KiB with
-/// `prefetchnta`: ~6 % faster than `prefetcht0` at the AVX-512 path's 8 KiB; longer
-/// distances were slower (every hint holds a miss buffer until its line arrives), no
-/// prefetch slower still.
-const GROUP_AHEAD: usize = 4096;
+/// Bytes ahead that [`group_row`] prefetches its nibbles into L2 (`prefetcht1`), and
+/// again into L1 as non-temporal hints (`prefetchnta`: read once per token): multiples of
+/// [`NIB_BLOCK`], so a block's lines never straddle a stream's end. On an AVX2-only Zen 4
+/// the two levels made the decode step's products ~10 % faster than the best single
+/// distance (4 KiB, `prefetchnta`); far distances alone or near ones alone were slower,
+/// no prefetch slower still.
+const FAR: usize = 8192;
+const NEAR: usize = 2048;
 
 /// One row against the four panels of a nibble group from panel `p` (a multiple of
-/// [`NIB_GROUP`]), whose pairs lie side by side in one sequential stream: `nibble_rows::<1,
+/// [`NIB_GROUP`]), whose nibbles are one ascending stream (`QWeights::nib`): `nibble_rows::<1,
 /// 4>`'s arithmetic, bit for bit, written out for the decode step's products. There the
 /// generic loop over streams kept its sums on the stack, broadcast each quad once per
 /// panel and checked every load's bounds: on an AVX2-only Zen 4, 18 GB/s from L2 and
@@ -609,8 +611,8 @@ unsafe fn group_row(
 ) -> [[__m256; 2]; NIB_GROUP] {
     let blocks = w.k / w.block;
     let base = w.nib_at(p, 0);
-    // The group's stream: every pair of its four panels (64 bytes each, side by side).
-    let stream = &w.nib[base..][..w.quads.div_ceil(2) * NIB_STRIDE];
+    // The group's stream: two pairs of each of its four panels in turn (64 bytes a pair).
+    let stream = &w.nib[base..][..w.quads.div_ceil(4) * NIB_BLOCK];
     let (row, offs) = (&row[..4 * w.quads], &offs[..blocks]);
     let (low, flip, ones) = (
         _mm256_set1_epi8(0x0F),
@@ -637,14 +639,15 @@ unsafe fn group_row(
     for (b, &off_b) in offs.iter().enumerate() {
         let mut acc = [[_mm256_setzero_si256(); 2]; NIB_GROUP];
         for u in b * steps..(b + 1) * steps {
-            let at = 2 * u * NIB_STRIDE;
-            // One line per panel and pair, a prefetch distance ahead (a pair's four lines
-            // lie on the same side of the stream's end: it is whole pairs long).
-            for pair in 0..2 {
-                let ahead = w.nib_ahead(base + at + pair * NIB_STRIDE + GROUP_AHEAD, &next);
-                for s in 0..NIB_GROUP {
-                    _mm_prefetch::<_MM_HINT_NTA>(ahead.wrapping_add(64 * s) as *const i8);
-                }
+            let at = u * NIB_BLOCK;
+            // The step's lines, FAR and NEAR bytes ahead (past the end: the next product's).
+            let (far, near) = (
+                w.nib_ahead(base + at + FAR, &next),
+                w.nib_ahead(base + at + NEAR, &next),
+            );
+            for line in 0..NIB_BLOCK / 64 {
+                _mm_prefetch::<_MM_HINT_T1>(far.wrapping_add(64 * line) as *const i8);
+                _mm_prefetch::<_MM_HINT_NTA>(near.wrapping_add(64 * line) as *const i8);
             }
             // Safety: quads 4u .. 4u + 4 lie in the row (a block's steps end at k ≤ 4·quads);
             // pairs 2u, 2u + 1 of the group lie in `stream` (2u + 1 < pairs: k is a multiple
@@ -655,22 +658,22 @@ unsafe fn group_row(
                         ap.add(16 * u + 4 * l) as *const i32
                     ))
                 });
-                let (l0, l1) = (sp.add(at), sp.add(at + NIB_STRIDE));
-                group_step(&mut acc[0], l0, l1, &q, low, flip, ones);
-                group_step(&mut acc[1], l0.add(64), l1.add(64), &q, low, flip, ones);
-                group_step(&mut acc[2], l0.add(128), l1.add(128), &q, low, flip, ones);
-                group_step(&mut acc[3], l0.add(192), l1.add(192), &q, low, flip, ones);
+                // Pairs 2u, 2u + 1 of panel s at 128s: the step's 512 bytes in order.
+                let l = sp.add(at);
+                group_step(&mut acc[0], l, l.add(64), &q, low, flip, ones);
+                group_step(&mut acc[1], l.add(128), l.add(192), &q, low, flip, ones);
+                group_step(&mut acc[2], l.add(256), l.add(320), &q, low, flip, ones);
+                group_step(&mut acc[3], l.add(384), l.add(448), &q, low, flip, ones);
             }
         }
-        // The next group's block scales, a block's worth: its four panels' scales lie side
-        // by side, and a stream per panel a block apart left the third and fourth
-        // panels' lines unfetched until read.
-        let ahead = w.scales_ahead(((p + NIB_GROUP) * blocks + NIB_GROUP * b) * NR, &next);
+        // The next group's block scales, a block's worth (`scale_at`: the group's panels'
+        // side by side).
+        let ahead = w.scales_ahead(w.scale_at(p + NIB_GROUP, b), &next);
         for line in (0..scale_bytes).step_by(64) {
             prefetch(ahead.wrapping_add(line));
         }
         for (s, (fs, acc)) in facc.iter_mut().zip(&acc).enumerate() {
-            let at = ((p + s) * blocks + b) * NR;
+            let at = w.scale_at(p + s, b);
             for (h, (fh, acc)) in fs.iter_mut().zip(acc).enumerate() {
                 let scv = block_scales8(w, at + 8 * h);
                 let sum = _mm256_sub_epi32(*acc, _mm256_set1_epi32(off_b));

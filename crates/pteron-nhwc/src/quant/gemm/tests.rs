@@ -807,3 +807,67 @@ fn linked_streams_continue_into_the_next_weights() {
         first.nib.as_ptr().wrapping_add(len)
     );
 }
+
+/// Every kernel that reads the nibbles or the block scales addresses them through
+/// `nib_at`/`pair_off` and `scale_at` (the AVX-512 ones too, which CPUs without AVX-512
+/// cannot run): each quad and scale lies where those say, once, inside its stream.
+#[test]
+fn nibble_and_scale_layouts_follow_their_offsets() {
+    for (n, k, block) in [
+        (5, 12, 0),
+        (70, 96, 32),
+        (33, 200, 8),
+        (16, 4, 4),
+        (130, 64, 64),
+    ] {
+        let at = |j: usize, kk: usize| ((j * 7 + kk * 3 + j * kk) % 16) as i8 - 8;
+        let mut w = QWeights::new_int4(n, k, block, at).unwrap();
+        let (panels, quads) = (n.div_ceil(NR), w.quads);
+        let mut seen = vec![false; w.nib.len()];
+        for p in 0..panels {
+            for q in 0..quads {
+                let (t, base) = (q / 2, w.nib_at(p, 0));
+                assert_eq!(w.nib_at(p, t), base + pair_off(t));
+                // The AVX-512 paths step from an even pair by pair_off of the rest.
+                let even = t - t % 2;
+                assert_eq!(pair_off(t), pair_off(even) + pair_off(t - even));
+                for e in 0..64 {
+                    let byte = w.nib[base + pair_off(t) + e];
+                    let v = ((byte >> (4 * (q % 2))) << 4) as i8 >> 4;
+                    let (j, kk) = (p * NR + e / 4, 4 * q + e % 4);
+                    let want = if j < n && kk < k { at(j, kk) } else { 0 };
+                    assert_eq!(v, want, "n {n} k {k} panel {p} quad {q} byte {e}");
+                    if q % 2 == 0 {
+                        assert!(!seen[base + pair_off(t) + e], "n {n} k {k}");
+                        seen[base + pair_off(t) + e] = true;
+                    }
+                }
+            }
+        }
+        if block == 0 {
+            continue;
+        }
+        let blocks = k / block;
+        // bf16 values where few (kept as bf16), f32 ones past 256.
+        let scale: Vec<f32> = (0..n * blocks).map(|i| 1.0 + i as f32).collect();
+        w.set_block_scales(&scale).unwrap();
+        let mut seen = vec![false; w.scales_len()];
+        for j in 0..n {
+            for b in 0..blocks {
+                let i = w.scale_at(j / NR, b) + j % NR;
+                let got = if w.pscale16.is_empty() {
+                    w.pscale[i]
+                } else {
+                    f32::from_bits((w.pscale16[i] as u32) << 16)
+                };
+                assert_eq!(
+                    got,
+                    scale[j * blocks + b],
+                    "n {n} k {k} output {j} block {b}"
+                );
+                assert!(!seen[i]);
+                seen[i] = true;
+            }
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! The AVX-512 VNNI int8 products: tiles of 8 rows × 3 panels of 16 channels, one row as
 //! a matrix-vector product over 4-bit or 8-bit weights.
 
-use super::{Epilogue, Out, QWeights, MR, NIB_STRIDE, NR};
+use super::{pair_off, Epilogue, Out, QWeights, MR, NR};
 use core::arch::x86_64::*;
 
 /// The 64 weight bytes of panel `p`, quad `q` (int8 weights).
@@ -109,8 +109,7 @@ unsafe fn dot(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m
         // mask, the low one a shift into place first (bits shifted across bytes are masked).
         let m = _mm512_set1_epi8(0xF0u8 as i8);
         // Safety (all loads): pair q/2 < pairs of panel p lies inside `nib` (64 bytes).
-        let pair =
-            |q: usize| unsafe { _mm512_loadu_si512(base.add(q / 2 * NIB_STRIDE) as *const _) };
+        let pair = |q: usize| unsafe { _mm512_loadu_si512(base.add(pair_off(q / 2)) as *const _) };
         let lo = |v: __m512i| _mm512_and_si512(_mm512_slli_epi16::<4>(v), m);
         let hi = |v: __m512i| _mm512_and_si512(v, m);
         if q % 2 == 1 && q < q1 {
@@ -118,7 +117,7 @@ unsafe fn dot(a: *const u8, w: &QWeights, p: usize, q0: usize, q1: usize) -> __m
             q += 1;
         }
         while q + 2 <= q1 {
-            prefetch(base.wrapping_add(q / 2 * NIB_STRIDE + PREFETCH));
+            prefetch(base.wrapping_add(pair_off(q / 2) + PREFETCH));
             let v = pair(q);
             step(&mut x, q, lo(v));
             step(&mut y, q + 1, hi(v));
@@ -277,7 +276,7 @@ unsafe fn blockwise<const S: usize>(
             // Safety: block b's quads lie in panel p + s; its scales as the caller's.
             unsafe {
                 let acc = dot(ap, w, p + s, b * bq, (b + 1) * bq);
-                let scv = block_scales(w, ((p + s) * blocks + b) * NR);
+                let scv = block_scales(w, w.scale_at(p + s, b));
                 *f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), scv, *f);
             }
         }
@@ -321,12 +320,12 @@ unsafe fn nibble_blocks<const S: usize>(
             let av: [__m512i; 8] = core::array::from_fn(|i| unsafe { aquad(ap, q0 + i) });
             for s in 0..S {
                 // Safety: pairs q0/2 .. q0/2 + 4 of panel p + s lie inside `nib`.
-                let wb = unsafe { base[s].add(q0 / 2 * NIB_STRIDE) };
+                let wb = unsafe { base[s].add(pair_off(q0 / 2)) };
                 for t in 0..4 {
-                    let ahead = start[s] + (q0 / 2 + t) * NIB_STRIDE + PREFETCH;
+                    let ahead = start[s] + pair_off(q0 / 2 + t) + PREFETCH;
                     prefetch(w.nib_ahead(ahead, &next));
                     // Safety: as above.
-                    let v = unsafe { _mm512_loadu_si512(wb.add(t * NIB_STRIDE) as *const _) };
+                    let v = unsafe { _mm512_loadu_si512(wb.add(pair_off(t)) as *const _) };
                     let lo = _mm512_and_si512(_mm512_slli_epi16::<4>(v), m);
                     let hi = _mm512_and_si512(v, m);
                     acc[s][0] = _mm512_dpbusd_epi32(acc[s][0], av[2 * t], lo);
@@ -335,11 +334,11 @@ unsafe fn nibble_blocks<const S: usize>(
             }
         }
         for s in 0..S {
-            prefetch(w.scales_ahead(((p + s) * blocks + b) * NR + SCALE_AHEAD, &next));
+            prefetch(w.scales_ahead(w.scale_at(p + s, b) + SCALE_AHEAD, &next));
             // Sums of 16·w: exact, and a multiple of 16.
             let sum = _mm512_srai_epi32::<4>(_mm512_add_epi32(acc[s][0], acc[s][1]));
             // Safety: the scales hold panels·blocks·16 values (`one_row_ready`).
-            let scv = unsafe { block_scales(w, ((p + s) * blocks + b) * NR) };
+            let scv = unsafe { block_scales(w, w.scale_at(p + s, b)) };
             facc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scv, facc[s]);
         }
     }
@@ -685,7 +684,7 @@ unsafe fn blockwise_rows<const R: usize, const P: usize, const NIB: bool>(
                         let mut lo = [_mm512_setzero_si512(); P];
                         let mut hi = [_mm512_setzero_si512(); P];
                         for j in 0..P {
-                            let src = nibs[j].wrapping_add(u * NIB_STRIDE);
+                            let src = nibs[j].wrapping_add(pair_off(u));
                             prefetch(src.wrapping_add(PREFETCH));
                             // Safety: pair u < pairs of the panel lies inside `nib`.
                             let v = unsafe { _mm512_loadu_si512(src as *const _) };
@@ -744,7 +743,7 @@ unsafe fn blockwise_rows<const R: usize, const P: usize, const NIB: bool>(
                 for j in 0..P {
                     let pj = p + j.min(np - 1);
                     // Safety: `one_row_ready`: panels·blocks·16 scales.
-                    let scv = unsafe { block_scales(w, (pj * blocks + b) * NR) };
+                    let scv = unsafe { block_scales(w, w.scale_at(pj, b)) };
                     for i in 0..R {
                         facc[i][j] =
                             _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j]), scv, facc[i][j]);
