@@ -177,6 +177,16 @@ pub fn quantize_rows(x: &[f32], row: usize, out: &mut [i8], scales: &mut [f32], 
         }
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if pteron_kernels_cpu::simd::level() == pteron_kernels_cpu::simd::Level::Avx2 {
+        for ((xr, or), (s, z)) in rows.zip(scales.iter_mut().zip(zps.iter_mut())) {
+            // Safety: the CPU has AVX2 and FMA (`level`).
+            let (mult, zp) = unsafe { avx2::quantize_row(xr, or) };
+            *s = 1.0 / mult;
+            *z = zp;
+        }
+        return;
+    }
     for ((xr, or), (s, z)) in rows.zip(scales.iter_mut().zip(zps.iter_mut())) {
         let (lo, hi) = multiversion(
             #[inline(always)]

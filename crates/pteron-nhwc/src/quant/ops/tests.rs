@@ -52,7 +52,8 @@ fn dynamic_rows_follow_xnnpack_qd8() {
 }
 
 /// Rows of every length up to 70 (whole vectors and tails), with NaNs and infinities:
-/// the AVX-512 row quantizer gives the portable loop's values, scales and zero points.
+/// the AVX-512 and AVX2 row quantizers give the portable loop's values, scales and zero
+/// points.
 #[test]
 fn quantize_rows_levels_agree() {
     let mut state = 0x9e37_79b9u32;
@@ -76,7 +77,9 @@ fn quantize_rows_levels_agree() {
             with_level(lv, || quantize_rows(&x, row, &mut q, &mut s, &mut z));
             (q, s.map(f32::to_bits), z)
         };
-        assert_eq!(run(Level::Avx512), run(Level::Portable), "row {row}");
+        let portable = run(Level::Portable);
+        assert_eq!(run(Level::Avx512), portable, "row {row}");
+        assert_eq!(run(Level::Avx2), portable, "row {row}");
     }
 }
 
