@@ -5,7 +5,9 @@
 //! zero-point correction since the activations stay unsigned.
 
 use super::x86::{prefetch, PREFETCH, SCALE_AHEAD, STARTS_AHEAD};
-use super::{pair_off, Epilogue, Out, QWeights, SumsIn, TileSums, NIB_BLOCK, NIB_GROUP, NR, TR};
+use super::{
+    pair_off, scale_at, Epilogue, Out, QWeights, SumsIn, TileSums, NIB_BLOCK, NIB_GROUP, NR, TR,
+};
 use core::arch::x86_64::*;
 
 /// The kernel, when the CPU has AVX2 and the process's SIMD level allows it.
@@ -566,7 +568,7 @@ unsafe fn nibble_rows<const R: usize, const S: usize>(
             }
         }
         for s in 0..S {
-            let at = w.scale_at(p + s, b);
+            let at = scale_at(p + s, b, blocks);
             prefetch(w.scales_ahead(at + SCALE_AHEAD, &next));
             for h in 0..2 {
                 let scv = block_scales8(w, at + 8 * h);
@@ -668,12 +670,12 @@ unsafe fn group_row(
         }
         // The next group's block scales, a block's worth (`scale_at`: the group's panels'
         // side by side).
-        let ahead = w.scales_ahead(w.scale_at(p + NIB_GROUP, b), &next);
+        let ahead = w.scales_ahead(scale_at(p + NIB_GROUP, b, blocks), &next);
         for line in (0..scale_bytes).step_by(64) {
             prefetch(ahead.wrapping_add(line));
         }
         for (s, (fs, acc)) in facc.iter_mut().zip(&acc).enumerate() {
-            let at = w.scale_at(p + s, b);
+            let at = scale_at(p + s, b, blocks);
             for (h, (fh, acc)) in fs.iter_mut().zip(acc).enumerate() {
                 let scv = block_scales8(w, at + 8 * h);
                 let sum = _mm256_sub_epi32(*acc, _mm256_set1_epi32(off_b));

@@ -137,6 +137,17 @@ const fn pair_off(t: usize) -> usize {
     (t / 2) * NIB_BLOCK + (t % 2) * 64
 }
 
+/// Where the block scales of panel `p`'s block `b` (of `blocks` a panel) start in
+/// `QWeights::pscale`/`pscale16` (its 16 outputs' side by side). Panels go in groups as the
+/// nibbles do, the group's panels side by side block by block: the one-row products read a
+/// group's scales in one ascending stream (on a Zen 4, a stream per panel a block's scales
+/// apart cost a third of the products' time). The kernels pass the `blocks` they hold (no
+/// division per block).
+#[inline(always)]
+const fn scale_at(p: usize, b: usize, blocks: usize) -> usize {
+    ((p / NIB_GROUP * blocks + b) * NIB_GROUP + p % NIB_GROUP) * NR
+}
+
 /// Packed int8 weights of `n` outputs over `k` inputs.
 pub struct QWeights {
     pub n: usize,
@@ -383,23 +394,13 @@ impl QWeights {
         (p / NIB_GROUP) * self.quads.div_ceil(4) * NIB_BLOCK + (p % NIB_GROUP) * 128 + pair_off(t)
     }
 
-    /// Where the block scales of panel `p`'s block `b` start in `pscale`/`pscale16` (its 16
-    /// outputs' side by side). Panels go in groups as the nibbles do, the group's panels
-    /// side by side block by block: the one-row products read a group's scales in one
-    /// ascending stream (on a Zen 4, a stream per panel a block's scales apart cost a
-    /// third of the products' time).
-    fn scale_at(&self, p: usize, b: usize) -> usize {
-        let blocks = self.k / self.block;
-        ((p / NIB_GROUP * blocks + b) * NIB_GROUP + p % NIB_GROUP) * NR
-    }
-
     /// Scales `pscale`/`pscale16` hold: every block of whole groups of panels.
     fn scales_len(&self) -> usize {
         self.n.div_ceil(NR * NIB_GROUP) * NIB_GROUP * (self.k / self.block) * NR
     }
 
     /// Keeps blockwise scales (`[j·blocks + b]`, as the epilogue takes them) panel by panel
-    /// ([`QWeights::scale_at`]) for the one-row path, and each output's packed zero-point term (`ksum_scaled`).
+    /// ([`scale_at`]) for the one-row path, and each output's packed zero-point term (`ksum_scaled`).
     pub fn set_block_scales(&mut self, scale: &[f32]) -> Result<(), KernelError> {
         if self.block == 0 {
             return Ok(());
@@ -411,7 +412,7 @@ impl QWeights {
         let mut ps = vec![0f32; self.scales_len()];
         for j in 0..self.n {
             for b in 0..blocks {
-                ps[self.scale_at(j / NR, b) + j % NR] = scale[j * blocks + b];
+                ps[scale_at(j / NR, b, blocks) + j % NR] = scale[j * blocks + b];
             }
         }
         // Padded to whole panels with zeros.
@@ -810,7 +811,7 @@ fn dequant_row_panel(
             wsum: &wsum,
         };
         sums(&input, &mut acc);
-        let at = w.scale_at(p, b);
+        let at = scale_at(p, b, blocks);
         let mut sc = [0f32; NR];
         if w.pscale16.is_empty() {
             sc.copy_from_slice(&w.pscale[at..at + NR]);

@@ -854,7 +854,7 @@ fn nibble_and_scale_layouts_follow_their_offsets() {
         let mut seen = vec![false; w.scales_len()];
         for j in 0..n {
             for b in 0..blocks {
-                let i = w.scale_at(j / NR, b) + j % NR;
+                let i = scale_at(j / NR, b, blocks) + j % NR;
                 let got = if w.pscale16.is_empty() {
                     w.pscale[i]
                 } else {

@@ -1,7 +1,7 @@
 //! The AVX-512 VNNI int8 products: tiles of 8 rows × 3 panels of 16 channels, one row as
 //! a matrix-vector product over 4-bit or 8-bit weights.
 
-use super::{pair_off, Epilogue, Out, QWeights, MR, NR};
+use super::{pair_off, scale_at, Epilogue, Out, QWeights, MR, NR};
 use core::arch::x86_64::*;
 
 /// The 64 weight bytes of panel `p`, quad `q` (int8 weights).
@@ -276,7 +276,7 @@ unsafe fn blockwise<const S: usize>(
             // Safety: block b's quads lie in panel p + s; its scales as the caller's.
             unsafe {
                 let acc = dot(ap, w, p + s, b * bq, (b + 1) * bq);
-                let scv = block_scales(w, w.scale_at(p + s, b));
+                let scv = block_scales(w, scale_at(p + s, b, blocks));
                 *f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), scv, *f);
             }
         }
@@ -334,11 +334,11 @@ unsafe fn nibble_blocks<const S: usize>(
             }
         }
         for s in 0..S {
-            prefetch(w.scales_ahead(w.scale_at(p + s, b) + SCALE_AHEAD, &next));
+            prefetch(w.scales_ahead(scale_at(p + s, b, blocks) + SCALE_AHEAD, &next));
             // Sums of 16·w: exact, and a multiple of 16.
             let sum = _mm512_srai_epi32::<4>(_mm512_add_epi32(acc[s][0], acc[s][1]));
             // Safety: the scales hold panels·blocks·16 values (`one_row_ready`).
-            let scv = unsafe { block_scales(w, w.scale_at(p + s, b)) };
+            let scv = unsafe { block_scales(w, scale_at(p + s, b, blocks)) };
             facc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scv, facc[s]);
         }
     }
@@ -743,7 +743,7 @@ unsafe fn blockwise_rows<const R: usize, const P: usize, const NIB: bool>(
                 for j in 0..P {
                     let pj = p + j.min(np - 1);
                     // Safety: `one_row_ready`: panels·blocks·16 scales.
-                    let scv = unsafe { block_scales(w, w.scale_at(pj, b)) };
+                    let scv = unsafe { block_scales(w, scale_at(pj, b, blocks)) };
                     for i in 0..R {
                         facc[i][j] =
                             _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j]), scv, facc[i][j]);

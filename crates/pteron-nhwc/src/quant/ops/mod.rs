@@ -166,28 +166,9 @@ pub fn quantize_rows(x: &[f32], row: usize, out: &mut [i8], scales: &mut [f32], 
     if row == 0 {
         return;
     }
-    let rows = x.chunks_exact(row).zip(out.chunks_exact_mut(row));
-    #[cfg(target_arch = "x86_64")]
-    if pteron_kernels_cpu::simd::level() == pteron_kernels_cpu::simd::Level::Avx512 {
-        for ((xr, or), (s, z)) in rows.zip(scales.iter_mut().zip(zps.iter_mut())) {
-            // Safety: the CPU has AVX-512 F/BW/VL (`level`).
-            let (mult, zp) = unsafe { avx512::quantize_row(xr, or) };
-            *s = 1.0 / mult;
-            *z = zp;
-        }
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if pteron_kernels_cpu::simd::level() == pteron_kernels_cpu::simd::Level::Avx2 {
-        for ((xr, or), (s, z)) in rows.zip(scales.iter_mut().zip(zps.iter_mut())) {
-            // Safety: the CPU has AVX2 and FMA (`level`).
-            let (mult, zp) = unsafe { avx2::quantize_row(xr, or) };
-            *s = 1.0 / mult;
-            *z = zp;
-        }
-        return;
-    }
-    for ((xr, or), (s, z)) in rows.zip(scales.iter_mut().zip(zps.iter_mut())) {
+    // The row quantizer for this CPU: a kernel of its instruction set, else the portable
+    // loops (the same values).
+    let portable = |xr: &[f32], or: &mut [i8]| {
         let (lo, hi) = multiversion(
             #[inline(always)]
             || min_max(xr),
@@ -197,6 +178,24 @@ pub fn quantize_rows(x: &[f32], row: usize, out: &mut [i8], scales: &mut [f32], 
             #[inline(always)]
             || quantize_slice(or, xr, mult, zp),
         );
+        (mult, zp)
+    };
+    type RowKernel = unsafe fn(&[f32], &mut [i8]) -> (f32, i32);
+    #[cfg(target_arch = "x86_64")]
+    let kernel: Option<RowKernel> = match level() {
+        pteron_kernels_cpu::simd::Level::Avx512 => Some(avx512::quantize_row),
+        pteron_kernels_cpu::simd::Level::Avx2 => Some(avx2::quantize_row),
+        _ => None,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let kernel: Option<RowKernel> = None;
+    let rows = x.chunks_exact(row).zip(out.chunks_exact_mut(row));
+    for ((xr, or), (s, z)) in rows.zip(scales.iter_mut().zip(zps.iter_mut())) {
+        let (mult, zp) = match kernel {
+            // Safety: `level` chose a kernel of an instruction set the CPU has.
+            Some(k) => unsafe { k(xr, or) },
+            None => portable(xr, or),
+        };
         *s = 1.0 / mult;
         *z = zp;
     }
