@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use pteron_core::INLINE;
 use pteron_kernels::llm::Attn;
+use pteron_kernels_cpu::aligned::AlignedVec;
 use pteron_kernels_cpu::attention::attend_blocked;
 
 fn main() {
@@ -34,11 +35,15 @@ fn main() {
     let q: Vec<f32> = (0..heads * d)
         .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
         .collect();
+    // From a 64-byte boundary, as a program's planned memory is.
     let cache = |l: usize, m: usize, c: usize| {
-        let x = (0..rows * kv_heads * d).map(|i| (((i + l) * m % c) as f32 - 3.0) * 0.1);
-        Padded::new(x.collect())
+        let mut x = AlignedVec::zeroed(rows * kv_heads * d);
+        for (i, v) in x.iter_mut().enumerate() {
+            *v = (((i + l) * m % c) as f32 - 3.0) * 0.1;
+        }
+        x
     };
-    let caches: Vec<(Padded, Padded)> = (0..layers)
+    let caches: Vec<(AlignedVec, AlignedVec)> = (0..layers)
         .map(|l| (cache(l, 5, 11), cache(l, 3, 7)))
         .collect();
     let flush = vec![1.0f32; if warm { 16 } else { 24 << 20 }];
@@ -50,7 +55,7 @@ fn main() {
         sink += flush.iter().step_by(16).sum::<f32>();
         let t = Instant::now();
         for (k, v) in &caches {
-            attend_blocked(&at, &INLINE, &q, k.get(), v.get(), None, &mut out).unwrap();
+            attend_blocked(&at, &INLINE, &q, k, v, None, &mut out).unwrap();
             sink += out[0];
         }
         times.push(t.elapsed().as_secs_f64() * 1e6 / layers as f64);
@@ -58,7 +63,7 @@ fn main() {
         let t = Instant::now();
         for (k, v) in &caches {
             let mut acc = [0f32; 16];
-            let (k, v) = (&k.get()[..used], &v.get()[..used]);
+            let (k, v) = (&k[..used], &v[..used]);
             for c in k.chunks_exact(16).chain(v.chunks_exact(16)) {
                 for (a, x) in acc.iter_mut().zip(c) {
                     *a += x;
@@ -80,26 +85,4 @@ fn main() {
         bytes as f64 / att / 1e3,
         bytes as f64 / read / 1e3
     );
-}
-
-/// A cache whose rows start on a 64-byte boundary, as a program's planned memory does.
-struct Padded {
-    data: Vec<f32>,
-    off: usize,
-    len: usize,
-}
-
-impl Padded {
-    fn new(x: Vec<f32>) -> Self {
-        let len = x.len();
-        let mut data = vec![0.0; 16];
-        data.extend(x);
-        let off = (64 - data.as_ptr() as usize % 64) % 64 / 4;
-        data.copy_within(16..16 + len, off);
-        Padded { data, off, len }
-    }
-
-    fn get(&self) -> &[f32] {
-        &self.data[self.off..self.off + self.len]
-    }
 }

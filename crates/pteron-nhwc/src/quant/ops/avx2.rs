@@ -160,15 +160,16 @@ pub unsafe fn quantize_row(x: &[f32], out: &mut [i8]) -> (f32, i32) {
         _mm256_storeu_ps(ls.as_mut_ptr(), l);
         _mm256_storeu_ps(hs.as_mut_ptr(), h);
     }
-    let (mut min, mut max) = (f32::INFINITY, f32::NEG_INFINITY);
-    for (&a, &b) in ls
+    // NaNs of the tail are ignored too (a comparison with NaN is false).
+    let rest = eights.remainder();
+    let min = ls
         .iter()
-        .zip(&hs)
-        .chain(eights.remainder().iter().zip(eights.remainder()))
-    {
-        min = if a < min { a } else { min };
-        max = if b > max { b } else { max };
-    }
+        .chain(rest)
+        .fold(f32::INFINITY, |m, &v| if v < m { v } else { m });
+    let max = hs
+        .iter()
+        .chain(rest)
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
     let (mult, zp) = super::qd8_params(min, max);
     let inv = _mm256_set1_ps(mult);
     let (qlo, qhi) = (
